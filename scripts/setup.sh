@@ -1,0 +1,36 @@
+#!/bin/sh
+# Set-up for a fresh Debian 12 machine, as root: system packages, the project's own Node (>= 22, from the npm
+# registry), npm dependencies, and the native atoll-cni shim. Idempotent; fast when everything is in place.
+set -eu
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES="iproute2 nftables iptables iputils-ping util-linux gcc libc6-dev make time iperf3 \
+containerd runc containernetworking-plugins busybox-static"
+
+missing=""
+for p in $APT_PACKAGES; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+  echo "setup: installing Debian packages:$missing"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  # shellcheck disable=SC2086
+  apt-get install -y -qq --no-install-recommends $missing >/dev/null
+fi
+
+if ! command -v npm >/dev/null 2>&1; then
+  echo "setup: npm is missing; installing Debian's nodejs and npm to bootstrap"
+  apt-get install -y -qq nodejs npm >/dev/null
+fi
+
+if [ ! -x node_modules/.bin/node ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
+  echo "setup: installing npm dependencies (this provides Node 24 in node_modules/.bin/node)"
+  npm ci --no-audit --no-fund --loglevel=error
+fi
+
+if [ ! -x bin/atoll-cni ] || [ native/atoll-cni.c -nt bin/atoll-cni ]; then
+  echo "setup: building bin/atoll-cni"
+  cc -O2 -Wall -Wextra -Werror -o bin/atoll-cni native/atoll-cni.c
+fi
+echo "setup: ready ($(node_modules/.bin/node --version))"

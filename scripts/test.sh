@@ -1,0 +1,13 @@
+#!/bin/sh
+# Every test: types, lint, unit tests, then the root-only kernel and runtime tests (they skip, saying why, when
+# not root). Uses the project's own Node.
+set -eu
+cd "$(dirname "$0")/.."
+node=node_modules/.bin/node
+echo "== typecheck"
+"$node" node_modules/typescript/bin/tsc -p tsconfig.json
+echo "== lint"
+"$node" node_modules/eslint/bin/eslint.js .
+echo "== tests"
+# One file at a time: root tests build namespaces and a private containerd, and must not overlap.
+"$node" --test --test-concurrency=1 --test-timeout=600000 "src/**/*.test.ts" "test/**/*.test.ts"

@@ -1,0 +1,71 @@
+/**
+ * `atoll`: the command line. Each subcommand only parses its flags and wires components together.
+ */
+import { parseArgs } from 'node:util';
+import { asAtollError } from '../core/errors.ts';
+import { loadAgentConfig } from '../config/agent-config.ts';
+import { jsonLogger } from '../adapters/json-logger.ts';
+import { IpRoute2 } from '../adapters/iproute2.ts';
+import { Agent } from '../agent/agent.ts';
+
+const USAGE = `usage: atoll <command> [flags]
+
+commands:
+  agent --config FILE     run the node agent (root)
+  demo                    single-node demo: an agent, two pods through containerd, a ping
+  version                 print the version
+`;
+
+async function runAgent(argv: string[]): Promise<number> {
+  const { values } = parseArgs({ args: argv, options: { config: { type: 'string' }, 'log-level': { type: 'string', default: 'info' } } });
+  if (!values.config) {
+    process.stderr.write('atoll agent: --config FILE is required (see docs/configuration.md)\n');
+    return 2;
+  }
+  const log = jsonLogger({ level: values['log-level'] as 'info' }).child('agent');
+  const config = loadAgentConfig(values.config);
+  const agent = new Agent({ ip: new IpRoute2(), log, clock: Date.now }, config);
+  await agent.start();
+  await new Promise<void>((resolve) => {
+    const stop = () => resolve();
+    process.once('SIGTERM', stop);
+    process.once('SIGINT', stop);
+  });
+  await agent.stop();
+  return 0;
+}
+
+async function main(argv: string[]): Promise<number> {
+  const [cmd, ...rest] = argv;
+  switch (cmd) {
+    case 'agent':
+      return runAgent(rest);
+    case 'demo': {
+      const { runDemo } = await import('./demo.ts');
+      return runDemo(rest);
+    }
+    case 'version':
+      process.stdout.write('atoll 0.1.0\n');
+      return 0;
+    case undefined:
+    case 'help':
+    case '--help':
+    case '-h':
+      process.stdout.write(USAGE);
+      return cmd === undefined ? 2 : 0;
+    default:
+      process.stderr.write(`atoll: unknown command "${cmd}"\n${USAGE}`);
+      return 2;
+  }
+}
+
+main(process.argv.slice(2)).then(
+  (code) => {
+    process.exitCode = code;
+  },
+  (err: unknown) => {
+    const e = asAtollError(err);
+    process.stderr.write(`atoll: ${e.message}${e.fix ? `\n  fix: ${e.fix}` : ''}\n  (code ${e.code})\n`);
+    process.exitCode = 1;
+  },
+);

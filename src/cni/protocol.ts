@@ -1,0 +1,60 @@
+/**
+ * The wire between `atoll-cni` (the native shim) and the agent, over a unix stream socket. Binary, so the shim
+ * needs no JSON code:
+ *
+ *   request:  "ATL1" | u32 envLen | env (KEY=VALUE entries, each ended by NUL) | u32 stdinLen | stdin
+ *   response: u32 exitCode | u32 stdoutLen | stdout | u32 stderrLen | stderr
+ *
+ * Integers are big-endian. The shim sends only CNI_* variables and at most MAX_STDIN_BYTES + 1 bytes of stdin.
+ * The shim's C source is native/atoll-cni.c; keep both in step.
+ */
+import type { CniResponse } from './handler.ts';
+
+export const MAGIC = 'ATL1';
+export const MAX_ENV_BYTES = 64 * 1024;
+
+export interface CniInvocation {
+  readonly env: Record<string, string>;
+  readonly stdin: Buffer;
+}
+
+/** Decodes a complete request; returns undefined while more bytes are needed. @throws Error on a malformed frame. */
+export function decodeRequest(buf: Buffer, maxStdin: number): CniInvocation | undefined {
+  if (buf.length < 8) return undefined;
+  if (buf.subarray(0, 4).toString('latin1') !== MAGIC) throw new Error('not an atoll-cni request (bad magic)');
+  const envLen = buf.readUInt32BE(4);
+  if (envLen > MAX_ENV_BYTES) throw new Error(`environment block of ${envLen} bytes is over ${MAX_ENV_BYTES}`);
+  if (buf.length < 8 + envLen + 4) return undefined;
+  const stdinLen = buf.readUInt32BE(8 + envLen);
+  if (stdinLen > maxStdin + 1) throw new Error(`stdin of ${stdinLen} bytes is over the frame limit`);
+  const end = 12 + envLen + stdinLen;
+  if (buf.length < end) return undefined;
+  const env: Record<string, string> = {};
+  for (const entry of buf.subarray(8, 8 + envLen).toString('utf8').split('\0')) {
+    const eq = entry.indexOf('=');
+    if (eq > 0) env[entry.slice(0, eq)] = entry.slice(eq + 1);
+  }
+  return { env, stdin: buf.subarray(12 + envLen, end) };
+}
+
+export function encodeRequest(inv: CniInvocation): Buffer {
+  const env = Buffer.from(Object.entries(inv.env).map(([k, v]) => `${k}=${v}\0`).join(''), 'utf8');
+  const head = Buffer.alloc(8);
+  head.write(MAGIC, 0, 'latin1');
+  head.writeUInt32BE(env.length, 4);
+  const mid = Buffer.alloc(4);
+  mid.writeUInt32BE(inv.stdin.length, 0);
+  return Buffer.concat([head, env, mid, inv.stdin]);
+}
+
+export function encodeResponse(r: CniResponse): Buffer {
+  const out = Buffer.from(r.stdout, 'utf8');
+  const err = Buffer.from(r.stderr, 'utf8');
+  const b = Buffer.alloc(12 + out.length + err.length);
+  b.writeUInt32BE(r.exitCode, 0);
+  b.writeUInt32BE(out.length, 4);
+  out.copy(b, 8);
+  b.writeUInt32BE(err.length, 8 + out.length);
+  err.copy(b, 12 + out.length);
+  return b;
+}

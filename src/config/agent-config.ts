@@ -1,0 +1,83 @@
+/**
+ * The agent's configuration file: the only place its raw JSON enters. Validated once against a strict schema
+ * (unknown keys are refused), defaults filled in, the result frozen. `docs/configuration.md` documents every key.
+ */
+import { readFileSync } from 'node:fs';
+import { z } from 'zod';
+import { atollError } from '../core/errors.ts';
+import { type Cidr, parseCidr } from '../core/net/ipv4.ts';
+import { parseDuration } from './duration.ts';
+
+const IFNAME = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,14}$/;
+const SAFE_PATH = /^\/[A-Za-z0-9_./@:+-]*$/;
+
+const cidr = z.string().refine((s) => parseCidr(s) !== undefined, { message: 'must be an IPv4 network such as 10.244.1.0/24 (no host bits)' });
+const absPath = z.string().regex(SAFE_PATH, 'must be an absolute path of letters, digits and _ . / @ : + -');
+const duration = z.union([z.number().int().nonnegative(), z.string()]).transform((v, ctx) => {
+  const ms = typeof v === 'number' ? v * 1000 : parseDuration(v);
+  if (ms === undefined) {
+    ctx.addIssue({ code: 'custom', message: 'must be seconds or a duration such as 90s, 30m, 24h' });
+    return z.NEVER;
+  }
+  return ms;
+});
+
+export const agentConfigSchema = z.strictObject({
+  /** This node's name, as Kubernetes knows it. */
+  nodeName: z.string().regex(/^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$/, 'must be a DNS subdomain (lowercase letters, digits, - and .)'),
+  /** The CNI network name (the conflist `name`). */
+  network: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9_.-]*$/).default('atoll'),
+  /** Pod address blocks of this node, until the controller leases them. */
+  podCidrs: z.array(cidr).default([]),
+  cniBinDir: absPath.default('/opt/cni/bin'),
+  cniConfDir: absPath.default('/etc/cni/net.d'),
+  /** File name of Atoll's conflist in cniConfDir; it must sort first. */
+  cniConfName: z.string().regex(/^[A-Za-z0-9_.-]+\.conflist$/).default('10-atoll.conflist'),
+  /** cniVersion written into the conflist (containerd 1.6 accepts results up to 1.0.0). */
+  cniVersion: z.enum(['0.3.1', '0.4.0', '1.0.0', '1.1.0']).default('1.0.0'),
+  /** Plugins chained after Atoll's in the conflist, as JSON objects (portmap, bandwidth, tuning...). */
+  chainedPlugins: z.array(z.record(z.string(), z.unknown())).default([]),
+  dataDir: absPath.default('/var/lib/atoll'),
+  socketPath: absPath.default('/run/atoll/atoll.sock'),
+  bridge: z.string().regex(IFNAME, 'must be a Linux interface name of at most 15 characters').default('atoll0'),
+  mtu: z.number().int().min(576).max(9000).default(1500),
+  /** How long a deleted pod's address stays reserved for it. */
+  reservationTtl: duration.default(24 * 3600 * 1000),
+  /** How often reservations are expired and state reconciled. */
+  resyncPeriod: duration.default(60 * 1000),
+  /** Path of the atoll-cni executable the agent installs into cniBinDir. */
+  cniPluginSource: absPath.optional(),
+});
+
+export type AgentConfig = Readonly<z.output<typeof agentConfigSchema>> & { readonly podBlocks: readonly Cidr[] };
+
+/**
+ * Validates a parsed configuration object.
+ * @throws AtollError CONFIG_FILE_INVALID listing every bad key with its path.
+ */
+export function parseAgentConfig(raw: unknown, source = 'agent configuration'): AgentConfig {
+  const res = agentConfigSchema.safeParse(raw);
+  if (!res.success) {
+    const problems = res.error.issues.map((i) => `${i.path.join('.') || '(top)'}: ${i.message}`).join('; ');
+    throw atollError('CONFIG_FILE_INVALID', `${source} is invalid: ${problems}`, 'fix the keys named; docs/configuration.md lists them all');
+  }
+  const podBlocks = res.data.podCidrs.map((c) => parseCidr(c) as Cidr);
+  return Object.freeze({ ...res.data, podBlocks: Object.freeze(podBlocks) });
+}
+
+/** Reads and validates the configuration file at `path`. */
+export function loadAgentConfig(path: string): AgentConfig {
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (cause) {
+    throw atollError('CONFIG_FILE_INVALID', `cannot read the agent configuration ${path}`, 'pass an existing file with --config', cause);
+  }
+  let raw: unknown;
+  try {
+    raw = JSON.parse(text);
+  } catch (cause) {
+    throw atollError('CONFIG_FILE_INVALID', `the agent configuration ${path} is not JSON`, 'fix its syntax', cause);
+  }
+  return parseAgentConfig(raw, `the agent configuration ${path}`);
+}

@@ -1,0 +1,99 @@
+/**
+ * Atoll's errors. Every error carries a stable code from {@link ERROR_CATALOGUE}, says what failed and with which
+ * value, says what to do, and keeps its cause. `docs/errors.md` lists the same codes; a test keeps the two in step.
+ */
+
+/** CNI spec error codes (SPEC.md "Error"). */
+export const CniCode = {
+  incompatibleVersion: 1,
+  unsupportedField: 2,
+  unknownContainer: 3,
+  invalidEnvironment: 4,
+  ioFailure: 5,
+  decodeFailure: 6,
+  invalidConfig: 7,
+  tryAgainLater: 11,
+  notAvailable: 50,
+  limitedConnectivity: 51,
+  generic: 999,
+} as const;
+export type CniCode = (typeof CniCode)[keyof typeof CniCode];
+
+interface CatalogueEntry {
+  /** The CNI code this error maps to when it ends a CNI request. */
+  readonly cni: CniCode;
+  readonly summary: string;
+}
+
+/** The one table of error codes. Keep `docs/errors.md` in step (a test checks). */
+export const ERROR_CATALOGUE = {
+  CNI_VERSION_UNSUPPORTED: { cni: CniCode.incompatibleVersion, summary: 'the cniVersion asked for is not one Atoll speaks' },
+  CNI_VERB_NOT_IN_VERSION: { cni: CniCode.incompatibleVersion, summary: 'the verb does not exist in the cniVersion asked for' },
+  CNI_ENV_INVALID: { cni: CniCode.invalidEnvironment, summary: 'a CNI_* environment variable is missing or malformed' },
+  CNI_NETNS_MISSING: { cni: CniCode.invalidEnvironment, summary: 'CNI_NETNS names a network namespace that does not exist' },
+  CNI_DECODE: { cni: CniCode.decodeFailure, summary: 'the network configuration on stdin is not a JSON object' },
+  CNI_INPUT_TOO_LARGE: { cni: CniCode.decodeFailure, summary: 'the network configuration on stdin is over the size limit' },
+  CNI_CONFIG_INVALID: { cni: CniCode.invalidConfig, summary: 'the network configuration has a missing, unknown or bad field' },
+  CNI_CHECK_FAILED: { cni: CniCode.generic, summary: 'CHECK found the pod network not as ADD left it' },
+  AGENT_UNREACHABLE: { cni: CniCode.tryAgainLater, summary: 'atoll-cni could not reach the node agent on its socket' },
+  AGENT_NOT_READY: { cni: CniCode.notAvailable, summary: 'the agent is starting or stopping and serves no ADD' },
+  IPAM_EXHAUSTED: { cni: CniCode.generic, summary: "no free address is left in the node's blocks" },
+  IPAM_NO_BLOCKS: { cni: CniCode.notAvailable, summary: 'the node holds no address block yet' },
+  IPAM_STORE_FAILED: { cni: CniCode.ioFailure, summary: 'an IPAM record could not be read or written' },
+  KERNEL_OP_FAILED: { cni: CniCode.generic, summary: 'a kernel change (link, address, route, sysctl) failed' },
+  CONFIG_FILE_INVALID: { cni: CniCode.invalidConfig, summary: 'the agent configuration file is missing, not JSON, or fails the schema' },
+  PREFLIGHT_CNI_CONF_ORDER: { cni: CniCode.generic, summary: "another CNI configuration sorts before Atoll's in the conf dir" },
+  PREFLIGHT_RANGE_OVERLAP: { cni: CniCode.generic, summary: "the node's pod range overlaps a host address or route" },
+  PREFLIGHT_FOREIGN_DEVICE: { cni: CniCode.generic, summary: 'a device Atoll would create exists with a foreign configuration' },
+  INTERNAL: { cni: CniCode.generic, summary: 'an unexpected failure inside Atoll (a bug: please report it)' },
+} as const satisfies Record<string, CatalogueEntry>;
+
+export type ErrorCode = keyof typeof ERROR_CATALOGUE;
+
+export interface AtollErrorInit {
+  /** What failed, with the object and value involved. */
+  readonly message: string;
+  /** What the operator can do about it. */
+  readonly fix?: string;
+  readonly cause?: unknown;
+}
+
+/** An error with a stable code, a fix hint and a cause. */
+export class AtollError extends Error {
+  readonly code: ErrorCode;
+  readonly fix: string | undefined;
+
+  constructor(code: ErrorCode, init: AtollErrorInit) {
+    super(init.message, init.cause === undefined ? undefined : { cause: init.cause });
+    this.name = 'AtollError';
+    this.code = code;
+    this.fix = init.fix;
+  }
+
+  get cniCode(): CniCode {
+    return ERROR_CATALOGUE[this.code].cni;
+  }
+}
+
+/** Shorthand for `new AtollError(code, { message, fix, cause })`. */
+export function atollError(code: ErrorCode, message: string, fix?: string, cause?: unknown): AtollError {
+  return new AtollError(code, { message, fix, cause });
+}
+
+/** Wraps anything thrown into an AtollError, keeping AtollErrors as they are. */
+export function asAtollError(err: unknown): AtollError {
+  if (err instanceof AtollError) return err;
+  const message = err instanceof Error ? err.message : String(err);
+  return new AtollError('INTERNAL', { message, cause: err });
+}
+
+/** The text of an error and its causes, one per line, for logs and CNI `details`. */
+export function describeCauses(err: unknown): string {
+  const parts: string[] = [];
+  let cur: unknown = err instanceof Error ? err.cause : undefined;
+  while (cur !== undefined && parts.length < 5) {
+    parts.push(cur instanceof Error ? cur.message : String(cur));
+    cur = cur instanceof Error ? cur.cause : undefined;
+  }
+  return parts.join('; ');
+}

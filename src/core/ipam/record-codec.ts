@@ -1,0 +1,37 @@
+/**
+ * The on-disk form of IPAM records, readable by operators who know OpenYurt's patched host-local:
+ * one file per address named `{ip}_{namespace}_{podname}` (namespace empty for pods without a Kubernetes identity,
+ * whose name is then the container ID), holding the container ID and the interface name on two lines; a third line
+ * `released <ms since epoch>` marks a reservation kept for a deleted pod. Pure.
+ */
+import { formatIpv4, parseIpv4 } from '../net/ipv4.ts';
+import type { IpamRecord } from './sticky-pool.ts';
+
+export function recordFileName(r: IpamRecord): string {
+  return `${formatIpv4(r.ip)}_${r.namespace}_${r.name}`;
+}
+
+export function encodeRecord(r: IpamRecord): string {
+  const lines = [r.containerId, r.ifName];
+  if (r.releasedAt !== undefined) lines.push(`released ${r.releasedAt}`);
+  return lines.join('\n') + '\n';
+}
+
+/** Decodes a record file; returns a reason string when the file is not one of ours or is damaged. */
+export function decodeRecord(fileName: string, content: string): IpamRecord | string {
+  const first = fileName.indexOf('_');
+  const second = first < 0 ? -1 : fileName.indexOf('_', first + 1);
+  if (second < 0) return `file name "${fileName}" is not {ip}_{namespace}_{podname}`;
+  const ip = parseIpv4(fileName.slice(0, first));
+  if (ip === undefined) return `file name "${fileName}" does not start with an IPv4 address`;
+  const namespace = fileName.slice(first + 1, second);
+  const name = fileName.slice(second + 1);
+  const lines = content.split('\n').map((l) => l.trim());
+  const containerId = lines[0] ?? '';
+  const ifName = lines[1] ?? '';
+  if (name === '' || containerId === '' || ifName === '') return `record "${fileName}" lacks a pod name, container ID or interface name`;
+  const released = /^released (\d+)$/.exec(lines[2] ?? '');
+  if (lines[2] && !released) return `record "${fileName}" has an unreadable third line "${lines[2]}"`;
+  const base = { ip, namespace, name, containerId, ifName };
+  return released ? { ...base, releasedAt: Number(released[1]) } : base;
+}

@@ -1,0 +1,33 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { ERROR_CATALOGUE } from '../src/core/errors.ts';
+import { agentConfigSchema } from '../src/config/agent-config.ts';
+import { MAX_STDIN_BYTES } from '../src/config/cni-request.ts';
+import { MAX_ENV_BYTES } from '../src/cni/protocol.ts';
+
+test('docs/errors.md lists exactly the codes in src/core/errors.ts, with the same CNI codes', () => {
+  const doc = readFileSync(new URL('../docs/errors.md', import.meta.url), 'utf8');
+  const rows = new Map([...doc.matchAll(/^\| `([A-Z_]+)` \| (\d+) \|/gm)].map((m) => [m[1] as string, Number(m[2])]));
+  assert.deepEqual([...rows.keys()].sort(), Object.keys(ERROR_CATALOGUE).sort());
+  for (const [code, entry] of Object.entries(ERROR_CATALOGUE)) assert.equal(rows.get(code), entry.cni, code);
+});
+
+test('docs/configuration.md documents every agent configuration key', () => {
+  const full = readFileSync(new URL('../docs/configuration.md', import.meta.url), 'utf8');
+  const doc = full.slice(full.indexOf('## Agent'), full.indexOf('## Network configuration'));
+  const documented = new Set([...doc.matchAll(/^\| `([A-Za-z]+)` \|/gm)].map((m) => m[1]));
+  for (const key of Object.keys(agentConfigSchema.shape)) assert.ok(documented.has(key), `docs/configuration.md lacks ${key}`);
+  for (const key of documented) assert.ok(key in agentConfigSchema.shape, `docs/configuration.md documents unknown key ${key}`);
+});
+
+test('src/cni/protocol.ts and the native shim agree on the limits', () => {
+  const c = readFileSync(new URL('../native/atoll-cni.c', import.meta.url), 'utf8');
+  const define = (name: string) => {
+    const m = new RegExp(`#define ${name} \\((\\d+)u (<<|\\*) (\\d+)u?\\)`).exec(c);
+    assert.ok(m, `native/atoll-cni.c lacks #define ${name}`);
+    return m[2] === '<<' ? Number(m[1]) << Number(m[3]) : Number(m[1]) * Number(m[3]);
+  };
+  assert.equal(define('MAX_STDIN'), MAX_STDIN_BYTES);
+  assert.equal(define('MAX_ENV'), MAX_ENV_BYTES);
+});
