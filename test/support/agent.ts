@@ -1,0 +1,157 @@
+/**
+ * A real `atoll agent` process in a throwaway host namespace, with its own data, CNI and socket directories, and a
+ * way to call the real `atoll-cni` binary against it.
+ */
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { addNetns, delNetns, dumpNetns, RUN_PREFIX } from './netns.ts';
+
+export const REPO = fileURLToPath(new URL('../../', import.meta.url));
+export const NODE = join(REPO, 'node_modules/.bin/node');
+export const CLI = join(REPO, 'src/cli/main.ts');
+
+export interface CniCall {
+  readonly code: number;
+  readonly stdout: string;
+  readonly stderr: string;
+  readonly json: Record<string, unknown> | undefined;
+}
+
+export interface TestAgentInit {
+  /** Short name, used in namespace and bridge names. */
+  readonly name: string;
+  readonly podCidrs?: readonly string[];
+  /** Extra configuration keys. */
+  readonly config?: Record<string, unknown>;
+}
+
+export class TestAgent {
+  readonly dir: string;
+  readonly netns: string;
+  readonly socket: string;
+  readonly binDir: string;
+  readonly confDir: string;
+  readonly dataDir: string;
+  readonly configPath: string;
+  readonly bridge: string;
+  #proc: ChildProcess | undefined;
+  #podNetns: string[] = [];
+
+  constructor(init: TestAgentInit) {
+    this.dir = mkdtempSync(join(tmpdir(), `${RUN_PREFIX}${init.name}-`));
+    this.netns = addNetns(`${init.name}-host`);
+    this.socket = join(this.dir, 'agent.sock');
+    this.binDir = join(this.dir, 'bin');
+    this.confDir = join(this.dir, 'conf');
+    this.dataDir = join(this.dir, 'data');
+    this.configPath = join(this.dir, 'agent.json');
+    this.bridge = `atb${RUN_PREFIX.slice(5, 11)}${init.name}`.slice(0, 15);
+    const cfg = {
+      nodeName: init.name,
+      podCidrs: init.podCidrs ?? ['10.77.0.0/24'],
+      cniBinDir: this.binDir,
+      cniConfDir: this.confDir,
+      dataDir: this.dataDir,
+      socketPath: this.socket,
+      bridge: this.bridge,
+      resyncPeriod: 2,
+      ...init.config,
+    };
+    writeFileSync(this.configPath, JSON.stringify(cfg, null, 2));
+  }
+
+  get pid(): number | undefined {
+    return this.#proc?.pid;
+  }
+
+  get logPath(): string {
+    return join(this.dir, 'agent.log');
+  }
+
+  /** Starts the agent and waits until its socket answers (bounded). */
+  async start(timeoutMs = 15_000): Promise<void> {
+    rmSync(this.socket, { force: true });
+    const log = join(this.dir, 'agent.log');
+    const out = await import('node:fs').then((fs) => fs.openSync(log, 'a'));
+    this.#proc = spawn('ip', ['netns', 'exec', this.netns, NODE, CLI, 'agent', '--config', this.configPath, '--log-level', 'debug'], { stdio: ['ignore', out, out] });
+    const deadline = Date.now() + timeoutMs;
+    while (Date.now() < deadline) {
+      if (this.#proc.exitCode !== null) throw new Error(`agent exited with ${this.#proc.exitCode}:\n${readFileSync(log, 'utf8')}`);
+      if (existsSync(this.socket) && existsSync(join(this.binDir, 'atoll-cni'))) {
+        const v = this.cni({ CNI_COMMAND: 'VERSION' }, '');
+        if (v.code === 0) return;
+      }
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    throw new Error(`agent did not come up in ${timeoutMs} ms:\n${readFileSync(log, 'utf8')}`);
+  }
+
+  /** Stops the agent: SIGTERM (graceful) or SIGKILL. */
+  async stop(signal: 'SIGTERM' | 'SIGKILL' = 'SIGTERM'): Promise<void> {
+    const p = this.#proc;
+    if (!p || p.exitCode !== null || p.signalCode !== null) return;
+    const exited = new Promise<void>((r) => p.once('exit', () => r()));
+    p.kill(signal);
+    const timer = setTimeout(() => p.kill('SIGKILL'), 5000);
+    await exited;
+    clearTimeout(timer);
+  }
+
+  /** Calls the installed `atoll-cni` binary synchronously. */
+  cni(env: Record<string, string>, stdin: string | Buffer): CniCall {
+    const bin = existsSync(join(this.binDir, 'atoll-cni')) ? join(this.binDir, 'atoll-cni') : join(REPO, 'bin/atoll-cni');
+    const res = spawnSync(bin, [], { env: { ATOLL_AGENT_SOCKET: this.socket, ...env }, input: stdin, encoding: 'utf8', maxBuffer: 8 << 20 });
+    let json: Record<string, unknown> | undefined;
+    try {
+      json = res.stdout.trim() ? (JSON.parse(res.stdout) as Record<string, unknown>) : undefined;
+    } catch {
+      json = undefined;
+    }
+    return { code: res.status ?? -1, stdout: res.stdout, stderr: res.stderr, json };
+  }
+
+  /** The network configuration the runtime would pass to our plugin. */
+  netconf(version = '1.0.0', extra: Record<string, unknown> = {}): string {
+    return JSON.stringify({ cniVersion: version, name: 'atoll', type: 'atoll-cni', agentSocket: this.socket, ...extra });
+  }
+
+  /** A pod namespace (removed on cleanup); returns its path. */
+  podNetns(name: string): string {
+    const full = addNetns(`${name}-pod`);
+    this.#podNetns.push(full);
+    return `/var/run/netns/${full}`;
+  }
+
+  /** Environment of a Kubernetes-style call. */
+  env(verb: string, containerId: string, netns: string, pod?: { namespace: string; name: string }): Record<string, string> {
+    const args = pod ? `IgnoreUnknown=1;K8S_POD_NAMESPACE=${pod.namespace};K8S_POD_NAME=${pod.name};K8S_POD_INFRA_CONTAINER_ID=${containerId}` : '';
+    return { CNI_COMMAND: verb, CNI_CONTAINERID: containerId, CNI_NETNS: netns, CNI_IFNAME: 'eth0', CNI_PATH: '/usr/lib/cni', CNI_ARGS: args };
+  }
+
+  /** Runs a command inside a namespace path. */
+  execIn(nsPath: string, cmd: string, args: readonly string[]): { code: number; out: string } {
+    const res = spawnSync('nsenter', [`--net=${nsPath}`, cmd, ...args], { encoding: 'utf8', timeout: 20_000 });
+    return { code: res.status ?? -1, out: res.stdout + res.stderr };
+  }
+
+  dump(): string {
+    let log = '';
+    try {
+      log = readFileSync(this.logPath, 'utf8').split('\n').slice(-40).join('\n');
+    } catch {
+      // no log
+    }
+    return `${dumpNetns(this.netns)}\n# agent log (tail)\n${log}`;
+  }
+
+  /** Stops the agent and removes every namespace and file of this agent. */
+  async cleanup(): Promise<void> {
+    await this.stop('SIGKILL');
+    for (const ns of this.#podNetns) delNetns(ns);
+    delNetns(this.netns);
+    rmSync(this.dir, { recursive: true, force: true });
+  }
+}
