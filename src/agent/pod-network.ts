@@ -96,7 +96,7 @@ export class PodNetwork implements PodNetworkPort {
       if (plan.displaced) await this.#c.ip.deleteLink(hostVethName(plan.displaced.containerId, plan.displaced.ifName));
       const block = this.#ipam.blocks.find((b) => cidrContains(b, plan.record.ip)) as Cidr;
       const pod = planPod({ ...req, ip: plan.record.ip, block, bridge: this.#init.bridge, mtu: this.#init.mtu });
-      await this.#c.ip.deleteLink(pod.hostIfName); // a repeated ADD after a failure: start clean
+      if (plan.how === 'existing') await this.#c.ip.deleteLink(pod.hostIfName); // a repeated ADD: start clean
       undo.push(() => this.#c.ip.deleteLink(pod.hostIfName));
       await this.#createVeth(pod.hostLines);
       for (const [k, v] of pod.podSysctls) writeSysctl(k, v, req.netns);

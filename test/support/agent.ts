@@ -39,6 +39,7 @@ export class TestAgent {
   readonly bridge: string;
   #proc: ChildProcess | undefined;
   #podNetns: string[] = [];
+  #launcher: readonly string[];
 
   constructor(init: TestAgentInit) {
     this.dir = mkdtempSync(join(tmpdir(), `${RUN_PREFIX}${init.name}-`));
@@ -48,6 +49,7 @@ export class TestAgent {
     this.confDir = join(this.dir, 'conf');
     this.dataDir = join(this.dir, 'data');
     this.configPath = join(this.dir, 'agent.json');
+    this.#launcher = ['ip', 'netns', 'exec', this.netns];
     this.bridge = `atb${RUN_PREFIX.slice(5, 11)}${init.name}`.slice(0, 15);
     const cfg = {
       nodeName: init.name,
@@ -71,12 +73,17 @@ export class TestAgent {
     return join(this.dir, 'agent.log');
   }
 
-  /** Starts the agent and waits until its socket answers (bounded). */
-  async start(timeoutMs = 15_000): Promise<void> {
+  /**
+   * Starts the agent and waits until its socket answers (bounded). By default it runs in its own namespace via
+   * `ip netns exec`; `launcher` replaces that prefix (e.g. nsenter into a private containerd's mount namespace).
+   */
+  async start(timeoutMs = 15_000, launcher?: readonly string[]): Promise<void> {
     rmSync(this.socket, { force: true });
     const log = join(this.dir, 'agent.log');
     const out = await import('node:fs').then((fs) => fs.openSync(log, 'a'));
-    this.#proc = spawn('ip', ['netns', 'exec', this.netns, NODE, CLI, 'agent', '--config', this.configPath, '--log-level', 'debug'], { stdio: ['ignore', out, out] });
+    this.#launcher = launcher ?? this.#launcher;
+    const argv = [...this.#launcher, NODE, CLI, 'agent', '--config', this.configPath, '--log-level', 'debug'];
+    this.#proc = spawn(argv[0] as string, argv.slice(1), { stdio: ['ignore', out, out] });
     const deadline = Date.now() + timeoutMs;
     while (Date.now() < deadline) {
       if (this.#proc.exitCode !== null) throw new Error(`agent exited with ${this.#proc.exitCode}:\n${readFileSync(log, 'utf8')}`);
