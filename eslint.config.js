@@ -15,6 +15,7 @@ export default tseslint.config(
   },
   {
     files: ['src/core/**/*.ts'],
+    ignores: ['src/core/**/*.test.ts'],
     rules: { 'no-restricted-imports': ['error', { patterns: [nodeBuiltins, ...layer('config', 'adapters', 'cni', 'agent', 'controller', 'cli', 'lab')] }] },
   },
   {

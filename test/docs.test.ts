@@ -16,7 +16,7 @@ test('docs/errors.md lists exactly the codes in src/core/errors.ts, with the sam
 test('docs/configuration.md documents every agent configuration key', () => {
   const full = readFileSync(new URL('../docs/configuration.md', import.meta.url), 'utf8');
   const doc = full.slice(full.indexOf('## Agent'), full.indexOf('## Network configuration'));
-  const documented = new Set([...doc.matchAll(/^\| `([A-Za-z]+)` \|/gm)].map((m) => m[1]));
+  const documented = new Set([...doc.matchAll(/^\| `([A-Za-z]+)` \|/gm)].map((m) => m[1] as string));
   for (const key of Object.keys(agentConfigSchema.shape)) assert.ok(documented.has(key), `docs/configuration.md lacks ${key}`);
   for (const key of documented) assert.ok(key in agentConfigSchema.shape, `docs/configuration.md documents unknown key ${key}`);
 });

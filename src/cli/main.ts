@@ -41,7 +41,7 @@ async function main(argv: string[]): Promise<number> {
     case 'agent':
       return runAgent(rest);
     case 'demo': {
-      const { runDemo } = await import('./demo.ts');
+      const { runDemo } = await import('../lab/demo.ts');
       return runDemo(rest);
     }
     case 'version':

@@ -2,16 +2,14 @@
  * A real `atoll agent` process in a throwaway host namespace, with its own data, CNI and socket directories, and a
  * way to call the real `atoll-cni` binary against it.
  */
-import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { AgentProcess, REPO_ROOT } from '../../src/lab/agent-process.ts';
 import { addNetns, delNetns, dumpNetns, RUN_PREFIX } from './netns.ts';
 
-export const REPO = fileURLToPath(new URL('../../', import.meta.url));
-export const NODE = join(REPO, 'node_modules/.bin/node');
-export const CLI = join(REPO, 'src/cli/main.ts');
+export const REPO = REPO_ROOT;
 
 export interface CniCall {
   readonly code: number;
@@ -37,7 +35,7 @@ export class TestAgent {
   readonly dataDir: string;
   readonly configPath: string;
   readonly bridge: string;
-  #proc: ChildProcess | undefined;
+  readonly #proc: AgentProcess;
   #podNetns: string[] = [];
   #launcher: readonly string[];
 
@@ -63,10 +61,11 @@ export class TestAgent {
       ...init.config,
     };
     writeFileSync(this.configPath, JSON.stringify(cfg, null, 2));
+    this.#proc = new AgentProcess({ configPath: this.configPath, socketPath: this.socket, logPath: this.logPath, logLevel: 'debug' });
   }
 
   get pid(): number | undefined {
-    return this.#proc?.pid;
+    return this.#proc.pid;
   }
 
   get logPath(): string {
@@ -78,33 +77,13 @@ export class TestAgent {
    * `ip netns exec`; `launcher` replaces that prefix (e.g. nsenter into a private containerd's mount namespace).
    */
   async start(timeoutMs = 15_000, launcher?: readonly string[]): Promise<void> {
-    rmSync(this.socket, { force: true });
-    const log = join(this.dir, 'agent.log');
-    const out = await import('node:fs').then((fs) => fs.openSync(log, 'a'));
     this.#launcher = launcher ?? this.#launcher;
-    const argv = [...this.#launcher, NODE, CLI, 'agent', '--config', this.configPath, '--log-level', 'debug'];
-    this.#proc = spawn(argv[0] as string, argv.slice(1), { stdio: ['ignore', out, out] });
-    const deadline = Date.now() + timeoutMs;
-    while (Date.now() < deadline) {
-      if (this.#proc.exitCode !== null) throw new Error(`agent exited with ${this.#proc.exitCode}:\n${readFileSync(log, 'utf8')}`);
-      if (existsSync(this.socket) && existsSync(join(this.binDir, 'atoll-cni'))) {
-        const v = this.cni({ CNI_COMMAND: 'VERSION' }, '');
-        if (v.code === 0) return;
-      }
-      await new Promise((r) => setTimeout(r, 50));
-    }
-    throw new Error(`agent did not come up in ${timeoutMs} ms:\n${readFileSync(log, 'utf8')}`);
+    await this.#proc.start(this.#launcher, timeoutMs);
   }
 
   /** Stops the agent: SIGTERM (graceful) or SIGKILL. */
-  async stop(signal: 'SIGTERM' | 'SIGKILL' = 'SIGTERM'): Promise<void> {
-    const p = this.#proc;
-    if (!p || p.exitCode !== null || p.signalCode !== null) return;
-    const exited = new Promise<void>((r) => p.once('exit', () => r()));
-    p.kill(signal);
-    const timer = setTimeout(() => p.kill('SIGKILL'), 5000);
-    await exited;
-    clearTimeout(timer);
+  stop(signal: 'SIGTERM' | 'SIGKILL' = 'SIGTERM'): Promise<void> {
+    return this.#proc.stop(signal);
   }
 
   /** Calls the installed `atoll-cni` binary synchronously. */
@@ -145,13 +124,7 @@ export class TestAgent {
   }
 
   dump(): string {
-    let log = '';
-    try {
-      log = readFileSync(this.logPath, 'utf8').split('\n').slice(-40).join('\n');
-    } catch {
-      // no log
-    }
-    return `${dumpNetns(this.netns)}\n# agent log (tail)\n${log}`;
+    return `${dumpNetns(this.netns)}\n# agent log (tail)\n${this.#proc.logTail()}`;
   }
 
   /** Stops the agent and removes every namespace and file of this agent. */

@@ -1,0 +1,89 @@
+/**
+ * An `atoll agent` as a real child process, for the lab and the demo: started behind a launcher prefix (e.g.
+ * `ip netns exec NS` or `nsenter ...`), ready once its socket answers a VERSION request, stopped by PID.
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import { openSync, readFileSync, rmSync } from 'node:fs';
+import { connect } from 'node:net';
+import { fileURLToPath } from 'node:url';
+import { encodeRequest } from '../cni/protocol.ts';
+
+export const REPO_ROOT = fileURLToPath(new URL('../../', import.meta.url));
+export const PROJECT_NODE = `${REPO_ROOT}node_modules/.bin/node`;
+export const CLI_MAIN = `${REPO_ROOT}src/cli/main.ts`;
+
+export interface AgentProcessInit {
+  readonly configPath: string;
+  readonly socketPath: string;
+  readonly logPath: string;
+  readonly logLevel?: 'debug' | 'info';
+}
+
+/** Resolves true when something on `socketPath` answers an atoll-cni VERSION request. */
+export function agentAnswers(socketPath: string, timeoutMs = 1000): Promise<boolean> {
+  return new Promise((resolve) => {
+    const sock = connect(socketPath);
+    const timer = setTimeout(() => done(false), timeoutMs);
+    const done = (ok: boolean) => {
+      clearTimeout(timer);
+      sock.destroy();
+      resolve(ok);
+    };
+    sock.on('error', () => done(false));
+    sock.on('connect', () => sock.end(encodeRequest({ env: { CNI_COMMAND: 'VERSION' }, stdin: Buffer.alloc(0) })));
+    sock.once('data', (d: Buffer) => done(d.length >= 4 && d.readUInt32BE(0) === 0));
+  });
+}
+
+export class AgentProcess {
+  readonly #init: AgentProcessInit;
+  #proc: ChildProcess | undefined;
+
+  constructor(init: AgentProcessInit) {
+    this.#init = init;
+  }
+
+  get pid(): number | undefined {
+    return this.#proc?.pid;
+  }
+
+  get running(): boolean {
+    return this.#proc !== undefined && this.#proc.exitCode === null && this.#proc.signalCode === null;
+  }
+
+  /** Starts the agent behind `launcher` and waits (bounded) until it serves. @throws Error with the log tail. */
+  async start(launcher: readonly string[], timeoutMs = 15_000): Promise<void> {
+    const { configPath, socketPath, logPath } = this.#init;
+    rmSync(socketPath, { force: true });
+    const out = openSync(logPath, 'a');
+    const argv = [...launcher, PROJECT_NODE, CLI_MAIN, 'agent', '--config', configPath, '--log-level', this.#init.logLevel ?? 'info'];
+    const proc = spawn(argv[0] as string, argv.slice(1), { stdio: ['ignore', out, out] });
+    this.#proc = proc;
+    const deadline = Date.now() + timeoutMs;
+    while (Date.now() < deadline) {
+      if (proc.exitCode !== null) throw new Error(`the agent exited with status ${proc.exitCode}:\n${this.logTail()}`);
+      if (await agentAnswers(socketPath, 500)) return;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    throw new Error(`the agent did not answer on ${socketPath} within ${timeoutMs} ms:\n${this.logTail()}`);
+  }
+
+  /** Stops the agent by PID: SIGTERM (graceful) or SIGKILL; escalates to SIGKILL after 5 s. */
+  async stop(signal: 'SIGTERM' | 'SIGKILL' = 'SIGTERM'): Promise<void> {
+    const p = this.#proc;
+    if (!p || !this.running) return;
+    const exited = new Promise<void>((r) => p.once('exit', () => r()));
+    p.kill(signal);
+    const timer = setTimeout(() => p.kill('SIGKILL'), 5000);
+    await exited;
+    clearTimeout(timer);
+  }
+
+  logTail(lines = 40): string {
+    try {
+      return readFileSync(this.#init.logPath, 'utf8').trimEnd().split('\n').slice(-lines).join('\n');
+    } catch {
+      return '(no log)';
+    }
+  }
+}
