@@ -1,5 +1,5 @@
 /**
- * Atoll first in a conflist, followed by the reference portmap and bandwidth plugins, driven the way libcni drives a
+ * Atoll first in a conflist, followed by the reference portmap, tuning and bandwidth plugins, driven the way libcni drives a
  * chain: each plugin gets the previous result as prevResult; DEL runs in reverse order.
  */
 import { after, before, describe, test } from 'node:test';
@@ -17,7 +17,7 @@ interface Plugin {
   readonly bin: string;
 }
 
-describe('chaining with portmap and bandwidth', { skip }, () => {
+describe('chaining with portmap, tuning and bandwidth', { skip }, () => {
   let agent: TestAgent;
   let chain: Plugin[];
   before(async () => {
@@ -26,6 +26,7 @@ describe('chaining with portmap and bandwidth', { skip }, () => {
     chain = [
       { bin: `${agent.binDir}/atoll-cni`, conf: { type: 'atoll-cni', agentSocket: agent.socket } },
       { bin: `${REF}/portmap`, conf: { type: 'portmap', capabilities: { portMappings: true }, runtimeConfig: { portMappings: [{ hostPort: 18080, containerPort: 80, protocol: 'tcp' }] } } },
+      { bin: `${REF}/tuning`, conf: { type: 'tuning', sysctl: { 'net.ipv4.conf.eth0.accept_redirects': '0' } } },
       { bin: `${REF}/bandwidth`, conf: { type: 'bandwidth', capabilities: { bandwidth: true }, runtimeConfig: { bandwidth: { ingressRate: 100_000_000, ingressBurst: 1_000_000, egressRate: 100_000_000, egressBurst: 1_000_000 } } } },
     ];
   });
@@ -52,6 +53,7 @@ describe('chaining with portmap and bandwidth', { skip }, () => {
     const host = (result as { interfaces: { name: string; sandbox?: string }[] }).interfaces.find((i) => !i.sandbox)?.name as string;
     assert.match(sh('ip', ['netns', 'exec', agent.netns, 'tc', 'qdisc', 'show', 'dev', host]), /tbf/, 'bandwidth shaped the host veth');
     assert.match(sh('ip', ['netns', 'exec', agent.netns, 'iptables-save', '-t', 'nat']), /18080/, 'portmap installed its DNAT');
+    assert.equal(agent.execIn(pod, 'cat', ['/proc/sys/net/ipv4/conf/eth0/accept_redirects']).out.trim(), '0', 'tuning set its sysctl');
     // Debian's portmap (plugins 1.1.1) fails CHECK on IPv4-only results looking for an IPv6 chain it never made
     // (containernetworking/plugins#819, fixed upstream later); any other failure still fails this test.
     for (const p of chain) invoke(p, 'CHECK', pod, result, p.conf.type === 'portmap' ? /could not check ipv6 dnat/ : undefined);
