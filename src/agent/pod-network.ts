@@ -155,9 +155,18 @@ export class PodNetwork implements PodNetworkPort {
     const block = this.#ipam.blocks.find((b) => cidrContains(b, record.ip));
     if (!block) fail(`its address ${formatIpv4(record.ip)} is outside the node's blocks`);
     const want = planPod({ ...req, ip: record.ip, block: block as Cidr, bridge: this.#init.bridge, mtu: this.#init.mtu });
-    const addrs = await this.#c.ip.json<{ addr_info: { local: string; prefixlen: number }[] }>(['addr', 'show', 'dev', req.ifName], { netns: req.netns });
+    const addrs = await this.#c.ip.json<{ address?: string; addr_info: { local: string; prefixlen: number }[] }>(['addr', 'show', 'dev', req.ifName], { netns: req.netns });
     const has = addrs[0]?.addr_info.some((a) => `${a.local}/${a.prefixlen}` === want.address);
     if (!has) fail(`interface ${req.ifName} in ${req.netns} lacks address ${want.address}`);
+    if (req.prevResult) {
+      if (!req.prevResult.addresses.includes(want.address)) {
+        fail(`prevResult lists ${req.prevResult.addresses.join(', ') || 'no address'}, but the pod holds ${want.address}`);
+      }
+      const prevIf = req.prevResult.interfaces.find((i) => i.name === req.ifName && i.sandbox !== undefined);
+      if (prevIf?.mac && prevIf.mac.toLowerCase() !== addrs[0]?.address?.toLowerCase()) {
+        fail(`prevResult gives ${req.ifName} MAC ${prevIf.mac}, but it has ${addrs[0]?.address ?? 'none'}`);
+      }
+    }
     const routes = await this.#c.ip.json<{ dst: string; gateway?: string }>(['route', 'show', 'default'], { netns: req.netns });
     if (!routes.some((r) => r.gateway === want.gateway)) fail(`no default route via ${want.gateway} in ${req.netns}`);
   }

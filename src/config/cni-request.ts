@@ -47,7 +47,12 @@ const netConfSchema = z.strictObject({
   args: z.record(z.string(), z.unknown()).optional(),
   capabilities: z.record(z.string(), z.unknown()).optional(),
   runtimeConfig: z.record(z.string(), z.unknown()).optional(),
-  prevResult: z.record(z.string(), z.unknown()).optional(),
+  prevResult: z
+    .looseObject({
+      ips: z.array(z.looseObject({ address: z.string() })).default([]),
+      interfaces: z.array(z.looseObject({ name: z.string(), mac: z.string().optional(), sandbox: z.string().optional() })).default([]),
+    })
+    .optional(),
   dns: z.record(z.string(), z.unknown()).optional(),
   'cni.dev/valid-attachments': z.array(attachmentSchema).optional(),
 });
@@ -168,5 +173,9 @@ export function decodeCniRequest(env: Readonly<Record<string, string | undefined
     ifName,
     pod,
     validAttachments: parsed.data['cni.dev/valid-attachments'] ?? [],
+    prevResult: parsed.data.prevResult && {
+      addresses: parsed.data.prevResult.ips.map((i) => i.address),
+      interfaces: parsed.data.prevResult.interfaces.map((i) => ({ name: i.name, mac: i.mac, sandbox: i.sandbox })),
+    },
   };
 }

@@ -43,6 +43,12 @@ export interface Attachment {
   readonly ifName: string;
 }
 
+/** What CHECK compares against: the addresses and pod-side interfaces of the previous result. */
+export interface PrevResult {
+  readonly addresses: readonly string[];
+  readonly interfaces: readonly { readonly name: string; readonly mac?: string; readonly sandbox?: string }[];
+}
+
 /** A decoded, validated CNI request. */
 export interface CniRequest {
   readonly verb: CniVerb;
@@ -55,6 +61,8 @@ export interface CniRequest {
   readonly pod: PodIdentity;
   /** GC only: attachments to keep. */
   readonly validAttachments: readonly Attachment[];
+  /** The runtime's cached result (CHECK, DEL), when given. */
+  readonly prevResult?: PrevResult;
 }
 
 /** What ADD built, in version-independent form. */
