@@ -3,8 +3,9 @@
  * executable is native"): it forwards the CNI_* environment and stdin to the node agent over a unix socket and
  * prints the agent's answer. All CNI logic lives in TypeScript (src/cni/); the wire format is src/cni/protocol.ts.
  *
- * The only decision made here is what to print when the agent cannot be reached: the spec's error object with
- * code 11 (try again later), or 50 (not available) for STATUS.
+ * The only decisions made here are what to print when the agent cannot be reached: the spec's error object with
+ * code 11 (try again later), or 50 (not available) for STATUS; and VERSION, which needs no agent, is answered
+ * from the static list below.
  *
  * The agent's socket: the "agentSocket" string of the network configuration, else $ATOLL_AGENT_SOCKET, else
  * /run/atoll/atoll.sock.
@@ -24,6 +25,8 @@
 #define MAX_ENV (64u * 1024u)
 #define DEFAULT_SOCKET "/run/atoll/atoll.sock"
 #define IO_TIMEOUT_SEC 300
+/* Kept equal to SUPPORTED_CNI_VERSIONS in src/core/cni-spec/model.ts by test/docs.test.ts. */
+#define SUPPORTED_VERSIONS "\"0.3.1\",\"0.4.0\",\"1.0.0\",\"1.1.0\""
 
 extern char **environ;
 
@@ -95,6 +98,10 @@ static int unreachable(const char *in, size_t inlen, const char *sock, const cha
     memcpy(version, v, sizeof version);
   }
   const char *cmd = getenv("CNI_COMMAND");
+  if (cmd && strcmp(cmd, "VERSION") == 0) {
+    printf("{\"cniVersion\":\"1.1.0\",\"supportedVersions\":[" SUPPORTED_VERSIONS "]}\n");
+    return 0;
+  }
   int code = (cmd && strcmp(cmd, "STATUS") == 0) ? 50 : 11;
   printf("{\"cniVersion\":\"%s\",\"code\":%d,\"msg\":\"atoll agent unreachable at %s: %s\","
          "\"details\":\"fix: start the atoll agent on this node (atoll agent --config FILE); atoll code AGENT_UNREACHABLE\"}\n",

@@ -5,6 +5,7 @@ import { ERROR_CATALOGUE } from '../src/core/errors.ts';
 import { agentConfigSchema } from '../src/config/agent-config.ts';
 import { MAX_STDIN_BYTES } from '../src/config/cni-request.ts';
 import { MAX_ENV_BYTES } from '../src/cni/protocol.ts';
+import { SUPPORTED_CNI_VERSIONS } from '../src/core/cni-spec/model.ts';
 
 test('docs/errors.md lists exactly the codes in src/core/errors.ts, with the same CNI codes', () => {
   const doc = readFileSync(new URL('../docs/errors.md', import.meta.url), 'utf8');
@@ -30,4 +31,6 @@ test('src/cni/protocol.ts and the native shim agree on the limits', () => {
   };
   assert.equal(define('MAX_STDIN'), MAX_STDIN_BYTES);
   assert.equal(define('MAX_ENV'), MAX_ENV_BYTES);
+  const versions = /#define SUPPORTED_VERSIONS "(.*)"$/m.exec(c)?.[1]?.replaceAll('\\"', '"');
+  assert.deepEqual(JSON.parse(`[${versions}]`), [...SUPPORTED_CNI_VERSIONS]);
 });

@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { decodeCniArgs, decodeCniRequest, MAX_STDIN_BYTES } from './cni-request.ts';
+import { decodeCniArgs, decodeCniRequest, MAX_STDIN_BYTES, versionForErrors } from './cni-request.ts';
 import { AtollError } from '../core/errors.ts';
 
 const conf = (extra: Record<string, unknown> = {}, version = '1.0.0') => Buffer.from(JSON.stringify({ cniVersion: version, name: 'atoll', type: 'atoll-cni', ...extra }));
@@ -38,6 +38,7 @@ test('bad input gets the spec code', () => {
     ['STATUS in 1.0.0', () => decodeCniRequest(env({ CNI_COMMAND: 'STATUS' }), conf({}, '1.0.0')), 1],
     ['unknown key', () => decodeCniRequest(env(), conf({ bridgee: 'x' })), 7],
     ['no name', () => decodeCniRequest(env(), Buffer.from('{"cniVersion":"1.0.0","type":"atoll-cni"}')), 7],
+    ['CHECK without prevResult', () => decodeCniRequest(env({ CNI_COMMAND: 'CHECK' }), conf({}, '1.0.0')), 7],
     ['bad valid-attachments', () => decodeCniRequest(env({ CNI_COMMAND: 'GC' }), conf({ 'cni.dev/valid-attachments': [{ x: 1 }] }, '1.1.0')), 7],
   ];
   for (const [name, fn, code] of cases) assert.equal(codeOf(fn)[1], code, name);
@@ -64,4 +65,10 @@ test('every supported version decodes, with prevResult and runtimeConfig', () =>
     const r = decodeCniRequest(env(), conf({ prevResult: { ips: [] }, runtimeConfig: { PortMappings: [] } }, v));
     assert.equal(r.cniVersion, v);
   }
+});
+
+test('errors answer in the version of the input, even a cut-off one', () => {
+  assert.equal(versionForErrors(Buffer.from('{"cniVersion":"0.4.0","name":"x"')), '0.4.0');
+  assert.equal(versionForErrors(Buffer.from('{"cniVersion": "1.0.0", "pad": "' + 'x'.repeat(MAX_STDIN_BYTES))), '1.0.0');
+  assert.equal(versionForErrors(Buffer.from('garbage')), '1.1.0');
 });

@@ -63,12 +63,14 @@ function envInvalid(message: string, fix: string): AtollError {
 
 /** Best effort: the cniVersion of the input, to answer an error in it. */
 export function versionForErrors(stdin: Uint8Array): string {
+  const text = Buffer.from(stdin.subarray(0, MAX_STDIN_BYTES)).toString('utf8');
+  let v: unknown;
   try {
-    const v = (JSON.parse(Buffer.from(stdin).toString('utf8')) as { cniVersion?: unknown }).cniVersion;
-    return typeof v === 'string' && isSupportedVersion(v) ? v : LATEST_CNI_VERSION;
+    v = (JSON.parse(text) as { cniVersion?: unknown }).cniVersion;
   } catch {
-    return LATEST_CNI_VERSION;
+    v = /"cniVersion"\s*:\s*"([0-9.]+)"/.exec(text)?.[1]; // cut-off or malformed input
   }
+  return typeof v === 'string' && isSupportedVersion(v) ? v : LATEST_CNI_VERSION;
 }
 
 /** The CNI verb of an invocation. @throws AtollError CNI_ENV_INVALID when CNI_COMMAND is missing or unknown. */
@@ -163,6 +165,9 @@ export function decodeCniRequest(env: Readonly<Record<string, string | undefined
   if (!parsed.success) {
     const problems = parsed.error.issues.map((i) => `${i.path.join('.') || '(top)'}: ${i.message}`).join('; ');
     throw atollError('CNI_CONFIG_INVALID', `the network configuration is invalid: ${problems}`, 'fix the conflist entry for atoll; docs/configuration.md lists its keys');
+  }
+  if (verb === 'CHECK' && !parsed.data.prevResult) {
+    throw atollError('CNI_CONFIG_INVALID', 'CHECK needs prevResult: the result of the ADD being checked', 'pass the cached ADD result as prevResult, as runtimes do');
   }
   return {
     verb,

@@ -45,10 +45,11 @@ describe('pod network on one node', { skip }, () => {
     assert.equal(link.master, agent.bridge);
     assert.equal(link.linkinfo.info_slave_data.hairpin, true);
     assert.equal(agent.execIn(a, 'cat', ['/proc/sys/net/ipv4/conf/eth0/arp_notify']).out.trim(), '1');
-    assert.equal(agent.cni(agent.env('CHECK', 'ca', a, { namespace: 'default', name: 'a' }), agent.netconf()).code, 0);
+    const prevResult = ra.json;
+    assert.equal(agent.cni(agent.env('CHECK', 'ca', a, { namespace: 'default', name: 'a' }), agent.netconf('1.0.0', { prevResult })).code, 0);
     // CHECK notices a missing route
     agent.execIn(a, 'ip', ['route', 'del', 'default']);
-    const chk = agent.cni(agent.env('CHECK', 'ca', a, { namespace: 'default', name: 'a' }), agent.netconf());
+    const chk = agent.cni(agent.env('CHECK', 'ca', a, { namespace: 'default', name: 'a' }), agent.netconf('1.0.0', { prevResult }));
     assert.equal(chk.code, 1);
     assert.match(String(chk.json?.msg), /default route/);
   });
