@@ -11,3 +11,9 @@ echo "== lint"
 echo "== tests"
 # One file at a time: root tests build namespaces and a private containerd, and must not overlap.
 "$node" --test --test-concurrency=1 --test-timeout=600000 "src/**/*.test.ts" "test/**/*.test.ts"
+echo "== benchmark smoke (reports; the full run is make bench)"
+if [ "$(id -u)" = 0 ]; then
+  "$node" bench/cni-latency.ts --smoke
+else
+  echo "skipped: the benchmark needs root"
+fi
