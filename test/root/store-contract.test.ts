@@ -1,0 +1,545 @@
+/**
+ * One contract for the controller store port (src/core/cluster/store.ts), run against both implementations: the
+ * embedded store (files in a temporary directory) and etcd (real etcd processes on loopback). Then the cases only
+ * one of them has: the embedded store's log, snapshot and lock; etcd's failover across members and leases.
+ *
+ * Under test/root because it spawns processes; it needs no root.
+ */
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn, spawnSync } from 'node:child_process';
+import { appendFileSync, copyFileSync, existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { createServer, type Socket } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { randomBytes } from 'node:crypto';
+import type { ClusterStore, LeaderElection, TxnOp, WatchEvent } from '../../src/core/cluster/store.ts';
+import { EmbeddedLeader, EmbeddedStore } from '../../src/adapters/store-embedded.ts';
+import { EtcdLeader, EtcdStore } from '../../src/adapters/store-etcd.ts';
+import { etcdSkipReason, startEtcdCluster, type EtcdCluster } from '../support/etcd.ts';
+
+const put = (key: string, value: string): TxnOp => ({ type: 'put', key, value });
+const del = (key: string): TxnOp => ({ type: 'delete', key });
+const never = () => undefined;
+const delay = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+async function until(what: string, pred: () => boolean, timeoutMs = 5000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!pred()) {
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await delay(10);
+  }
+}
+
+/** Settles to 'pending' when `p` has not settled within `ms`. */
+function settledWithin<T>(p: Promise<T>, ms: number): Promise<'settled' | 'pending'> {
+  return Promise.race([p.then(() => 'settled' as const, () => 'settled' as const), delay(ms).then(() => 'pending' as const)]);
+}
+
+/** One store under test with its data, fresh and empty. */
+interface Subject {
+  readonly store: ClusterStore;
+  /** Another writer on the same data: a second etcd client; for the embedded store the same one (only one may exist). */
+  writer(): Promise<ClusterStore>;
+  /** Closes the store and opens the same data again; `store` is then the new one. */
+  reopen(): Promise<void>;
+  /** Makes the store forget its history up to the current revision. */
+  forgetHistory(): Promise<void>;
+  elector(id: string): LeaderElection;
+  cleanup(): Promise<void>;
+}
+
+interface Backend {
+  readonly name: string;
+  readonly skip: string | false;
+  /** Whether several electors can exist at once (the embedded store is one controller by construction). */
+  readonly manyElectors: boolean;
+  /** The electors' lease TTL in ms (0: no lease). */
+  readonly leaseMs: number;
+  setup(): Promise<void>;
+  teardown(): Promise<void>;
+  subject(): Promise<Subject>;
+}
+
+const tmpRoot = mkdtempSync(join(tmpdir(), 'atoll-store-'));
+after(() => rmSync(tmpRoot, { recursive: true, force: true }));
+
+const EMBEDDED_HISTORY = 100;
+const ELECTOR_TTL_SECONDS = 2;
+
+function embeddedBackend(): Backend {
+  return {
+    name: 'embedded',
+    skip: false,
+    manyElectors: false,
+    leaseMs: 0,
+    setup: async () => undefined,
+    teardown: async () => undefined,
+    async subject() {
+      const dir = mkdtempSync(join(tmpRoot, 'emb-'));
+      let store = await EmbeddedStore.open(dir, { historyLimit: EMBEDDED_HISTORY });
+      return {
+        get store() {
+          return store;
+        },
+        writer: async () => store,
+        async reopen() {
+          await store.close();
+          store = await EmbeddedStore.open(dir, { historyLimit: EMBEDDED_HISTORY });
+        },
+        async forgetHistory() {
+          for (let i = 0; i < EMBEDDED_HISTORY * 2; i++) await store.txn([], [put('~filler', String(i))]);
+        },
+        elector: (id) => new EmbeddedLeader({ id }),
+        cleanup: () => store.close(),
+      };
+    },
+  };
+}
+
+async function etcdPost(endpoint: string, path: string, body: unknown): Promise<Record<string, unknown>> {
+  const res = await fetch(endpoint + path, { method: 'POST', body: JSON.stringify(body) });
+  const out = (await res.json()) as Record<string, unknown>;
+  assert.equal(res.status, 200, `${path}: ${JSON.stringify(out)}`);
+  return out;
+}
+
+function etcdBackend(): Backend {
+  let cluster: EtcdCluster | undefined;
+  const endpoints = () => cluster!.endpoints;
+  return {
+    name: 'etcd',
+    skip: etcdSkipReason(),
+    manyElectors: true,
+    leaseMs: ELECTOR_TTL_SECONDS * 1000,
+    async setup() {
+      cluster = await startEtcdCluster({ members: 1, dir: tmpRoot });
+    },
+    async teardown() {
+      await cluster?.stop();
+    },
+    async subject() {
+      const prefix = `/atoll-test/${randomBytes(4).toString('hex')}/`;
+      const stores: EtcdStore[] = [];
+      const open = () => {
+        const s = new EtcdStore({ endpoints: endpoints(), prefix });
+        stores.push(s);
+        return s;
+      };
+      let store = open();
+      return {
+        get store() {
+          return store;
+        },
+        writer: async () => open(),
+        async reopen() {
+          await store.close();
+          store = open();
+        },
+        async forgetHistory() {
+          const { revision } = await store.list('');
+          await etcdPost(endpoints()[0]!, '/v3/kv/compaction', { revision: String(revision), physical: true });
+        },
+        elector: (id) => new EtcdLeader({ endpoints: endpoints(), prefix, id, ttlSeconds: ELECTOR_TTL_SECONDS }),
+        async cleanup() {
+          await Promise.all(stores.map((s) => s.close()));
+        },
+      };
+    },
+  };
+}
+
+for (const backend of [embeddedBackend(), etcdBackend()]) {
+  describe(`ClusterStore contract: ${backend.name}`, { skip: backend.skip }, () => {
+    const subjects: Subject[] = [];
+    const subject = async () => {
+      const s = await backend.subject();
+      subjects.push(s);
+      return s;
+    };
+    before(() => backend.setup());
+    after(async () => {
+      await Promise.all(subjects.map((s) => s.cleanup()));
+      await backend.teardown();
+    });
+
+    test('get and list of nothing', async () => {
+      const { store } = await subject();
+      assert.equal(await store.get('nope'), undefined);
+      const l = await store.list('');
+      assert.deepEqual(l.entries, []);
+      assert.ok(l.revision >= 0);
+    });
+
+    test('a compare on a missing key (modRevision 0) creates once', async () => {
+      const { store } = await subject();
+      const first = await store.txn([{ key: 'a', modRevision: 0 }], [put('a', '1')]);
+      assert.equal(first.succeeded, true);
+      assert.deepEqual(await store.get('a'), { key: 'a', value: '1', createRevision: first.revision, modRevision: first.revision });
+      const second = await store.txn([{ key: 'a', modRevision: 0 }], [put('a', '2')]);
+      assert.deepEqual(second, { succeeded: false, revision: first.revision });
+      assert.equal((await store.get('a'))?.value, '1');
+    });
+
+    test('a compare on modRevision: a stale one fails, the current one wins; createRevision stays', async () => {
+      const { store } = await subject();
+      const r1 = (await store.txn([], [put('k', 'v1')])).revision;
+      const r2 = (await store.txn([{ key: 'k', modRevision: r1 }], [put('k', 'v2')])).revision;
+      assert.ok(r2 > r1);
+      const stale = await store.txn([{ key: 'k', modRevision: r1 }], [put('k', 'v3')]);
+      assert.equal(stale.succeeded, false);
+      assert.deepEqual(await store.get('k'), { key: 'k', value: 'v2', createRevision: r1, modRevision: r2 });
+      // modRevision 0 on an existing key fails too.
+      assert.equal((await store.txn([{ key: 'k', modRevision: 0 }], [put('k', 'v4')])).succeeded, false);
+    });
+
+    test('ops apply atomically at one revision; list is sorted and bounded by the prefix', async () => {
+      const { store } = await subject();
+      await store.txn([], [put('p/gone', 'x')]);
+      const r = await store.txn([], [put('p/b', '2'), put('p/a', '1'), put('p/c', '3'), put('q/x', '9'), del('p/gone')]);
+      assert.equal(r.succeeded, true);
+      const l = await store.list('p/');
+      assert.deepEqual(l.entries.map((e) => [e.key, e.value, e.modRevision]), [['p/a', '1', r.revision], ['p/b', '2', r.revision], ['p/c', '3', r.revision]]);
+      assert.equal(l.revision, r.revision);
+      assert.equal(await store.get('p/gone'), undefined);
+      assert.deepEqual((await store.list('')).entries.map((e) => e.key), ['p/a', 'p/b', 'p/c', 'q/x']);
+    });
+
+    test('a failed txn applies nothing, even when some compares hold', async () => {
+      const { store } = await subject();
+      const r1 = (await store.txn([], [put('a', '1')])).revision;
+      const res = await store.txn([{ key: 'a', modRevision: r1 }, { key: 'b', modRevision: 12345 }], [put('x', 'new'), del('a')]);
+      assert.deepEqual(res, { succeeded: false, revision: r1 });
+      assert.equal(await store.get('x'), undefined);
+      assert.equal((await store.get('a'))?.value, '1');
+    });
+
+    test('revisions strictly increase; a txn that changes nothing keeps the revision', async () => {
+      const { store } = await subject();
+      let last = (await store.list('')).revision;
+      for (let i = 0; i < 20; i++) {
+        const r = await store.txn([], [i % 3 === 2 ? del(`r/${i - 1}`) : put(`r/${i}`, String(i))]);
+        assert.ok(r.revision > last, `revision ${r.revision} after ${last}`);
+        last = r.revision;
+      }
+      assert.deepEqual(await store.txn([], [del('r/never-existed')]), { succeeded: true, revision: last });
+      assert.deepEqual(await store.txn([], []), { succeeded: true, revision: last });
+    });
+
+    test('a txn naming one key twice is refused (as etcd does)', async () => {
+      const { store } = await subject();
+      await assert.rejects(store.txn([], [put('d', '1'), del('d')]), { code: 'INTERNAL', message: /key d twice/ });
+      assert.equal(await store.get('d'), undefined);
+    });
+
+    test('watch from a revision delivers exactly the later events, in order, a txn per batch, until aborted', async () => {
+      const { store } = await subject();
+      const r1 = (await store.txn([], [put('w/a', '1')])).revision;
+      const r2 = (await store.txn([], [put('w/b', '2')])).revision;
+      await store.txn([], [put('other', 'x')]);
+      const r3 = (await store.txn([], [del('w/a')])).revision;
+      const batches: WatchEvent[][] = [];
+      const count = () => batches.flat().length;
+      const ac = new AbortController();
+      const done = store.watch('w/', r1, (events) => batches.push([...events]), ac.signal);
+      await until('the two past events', () => count() >= 2);
+      const r4 = (await store.txn([], [put('w/c', '3'), put('w/d', '4'), put('other', 'y')])).revision;
+      await until('the live events', () => count() >= 4);
+      ac.abort();
+      await done;
+      await store.txn([], [put('w/e', 'after abort')]);
+      await delay(200);
+      assert.deepEqual(batches.flat(), [
+        { type: 'put', key: 'w/b', value: '2', modRevision: r2 },
+        { type: 'delete', key: 'w/a', value: '', modRevision: r3 },
+        { type: 'put', key: 'w/c', value: '3', modRevision: r4 },
+        { type: 'put', key: 'w/d', value: '4', modRevision: r4 },
+      ]);
+      assert.deepEqual(batches.at(-1)?.map((e) => e.key), ['w/c', 'w/d']);
+    });
+
+    test('a watch from before the history the store keeps rejects with STORE_COMPACTED', async () => {
+      const s = await subject();
+      const r1 = (await s.store.txn([], [put('c/a', '1')])).revision;
+      await s.store.txn([], [put('c/a', '2')]);
+      await s.forgetHistory();
+      await assert.rejects(s.store.watch('c/', r1 - 1, never, new AbortController().signal), { code: 'STORE_COMPACTED' });
+      // From the current revision, watching works again.
+      const ac = new AbortController();
+      const seen: WatchEvent[] = [];
+      const done = s.store.watch('c/', (await s.store.list('c/')).revision, (e) => seen.push(...e), ac.signal);
+      await s.store.txn([], [put('c/a', '3')]);
+      await until('the event after re-listing', () => seen.length === 1);
+      ac.abort();
+      await done;
+    });
+
+    test('committed data survives closing and reopening', async () => {
+      const s = await subject();
+      const r = (await s.store.txn([], [put('dur/a', '1'), put('dur/b', '2')])).revision;
+      await s.store.txn([], [del('dur/b')]);
+      const before = await s.store.list('dur/');
+      await s.reopen();
+      assert.deepEqual(await s.store.list('dur/'), before);
+      assert.equal((await s.store.get('dur/a'))?.createRevision, r);
+      const next = await s.store.txn([{ key: 'dur/a', modRevision: r }], [put('dur/a', '3')]);
+      assert.ok(next.succeeded && next.revision > before.revision);
+    });
+
+    test('200 concurrent "create if absent" from several writers: exactly one wins', async () => {
+      const s = await subject();
+      const writers = await Promise.all([0, 1, 2, 3].map(() => s.writer()));
+      const results = await Promise.all(Array.from({ length: 200 }, (_, i) =>
+        writers[i % writers.length]!.txn([{ key: 'blocks/X', modRevision: 0 }], [put('blocks/X', `writer-${i}`)])));
+      const winners = results.flatMap((r, i) => (r.succeeded ? [i] : []));
+      assert.equal(winners.length, 1, `winners: ${winners.join(',')}`);
+      assert.equal((await s.store.get('blocks/X'))?.value, `writer-${winners[0]}`);
+    });
+
+    test('leader: campaign leads, leader() names it, resign aborts lost and frees the seat', async () => {
+      const s = await subject();
+      const a = s.elector('http://a');
+      const { lost } = await a.campaign(new AbortController().signal);
+      assert.equal(await a.leader(), 'http://a');
+      assert.equal((await a.campaign(new AbortController().signal)).lost, lost, 'a second campaign while leading returns the same term');
+      await delay(backend.leaseMs + 500);
+      assert.equal(lost.aborted, false, 'the term outlives its lease TTL while renewed');
+      await a.resign();
+      assert.equal(lost.aborted, true);
+      assert.equal(await a.leader(), undefined);
+      const again = await a.campaign(new AbortController().signal);
+      assert.equal(again.lost.aborted, false);
+      await a.resign();
+    });
+
+    test('leader: of two electors exactly one leads; on resign the other takes over', { skip: !backend.manyElectors && 'one controller per embedded store: its directory lock refuses a second (tested below)' }, async () => {
+      const s = await subject();
+      const [a, b] = [s.elector('http://a'), s.elector('http://b')];
+      const ac = new AbortController();
+      const pa = a.campaign(ac.signal);
+      const pb = b.campaign(ac.signal);
+      const first = await Promise.race([pa.then(() => 'a'), pb.then(() => 'b')]);
+      const [leaderElector, other, pOther] = first === 'a' ? [a, b, pb] : [b, a, pa];
+      assert.equal(await settledWithin(pOther, 300), 'pending', 'the second elector must wait');
+      assert.equal(await a.leader(), `http://${first}`);
+      const t0 = Date.now();
+      await leaderElector.resign();
+      const { lost } = await pOther;
+      assert.ok(Date.now() - t0 < 1500, `took over ${Date.now() - t0} ms after resign`);
+      assert.equal(await a.leader(), `http://${first === 'a' ? 'b' : 'a'}`);
+      assert.equal(lost.aborted, false);
+      await other.resign();
+    });
+  });
+}
+
+describe('EmbeddedStore: log, snapshot and lock', () => {
+  const dirs: string[] = [];
+  const freshDir = () => {
+    const d = mkdtempSync(join(tmpRoot, 'emb-'));
+    dirs.push(d);
+    return d;
+  };
+
+  test('a second open of one directory is refused, naming the directory and the pid', async () => {
+    const dir = freshDir();
+    const store = await EmbeddedStore.open(dir);
+    try {
+      await assert.rejects(EmbeddedStore.open(dir), (err: Error & { code?: string }) => {
+        assert.equal(err.code, 'STORE_UNAVAILABLE');
+        assert.match(err.message, new RegExp(`${dir}.*process ${process.pid}`));
+        return true;
+      });
+      // And by another process.
+      const other = spawnSync(process.execPath, ['--input-type=module', '-e', `
+        import { EmbeddedStore } from ${JSON.stringify(join(import.meta.dirname, '../../src/adapters/store-embedded.ts'))};
+        try { await EmbeddedStore.open(${JSON.stringify(dir)}); console.log('opened'); } catch (e) { console.log(e.code); }`], { encoding: 'utf8' });
+      assert.equal(other.stdout.trim(), 'STORE_UNAVAILABLE', other.stderr);
+    } finally {
+      await store.close();
+    }
+    const again = await EmbeddedStore.open(dir);
+    await again.close();
+  });
+
+  test('a lock left by a dead process is stale and taken over', async () => {
+    const dir = freshDir();
+    const dead = spawnSync(process.execPath, ['-e', '']);
+    assert.ok(dead.pid > 0);
+    writeFileSync(join(dir, 'LOCK'), `${dead.pid}\n`);
+    const store = await EmbeddedStore.open(dir);
+    assert.equal(readFileSync(join(dir, 'LOCK'), 'utf8').trim(), String(process.pid));
+    await store.close();
+    assert.equal(existsSync(join(dir, 'LOCK')), false);
+  });
+
+  test('a torn last log line (crash mid-append) is dropped; later appends start clean', async () => {
+    const dir = freshDir();
+    let store = await EmbeddedStore.open(dir);
+    const r = (await store.txn([], [put('t/a', '1')])).revision;
+    await store.close();
+    appendFileSync(join(dir, 'wal.log'), '{"rev":2,"ops":[{"type":"put","key":"t/b","val');
+    store = await EmbeddedStore.open(dir);
+    assert.deepEqual((await store.list('t/')).entries.map((e) => e.key), ['t/a']);
+    const r2 = (await store.txn([], [put('t/c', '3')])).revision;
+    assert.equal(r2, r + 1);
+    await store.close();
+    store = await EmbeddedStore.open(dir);
+    assert.deepEqual((await store.list('t/')).entries.map((e) => e.key), ['t/a', 't/c']);
+    await store.close();
+  });
+
+  test('a damaged line before the end of the log refuses the open, naming file and line', async () => {
+    const dir = freshDir();
+    const store = await EmbeddedStore.open(dir);
+    for (let i = 0; i < 3; i++) await store.txn([], [put(`m/${i}`, String(i))]);
+    await store.close();
+    const log = join(dir, 'wal.log');
+    const lines = readFileSync(log, 'utf8').split('\n');
+    lines[1] = lines[1]!.replace('"m/1"', '"m/X"');
+    writeFileSync(log, lines.join('\n'));
+    await assert.rejects(EmbeddedStore.open(dir), { code: 'STORE_UNAVAILABLE', message: new RegExp(`${log} is damaged at line 2 \\(checksum mismatch\\)`) });
+    assert.equal(existsSync(join(dir, 'LOCK')), false, 'a refused open leaves no lock behind');
+  });
+
+  test('snapshots by time and by size; log lines the snapshot already holds are skipped on replay', async () => {
+    const dir = freshDir();
+    const log = join(dir, 'wal.log');
+    let now = 0;
+    let store = await EmbeddedStore.open(dir, { clock: () => now, maxLogBytes: 1e9, snapshotIntervalMs: 60_000 });
+    for (let i = 0; i < 10; i++) await store.txn([], [put(`s/${i}`, String(i))]);
+    copyFileSync(log, `${log}.keep`);
+    assert.equal(existsSync(join(dir, 'snapshot.json')), false);
+    now = 61_000;
+    const r11 = (await store.txn([], [put('s/10', '10')])).revision;
+    assert.equal(statSync(log).size, 0, 'the log restarts after a snapshot');
+    const snapped = await store.list('s/');
+    await store.close();
+
+    // A crash between the snapshot's rename and the log's truncation leaves lines the snapshot holds in the log.
+    copyFileSync(`${log}.keep`, log);
+    store = await EmbeddedStore.open(dir);
+    assert.deepEqual(await store.list('s/'), snapped);
+    assert.equal((await store.txn([], [put('s/11', '11')])).revision, r11 + 1);
+    await store.close();
+
+    store = await EmbeddedStore.open(dir, { maxLogBytes: 300 });
+    for (let i = 12; i < 30; i++) await store.txn([], [put(`s/${i}`, String(i))]);
+    assert.ok(statSync(log).size < 300, 'a size-triggered snapshot restarted the log');
+    const full = await store.list('s/');
+    assert.equal(full.entries.length, 30);
+    await store.close();
+    store = await EmbeddedStore.open(dir);
+    assert.deepEqual(await store.list('s/'), full);
+    await store.close();
+  });
+
+  test('closing ends watches with STORE_UNAVAILABLE and refuses further calls', async () => {
+    const store = await EmbeddedStore.open(freshDir());
+    const ended = assert.rejects(store.watch('', 0, never, new AbortController().signal), { code: 'STORE_UNAVAILABLE' });
+    await store.close();
+    await ended;
+    await assert.rejects(store.get('x'), { code: 'STORE_UNAVAILABLE' });
+  });
+});
+
+describe('EtcdStore and EtcdLeader: failover and leases', { skip: etcdSkipReason() }, () => {
+  let cluster: EtcdCluster;
+  before(async () => {
+    cluster = await startEtcdCluster({ members: 3, dir: tmpRoot });
+  });
+  after(() => cluster?.stop());
+  const prefix = () => `/atoll-test/${randomBytes(4).toString('hex')}/`;
+
+  test('a txn that may have reached etcd is not resent to another endpoint; reads are', async () => {
+    // An endpoint that accepts the request and resets the connection: the outcome is unknown.
+    const sockets = new Set<Socket>();
+    const liar = createServer((sock) => {
+      sockets.add(sock);
+      sock.on('data', () => sock.destroy());
+    });
+    await new Promise<void>((resolve) => liar.listen(0, '127.0.0.1', resolve));
+    const liarUrl = `http://127.0.0.1:${(liar.address() as { port: number }).port}`;
+    const store = new EtcdStore({ endpoints: [liarUrl, cluster.endpoints[1]!], prefix: prefix() });
+    try {
+      await assert.rejects(store.txn([{ key: 'u', modRevision: 0 }], [put('u', '1')]), { code: 'STORE_UNAVAILABLE', message: /whether it was applied is unknown/ });
+      assert.equal(await store.get('u'), undefined, 'the txn was not sent to the second endpoint');
+    } finally {
+      await store.close();
+      for (const s of sockets) s.destroy();
+      liar.close();
+    }
+  });
+
+  test('killing the member that serves requests: reads, txns and watches go on through the others', async () => {
+    const store = new EtcdStore({ endpoints: cluster.endpoints, prefix: prefix() });
+    const r1 = (await store.txn([], [put('f/a', '1')])).revision;
+    const seen: WatchEvent[] = [];
+    const ac = new AbortController();
+    const watching = store.watch('f/', r1, (e) => seen.push(...e), ac.signal);
+    try {
+      await store.txn([], [put('f/b', '2')]);
+      await until('the event before the kill', () => seen.length === 1);
+      await cluster.kill(0, 'SIGKILL');
+      assert.equal((await store.get('f/a'))?.value, '1');
+      // The caller's side of the contract: on STORE_UNAVAILABLE, re-read, then retry if the txn did not apply.
+      let applied = false;
+      for (let attempt = 0; attempt < 5 && !applied; attempt++) {
+        try {
+          applied = (await store.txn([{ key: 'f/c', modRevision: 0 }], [put('f/c', '3')])).succeeded;
+        } catch (err) {
+          assert.equal((err as { code?: string }).code, 'STORE_UNAVAILABLE');
+          applied = (await store.get('f/c')) !== undefined;
+        }
+      }
+      assert.ok(applied);
+      assert.deepEqual((await store.list('f/')).entries.map((e) => e.value), ['1', '2', '3']);
+      await until('the event after the kill, through another member', () => seen.length === 2, 10_000);
+      assert.deepEqual(seen.map((e) => e.key), ['f/b', 'f/c']);
+    } finally {
+      ac.abort();
+      await watching;
+      await store.close();
+    }
+  });
+
+  test('a leader killed without resigning is replaced within its TTL', async () => {
+    const p = prefix();
+    const endpoints = cluster.endpoints.slice(1); // member 0 was killed above
+    const ttlSeconds = 2;
+    const child = spawn(process.execPath, [join(import.meta.dirname, '../support/etcd-elector.ts'), endpoints.join(','), p, 'http://child', String(ttlSeconds)], { stdio: ['ignore', 'pipe', 'inherit'] });
+    try {
+      let out = '';
+      child.stdout.on('data', (d) => (out += d));
+      await until('the child to lead', () => out.includes('leading'), 10_000);
+      const b = new EtcdLeader({ endpoints, prefix: p, id: 'http://b', ttlSeconds });
+      assert.equal(await b.leader(), 'http://child');
+      const campaign = b.campaign(new AbortController().signal);
+      assert.equal(await settledWithin(campaign, 500), 'pending');
+      const t0 = Date.now();
+      child.kill('SIGKILL');
+      await campaign;
+      const took = Date.now() - t0;
+      assert.ok(took <= ttlSeconds * 1000 + 1000, `took over ${took} ms after the kill (TTL ${ttlSeconds} s)`);
+      assert.equal(await b.leader(), 'http://b');
+      await b.resign();
+    } finally {
+      child.kill('SIGKILL');
+    }
+  });
+
+  test('lost aborts when etcd drops the lease under the leader', async () => {
+    const p = prefix();
+    const endpoints = cluster.endpoints.slice(1);
+    const a = new EtcdLeader({ endpoints, prefix: p, id: 'http://a', ttlSeconds: 3 });
+    const { lost } = await a.campaign(new AbortController().signal);
+    const range = await etcdPost(endpoints[0]!, '/v3/kv/range', { key: Buffer.from(`${p}leader`).toString('base64') });
+    const lease = (range.kvs as { lease: string }[])[0]!.lease;
+    await etcdPost(endpoints[0]!, '/v3/lease/revoke', { ID: lease });
+    const t0 = Date.now();
+    await until('lost to abort', () => lost.aborted, 3000);
+    assert.ok(Date.now() - t0 <= 1500, 'noticed at the next keepalive (every TTL/3)');
+    assert.match(String((lost.reason as Error).message), /no longer holds its lease/);
+    await a.resign();
+  });
+});
