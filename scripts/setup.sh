@@ -4,7 +4,7 @@
 set -eu
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES="iproute2 nftables iptables iputils-ping util-linux gcc libc6-dev make time iperf3 \
+APT_PACKAGES="iproute2 nftables iptables iputils-ping util-linux gcc libc6-dev make time iperf3 openssl etcd-server etcd-client \
 containerd runc containernetworking-plugins busybox-static"
 
 missing=""
@@ -33,4 +33,5 @@ if [ ! -x bin/atoll-cni ] || [ native/atoll-cni.c -nt bin/atoll-cni ]; then
   echo "setup: building bin/atoll-cni"
   cc -O2 -Wall -Wextra -Werror -o bin/atoll-cni native/atoll-cni.c
 fi
+sh scripts/build.sh
 echo "setup: ready ($(node_modules/.bin/node --version))"

@@ -3,6 +3,7 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { ERROR_CATALOGUE } from '../src/core/errors.ts';
 import { agentConfigSchema } from '../src/config/agent-config.ts';
+import { controllerConfigSchema } from '../src/config/controller-config.ts';
 import { MAX_STDIN_BYTES } from '../src/config/cni-request.ts';
 import { MAX_ENV_BYTES } from '../src/cni/protocol.ts';
 import { SUPPORTED_CNI_VERSIONS } from '../src/core/cni-spec/model.ts';
@@ -14,13 +15,23 @@ test('docs/errors.md lists exactly the codes in src/core/errors.ts, with the sam
   for (const [code, entry] of Object.entries(ERROR_CATALOGUE)) assert.equal(rows.get(code), entry.cni, code);
 });
 
-test('docs/configuration.md documents every agent configuration key', () => {
+/** The `| \`key\` |` rows of one `## heading` section of docs/configuration.md. */
+function documentedKeys(heading: string): Set<string> {
   const full = readFileSync(new URL('../docs/configuration.md', import.meta.url), 'utf8');
-  const doc = full.slice(full.indexOf('## Agent'), full.indexOf('## Network configuration'));
-  const documented = new Set([...doc.matchAll(/^\| `([A-Za-z]+)` \|/gm)].map((m) => m[1] as string));
-  for (const key of Object.keys(agentConfigSchema.shape)) assert.ok(documented.has(key), `docs/configuration.md lacks ${key}`);
-  for (const key of documented) assert.ok(key in agentConfigSchema.shape, `docs/configuration.md documents unknown key ${key}`);
-});
+  const start = full.indexOf(`## ${heading}`);
+  assert.ok(start >= 0, `docs/configuration.md lacks "## ${heading}"`);
+  const end = full.indexOf('\n## ', start + 1);
+  const section = full.slice(start, end < 0 ? undefined : end);
+  return new Set([...section.matchAll(/^\| `([A-Za-z]+)` \|/gm)].map((m) => m[1] as string));
+}
+
+for (const [heading, schema] of [['Agent', agentConfigSchema], ['Controller', controllerConfigSchema]] as const) {
+  test(`docs/configuration.md documents every ${heading.toLowerCase()} configuration key, and no other`, () => {
+    const documented = documentedKeys(heading);
+    for (const key of Object.keys(schema.shape)) assert.ok(documented.has(key), `docs/configuration.md (${heading}) lacks ${key}`);
+    for (const key of documented) assert.ok(key in schema.shape, `docs/configuration.md (${heading}) documents unknown key ${key}`);
+  });
+}
 
 test('src/cni/protocol.ts and the native shim agree on the limits', () => {
   const c = readFileSync(new URL('../native/atoll-cni.c', import.meta.url), 'utf8');

@@ -5,13 +5,12 @@
  * agent restarts, reboots and cloud outages. Each write is crash-safe: a temporary file is written and fsynced,
  * renamed into place, and the directory fsynced, so a record is either whole or absent after a crash.
  */
-import { closeSync, fsyncSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, unlinkSync, writeSync } from 'node:fs';
+import { mkdirSync, readdirSync, readFileSync, unlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import { atollError } from '../core/errors.ts';
 import type { IpamChange, IpamRecord } from '../core/ipam/sticky-pool.ts';
 import { decodeRecord, encodeRecord, recordFileName } from '../core/ipam/record-codec.ts';
-
-const TMP_PREFIX = '.tmp-';
+import { syncDir, TMP_PREFIX, writeFileDurably } from './durable-file.ts';
 
 export interface LoadedRecords {
   readonly records: IpamRecord[];
@@ -53,35 +52,14 @@ export class FsIpamStore {
     for (const c of changes) {
       const name = recordFileName(c.record);
       try {
-        if (c.op === 'put') this.#writeDurably(name, encodeRecord(c.record));
+        if (c.op === 'put') writeFileDurably(join(this.dir, name), encodeRecord(c.record), { syncDir: false });
         else unlinkIfPresent(join(this.dir, name));
       } catch (cause) {
         throw atollError('IPAM_STORE_FAILED', `cannot ${c.op === 'put' ? 'write' : 'remove'} IPAM record ${join(this.dir, name)}`,
           'check that the data directory is writable and the disk not full', cause);
       }
     }
-    this.#syncDir();
-  }
-
-  #writeDurably(name: string, content: string): void {
-    const tmp = join(this.dir, `${TMP_PREFIX}${name}`);
-    const fd = openSync(tmp, 'w', 0o600);
-    try {
-      writeSync(fd, content);
-      fsyncSync(fd);
-    } finally {
-      closeSync(fd);
-    }
-    renameSync(tmp, join(this.dir, name));
-  }
-
-  #syncDir(): void {
-    const fd = openSync(this.dir, 'r');
-    try {
-      fsyncSync(fd);
-    } finally {
-      closeSync(fd);
-    }
+    syncDir(this.dir);
   }
 }
 

@@ -3,8 +3,9 @@
  * Start-up errors are fatal; a failed resync step is logged and retried on the next tick.
  */
 import { readdirSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
 import { AtollError } from '../core/errors.ts';
+import { type Cidr, formatCidr, parseCidr } from '../core/net/ipv4.ts';
 import { preflight } from '../core/plan/preflight.ts';
 import type { Clock, Logger } from '../core/ports.ts';
 import type { AgentConfig } from '../config/agent-config.ts';
@@ -12,7 +13,11 @@ import { buildConflist, installCni } from '../adapters/cni-install.ts';
 import { FsIpamStore } from '../adapters/ipam-store-fs.ts';
 import type { IpRoute2 } from '../adapters/iproute2.ts';
 import { initNetns } from '../adapters/netns.ts';
+import { installRoot } from '../adapters/install-root.ts';
+import { ClusterStateFile } from '../adapters/cluster-state-file.ts';
+import { loadOrCreateIdentity } from '../adapters/node-identity.ts';
 import { type CniServer, startCniServer } from './cni-server.ts';
+import { ControllerLink } from './controller-link.ts';
 import { PodNetwork } from './pod-network.ts';
 
 export interface AgentComponents {
@@ -22,7 +27,9 @@ export interface AgentComponents {
 }
 
 /** The shim the set-up builds, used when the configuration names none. */
-export const DEFAULT_PLUGIN_SOURCE = fileURLToPath(new URL('../../bin/atoll-cni', import.meta.url));
+export const AGENT_VERSION = '0.1.0';
+
+export const DEFAULT_PLUGIN_SOURCE = join(installRoot(), 'bin', 'atoll-cni');
 
 export class Agent {
   readonly #c: AgentComponents;
@@ -30,6 +37,7 @@ export class Agent {
   #pods: PodNetwork | undefined;
   #server: CniServer | undefined;
   #timer: NodeJS.Timeout | undefined;
+  #link: ControllerLink | undefined;
 
   constructor(components: AgentComponents, config: AgentConfig) {
     this.#c = components;
@@ -44,14 +52,18 @@ export class Agent {
   async start(): Promise<void> {
     const cfg = this.#cfg;
     const log = this.#c.log;
-    log.info('atoll agent starting', { config: cfg });
-    await this.#preflight();
+    log.info('atoll agent starting', { config: { ...cfg, controller: cfg.controller && { ...cfg.controller, token: '(redacted)' } } });
+    const stateFile = new ClusterStateFile(join(cfg.dataDir, 'cluster-state.json'));
+    const saved = stateFile.load();
+    const blocks = this.#blocksWith(saved.blocks);
+    await this.#preflight(blocks);
     initNetns();
     this.#pods = new PodNetwork(
       { ip: this.#c.ip, store: new FsIpamStore(cfg.dataDir, cfg.network), log: log.child('pods'), clock: this.#c.clock },
-      { nodeName: cfg.nodeName, network: cfg.network, bridge: cfg.bridge, mtu: cfg.mtu, blocks: cfg.podBlocks, reservationTtlMs: cfg.reservationTtl },
+      { nodeName: cfg.nodeName, network: cfg.network, bridge: cfg.bridge, mtu: cfg.mtu, blocks, reservationTtlMs: cfg.reservationTtl },
     );
     await this.#pods.start();
+    if (cfg.controller) this.#startLink(cfg.controller, stateFile);
     this.#server = await startCniServer(cfg.socketPath, this.#pods, log.child('cni'));
     const changed = installCni({
       binDir: cfg.cniBinDir,
@@ -66,7 +78,48 @@ export class Agent {
     log.info('atoll agent ready', { socket: cfg.socketPath, usage: this.#pods.ipam.usage() });
   }
 
+  get link(): ControllerLink | undefined {
+    return this.#link;
+  }
+
+  /** The configured podCidrs plus the blocks leased by the controller, without duplicates. */
+  #blocksWith(leased: readonly string[]): Cidr[] {
+    const all = new Map<string, Cidr>();
+    for (const b of this.#cfg.podBlocks) all.set(formatCidr(b), b);
+    for (const text of leased) {
+      const b = parseCidr(text);
+      if (b) all.set(formatCidr(b), b);
+    }
+    return [...all.values()];
+  }
+
+  #startLink(controller: NonNullable<AgentConfig['controller']>, stateFile: ClusterStateFile): void {
+    const cfg = this.#cfg;
+    const pods = this.#pods as PodNetwork;
+    this.#link = new ControllerLink(
+      {
+        log: this.#c.log.child('controller-link'),
+        clock: this.#c.clock,
+        identity: loadOrCreateIdentity(join(cfg.dataDir, 'node.key')),
+        stateFile,
+        onBlocks: (leased) => pods.setBlocks(this.#blocksWith(leased)),
+        usage: () => pods.ipam.usage(),
+      },
+      {
+        urls: controller.urls,
+        token: controller.token,
+        caCertHash: controller.caCertHash,
+        caPath: join(cfg.dataDir, 'controller-ca.pem'),
+        nodeName: cfg.nodeName,
+        fields: { site: cfg.site, community: cfg.community, addresses: cfg.underlayAddresses, vtepMac: '', tunnelKey: '', agentVersion: AGENT_VERSION },
+        usagePeriodMs: controller.usagePeriod,
+      },
+    );
+    this.#link.start();
+  }
+
   async stop(): Promise<void> {
+    await this.#link?.stop();
     if (this.#timer) clearInterval(this.#timer);
     this.#pods?.stop();
     await this.#server?.close();
@@ -82,7 +135,7 @@ export class Agent {
     }
   }
 
-  async #preflight(): Promise<void> {
+  async #preflight(blocks: readonly Cidr[]): Promise<void> {
     const cfg = this.#cfg;
     let confFiles: string[] = [];
     try {
@@ -95,7 +148,7 @@ export class Agent {
       confFiles,
       confDir: cfg.cniConfDir,
       ourConf: cfg.cniConfName,
-      podBlocks: cfg.podBlocks,
+      podBlocks: blocks,
       bridgeName: cfg.bridge,
       bridge: bridge && {
         kind: bridge.linkinfo?.info_kind,

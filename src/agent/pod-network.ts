@@ -65,9 +65,16 @@ export class PodNetwork implements PodNetworkPort {
     this.#ready = false;
   }
 
+  /** Replaces the node's blocks (the controller leased another); gateways of new blocks go onto the bridge. */
+  async setBlocks(blocks: readonly Cidr[]): Promise<void> {
+    this.#ipam.setBlocks(blocks);
+    await this.ensureBridge();
+  }
+
   /** Idempotent: the bridge exists, is up, has our MAC and the gateway address of every block. */
   async ensureBridge(): Promise<void> {
-    const { bridge, mtu, nodeName, blocks } = this.#init;
+    const { bridge, mtu, nodeName } = this.#init;
+    const blocks = this.#ipam.blocks;
     const link = await this.#c.ip.link(bridge);
     const lines: string[] = [];
     if (!link) lines.push(`link add ${bridge} address ${bridgeMac(nodeName)} mtu ${mtu} type bridge`);

@@ -12,6 +12,10 @@ const USAGE = `usage: atoll <command> [flags]
 
 commands:
   agent --config FILE     run the node agent (root)
+  controller --config FILE
+                          run the cloud controller; prints the CA pin agents need
+  ipam show|check         blocks per node and their use; find leaks and conflicts (exit 1 leaks, 2 conflicts)
+  node deregister NAME    release a node's blocks (ipam and node take --controller-config FILE)
   demo                    single-node demo: an agent, two pods through containerd, a ping
   version                 print the version
 `;
@@ -35,11 +39,41 @@ async function runAgent(argv: string[]): Promise<number> {
   return 0;
 }
 
+async function runController(argv: string[]): Promise<number> {
+  const { values } = parseArgs({ args: argv, options: { config: { type: 'string' }, 'log-level': { type: 'string', default: 'info' } } });
+  if (!values.config) {
+    process.stderr.write('atoll controller: --config FILE is required (see docs/configuration.md)\n');
+    return 2;
+  }
+  const { loadControllerConfig } = await import('../config/controller-config.ts');
+  const { Controller } = await import('../controller/controller.ts');
+  const log = jsonLogger({ level: values['log-level'] as 'info' }).child('controller');
+  const controller = new Controller({ log, clock: Date.now }, loadControllerConfig(values.config));
+  await controller.start();
+  process.stdout.write(`controller ready; agents pin its CA with caCertHash ${controller.caCertHash}\n`);
+  await new Promise<void>((resolve) => {
+    process.once('SIGTERM', () => resolve());
+    process.once('SIGINT', () => resolve());
+  });
+  await controller.stop();
+  return 0;
+}
+
 async function main(argv: string[]): Promise<number> {
   const [cmd, ...rest] = argv;
   switch (cmd) {
     case 'agent':
       return runAgent(rest);
+    case 'controller':
+      return runController(rest);
+    case 'ipam': {
+      const { runIpam } = await import('./admin.ts');
+      return runIpam(rest);
+    }
+    case 'node': {
+      const { runNode } = await import('./admin.ts');
+      return runNode(rest);
+    }
     case 'demo': {
       const { runDemo } = await import('../lab/demo.ts');
       return runDemo(rest);

@@ -5,7 +5,7 @@
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';
 import { atollError } from '../core/errors.ts';
-import { type Cidr, parseCidr } from '../core/net/ipv4.ts';
+import { type Cidr, parseCidr, parseIpv4 } from '../core/net/ipv4.ts';
 import { parseDuration } from './duration.ts';
 
 const IFNAME = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,14}$/;
@@ -20,6 +20,19 @@ const duration = z.union([z.number().int().nonnegative(), z.string()]).transform
     return z.NEVER;
   }
   return ms;
+});
+
+const label = z.string().max(63).regex(/^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$/, 'must be a Kubernetes label value');
+
+const controllerSchema = z.strictObject({
+  /** Controller API URLs, tried in order (several for replicas). */
+  urls: z.array(z.url().startsWith('https://', 'must be an https:// URL').refine((u) => new URL(u).pathname === '/', { message: 'must have no path (https://host:port)' })).min(1),
+  /** Bootstrap token to join with. */
+  token: z.string().min(16),
+  /** Pin of the controller CA, printed by the controller at start: sha256:<64 hex>. */
+  caCertHash: z.string().regex(/^sha256:[0-9a-f]{64}$/, 'must be sha256: followed by 64 lowercase hex digits'),
+  /** How often the agent reports its address usage (and may receive a spare block). */
+  usagePeriod: duration.default(10_000),
 });
 
 export const agentConfigSchema = z.strictObject({
@@ -47,6 +60,12 @@ export const agentConfigSchema = z.strictObject({
   resyncPeriod: duration.default(60 * 1000),
   /** Path of the atoll-cni executable the agent installs into cniBinDir. */
   cniPluginSource: absPath.optional(),
+  /** The cloud controller; without it the node uses podCidrs only. */
+  controller: controllerSchema.optional(),
+  site: label.default(''),
+  community: label.default(''),
+  /** This node's underlay addresses, as registered with the controller. */
+  underlayAddresses: z.array(z.string().refine((s) => parseIpv4(s) !== undefined, { message: 'must be an IPv4 address' })).default([]),
 });
 
 export type AgentConfig = Readonly<z.output<typeof agentConfigSchema>> & { readonly podBlocks: readonly Cidr[] };

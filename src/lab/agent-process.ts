@@ -5,12 +5,14 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { openSync, readFileSync, rmSync } from 'node:fs';
 import { connect } from 'node:net';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
 import { encodeRequest } from '../cni/protocol.ts';
+import { installRoot } from '../adapters/install-root.ts';
 
-export const REPO_ROOT = fileURLToPath(new URL('../../', import.meta.url));
-export const PROJECT_NODE = `${REPO_ROOT}node_modules/.bin/node`;
-export const CLI_MAIN = `${REPO_ROOT}src/cli/main.ts`;
+export const REPO_ROOT = installRoot();
+/** The `atoll` command as users run it (the bundle, rebuilt when the sources changed). */
+export const ATOLL_BIN = join(REPO_ROOT, 'bin', 'atoll');
+export const PROJECT_NODE = join(REPO_ROOT, 'node_modules', '.bin', 'node');
 
 export interface AgentProcessInit {
   readonly configPath: string;
@@ -56,7 +58,7 @@ export class AgentProcess {
     const { configPath, socketPath, logPath } = this.#init;
     rmSync(socketPath, { force: true });
     const out = openSync(logPath, 'a');
-    const argv = [...launcher, PROJECT_NODE, CLI_MAIN, 'agent', '--config', configPath, '--log-level', this.#init.logLevel ?? 'info'];
+    const argv = [...launcher, ATOLL_BIN, 'agent', '--config', configPath, '--log-level', this.#init.logLevel ?? 'info'];
     const proc = spawn(argv[0] as string, argv.slice(1), { stdio: ['ignore', out, out] });
     this.#proc = proc;
     const deadline = Date.now() + timeoutMs;

@@ -3,7 +3,7 @@
  * way to call the real `atoll-cni` binary against it.
  */
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { AgentProcess, REPO_ROOT } from '../../src/lab/agent-process.ts';
@@ -62,6 +62,12 @@ export class TestAgent {
     };
     writeFileSync(this.configPath, JSON.stringify(cfg, null, 2));
     this.#proc = new AgentProcess({ configPath: this.configPath, socketPath: this.socket, logPath: this.logPath, logLevel: 'debug' });
+  }
+
+  /** Merges `keys` into the agent's configuration file (takes effect at the next start). */
+  rewriteConfig(keys: Record<string, unknown>): void {
+    const cfg = JSON.parse(readFileSync(this.configPath, 'utf8')) as Record<string, unknown>;
+    writeFileSync(this.configPath, JSON.stringify({ ...cfg, ...keys }, null, 2));
   }
 
   get pid(): number | undefined {

@@ -37,11 +37,11 @@ export function etcdSkipReason(): string | false {
  * Fast raft timing (heartbeat 50 ms, election 500 ms) keeps failover tests short. Retries with new ports when a
  * port picked turns out taken.
  */
-export async function startEtcdCluster(opts: { members: 1 | 3; dir: string }): Promise<EtcdCluster> {
+export async function startEtcdCluster(opts: { members: 1 | 3; dir: string; netns?: string }): Promise<EtcdCluster> {
   let lastError: unknown;
   for (let attempt = 0; attempt < START_TRIES; attempt++) {
     try {
-      return await startOnce(opts.members, join(opts.dir, `etcd-${randomBytes(3).toString('hex')}`));
+      return await startOnce(opts.members, join(opts.dir, `etcd-${randomBytes(3).toString('hex')}`), opts.netns);
     } catch (err) {
       lastError = err;
     }
@@ -57,7 +57,8 @@ interface Running {
   alive: boolean;
 }
 
-async function startOnce(count: number, clusterDir: string): Promise<EtcdCluster> {
+/** Starts the members; with `netns`, inside that namespace (on its loopback), health-checked with etcdctl there. */
+async function startOnce(count: number, clusterDir: string, netns?: string): Promise<EtcdCluster> {
   mkdirSync(clusterDir, { recursive: true });
   const token = `atoll-test-${randomBytes(4).toString('hex')}`;
   const ports = await freePorts(count * 2);
@@ -69,7 +70,8 @@ async function startOnce(count: number, clusterDir: string): Promise<EtcdCluster
     const dataDir = join(clusterDir, name);
     const logFile = join(clusterDir, `${name}.log`);
     const out = openSync(logFile, 'w');
-    const child = spawn('etcd', [
+    const launcher = netns ? ['ip', 'netns', 'exec', netns, 'etcd'] : ['etcd'];
+    const child = spawn(launcher[0] as string, [...launcher.slice(1),
       '--name', name, '--data-dir', dataDir,
       '--listen-client-urls', clientUrl(i), '--advertise-client-urls', clientUrl(i),
       '--listen-peer-urls', peerUrl(i), '--initial-advertise-peer-urls', peerUrl(i),
@@ -103,7 +105,7 @@ async function startOnce(count: number, clusterDir: string): Promise<EtcdCluster
   };
 
   try {
-    await Promise.all(running.map((r) => waitHealthy(r)));
+    await Promise.all(running.map((r) => waitHealthy(r, netns)));
   } catch (err) {
     await cluster.stop();
     throw err;
@@ -111,11 +113,18 @@ async function startOnce(count: number, clusterDir: string): Promise<EtcdCluster
   return cluster;
 }
 
-async function waitHealthy(r: Running): Promise<void> {
+async function waitHealthy(r: Running, netns?: string): Promise<void> {
   const deadline = Date.now() + START_DEADLINE_MS;
   let last = 'no answer yet';
   while (Date.now() < deadline) {
     if (!r.alive) throw new Error(`etcd ${r.member.name} exited while starting:\n${tail(r.logFile)}`);
+    if (netns) {
+      const res = spawnSync('ip', ['netns', 'exec', netns, 'etcdctl', '--endpoints', r.member.clientUrl, '--command-timeout=1s', 'endpoint', 'health'], { encoding: 'utf8' });
+      if (res.status === 0) return;
+      last = res.stderr.trim();
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      continue;
+    }
     try {
       const res = await fetch(`${r.member.clientUrl}/health`, { signal: AbortSignal.timeout(1000) });
       const body = (await res.json()) as { health?: string };

@@ -16,8 +16,8 @@ export function rootSkipReason(): string | false {
   return isRoot() ? false : 'needs root: builds network namespaces, links and a private agent';
 }
 
-export function sh(cmd: string, args: readonly string[], input?: string): string {
-  return execFileSync(cmd, args, { encoding: 'utf8', input, stdio: ['pipe', 'pipe', 'pipe'] });
+export function sh(cmd: string, args: readonly string[], input?: string, env?: Record<string, string>): string {
+  return execFileSync(cmd, args, { encoding: 'utf8', input, stdio: ['pipe', 'pipe', 'pipe'], env: env ? { ...process.env, ...env } : undefined });
 }
 
 /** Creates a namespace named RUN_PREFIX + `name`, with loopback up; returns its name. */

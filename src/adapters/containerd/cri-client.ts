@@ -5,12 +5,13 @@
  * that received RunPodSandbox/StopPodSandbox/RemovePodSandbox over CRI. Only the sandbox RPCs are covered; the
  * wire messages live in `cri-api.proto` beside this file (a field-number-exact subset of k8s.io/cri-api).
  */
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
+import { installRoot } from '../install-root.ts';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 
 /** The proto file with the CRI subset, next to this module. */
-export const CRI_PROTO_PATH = fileURLToPath(new URL('./cri-api.proto', import.meta.url));
+export const CRI_PROTO_PATH = join(installRoot(), 'src', 'adapters', 'containerd', 'cri-api.proto');
 
 /** Default deadline for one CRI call; RunPodSandbox includes the CNI ADD, so it is generous. */
 export const DEFAULT_CRI_DEADLINE_MS = 60_000;

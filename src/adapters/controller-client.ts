@@ -1,0 +1,219 @@
+/**
+ * The agent's client of the controller API (src/controller/api-server.ts): HTTPS with the pinned controller CA,
+ * every request signed with the node key, fail-over across controller URLs (a follower's "not leader" answer points
+ * to the leader).
+ */
+import { request } from 'node:https';
+import { AtollError, atollError, ERROR_CATALOGUE, type ErrorCode } from '../core/errors.ts';
+import type { NodeRecord, NodeFields, NodeUsage } from '../core/cluster/model.ts';
+import { type NodeIdentity, signRequest } from './node-identity.ts';
+
+export interface ControllerClientInit {
+  readonly urls: readonly string[];
+  readonly caPem: string;
+  readonly identity: NodeIdentity;
+  readonly nodeName: string;
+  readonly timeoutMs?: number;
+}
+
+export type WatchLine =
+  | { type: 'snapshot'; revision: number; nodes: NodeRecord[] }
+  | { type: 'put'; node: NodeRecord; revision: number }
+  | { type: 'delete'; name: string; revision: number }
+  | { type: 'ping' };
+
+interface Answer {
+  readonly status: number;
+  readonly body: unknown;
+}
+
+/** Errors worth trying the next controller for. */
+function retryable(err: unknown): boolean {
+  return !(err instanceof AtollError) || err.code === 'CONTROLLER_UNREACHABLE' || err.code === 'API_NOT_LEADER' || err.code === 'STORE_UNAVAILABLE';
+}
+
+export class ControllerClient {
+  readonly #init: ControllerClientInit;
+  #preferred = 0;
+
+  constructor(init: ControllerClientInit) {
+    this.#init = init;
+  }
+
+  /** The controller URL that answered last. */
+  get url(): string {
+    return this.#init.urls[this.#preferred] as string;
+  }
+
+  join(token: string, identity: string, fields: NodeFields): Promise<{ node: NodeRecord; blocks: string[] }> {
+    return this.#call('POST', '/v1/join', { ...fields, token, name: this.#init.nodeName, identity }) as Promise<{ node: NodeRecord; blocks: string[] }>;
+  }
+
+  update(fields: NodeFields): Promise<{ node: NodeRecord }> {
+    return this.#call('PUT', `/v1/nodes/${this.#init.nodeName}`, fields) as Promise<{ node: NodeRecord }>;
+  }
+
+  reportUsage(usage: Omit<NodeUsage, 'at'>): Promise<{ blocks: string[] }> {
+    return this.#call('POST', `/v1/nodes/${this.#init.nodeName}/usage`, usage) as Promise<{ blocks: string[] }>;
+  }
+
+  /**
+   * Streams node changes after `after` (0: a snapshot first) until the stream ends, the signal aborts, or no line
+   * arrives for `idleMs` (the server pings every 15 s). Resolves when the stream ends; rejects when it cannot start.
+   */
+  async watch(after: number, onLine: (line: WatchLine) => void, signal: AbortSignal, idleMs = 45_000): Promise<void> {
+    const path = `/v1/watch?after=${after}`;
+    let lastErr: unknown;
+    for (let i = 0; i < this.#init.urls.length; i++) {
+      const idx = (this.#preferred + i) % this.#init.urls.length;
+      try {
+        await this.#stream(this.#init.urls[idx] as string, path, onLine, signal, idleMs);
+        this.#preferred = idx;
+        return;
+      } catch (err) {
+        lastErr = err;
+        if (signal.aborted || !retryable(err)) throw err;
+      }
+    }
+    throw lastErr;
+  }
+
+  async #call(method: string, path: string, body: unknown): Promise<unknown> {
+    const payload = Buffer.from(JSON.stringify(body));
+    let lastErr: unknown;
+    const tried = new Set<string>();
+    let next: string | undefined = this.url;
+    for (let i = 0; i < this.#init.urls.length + 1 && next; i++) {
+      const url: string = next;
+      tried.add(url);
+      try {
+        const ans = await this.#send(url, method, path, payload);
+        this.#preferred = Math.max(0, this.#init.urls.indexOf(url));
+        return ans.body;
+      } catch (err) {
+        lastErr = err;
+        if (!retryable(err)) throw err;
+        const hint = err instanceof AtollError && err.code === 'API_NOT_LEADER' ? leaderHint(err) : undefined;
+        next = hint && !tried.has(hint) ? hint : this.#init.urls.find((u) => !tried.has(u));
+      }
+    }
+    throw lastErr;
+  }
+
+  #headers(method: string, path: string, payload: Buffer): Record<string, string> {
+    return {
+      'content-type': 'application/json',
+      'content-length': String(payload.length),
+      ...signRequest(this.#init.identity, { method, path, node: this.#init.nodeName, body: payload, now: Date.now() }),
+    };
+  }
+
+  #send(base: string, method: string, path: string, payload: Buffer): Promise<Answer> {
+    const url = new URL(path, base);
+    return new Promise((resolve, reject) => {
+      const req = request(url, { method, ca: this.#init.caPem, headers: this.#headers(method, path, payload), timeout: this.#init.timeoutMs ?? 10_000 }, (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (d: Buffer) => chunks.push(d));
+        res.on('end', () => {
+          let parsed: unknown;
+          try {
+            parsed = JSON.parse(Buffer.concat(chunks).toString('utf8'));
+          } catch {
+            parsed = undefined;
+          }
+          const status = res.statusCode ?? 0;
+          if (status >= 200 && status < 300) resolve({ status, body: parsed });
+          else reject(answerError(base, status, parsed));
+        });
+        res.on('error', reject);
+      });
+      req.on('timeout', () => req.destroy(new Error(`no answer within ${this.#init.timeoutMs ?? 10_000} ms`)));
+      req.on('error', (cause) => reject(atollError('CONTROLLER_UNREACHABLE', `controller ${base} unreachable: ${cause.message}`, 'the agent keeps working from its local state and retries', cause)));
+      req.end(payload);
+    });
+  }
+
+  #stream(base: string, path: string, onLine: (l: WatchLine) => void, signal: AbortSignal, idleMs: number): Promise<void> {
+    const url = new URL(path, base);
+    const empty = Buffer.alloc(0);
+    return new Promise((resolve, reject) => {
+      const req = request(url, { method: 'GET', ca: this.#init.caPem, headers: this.#headers('GET', path, empty), signal }, (res) => {
+        if (res.statusCode !== 200) {
+          const chunks: Buffer[] = [];
+          res.on('data', (d: Buffer) => chunks.push(d));
+          res.on('end', () => {
+            let parsed: unknown;
+            try {
+              parsed = JSON.parse(Buffer.concat(chunks).toString('utf8'));
+            } catch {
+              parsed = undefined;
+            }
+            reject(answerError(base, res.statusCode ?? 0, parsed));
+          });
+          return;
+        }
+        let buf = '';
+        let idle = setTimeout(() => req.destroy(new Error('watch stream idle')), idleMs);
+        res.setEncoding('utf8');
+        res.on('data', (d: string) => {
+          clearTimeout(idle);
+          idle = setTimeout(() => req.destroy(new Error('watch stream idle')), idleMs);
+          buf += d;
+          let nl: number;
+          while ((nl = buf.indexOf('\n')) >= 0) {
+            const text = buf.slice(0, nl);
+            buf = buf.slice(nl + 1);
+            if (text) onLine(JSON.parse(text) as WatchLine);
+          }
+        });
+        res.on('end', () => {
+          clearTimeout(idle);
+          resolve();
+        });
+        res.on('error', (e) => {
+          clearTimeout(idle);
+          reject(e);
+        });
+      });
+      req.on('error', (cause) => reject(signal.aborted ? cause : atollError('CONTROLLER_UNREACHABLE', `controller ${base} unreachable: ${cause.message}`, 'retrying', cause)));
+      req.end();
+    });
+  }
+}
+
+function answerError(base: string, status: number, body: unknown): AtollError {
+  const b = (body ?? {}) as { code?: string; message?: string; fix?: string; leaderUrl?: string };
+  const fallback: ErrorCode = status >= 500 ? 'STORE_UNAVAILABLE' : 'API_BAD_REQUEST';
+  const code = b.code !== undefined && b.code in ERROR_CATALOGUE ? (b.code as ErrorCode) : fallback;
+  const err = atollError(code, `controller ${base} answered ${status}: ${b.message ?? 'no message'}`, b.fix);
+  if (b.leaderUrl) Object.assign(err, { leaderUrl: b.leaderUrl });
+  return err;
+}
+
+function leaderHint(err: AtollError): string | undefined {
+  return (err as AtollError & { leaderUrl?: string }).leaderUrl;
+}
+
+/** An operator's request to the controller with the admin token (atoll ipam, atoll node). */
+export function adminRequest(base: string, caPem: string, adminToken: string, method: string, path: string): Promise<unknown> {
+  return new Promise((resolve, reject) => {
+    const req = request(new URL(path, base), { method, ca: caPem, headers: { authorization: `Bearer ${adminToken}` }, timeout: 15_000 }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (d: Buffer) => chunks.push(d));
+      res.on('end', () => {
+        let body: unknown;
+        try {
+          body = JSON.parse(Buffer.concat(chunks).toString('utf8'));
+        } catch {
+          body = undefined;
+        }
+        const status = res.statusCode ?? 0;
+        if (status >= 200 && status < 300) resolve(body);
+        else reject(answerError(base, status, body));
+      });
+    });
+    req.on('timeout', () => req.destroy(new Error('no answer within 15 s')));
+    req.on('error', (cause) => reject(atollError('CONTROLLER_UNREACHABLE', `controller ${base} unreachable: ${cause.message}`, 'check that the controller runs and the URL', cause)));
+    req.end();
+  });
+}

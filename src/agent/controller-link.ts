@@ -1,0 +1,192 @@
+/**
+ * The agent's link to the controller: join (bootstrap token + node key), keep the node's blocks, report usage so a
+ * spare block arrives before the node runs out, and follow the peer stream, saving all of it locally. It runs in
+ * the background and never blocks pod networking: while the controller is unreachable the agent works from its
+ * saved state and retries with backoff.
+ */
+import { existsSync, readFileSync } from 'node:fs';
+import { asAtollError } from '../core/errors.ts';
+import type { NodeFields, NodeRecord } from '../core/cluster/model.ts';
+import type { IpamUsage } from '../core/ipam/sticky-pool.ts';
+import type { Clock, Logger } from '../core/ports.ts';
+import type { ClusterState, ClusterStateFile } from '../adapters/cluster-state-file.ts';
+import { ControllerClient, type WatchLine } from '../adapters/controller-client.ts';
+import { writeFileDurably } from '../adapters/durable-file.ts';
+import type { NodeIdentity } from '../adapters/node-identity.ts';
+import { discoverPinnedCa } from '../adapters/pki.ts';
+
+export interface ControllerLinkComponents {
+  readonly log: Logger;
+  readonly clock: Clock;
+  readonly identity: NodeIdentity;
+  readonly stateFile: ClusterStateFile;
+  /** Called with the node's blocks whenever they change. */
+  readonly onBlocks: (blocks: readonly string[]) => Promise<void>;
+  readonly usage: () => IpamUsage;
+}
+
+export interface ControllerLinkInit {
+  readonly urls: readonly string[];
+  readonly token: string;
+  readonly caCertHash: string;
+  /** Where the discovered (pinned) controller CA is kept. */
+  readonly caPath: string;
+  readonly nodeName: string;
+  readonly fields: NodeFields;
+  readonly usagePeriodMs: number;
+  readonly retryMinMs?: number;
+  readonly retryMaxMs?: number;
+}
+
+export type LinkState = 'connecting' | 'connected' | 'offline';
+
+export class ControllerLink {
+  readonly #c: ControllerLinkComponents;
+  readonly #init: ControllerLinkInit;
+  readonly #abort = new AbortController();
+  #state: ClusterState;
+  #status: LinkState = 'connecting';
+  #lastError = '';
+  #loop: Promise<void> | undefined;
+
+  constructor(components: ControllerLinkComponents, init: ControllerLinkInit) {
+    this.#c = components;
+    this.#init = init;
+    this.#state = components.stateFile.load();
+  }
+
+  get state(): ClusterState {
+    return this.#state;
+  }
+
+  get status(): { state: LinkState; lastError: string } {
+    return { state: this.#status, lastError: this.#lastError };
+  }
+
+  get peers(): readonly NodeRecord[] {
+    return this.#state.peers;
+  }
+
+  start(): void {
+    this.#loop ??= this.#run();
+  }
+
+  async stop(): Promise<void> {
+    this.#abort.abort();
+    await this.#loop;
+  }
+
+  async #run(): Promise<void> {
+    const min = this.#init.retryMinMs ?? 500;
+    const max = this.#init.retryMaxMs ?? 30_000;
+    let backoff = min;
+    while (!this.#abort.signal.aborted) {
+      try {
+        await this.#session(() => {
+          backoff = min;
+        });
+      } catch (e) {
+        const err = asAtollError(e);
+        if (this.#abort.signal.aborted) break;
+        if (this.#status !== 'offline' || this.#lastError !== err.message) {
+          this.#c.log.warn('controller unreachable; working from local state', { err: err.message, code: err.code, retryInMs: backoff });
+        }
+        this.#status = 'offline';
+        this.#lastError = err.message;
+      }
+      await sleep(backoff, this.#abort.signal);
+      backoff = Math.min(max, backoff * 2);
+    }
+  }
+
+  /** One connected session: join, then report usage and follow the peer stream until it breaks. */
+  async #session(onConnected: () => void): Promise<void> {
+    const client = new ControllerClient({ urls: this.#init.urls, caPem: await this.#ca(), identity: this.#c.identity, nodeName: this.#init.nodeName });
+    const joined = await client.join(this.#init.token, this.#c.identity.publicKey, this.#init.fields);
+    await this.#applyBlocks(joined.blocks);
+    if (this.#status !== 'connected') this.#c.log.info('connected to the controller', { url: client.url, blocks: joined.blocks });
+    this.#status = 'connected';
+    onConnected();
+    const session = new AbortController();
+    const stopSession = () => session.abort();
+    this.#abort.signal.addEventListener('abort', stopSession);
+    const reporter = this.#reportUsage(client, session.signal);
+    try {
+      await this.#reportOnce(client);
+      await client.watch(this.#state.revision, (line) => this.#onLine(line), session.signal);
+    } finally {
+      session.abort();
+      this.#abort.signal.removeEventListener('abort', stopSession);
+      await reporter;
+    }
+  }
+
+  async #reportUsage(client: ControllerClient, signal: AbortSignal): Promise<void> {
+    while (!signal.aborted) {
+      await sleep(this.#init.usagePeriodMs, signal);
+      if (signal.aborted) return;
+      try {
+        await this.#reportOnce(client);
+      } catch (e) {
+        this.#c.log.debug('usage report failed', { err: asAtollError(e).message });
+      }
+    }
+  }
+
+  async #reportOnce(client: ControllerClient): Promise<void> {
+    const { capacity, allocated, reserved, free } = this.#c.usage();
+    const { blocks } = await client.reportUsage({ capacity, allocated, reserved, free });
+    await this.#applyBlocks(blocks);
+  }
+
+  #onLine(line: WatchLine): void {
+    if (line.type === 'ping') return;
+    let peers = [...this.#state.peers];
+    if (line.type === 'snapshot') peers = line.nodes;
+    else if (line.type === 'put') peers = [...peers.filter((p) => p.name !== line.node.name), line.node];
+    else peers = peers.filter((p) => p.name !== line.name);
+    this.#save({ ...this.#state, peers: peers.sort((a, b) => a.name.localeCompare(b.name)), revision: line.revision });
+  }
+
+  async #applyBlocks(blocks: readonly string[]): Promise<void> {
+    if (blocks.join(',') === this.#state.blocks.join(',')) return;
+    this.#save({ ...this.#state, blocks: [...blocks] });
+    this.#c.log.info('node blocks changed', { blocks });
+    await this.#c.onBlocks(blocks);
+  }
+
+  #save(state: ClusterState): void {
+    this.#state = state;
+    this.#c.stateFile.save(state);
+  }
+
+  /** The pinned controller CA: from disk, or discovered from the first controller that presents the pinned one. */
+  async #ca(): Promise<string> {
+    if (existsSync(this.#init.caPath)) return readFileSync(this.#init.caPath, 'utf8');
+    let lastErr: unknown;
+    for (const url of this.#init.urls) {
+      try {
+        const pem = await discoverPinnedCa(url, this.#init.caCertHash);
+        writeFileDurably(this.#init.caPath, pem, { mode: 0o644 });
+        this.#c.log.info('pinned the controller CA', { url, caCertHash: this.#init.caCertHash });
+        return pem;
+      } catch (err) {
+        lastErr = err;
+      }
+    }
+    throw lastErr;
+  }
+}
+
+function sleep(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal.aborted) return resolve();
+    const t = setTimeout(done, ms);
+    function done() {
+      clearTimeout(t);
+      signal.removeEventListener('abort', done);
+      resolve();
+    }
+    signal.addEventListener('abort', done, { once: true });
+  });
+}

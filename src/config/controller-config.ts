@@ -1,0 +1,97 @@
+/**
+ * The controller's configuration file and the API's request bodies: validated once against strict schemas,
+ * defaults filled in, frozen. `docs/configuration.md` documents every key.
+ */
+import { readFileSync } from 'node:fs';
+import { z } from 'zod';
+import { atollError } from '../core/errors.ts';
+import { type Cidr, parseCidr, parseIpv4 } from '../core/net/ipv4.ts';
+
+const cidr = z.string().refine((s) => parseCidr(s) !== undefined, { message: 'must be an IPv4 network such as 10.244.0.0/16 (no host bits)' });
+const SAFE_PATH = /^\/[A-Za-z0-9_./@:+-]*$/;
+const secret = z.string().min(16, 'must be at least 16 characters').regex(/^[A-Za-z0-9._~+/=-]+$/, 'must be URL-safe characters');
+
+const storeSchema = z.discriminatedUnion('type', [
+  z.strictObject({ type: z.literal('embedded') }),
+  z.strictObject({
+    type: z.literal('etcd'),
+    endpoints: z.array(z.url()).min(1),
+    prefix: z.string().regex(/^\/[A-Za-z0-9_./-]*\/$/, 'must start and end with /').default('/atoll/'),
+    leaseTtlSeconds: z.number().int().min(2).max(60).default(5),
+  }),
+]);
+
+export const controllerConfigSchema = z.strictObject({
+  /** Address and port the API listens on. */
+  listenHost: z.string().default('0.0.0.0'),
+  listenPort: z.number().int().min(1).max(65535).default(7443),
+  /** The URL agents use for this replica (its host goes into the TLS certificate; followers point agents to it). */
+  advertiseUrl: z.url(),
+  /** Extra IPs or DNS names for the server certificate. */
+  tlsHosts: z.array(z.string()).default([]),
+  clusterCidrs: z.array(cidr).min(1),
+  /** Prefix length of each node block. */
+  blockBits: z.number().int().min(16).max(30).default(26),
+  maxBlocksPerNode: z.number().int().min(1).max(256).default(8),
+  /** An agent reporting fewer free addresses than this is given another block. */
+  refillBelow: z.number().int().min(0).default(16),
+  dataDir: z.string().regex(SAFE_PATH).default('/var/lib/atoll-controller'),
+  /** The CA and server certificate; replicas must share one CA (copy this directory), default <dataDir>/pki. */
+  pkiDir: z.string().regex(SAFE_PATH).optional(),
+  bootstrapTokens: z.array(secret).min(1),
+  adminToken: secret,
+  store: storeSchema.default({ type: 'embedded' }),
+  maxBodyBytes: z.number().int().min(1024).max(1 << 20).default(64 * 1024),
+});
+
+export type ControllerConfig = Readonly<z.output<typeof controllerConfigSchema>> & { readonly clusterBlocks: readonly Cidr[] };
+
+export function parseControllerConfig(raw: unknown, source = 'controller configuration'): ControllerConfig {
+  const res = controllerConfigSchema.safeParse(raw);
+  if (!res.success) {
+    const problems = res.error.issues.map((i) => `${i.path.join('.') || '(top)'}: ${i.message}`).join('; ');
+    throw atollError('CONFIG_FILE_INVALID', `${source} is invalid: ${problems}`, 'fix the keys named; docs/configuration.md lists them all');
+  }
+  if (res.data.clusterCidrs.some((c) => (parseCidr(c) as Cidr).bits > res.data.blockBits)) {
+    throw atollError('CONFIG_FILE_INVALID', `${source}: a cluster CIDR is smaller than one /${res.data.blockBits} block`, 'use larger cluster CIDRs or a larger blockBits');
+  }
+  return Object.freeze({ ...res.data, clusterBlocks: res.data.clusterCidrs.map((c) => parseCidr(c) as Cidr) });
+}
+
+export function loadControllerConfig(path: string): ControllerConfig {
+  let raw: unknown;
+  try {
+    raw = JSON.parse(readFileSync(path, 'utf8'));
+  } catch (cause) {
+    throw atollError('CONFIG_FILE_INVALID', `cannot read the controller configuration ${path} as JSON`, 'pass an existing JSON file with --config', cause);
+  }
+  return parseControllerConfig(raw, `the controller configuration ${path}`);
+}
+
+const NAME = /^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$/;
+const label = z.string().max(63).regex(/^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$/, 'must be a Kubernetes label value');
+const ipv4 = z.string().refine((s) => parseIpv4(s) !== undefined, { message: 'must be an IPv4 address' });
+const mac = z.string().regex(/^([0-9a-f]{2}:){5}[0-9a-f]{2}$/, 'must be a lowercase MAC address').or(z.literal(''));
+
+/** The fields a node sets about itself. */
+export const nodeFieldsSchema = z.strictObject({
+  site: label.default(''),
+  community: label.default(''),
+  addresses: z.array(ipv4).max(16).default([]),
+  vtepMac: mac.default(''),
+  tunnelKey: z.string().max(512).default(''),
+  agentVersion: z.string().max(64).default(''),
+});
+
+export const joinRequestSchema = nodeFieldsSchema.extend({
+  token: z.string().max(256),
+  name: z.string().regex(NAME, 'must be a DNS subdomain'),
+  identity: z.string().max(256).regex(/^[A-Za-z0-9+/=]+$/, 'must be base64'),
+});
+
+export const usageReportSchema = z.strictObject({
+  capacity: z.number().int().min(0),
+  allocated: z.number().int().min(0),
+  reserved: z.number().int().min(0),
+  free: z.number().int().min(0),
+});

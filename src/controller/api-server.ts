@@ -1,0 +1,281 @@
+/**
+ * The controller's HTTPS API for agents and operators. Requests are JSON, bodies bounded and validated against
+ * strict schemas; agents authenticate by signing each request with their node key (a join also presents a bootstrap
+ * token); operators use the admin token. A refused request is logged and changes nothing.
+ *
+ *   POST   /v1/join                  token + signature by the key in the body   -> { node, blocks }
+ *   PUT    /v1/nodes/:name           signed by :name                            -> { node }
+ *   POST   /v1/nodes/:name/usage     signed by :name                            -> { blocks }
+ *   GET    /v1/nodes/:name/blocks    signed by :name                            -> { blocks }
+ *   GET    /v1/watch?after=REV       signed by any node: NDJSON, a snapshot (unless resuming) then changes
+ *   DELETE /v1/nodes/:name           admin                                      -> { released }
+ *   GET    /v1/ipam                  admin                                      -> report
+ *   GET    /v1/health                anyone                                     -> { leader }
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { createServer, type Server } from 'node:https';
+import { timingSafeEqual } from 'node:crypto';
+import { AtollError, asAtollError, atollError, type ErrorCode } from '../core/errors.ts';
+import type { Clock, Logger } from '../core/ports.ts';
+import type { ClusterRegistry, NodeEvent } from '../core/cluster/registry.ts';
+import { ReplayGuard } from '../core/cluster/signing.ts';
+import { joinRequestSchema, nodeFieldsSchema, usageReportSchema } from '../config/controller-config.ts';
+import { verifyRequest } from '../adapters/node-identity.ts';
+
+export interface Leadership {
+  isLeader(): boolean;
+  leaderUrl(): Promise<string | undefined>;
+}
+
+export interface ApiServerComponents {
+  readonly registry: ClusterRegistry;
+  readonly log: Logger;
+  readonly clock: Clock;
+  readonly leadership: Leadership;
+}
+
+export interface ApiServerInit {
+  readonly host: string;
+  readonly port: number;
+  readonly key: string;
+  readonly certChain: string;
+  readonly bootstrapTokens: readonly string[];
+  readonly adminToken: string;
+  readonly maxBodyBytes: number;
+}
+
+const STATUS: Partial<Record<ErrorCode, number>> = {
+  API_BAD_REQUEST: 400,
+  API_UNAUTHENTICATED: 401,
+  API_FORBIDDEN: 403,
+  NODE_NOT_REGISTERED: 404,
+  NODE_IDENTITY_MISMATCH: 409,
+  NODE_BLOCK_LIMIT: 409,
+  API_TOO_LARGE: 413,
+  CLUSTER_CIDR_EXHAUSTED: 507,
+  API_NOT_LEADER: 503,
+  STORE_UNAVAILABLE: 503,
+};
+
+const WATCH_PING_MS = 15_000;
+
+function tokenMatches(given: string, tokens: readonly string[]): boolean {
+  const g = Buffer.from(given);
+  let ok = false;
+  for (const t of tokens) {
+    const b = Buffer.from(t);
+    if (b.length === g.length && timingSafeEqual(b, g)) ok = true;
+  }
+  return ok;
+}
+
+function bad(message: string, fix = 'see docs/api.md for the request shapes'): AtollError {
+  return atollError('API_BAD_REQUEST', message, fix);
+}
+
+function unauthenticated(reason: string): AtollError {
+  return atollError('API_UNAUTHENTICATED', `request refused: ${reason}`, 'check the bootstrap token, the node key and the clock');
+}
+
+export class ApiServer {
+  readonly #c: ApiServerComponents;
+  readonly #init: ApiServerInit;
+  readonly #guard: ReplayGuard;
+  readonly #watches = new Set<AbortController>();
+  #server: Server | undefined;
+
+  constructor(components: ApiServerComponents, init: ApiServerInit) {
+    this.#c = components;
+    this.#init = init;
+    // notBefore: requests signed before this process started cannot be replayed after a restart
+    this.#guard = new ReplayGuard({ windowMs: 5 * 60_000, maxEntries: 200_000, notBefore: components.clock() });
+  }
+
+  /** Listens; resolves with the bound port. */
+  async start(): Promise<number> {
+    const server = createServer({ key: this.#init.key, cert: this.#init.certChain }, (req, res) => void this.#handle(req, res));
+    server.headersTimeout = 10_000;
+    server.requestTimeout = 0; // watches are long-lived; bodies are bounded by size instead
+    this.#server = server;
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(this.#init.port, this.#init.host, () => resolve());
+    });
+    const addr = server.address();
+    return typeof addr === 'object' && addr ? addr.port : this.#init.port;
+  }
+
+  async stop(): Promise<void> {
+    for (const w of this.#watches) w.abort();
+    const server = this.#server;
+    if (!server) return;
+    server.closeAllConnections();
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+  }
+
+  async #handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const url = new URL(req.url ?? '/', 'https://controller');
+    const path = url.pathname;
+    const method = req.method ?? 'GET';
+    try {
+      const body = await this.#readBody(req);
+      const nodeRoute = /^\/v1\/nodes\/([^/]+)(\/usage|\/blocks)?$/.exec(path);
+      if (method === 'GET' && path === '/v1/health') return send(res, 200, { leader: this.#c.leadership.isLeader(), leaderUrl: await this.#c.leadership.leaderUrl() });
+      if (method === 'POST' && path === '/v1/join') return send(res, 200, await this.#join(req, body));
+      if (method === 'GET' && path === '/v1/watch') return await this.#watch(req, res, url, body);
+      if (method === 'GET' && path === '/v1/ipam') {
+        this.#admin(req);
+        return send(res, 200, await this.#c.registry.ipamReport());
+      }
+      if (nodeRoute) {
+        const name = decodeURIComponent(nodeRoute[1] as string);
+        const sub = nodeRoute[2];
+        if (method === 'DELETE' && !sub) {
+          this.#admin(req);
+          await this.#requireLeader();
+          const released = await this.#c.registry.deregister(name);
+          this.#c.log.info('node deregistered', { node: name, released });
+          return send(res, 200, { released });
+        }
+        await this.#verifySelf(req, name, body);
+        if (method === 'PUT' && !sub) {
+          await this.#requireLeader();
+          return send(res, 200, { node: await this.#c.registry.update(name, parseJson(nodeFieldsSchema, body)) });
+        }
+        if (method === 'POST' && sub === '/usage') {
+          await this.#requireLeader();
+          return send(res, 200, { blocks: await this.#c.registry.reportUsage(name, parseJson(usageReportSchema, body)) });
+        }
+        if (method === 'GET' && sub === '/blocks') return send(res, 200, { blocks: await this.#c.registry.blocksOf(name) });
+      }
+      throw atollError('API_BAD_REQUEST', `no route ${method} ${path}`, 'see docs/api.md');
+    } catch (e) {
+      const err = asAtollError(e);
+      const status = STATUS[err.code] ?? 500;
+      const level = status >= 500 ? 'error' : 'warn';
+      this.#c.log[level]('API request refused', { method, path, remote: req.socket.remoteAddress, code: err.code, err: err.message });
+      if (!res.headersSent) {
+        const extra = err.code === 'API_NOT_LEADER' ? { leaderUrl: await this.#c.leadership.leaderUrl().catch(() => undefined) } : {};
+        send(res, status, { code: err.code, message: err.message, fix: err.fix, ...extra });
+      } else res.destroy();
+    }
+  }
+
+  async #join(req: IncomingMessage, body: Buffer): Promise<unknown> {
+    const join = parseJson(joinRequestSchema, body);
+    if (!tokenMatches(join.token, this.#init.bootstrapTokens)) throw unauthenticated('unknown bootstrap token');
+    this.#verifySignature(req, join.identity, join.name, body);
+    await this.#requireLeader();
+    const { token: _token, ...fields } = join;
+    const view = await this.#c.registry.register({ ...fields, observedAddress: req.socket.remoteAddress?.replace(/^::ffff:/, '') ?? '' });
+    this.#c.log.info('node joined', { node: join.name, blocks: view.blocks });
+    return view;
+  }
+
+  async #watch(req: IncomingMessage, res: ServerResponse, url: URL, body: Buffer): Promise<void> {
+    const node = req.headers['x-atoll-node'];
+    if (typeof node !== 'string') throw unauthenticated('missing x-atoll-node');
+    await this.#verifySelf(req, node, body);
+    const afterText = url.searchParams.get('after') ?? '0';
+    if (!/^\d{1,15}$/.test(afterText)) throw bad(`after=${afterText} is not a revision`);
+    let after = Number(afterText);
+    const abort = new AbortController();
+    this.#watches.add(abort);
+    res.on('close', () => abort.abort());
+    res.writeHead(200, { 'content-type': 'application/x-ndjson', 'cache-control': 'no-store' });
+    const line = (v: unknown) => res.write(JSON.stringify(v) + '\n');
+    const ping = setInterval(() => line({ type: 'ping' }), WATCH_PING_MS);
+    try {
+      for (;;) {
+        if (after === 0) {
+          const snap = await this.#c.registry.snapshot();
+          line({ type: 'snapshot', revision: snap.revision, nodes: snap.nodes });
+          after = snap.revision;
+        }
+        try {
+          await this.#c.registry.watchNodes(after, (events: NodeEvent[]) => {
+            for (const e of events) line(e);
+            after = events.at(-1)?.revision ?? after;
+          }, abort.signal);
+          break;
+        } catch (e) {
+          if (!(e instanceof AtollError && e.code === 'STORE_COMPACTED')) throw e;
+          after = 0; // history is gone: send a fresh snapshot
+        }
+      }
+    } finally {
+      clearInterval(ping);
+      this.#watches.delete(abort);
+      res.end();
+    }
+  }
+
+  /** Verifies the request is signed by the registered key of `name`. */
+  async #verifySelf(req: IncomingMessage, name: string, body: Buffer): Promise<void> {
+    const signer = req.headers['x-atoll-node'];
+    if (typeof signer !== 'string') throw unauthenticated('missing x-atoll-node');
+    const record = await this.#c.registry.node(signer);
+    if (!record) throw unauthenticated(`node ${signer} is not registered`);
+    this.#verifySignature(req, record.identity, signer, body);
+    if (signer !== name) throw atollError('API_FORBIDDEN', `node ${signer} asked to act on node ${name}`, 'a node may only change its own record');
+  }
+
+  #verifySignature(req: IncomingMessage, identity: string, name: string, body: Buffer): void {
+    const v = verifyRequest(identity, req.headers, req.method ?? 'GET', req.url ?? '/', body, this.#guard, this.#c.clock());
+    if (!v.ok) throw unauthenticated(v.reason);
+    if (v.node !== name) throw unauthenticated(`signed as ${v.node}, not ${name}`);
+  }
+
+  #admin(req: IncomingMessage): void {
+    const auth = req.headers.authorization ?? '';
+    const token = auth.startsWith('Bearer ') ? auth.slice(7) : '';
+    if (!tokenMatches(token, [this.#init.adminToken])) throw unauthenticated('admin token missing or wrong');
+  }
+
+  async #requireLeader(): Promise<void> {
+    if (!this.#c.leadership.isLeader()) {
+      throw atollError('API_NOT_LEADER', 'this controller replica is not the leader', `send writes to the leader (${(await this.#c.leadership.leaderUrl()) ?? 'unknown yet'})`);
+    }
+  }
+
+  #readBody(req: IncomingMessage): Promise<Buffer> {
+    const max = this.#init.maxBodyBytes;
+    return new Promise((resolve, reject) => {
+      const declared = Number(req.headers['content-length'] ?? 0);
+      if (declared > max) {
+        reject(atollError('API_TOO_LARGE', `request body of ${declared} bytes is over ${max}`, 'send a smaller body'));
+        req.resume();
+        return;
+      }
+      const chunks: Buffer[] = [];
+      let size = 0;
+      req.on('data', (d: Buffer) => {
+        size += d.length;
+        if (size > max) {
+          reject(atollError('API_TOO_LARGE', `request body is over ${max} bytes`, 'send a smaller body'));
+          req.destroy();
+        } else chunks.push(d);
+      });
+      req.on('end', () => resolve(Buffer.concat(chunks)));
+      req.on('error', reject);
+    });
+  }
+}
+
+function parseJson<T>(schema: { safeParse(v: unknown): { success: true; data: T } | { success: false; error: { issues: { path: PropertyKey[]; message: string }[] } } }, body: Buffer): T {
+  let raw: unknown;
+  try {
+    raw = JSON.parse(body.toString('utf8'));
+  } catch {
+    throw bad('request body is not JSON');
+  }
+  const res = schema.safeParse(raw);
+  if (!res.success) throw bad(`request body is invalid: ${res.error.issues.map((i) => `${i.path.join('.') || '(top)'}: ${i.message}`).join('; ')}`);
+  return res.data;
+}
+
+function send(res: ServerResponse, status: number, body: unknown): void {
+  const text = JSON.stringify(body);
+  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) });
+  res.end(text);
+}

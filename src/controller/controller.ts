@@ -1,0 +1,121 @@
+/**
+ * The cloud controller: opens its store, campaigns for leadership (one leader among replicas sharing an etcd;
+ * always itself with the embedded store), ensures its PKI, and serves the API. Start-up errors are fatal; losing
+ * leadership makes the replica a follower (writes answered "not leader") until it wins a campaign again.
+ */
+import { join } from 'node:path';
+import { mkdirSync } from 'node:fs';
+import { asAtollError } from '../core/errors.ts';
+import type { Clock, Logger } from '../core/ports.ts';
+import type { ClusterStore, LeaderElection } from '../core/cluster/store.ts';
+import { ClusterRegistry } from '../core/cluster/registry.ts';
+import type { ControllerConfig } from '../config/controller-config.ts';
+import { EmbeddedLeader, EmbeddedStore } from '../adapters/store-embedded.ts';
+import { EtcdLeader, EtcdStore } from '../adapters/store-etcd.ts';
+import { ensureControllerPki } from '../adapters/pki.ts';
+import { ApiServer, type Leadership } from './api-server.ts';
+
+export interface ControllerComponents {
+  readonly log: Logger;
+  readonly clock: Clock;
+}
+
+export class Controller {
+  readonly #c: ControllerComponents;
+  readonly #cfg: ControllerConfig;
+  readonly #abort = new AbortController();
+  #store: ClusterStore | undefined;
+  #election: LeaderElection | undefined;
+  #api: ApiServer | undefined;
+  #leading = false;
+  #campaign: Promise<void> | undefined;
+  #registry: ClusterRegistry | undefined;
+  #caHash = '';
+  #port = 0;
+
+  constructor(components: ControllerComponents, config: ControllerConfig) {
+    this.#c = components;
+    this.#cfg = config;
+  }
+
+  /** The CA pin agents need (`controller.caCertHash` in their configuration). */
+  get caCertHash(): string {
+    return this.#caHash;
+  }
+
+  get port(): number {
+    return this.#port;
+  }
+
+  get registry(): ClusterRegistry | undefined {
+    return this.#registry;
+  }
+
+  async start(): Promise<void> {
+    const cfg = this.#cfg;
+    const log = this.#c.log;
+    log.info('atoll controller starting', { config: { ...cfg, bootstrapTokens: '(redacted)', adminToken: '(redacted)' } });
+    mkdirSync(cfg.dataDir, { recursive: true, mode: 0o700 });
+    const advertiseHost = new URL(cfg.advertiseUrl).hostname.replace(/^\[|\]$/g, '');
+    const hosts = [...new Set([advertiseHost, ...cfg.tlsHosts, ...(cfg.listenHost === '0.0.0.0' ? [] : [cfg.listenHost])])];
+    const pki = await ensureControllerPki(cfg.pkiDir ?? join(cfg.dataDir, 'pki'), { hosts });
+    this.#caHash = pki.caHash;
+    let store: ClusterStore;
+    let election: LeaderElection;
+    if (cfg.store.type === 'embedded') {
+      store = await EmbeddedStore.open(join(cfg.dataDir, 'store'));
+      election = new EmbeddedLeader({ id: cfg.advertiseUrl });
+    } else {
+      const etcd = { endpoints: cfg.store.endpoints, prefix: cfg.store.prefix };
+      store = new EtcdStore(etcd);
+      election = new EtcdLeader({ ...etcd, id: cfg.advertiseUrl, ttlSeconds: cfg.store.leaseTtlSeconds });
+    }
+    this.#store = store;
+    this.#election = election;
+    this.#registry = new ClusterRegistry(
+      { store, clock: this.#c.clock },
+      { clusterCidrs: cfg.clusterBlocks, blockBits: cfg.blockBits, maxBlocksPerNode: cfg.maxBlocksPerNode, refillBelow: cfg.refillBelow },
+    );
+    const leadership: Leadership = { isLeader: () => this.#leading, leaderUrl: () => election.leader().catch(() => undefined) };
+    this.#api = new ApiServer(
+      { registry: this.#registry, log: log.child('api'), clock: this.#c.clock, leadership },
+      { host: cfg.listenHost, port: cfg.listenPort, key: pki.keyPem, certChain: pki.certChainPem, bootstrapTokens: cfg.bootstrapTokens, adminToken: cfg.adminToken, maxBodyBytes: cfg.maxBodyBytes },
+    );
+    this.#port = await this.#api.start();
+    this.#campaign = this.#campaignLoop();
+    log.info('atoll controller serving', { url: cfg.advertiseUrl, port: this.#port, caCertHash: pki.caHash, store: cfg.store.type });
+  }
+
+  /** Campaigns, leads until the term is lost, campaigns again; until stop. */
+  async #campaignLoop(): Promise<void> {
+    const election = this.#election as LeaderElection;
+    while (!this.#abort.signal.aborted) {
+      try {
+        const { lost } = await election.campaign(this.#abort.signal);
+        this.#leading = true;
+        this.#c.log.info('leading the controller replicas', { url: this.#cfg.advertiseUrl });
+        await new Promise<void>((resolve) => {
+          if (lost.aborted || this.#abort.signal.aborted) return resolve();
+          lost.addEventListener('abort', () => resolve(), { once: true });
+          this.#abort.signal.addEventListener('abort', () => resolve(), { once: true });
+        });
+        this.#leading = false;
+        if (!this.#abort.signal.aborted) this.#c.log.warn('lost leadership; following', { reason: String(lost.reason) });
+      } catch (err) {
+        this.#leading = false;
+        if (this.#abort.signal.aborted) break;
+        this.#c.log.warn('campaign failed; retrying', { err: asAtollError(err).message });
+        await new Promise((r) => setTimeout(r, 1000));
+      }
+    }
+  }
+
+  async stop(): Promise<void> {
+    this.#abort.abort();
+    await this.#api?.stop();
+    await this.#election?.resign().catch(() => undefined);
+    await this.#campaign;
+    await this.#store?.close();
+    this.#c.log.info('atoll controller stopped');
+  }
+}

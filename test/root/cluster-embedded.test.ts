@@ -1,0 +1,107 @@
+/**
+ * Three agents and one controller (embedded store) on an underlay of namespaces: cluster-unique pod IPs from
+ * controller blocks, a spare block before the node runs out, and agents that keep creating and deleting pods,
+ * restart and reconnect while the controller is down.
+ */
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { existsSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { TestAgent } from '../support/agent.ts';
+import { type ControllerProc, TestCloud } from '../support/cloud.ts';
+import { leftoverNetns, rootSkipReason } from '../support/netns.ts';
+
+const OUTAGE_MS = Number(process.env.ATOLL_OUTAGE_SECONDS ?? '8') * 1000;
+
+function blocksOf(agent: TestAgent): string[] {
+  const path = join(agent.dataDir, 'cluster-state.json');
+  return existsSync(path) ? (JSON.parse(readFileSync(path, 'utf8')).blocks as string[]) : [];
+}
+
+async function until(what: string, fn: () => boolean, timeoutMs = 20_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!fn()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+function addPod(agent: TestAgent, name: string): string {
+  const res = agent.cni(agent.env('ADD', `c-${name}`, agent.podNetns(name), { namespace: 'default', name }), agent.netconf());
+  assert.equal(res.code, 0, `${name}: ${res.stdout}\n${agent.dump()}`);
+  return ((res.json?.ips as { address: string }[])[0]?.address as string).split('/')[0] as string;
+}
+
+describe('agents with an embedded-store controller', { skip: rootSkipReason(), timeout: 240_000 }, () => {
+  let cloud: TestCloud;
+  let controller: ControllerProc;
+  const agents: TestAgent[] = [];
+
+  before(async () => {
+    cloud = new TestCloud();
+    controller = await cloud.startController('ctl', { port: 17443 });
+    for (const name of ['n1', 'n2', 'n3']) {
+      const agent = new TestAgent({ name, podCidrs: [] });
+      const ip = cloud.connect(agent.netns);
+      agent.rewriteConfig({ controller: cloud.controllerConfig([controller]), underlayAddresses: [ip] });
+      agents.push(agent);
+    }
+    await Promise.all(agents.map((a) => a.start()));
+  });
+
+  after(async () => {
+    for (const a of agents) await a.cleanup();
+    await cloud.cleanup();
+    assert.deepEqual(leftoverNetns(), []);
+  });
+
+  test('every node gets a block, and pods on every node get cluster-unique IPs', async () => {
+    for (const a of agents) await until(`${a.netns} to get a block`, () => blocksOf(a).length > 0);
+    const all = new Set(agents.flatMap((a) => blocksOf(a)));
+    assert.equal(all.size, 3, 'three distinct blocks');
+    const ips = agents.flatMap((a, i) => [addPod(a, `p${i}a`), addPod(a, `p${i}b`)]);
+    assert.equal(new Set(ips).size, ips.length);
+    const show = cloud.cli(['ipam', 'show', '--json', '--controller-config', controller.configPath]);
+    assert.equal(show.code, 0, show.out);
+    assert.equal((JSON.parse(show.out).nodes as unknown[]).length, 3);
+  });
+
+  test('a node running low gets a spare block before it runs out', async () => {
+    const a = agents[0] as TestAgent;
+    for (let i = 0; i < 22; i++) addPod(a, `fill${i}`); // a /27 has 29 pod addresses; refill below 8 free
+    await until('a spare block', () => blocksOf(a).length === 2);
+  });
+
+  test('controller down: pods are created past the first block, deleted, the agent restarts; then it reconnects', async () => {
+    const a = agents[0] as TestAgent;
+    await cloud.stopController(controller, 'SIGKILL');
+    const started = Date.now();
+    const ips: string[] = [];
+    for (let i = 0; i < 10; i++) ips.push(addPod(a, `off${i}`)); // 2 + 22 + 10 > 29: into the spare block
+    const spare = blocksOf(a)[1] as string;
+    assert.ok(ips.some((ip) => ip.startsWith(spare.split('.').slice(0, 3).join('.'))), `no pod in the spare block ${spare}: ${ips.join(' ')}`);
+    assert.equal(a.cni(a.env('DEL', 'c-off0', '', { namespace: 'default', name: 'off0' }), a.netconf()).code, 0);
+    await a.stop();
+    await a.start();
+    ips.push(addPod(a, 'off-after-restart'));
+    assert.equal(new Set(ips).size, ips.length);
+    while (Date.now() - started < OUTAGE_MS) await new Promise((r) => setTimeout(r, 200));
+    await cloud.restartController(controller);
+    await until('the agent to report to the controller again', () => {
+      const show = cloud.cli(['ipam', 'show', '--json', '--controller-config', controller.configPath]);
+      if (show.code !== 0) return false;
+      const node = (JSON.parse(show.out).nodes as { name: string; usage?: { allocated: number } }[]).find((n) => n.name === 'n1');
+      return (node?.usage?.allocated ?? 0) >= 33;
+    }, 30_000);
+    const check = cloud.cli(['ipam', 'check', '--controller-config', controller.configPath]);
+    assert.equal(check.code, 0, check.out);
+  });
+
+  test('deregistering a node releases its blocks', () => {
+    const res = cloud.cli(['node', 'deregister', 'n3', '--controller-config', controller.configPath]);
+    assert.equal(res.code, 0, res.out);
+    assert.match(res.out, /released 10\.100\./);
+    const show = JSON.parse(cloud.cli(['ipam', 'show', '--json', '--controller-config', controller.configPath]).out);
+    assert.equal((show.nodes as { name: string }[]).some((n) => n.name === 'n3'), false);
+  });
+});

@@ -1,0 +1,91 @@
+/**
+ * Three agents and two controller replicas over a three-member etcd cluster, all in namespaces: one leader, pods
+ * with cluster-unique IPs, and `kill -9` of the leader: the other replica takes over and agents carry on.
+ */
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { existsSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { randomBytes } from 'node:crypto';
+import { TestAgent } from '../support/agent.ts';
+import { type ControllerProc, TestCloud } from '../support/cloud.ts';
+import { type EtcdCluster, etcdSkipReason, startEtcdCluster } from '../support/etcd.ts';
+import { leftoverNetns, rootSkipReason } from '../support/netns.ts';
+
+function blocksOf(agent: TestAgent): string[] {
+  const path = join(agent.dataDir, 'cluster-state.json');
+  return existsSync(path) ? (JSON.parse(readFileSync(path, 'utf8')).blocks as string[]) : [];
+}
+
+async function until(what: string, fn: () => boolean | Promise<boolean>, timeoutMs = 30_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await fn())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}
+
+function addPod(agent: TestAgent, name: string): string {
+  const res = agent.cni(agent.env('ADD', `c-${name}`, agent.podNetns(name), { namespace: 'default', name }), agent.netconf());
+  assert.equal(res.code, 0, `${name}: ${res.stdout}\n${agent.dump()}`);
+  return ((res.json?.ips as { address: string }[])[0]?.address as string).split('/')[0] as string;
+}
+
+describe('agents with two controllers over etcd', { skip: rootSkipReason() || etcdSkipReason(), timeout: 300_000 }, () => {
+  let cloud: TestCloud;
+  let etcd: EtcdCluster;
+  const controllers: ControllerProc[] = [];
+  const agents: TestAgent[] = [];
+
+  before(async () => {
+    cloud = new TestCloud();
+    etcd = await startEtcdCluster({ members: 3, dir: cloud.dir, netns: cloud.netns });
+    const store = { type: 'etcd', endpoints: etcd.endpoints, prefix: `/atoll-${randomBytes(3).toString('hex')}/`, leaseTtlSeconds: 2 };
+    const pkiDir = join(cloud.dir, 'shared-pki');
+    for (const [name, port] of [['ctl-a', 17451], ['ctl-b', 17452]] as const) {
+      controllers.push(await cloud.startController(name, { port, store, extra: { pkiDir } }));
+    }
+    assert.equal(controllers[0]?.caCertHash, controllers[1]?.caCertHash, 'replicas share one CA');
+    for (const name of ['e1', 'e2', 'e3']) {
+      const agent = new TestAgent({ name, podCidrs: [] });
+      const ip = cloud.connect(agent.netns);
+      agent.rewriteConfig({ controller: cloud.controllerConfig(controllers), underlayAddresses: [ip] });
+      agents.push(agent);
+    }
+    await Promise.all(agents.map((a) => a.start()));
+  });
+
+  after(async () => {
+    for (const a of agents) await a.cleanup();
+    await etcd?.stop();
+    await cloud?.cleanup();
+    assert.deepEqual(leftoverNetns(), []);
+  });
+
+  /** The replica that answers /v1/health as leader, asked from inside the cloud namespace. */
+  function leader(): ControllerProc | undefined {
+    return controllers.find((c) => c.proc?.exitCode === null && cloud.health(c)?.leader === true);
+  }
+
+  test('one replica leads; pods on every node get cluster-unique IPs', async () => {
+    await until('a leader', () => leader() !== undefined);
+    for (const a of agents) await until(`${a.netns} to get a block`, () => blocksOf(a).length > 0);
+    const blocks = agents.flatMap((a) => blocksOf(a));
+    assert.equal(new Set(blocks).size, blocks.length);
+    const ips = agents.flatMap((a, i) => [addPod(a, `q${i}a`), addPod(a, `q${i}b`)]);
+    assert.equal(new Set(ips).size, ips.length);
+  });
+
+  test('kill -9 of the leader: the other replica takes over; agents get new blocks from it', async () => {
+    const old = leader() as ControllerProc;
+    await cloud.stopController(old, 'SIGKILL');
+    const other = controllers.find((c) => c !== old) as ControllerProc;
+    await until('the other replica to lead', () => cloud.health(other)?.leader === true, 20_000);
+    const a = agents[1] as TestAgent;
+    const before = blocksOf(a).length;
+    for (let i = 0; i < 24; i++) addPod(a, `after${i}`); // run low: a spare block must come from the new leader
+    await until('a spare block from the new leader', () => blocksOf(a).length > before);
+    const check = cloud.cli(['ipam', 'check', '--controller-config', other.configPath]);
+    assert.equal(check.code, 0, check.out);
+  });
+});
