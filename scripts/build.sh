@@ -1,12 +1,17 @@
 #!/bin/sh
-# Bundles the TypeScript sources into build/atoll.mjs (what bin/atoll runs): one file loads faster and takes far
-# less memory than hundreds of modules plus Node's TypeScript stripper (docs/architecture.md, "Memory").
-# Written beside its final name and renamed, so concurrent builds never leave half a file.
+# Bundles the TypeScript sources into build/current/ (what bin/atoll runs): a few files load faster and take far
+# less memory than hundreds of modules plus Node's TypeScript stripper, and code splitting keeps what only the
+# controller, the demo or the admin commands need out of an agent (docs/architecture.md, "Memory").
+# Each build goes to a new directory and build/current is switched to it by an atomic rename of a symlink, so
+# concurrent builds and running processes never see half a build.
 set -eu
 cd "$(dirname "$0")/.."
 mkdir -p build
-tmp="build/.atoll.$$.mjs"
-node_modules/.bin/esbuild src/cli/main.ts --bundle --platform=node --format=esm --target=node22 \
+out="dist-$(date +%s)-$$"
+node_modules/.bin/esbuild src/cli/main.ts --bundle --splitting --platform=node --format=esm --target=node22 \
   --external:koffi --external:@grpc/grpc-js --external:@grpc/proto-loader \
-  --log-level=warning --outfile="$tmp"
-mv -f "$tmp" build/atoll.mjs
+  --entry-names=atoll --log-level=warning --outdir="build/$out"
+ln -sfn "$out" "build/.current-$$"
+mv -Tf "build/.current-$$" build/current
+# old builds may still be loading lazy chunks in a running process: keep them for a while
+find build -maxdepth 1 -name 'dist-*' ! -name "$out" -mmin +60 -exec rm -rf {} +
