@@ -19,6 +19,8 @@ export interface NodeRecord {
   readonly vtepMac: string;
   readonly tunnelKey: string;
   readonly agentVersion: string;
+  /** The node's pod blocks, so peers can route to them (kept in step with the block leases). */
+  readonly blocks: readonly string[];
   readonly registeredAt: number;
   readonly updatedAt: number;
 }

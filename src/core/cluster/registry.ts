@@ -83,7 +83,7 @@ export class ClusterRegistry {
       const node: NodeRecord = {
         name: r.name, identity: r.identity, site: r.site, community: r.community, addresses: [...r.addresses],
         observedAddress: r.observedAddress, vtepMac: r.vtepMac, tunnelKey: r.tunnelKey, agentVersion: r.agentVersion,
-        registeredAt: prev?.registeredAt ?? now, updatedAt: now,
+        blocks: prev?.blocks ?? [], registeredAt: prev?.registeredAt ?? now, updatedAt: now,
       };
       const unchanged = prev !== undefined && sameFields(prev, node);
       if (!unchanged) {
@@ -103,7 +103,7 @@ export class ClusterRegistry {
       const existing = await this.#c.store.get(nodeKey(name));
       if (!existing) throw notRegistered(name);
       const prev = parse<NodeRecord>(existing);
-      const node: NodeRecord = { ...prev, ...fields, addresses: [...fields.addresses], updatedAt: this.#c.clock() };
+      const node: NodeRecord = { ...prev, ...fields, addresses: [...fields.addresses], blocks: prev.blocks, updatedAt: this.#c.clock() };
       if (sameFields(prev, node)) return prev;
       const res = await this.#c.store.txn([{ key: nodeKey(name), modRevision: existing.modRevision }], [{ type: 'put', key: nodeKey(name), value: JSON.stringify(node) }]);
       if (res.succeeded) return node;
@@ -205,18 +205,20 @@ export class ClusterRegistry {
           'add a cluster CIDR to the controller configuration, or deregister nodes that are gone');
       }
       const lease: BlockLease = { cidr: formatCidr(block), node: name, leasedAt: this.#c.clock() };
-      // the block must still be free and the node still registered
+      const blocks = sortCidrs([...mine, lease.cidr]);
+      const record: NodeRecord = { ...parse<NodeRecord>(node), blocks };
+      // the block must still be free and the node unchanged; its record lists the new block in the same transaction
       this.#pending.add(lease.cidr);
       let res;
       try {
         res = await this.#c.store.txn(
           [{ key: blockKey(block), modRevision: 0 }, { key: nodeKey(name), modRevision: node.modRevision }],
-          [{ type: 'put', key: blockKey(block), value: JSON.stringify(lease) }],
+          [{ type: 'put', key: blockKey(block), value: JSON.stringify(lease) }, { type: 'put', key: nodeKey(name), value: JSON.stringify(record) }],
         );
       } finally {
         this.#pending.delete(lease.cidr);
       }
-      if (res.succeeded) return sortCidrs([...mine, lease.cidr]);
+      if (res.succeeded) return blocks;
     }
     throw this.#contended(name);
   }
