@@ -4,7 +4,8 @@
  */
 import { readdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { AtollError } from '../core/errors.ts';
+import { AtollError, atollError } from '../core/errors.ts';
+import type { NodeRecord } from '../core/cluster/model.ts';
 import { type Cidr, formatCidr, parseCidr } from '../core/net/ipv4.ts';
 import { preflight } from '../core/plan/preflight.ts';
 import type { Clock, Logger } from '../core/ports.ts';
@@ -18,6 +19,10 @@ import { ClusterStateFile } from '../adapters/cluster-state-file.ts';
 import { loadOrCreateIdentity } from '../adapters/node-identity.ts';
 import { type CniServer, startCniServer } from './cni-server.ts';
 import { ControllerLink } from './controller-link.ts';
+import { Overlay } from './overlay.ts';
+import { BridgeFdb } from '../adapters/bridge-fdb.ts';
+import { Nft } from '../adapters/nft.ts';
+import { loadOrCreateVtepMac } from '../adapters/vtep-state.ts';
 import { PodNetwork } from './pod-network.ts';
 
 export interface AgentComponents {
@@ -29,6 +34,9 @@ export interface AgentComponents {
 /** The shim the set-up builds, used when the configuration names none. */
 export const AGENT_VERSION = '0.1.0';
 
+/** Outer IPv4 + UDP + VXLAN + inner Ethernet headers. */
+const VXLAN_OVERHEAD = 50;
+
 export const DEFAULT_PLUGIN_SOURCE = join(installRoot(), 'bin', 'atoll-cni');
 
 export class Agent {
@@ -38,6 +46,9 @@ export class Agent {
   #server: CniServer | undefined;
   #timer: NodeJS.Timeout | undefined;
   #link: ControllerLink | undefined;
+  #overlay: Overlay | undefined;
+  /** Peers from local state, for an agent without a controller link. */
+  #peersOffline: readonly NodeRecord[] = [];
 
   constructor(components: AgentComponents, config: AgentConfig) {
     this.#c = components;
@@ -57,13 +68,30 @@ export class Agent {
     const saved = stateFile.load();
     const blocks = this.#blocksWith(saved.blocks);
     await this.#preflight(blocks);
+    const underlay = cfg.overlay ? await this.#underlay() : undefined;
+    const mtu = cfg.mtu ?? (underlay ? underlay.mtu - VXLAN_OVERHEAD : 1500);
+    if (underlay && mtu > underlay.mtu - VXLAN_OVERHEAD) {
+      throw atollError('CONFIG_FILE_INVALID', `mtu ${mtu} does not fit VXLAN over ${underlay.device} (MTU ${underlay.mtu}): at most ${underlay.mtu - VXLAN_OVERHEAD}`,
+        'remove mtu from the configuration to derive it from the underlay');
+    }
     initNetns();
     this.#pods = new PodNetwork(
       { ip: this.#c.ip, store: new FsIpamStore(cfg.dataDir, cfg.network), log: log.child('pods'), clock: this.#c.clock },
-      { nodeName: cfg.nodeName, network: cfg.network, bridge: cfg.bridge, mtu: cfg.mtu, blocks, reservationTtlMs: cfg.reservationTtl },
+      { nodeName: cfg.nodeName, network: cfg.network, bridge: cfg.bridge, mtu, blocks, reservationTtlMs: cfg.reservationTtl },
     );
     await this.#pods.start();
-    if (cfg.controller) this.#startLink(cfg.controller, stateFile);
+    const vtepMac = cfg.overlay ? loadOrCreateVtepMac(join(cfg.dataDir, 'vtep.json')) : '';
+    if (cfg.overlay && underlay) {
+      this.#overlay = new Overlay(
+        { ip: this.#c.ip, fdb: new BridgeFdb(), nft: new Nft(), log: log.child('overlay') },
+        { nodeName: cfg.nodeName, site: cfg.site, ...cfg.overlay, vtepMac, underlay: underlay.address, underlayDevice: underlay.device,
+          underlayNet: underlay.net, mtu: underlay.mtu - VXLAN_OVERHEAD, clusterCidrs: cfg.clusterCidrs.map((c) => parseCidr(c) as Cidr) },
+      );
+      await this.#overlay.start();
+      this.#peersOffline = saved.peers;
+      await this.#syncOverlay(saved.peers); // from local state: works with the controller unreachable
+    }
+    if (cfg.controller) this.#startLink(cfg.controller, stateFile, vtepMac);
     this.#server = await startCniServer(cfg.socketPath, this.#pods, log.child('cni'));
     const changed = installCni({
       binDir: cfg.cniBinDir,
@@ -76,6 +104,10 @@ export class Agent {
     this.#timer = setInterval(() => void this.#resync(), cfg.resyncPeriod);
     this.#timer.unref();
     log.info('atoll agent ready', { socket: cfg.socketPath, usage: this.#pods.ipam.usage() });
+  }
+
+  get overlay(): Overlay | undefined {
+    return this.#overlay;
   }
 
   get link(): ControllerLink | undefined {
@@ -93,7 +125,35 @@ export class Agent {
     return [...all.values()];
   }
 
-  #startLink(controller: NonNullable<AgentConfig['controller']>, stateFile: ClusterStateFile): void {
+  /** The underlay: the interface holding the first underlayAddresses entry, its prefix and MTU. */
+  async #underlay(): Promise<{ address: string; device: string; net: Cidr; mtu: number }> {
+    const address = this.#cfg.underlayAddresses[0];
+    if (!address) {
+      throw atollError('CONFIG_FILE_INVALID', 'the overlay needs underlayAddresses: this node\'s address on the network between nodes', 'add underlayAddresses to the agent configuration');
+    }
+    const addrs = await this.#c.ip.addrs();
+    for (const a of addrs) {
+      for (const i of a.addr_info) {
+        if (i.family === 'inet' && i.local === address) {
+          const link = await this.#c.ip.link(a.ifname);
+          return { address, device: a.ifname, net: parseCidr(`${address}/${i.prefixlen}`, false) as Cidr, mtu: link?.mtu ?? 1500 };
+        }
+      }
+    }
+    throw atollError('CONFIG_FILE_INVALID', `underlay address ${address} is not on any interface of this node`, 'fix underlayAddresses');
+  }
+
+  /** Runs the overlay for our current blocks and `peers`; failures are logged and retried by the resync. */
+  async #syncOverlay(peers: readonly NodeRecord[]): Promise<void> {
+    if (!this.#overlay || !this.#pods) return;
+    try {
+      await this.#overlay.sync(this.#pods.ipam.blocks, peers);
+    } catch (err) {
+      this.#c.log.error('overlay sync failed; retrying at the next resync', { err });
+    }
+  }
+
+  #startLink(controller: NonNullable<AgentConfig['controller']>, stateFile: ClusterStateFile, vtepMac: string): void {
     const cfg = this.#cfg;
     const pods = this.#pods as PodNetwork;
     this.#link = new ControllerLink(
@@ -102,8 +162,12 @@ export class Agent {
         clock: this.#c.clock,
         identity: loadOrCreateIdentity(join(cfg.dataDir, 'node.key')),
         stateFile,
-        onBlocks: (leased) => pods.setBlocks(this.#blocksWith(leased)),
+        onBlocks: async (leased) => {
+          await pods.setBlocks(this.#blocksWith(leased));
+          await this.#syncOverlay(this.#link?.peers ?? []);
+        },
         usage: () => pods.ipam.usage(),
+        onPeers: (peers) => void this.#syncOverlay(peers),
       },
       {
         urls: controller.urls,
@@ -111,7 +175,7 @@ export class Agent {
         caCertHash: controller.caCertHash,
         caPath: join(cfg.dataDir, 'controller-ca.pem'),
         nodeName: cfg.nodeName,
-        fields: { site: cfg.site, community: cfg.community, addresses: cfg.underlayAddresses, vtepMac: '', tunnelKey: '', agentVersion: AGENT_VERSION },
+        fields: { site: cfg.site, community: cfg.community, addresses: cfg.underlayAddresses, vtepMac, tunnelKey: '', agentVersion: AGENT_VERSION },
         usagePeriodMs: controller.usagePeriod,
       },
     );
@@ -120,6 +184,7 @@ export class Agent {
 
   async stop(): Promise<void> {
     await this.#link?.stop();
+    this.#overlay?.stop();
     if (this.#timer) clearInterval(this.#timer);
     this.#pods?.stop();
     await this.#server?.close();
@@ -130,6 +195,7 @@ export class Agent {
     try {
       await this.#pods?.ensureBridge();
       await this.#pods?.reconcile();
+      await this.#syncOverlay(this.#link?.peers ?? this.#peersOffline);
     } catch (err) {
       this.#c.log.error('resync failed; retrying next period', { err });
     }
@@ -150,6 +216,7 @@ export class Agent {
       ourConf: cfg.cniConfName,
       podBlocks: blocks,
       bridgeName: cfg.bridge,
+      ownDevices: cfg.overlay ? [cfg.overlay.device] : [],
       bridge: bridge && {
         kind: bridge.linkinfo?.info_kind,
         addresses: (addrs.find((a) => a.ifname === cfg.bridge)?.addr_info ?? []).filter((i) => i.family === 'inet').map((i) => `${i.local}/${i.prefixlen}`),

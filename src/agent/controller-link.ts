@@ -23,6 +23,8 @@ export interface ControllerLinkComponents {
   /** Called with the node's blocks whenever they change. */
   readonly onBlocks: (blocks: readonly string[]) => Promise<void>;
   readonly usage: () => IpamUsage;
+  /** Called with the peer set whenever it changes. */
+  readonly onPeers?: (peers: readonly NodeRecord[]) => void;
 }
 
 export interface ControllerLinkInit {
@@ -146,6 +148,7 @@ export class ControllerLink {
     else if (line.type === 'put') peers = [...peers.filter((p) => p.name !== line.node.name), line.node];
     else peers = peers.filter((p) => p.name !== line.name);
     this.#save({ ...this.#state, peers: peers.sort((a, b) => a.name.localeCompare(b.name)), revision: line.revision });
+    this.#c.onPeers?.(this.#state.peers);
   }
 
   async #applyBlocks(blocks: readonly string[]): Promise<void> {

@@ -53,7 +53,8 @@ export const agentConfigSchema = z.strictObject({
   dataDir: absPath.default('/var/lib/atoll'),
   socketPath: absPath.default('/run/atoll/atoll.sock'),
   bridge: z.string().regex(IFNAME, 'must be a Linux interface name of at most 15 characters').default('atoll0'),
-  mtu: z.number().int().min(576).max(9000).default(1500),
+  /** Pod and bridge MTU; by default the underlay's minus 50 with the overlay, else 1500. */
+  mtu: z.number().int().min(576).max(9000).optional(),
   /** How long a deleted pod's address stays reserved for it. */
   reservationTtl: duration.default(24 * 3600 * 1000),
   /** How often reservations are expired and state reconciled. */
@@ -66,6 +67,16 @@ export const agentConfigSchema = z.strictObject({
   community: label.default(''),
   /** This node's underlay addresses, as registered with the controller. */
   underlayAddresses: z.array(z.string().refine((s) => parseIpv4(s) !== undefined, { message: 'must be an IPv4 address' })).default([]),
+  /** The same-site overlay (VXLAN, or direct routes on one L2 segment); off when absent. */
+  overlay: z.strictObject({
+    device: z.string().regex(IFNAME, 'must be a Linux interface name of at most 15 characters').default('atoll.1'),
+    vni: z.number().int().min(1).max(16_777_215).default(1),
+    port: z.number().int().min(1).max(65535).default(8472),
+    directRouting: z.enum(['never', 'auto']).default('never'),
+    probePort: z.number().int().min(1).max(65535).default(8474),
+  }).optional(),
+  /** Cluster pod ranges: pod traffic to them is never masqueraded (every known block is included anyway). */
+  clusterCidrs: z.array(cidr).default([]),
 });
 
 export type AgentConfig = Readonly<z.output<typeof agentConfigSchema>> & { readonly podBlocks: readonly Cidr[] };

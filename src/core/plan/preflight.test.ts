@@ -35,3 +35,9 @@ test('our own bridge and its routes are not a conflict', () => {
   const p = preflight({ ...base, bridge: { kind: 'bridge', addresses: ['10.244.1.1/24'] }, hostAddresses: [{ ifname: 'atoll0', cidr: '10.244.1.1/24' }], hostRoutes: [{ dst: '10.244.1.0/24', dev: 'atoll0' }] });
   assert.deepEqual(p, []);
 });
+
+test("the overlay's own addresses and routes are not a conflict", () => {
+  const p = preflight({ ...base, ownDevices: ['atoll.1'], hostAddresses: [{ ifname: 'atoll.1', cidr: '10.244.1.0/32' }],
+    hostRoutes: [{ dst: '10.244.1.0/24', dev: 'atoll.1' }, { dst: '10.244.1.0/26', dev: 'eth0', protocol: '44' }] });
+  assert.deepEqual(p, []);
+});

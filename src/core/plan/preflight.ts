@@ -3,6 +3,7 @@
  * problems, each an AtollError saying what is wrong and how to fix it.
  */
 import { AtollError } from '../errors.ts';
+import { ROUTE_PROTO } from '../overlay/plan.ts';
 import { type Cidr, cidrsOverlap, formatCidr, formatIpv4, gatewayOf, parseCidr } from '../net/ipv4.ts';
 
 export interface HostAddress {
@@ -15,6 +16,8 @@ export interface HostRoute {
   readonly dst: string;
   readonly dev?: string;
   readonly type?: string;
+  /** The route's protocol as `ip -json` prints it (a name or a number). */
+  readonly protocol?: string;
 }
 
 export interface PreflightInput {
@@ -24,6 +27,8 @@ export interface PreflightInput {
   readonly ourConf: string;
   readonly podBlocks: readonly Cidr[];
   readonly bridgeName: string;
+  /** Atoll's other devices (the overlay's VXLAN device): their addresses and routes are ours. */
+  readonly ownDevices?: readonly string[];
   /** The link named like our bridge, if any. */
   readonly bridge?: { readonly kind?: string; readonly addresses: readonly string[] };
   readonly hostAddresses: readonly HostAddress[];
@@ -41,7 +46,8 @@ export function preflight(p: PreflightInput): AtollError[] {
       fix: `remove or rename ${before.join(', ')}, or set cniConfName to a name that sorts first`,
     }));
   }
-  const onBridge = (dev: string | undefined) => dev === p.bridgeName;
+  const own = new Set([p.bridgeName, ...(p.ownDevices ?? [])]);
+  const onBridge = (dev: string | undefined) => dev !== undefined && own.has(dev);
   for (const a of p.hostAddresses) {
     const c = parseCidr(a.cidr, false);
     if (!c || onBridge(a.ifname)) continue;
@@ -54,7 +60,7 @@ export function preflight(p: PreflightInput): AtollError[] {
     }
   }
   for (const r of p.hostRoutes) {
-    if (r.dst === 'default' || onBridge(r.dev) || r.type === 'local' || r.type === 'broadcast') continue;
+    if (r.dst === 'default' || onBridge(r.dev) || r.type === 'local' || r.type === 'broadcast' || r.protocol === String(ROUTE_PROTO)) continue;
     const c = parseCidr(r.dst.includes('/') ? r.dst : `${r.dst}/32`, false);
     if (!c || c.bits === 0) continue;
     const hit = p.podBlocks.find((b) => cidrsOverlap(b, c));

@@ -1,0 +1,154 @@
+/**
+ * The agent's same-site overlay: keeps the VXLAN device (with the node's lasting VTEP MAC), probes peers to find
+ * its site, and brings routes, neighbours, fdb entries and the nftables table in line with the plan
+ * (src/core/overlay/plan.ts) on every peer change and every resync. Only Atoll's objects are read and changed:
+ * routes with protocol ROUTE_PROTO, entries on Atoll's device, Atoll's nft table.
+ */
+import { atollError } from '../core/errors.ts';
+import type { NodeRecord } from '../core/cluster/model.ts';
+import { type Cidr, cidrsOverlap, formatCidr, parseCidr } from '../core/net/ipv4.ts';
+import { renderNftRuleset } from '../core/overlay/nft.ts';
+import { diffOverlay, type DirectRouting, type NeighEntry, type OverlayPeer, type OverlayPlan, planOverlay, renderOverlayDiff, ROUTE_PROTO, type RouteEntry } from '../core/overlay/plan.ts';
+import type { Logger } from '../core/ports.ts';
+import type { BridgeFdb } from '../adapters/bridge-fdb.ts';
+import type { IpRoute2 } from '../adapters/iproute2.ts';
+import type { Nft } from '../adapters/nft.ts';
+import { ProbeResponder, probeDirect } from '../adapters/underlay-probe.ts';
+
+export interface OverlayComponents {
+  readonly ip: IpRoute2;
+  readonly fdb: BridgeFdb;
+  readonly nft: Nft;
+  readonly log: Logger;
+}
+
+export interface OverlayInit {
+  readonly nodeName: string;
+  readonly site: string;
+  readonly device: string;
+  readonly vni: number;
+  readonly port: number;
+  readonly vtepMac: string;
+  readonly underlay: string;
+  readonly underlayDevice: string;
+  readonly underlayNet: Cidr;
+  readonly mtu: number;
+  readonly directRouting: DirectRouting;
+  readonly probePort: number;
+  /** Cluster ranges pod traffic is not masqueraded to, besides every known block. */
+  readonly clusterCidrs: readonly Cidr[];
+}
+
+/** How often a peer's reachability is re-probed. */
+const PROBE_TTL_MS = 60_000;
+
+export class Overlay {
+  readonly #c: OverlayComponents;
+  readonly #init: OverlayInit;
+  readonly #responder = new ProbeResponder();
+  readonly #reach = new Map<string, { reachable: boolean; at: number }>();
+  #last: OverlayPlan | undefined;
+  #running: Promise<void> = Promise.resolve();
+
+  constructor(components: OverlayComponents, init: OverlayInit) {
+    this.#c = components;
+    this.#init = init;
+  }
+
+  get plan(): OverlayPlan | undefined {
+    return this.#last;
+  }
+
+  /** Creates or repairs the VXLAN device and starts answering probes. */
+  async start(): Promise<void> {
+    await this.ensureDevice();
+    await this.#responder.start(this.#init.underlay, this.#init.probePort);
+  }
+
+  stop(): void {
+    this.#responder.stop();
+  }
+
+  /** Idempotent: the device exists as our VXLAN with our MAC, VNI, port and MTU, and is up. */
+  async ensureDevice(): Promise<void> {
+    const { device, vni, port, vtepMac, underlay, underlayDevice, mtu } = this.#init;
+    const link = await this.#c.ip.link(device);
+    const kind = link?.linkinfo?.info_kind;
+    if (link && kind !== 'vxlan') {
+      throw atollError('PREFLIGHT_FOREIGN_DEVICE', `device ${device} exists and is a ${kind ?? 'plain'} device, not VXLAN`, `delete it or set overlay.device`);
+    }
+    const data = (link?.linkinfo as { info_data?: { id?: number; port?: number } } | undefined)?.info_data;
+    const lines: string[] = [];
+    if (link && (data?.id !== vni || data?.port !== port)) lines.push(`link del ${device}`);
+    if (!link || data?.id !== vni || data?.port !== port) {
+      lines.push(`link add ${device} address ${vtepMac} mtu ${mtu} type vxlan id ${vni} dstport ${port} local ${underlay} dev ${underlayDevice} nolearning`);
+    } else if (link.address !== vtepMac) {
+      lines.push(`link set dev ${device} address ${vtepMac}`);
+    }
+    lines.push(`link set dev ${device} mtu ${mtu} up`);
+    await this.#c.ip.batch(lines);
+  }
+
+  /** Brings the kernel in line with the plan for `blocks` (ours) and `peers`. Serialised; safe to call often. */
+  sync(blocks: readonly Cidr[], peers: readonly NodeRecord[]): Promise<void> {
+    this.#running = this.#running.then(() => this.#sync(blocks, peers), () => this.#sync(blocks, peers));
+    return this.#running;
+  }
+
+  async #sync(blocks: readonly Cidr[], peers: readonly NodeRecord[]): Promise<void> {
+    const init = this.#init;
+    const others = peers.filter((p) => p.name !== init.nodeName);
+    const overlayPeers = await Promise.all(others.map((p) => this.#toPeer(p)));
+    const self = { name: init.nodeName, site: init.site, underlay: init.underlay, vtepMac: init.vtepMac, blocks };
+    const plan = planOverlay(self, overlayPeers, { device: init.device, underlayNet: init.underlayNet, underlayDevice: init.underlayDevice, directRouting: init.directRouting });
+    await this.ensureDevice();
+    if (plan.vtepAddress) await this.#c.ip.batch([`addr replace ${plan.vtepAddress} dev ${init.device}`]);
+    const have = await this.#readState();
+    const lines = renderOverlayDiff(diffOverlay(plan, have));
+    await this.#c.fdb.batch(lines.bridge);
+    await this.#c.ip.batch(lines.ip);
+    const known = [...blocks, ...overlayPeers.flatMap((p) => p.blocks), ...init.clusterCidrs];
+    await this.#c.nft.apply(renderNftRuleset({ localBlocks: blocks, clusterCidrs: mergeCidrs(known) }));
+    if (lines.ip.length + lines.bridge.length > 0) {
+      this.#c.log.info('overlay updated', { changes: lines.ip.length + lines.bridge.length, sitePeers: plan.sitePeers, remotePeers: plan.remotePeers });
+    }
+    this.#last = plan;
+  }
+
+  async #toPeer(p: NodeRecord): Promise<OverlayPeer> {
+    const underlay = p.addresses[0] ?? '';
+    const blocks = p.blocks.map((b) => parseCidr(b)).filter((b): b is Cidr => b !== undefined);
+    const cached = this.#reach.get(p.name);
+    let reachable = cached?.reachable ?? false;
+    const needsProbe = !(this.#init.site !== '' && p.site !== ''); // labels on both sides decide without a probe
+    if (needsProbe && underlay && (!cached || Date.now() - cached.at > PROBE_TTL_MS)) {
+      reachable = (await probeDirect(this.#init.underlay, underlay, this.#init.probePort)).reachable;
+      if (cached?.reachable !== reachable) this.#c.log.info('peer reachability', { peer: p.name, underlay, direct: reachable });
+      this.#reach.set(p.name, { reachable, at: Date.now() });
+    }
+    return { name: p.name, site: p.site, underlay, vtepMac: p.vtepMac, blocks, reachable };
+  }
+
+  /** Atoll's routes (by protocol), neighbours and fdb entries on its device. */
+  async #readState(): Promise<{ routes: RouteEntry[]; neighbours: NeighEntry[]; fdb: { mac: string; dst: string; dev: string }[] }> {
+    const dev = this.#init.device;
+    const [routes, neigh, fdb] = await Promise.all([
+      this.#c.ip.json<{ dst: string; gateway?: string; dev?: string; flags?: string[] }>(['route', 'show', 'proto', String(ROUTE_PROTO)]),
+      this.#c.ip.json<{ dst: string; lladdr?: string; state?: string[] }>(['neigh', 'show', 'dev', dev, 'nud', 'permanent']),
+      this.#c.fdb.list(dev),
+    ]);
+    return {
+      routes: routes.filter((r) => r.gateway && r.dev).map((r) => ({ dst: r.dst.includes('/') ? r.dst : `${r.dst}/32`, via: r.gateway as string, dev: r.dev as string, onlink: (r.flags ?? []).includes('onlink') })),
+      neighbours: neigh.filter((n) => n.lladdr).map((n) => ({ ip: n.dst, mac: n.lladdr as string, dev })),
+      fdb,
+    };
+  }
+}
+
+/** Known blocks and ranges without ones covered by another (nft interval sets refuse overlapping elements). */
+function mergeCidrs(cidrs: readonly Cidr[]): Cidr[] {
+  const sorted = [...new Map(cidrs.map((c) => [formatCidr(c), c])).values()].sort((a, b) => a.bits - b.bits || a.base - b.base);
+  const out: Cidr[] = [];
+  for (const c of sorted) if (!out.some((o) => cidrsOverlap(o, c))) out.push(c);
+  return out;
+}

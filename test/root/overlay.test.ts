@@ -1,0 +1,141 @@
+/**
+ * The same-site overlay on namespaces: three nodes of one site (an underlay bridge), two pods each, every pod
+ * reaching every other by PodIP over VXLAN; the VTEP MAC kept across restarts with the controller down and across a
+ * "reboot"; a deleted route of ours repaired; a foreign route untouched.
+ */
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn, spawnSync } from 'node:child_process';
+import { existsSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { TestAgent } from '../support/agent.ts';
+import { type ControllerProc, TestCloud } from '../support/cloud.ts';
+import { leftoverNetns, rootSkipReason, sh } from '../support/netns.ts';
+import { PROJECT_NODE } from '../../src/lab/agent-process.ts';
+
+interface Pod {
+  readonly node: TestAgent;
+  readonly ns: string;
+  readonly ip: string;
+}
+
+async function until(what: string, fn: () => boolean, timeoutMs = 30_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!fn()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}
+
+function peersOf(agent: TestAgent): { name: string; blocks: string[]; vtepMac: string }[] {
+  const path = join(agent.dataDir, 'cluster-state.json');
+  return existsSync(path) ? JSON.parse(readFileSync(path, 'utf8')).peers : [];
+}
+
+function vtepMac(agent: TestAgent): string {
+  return JSON.parse(sh('ip', ['-n', agent.netns, '-j', 'link', 'show', 'atoll.1']))[0].address;
+}
+
+function pingable(from: Pod, to: string): boolean {
+  return from.node.execIn(from.ns, 'ping', ['-c1', '-W1', to]).code === 0;
+}
+
+/** A TCP round trip from pod `a` to pod `b` (a one-shot echo server in b). */
+async function tcpWorks(a: Pod, b: Pod): Promise<boolean> {
+  const nsName = (p: Pod) => p.ns.split('/').pop() as string;
+  const server = spawn('ip', ['netns', 'exec', nsName(b), PROJECT_NODE, '-e', "require('net').createServer((s)=>{s.end('pong');process.exit(0)}).listen(7007);setTimeout(()=>process.exit(2),5000)"]);
+  await new Promise((r) => setTimeout(r, 300));
+  const client = spawnSync('ip', ['netns', 'exec', nsName(a), PROJECT_NODE, '-e',
+    `const s=require('net').connect(7007,'${b.ip}');let d='';s.on('data',x=>d+=x);s.on('end',()=>{process.stdout.write(d)});s.on('error',()=>process.exit(1));setTimeout(()=>process.exit(3),3000)`], { encoding: 'utf8' });
+  server.kill('SIGKILL');
+  return client.stdout === 'pong';
+}
+
+describe('same-site overlay over VXLAN', { skip: rootSkipReason(), timeout: 300_000 }, () => {
+  let cloud: TestCloud;
+  let controller: ControllerProc;
+  const agents: TestAgent[] = [];
+  const pods: Pod[] = [];
+
+  before(async () => {
+    cloud = new TestCloud();
+    controller = await cloud.startController('ctl', { port: 17461 });
+    for (const name of ['v1', 'v2', 'v3']) {
+      const agent = new TestAgent({ name, podCidrs: [] });
+      const ip = cloud.connect(agent.netns);
+      agent.rewriteConfig({ controller: cloud.controllerConfig([controller]), underlayAddresses: [ip], overlay: {}, resyncPeriod: 2 });
+      agents.push(agent);
+    }
+    await Promise.all(agents.map((a) => a.start()));
+    await until('every node to know both peers with their blocks and VTEP MACs', () =>
+      agents.every((a) => peersOf(a).filter((p) => p.blocks.length > 0 && p.vtepMac).length === 3));
+    for (const a of agents) {
+      for (const suffix of ['x', 'y']) {
+        const ns = a.podNetns(`${a.netns.split('-').at(-2)}${suffix}`);
+        const res = a.cni(a.env('ADD', `c-${ns.split('/').pop()}`, ns, { namespace: 'default', name: `pod-${ns.split('/').pop()}` }), a.netconf());
+        assert.equal(res.code, 0, res.stdout + a.dump());
+        pods.push({ node: a, ns, ip: ((res.json?.ips as { address: string }[])[0]?.address as string).split('/')[0] as string });
+      }
+    }
+  });
+
+  after(async () => {
+    for (const a of agents) await a.cleanup();
+    await cloud?.cleanup();
+    assert.deepEqual(leftoverNetns(), []);
+  });
+
+  test('every pod reaches every other by PodIP (ping and TCP), with MTU underlay minus 50', async () => {
+    await until('overlay routes on every node', () => agents.every((a) => sh('ip', ['-n', a.netns, 'route', 'show', 'proto', '44']).trim().split('\n').length >= 2));
+    const failures: string[] = [];
+    for (const a of pods) for (const b of pods) if (a !== b && !pingable(a, b.ip)) failures.push(`${a.ip} -> ${b.ip}`);
+    assert.deepEqual(failures, [], agents.map((a) => a.dump()).join('\n'));
+    assert.ok(await tcpWorks(pods[0] as Pod, pods[5] as Pod), 'TCP across nodes');
+    assert.equal(JSON.parse(sh('ip', ['-n', (agents[0] as TestAgent).netns, '-j', 'link', 'show', 'atoll.1']))[0].mtu, 1450);
+    const podLink = (pods[0] as Pod).node.execIn((pods[0] as Pod).ns, 'ip', ['-j', 'link', 'show', 'eth0']);
+    assert.equal(JSON.parse(podLink.out)[0].mtu, 1450);
+    // the largest unfragmented datagram passes: 1450 - 28 bytes of ICMP and IP headers
+    const big = (pods[0] as Pod).node.execIn((pods[0] as Pod).ns, 'ping', ['-c1', '-W2', '-M', 'do', '-s', '1422', (pods[3] as Pod).ip]);
+    assert.equal(big.code, 0, big.out);
+  });
+
+  test('restart with the controller down: same VTEP MAC, traffic resumes', async () => {
+    const a = agents[1] as TestAgent;
+    const before = vtepMac(a);
+    await cloud.stopController(controller, 'SIGKILL');
+    await a.stop('SIGKILL');
+    await a.start();
+    assert.equal(vtepMac(a), before);
+    assert.ok(pingable(pods[0] as Pod, (pods[2] as Pod).ip));
+  });
+
+  test('"reboot" with the controller down: devices and rules gone, agent restarted: same MAC, nothing changed on peers', async () => {
+    const a = agents[2] as TestAgent;
+    const before = vtepMac(a);
+    const peerState = sh('ip', ['-n', (agents[0] as TestAgent).netns, 'neigh', 'show', 'dev', 'atoll.1']);
+    await a.stop('SIGKILL');
+    for (const dev of ['atoll.1', a.bridge]) sh('ip', ['-n', a.netns, 'link', 'del', dev]);
+    sh('ip', ['netns', 'exec', a.netns, 'nft', 'delete', 'table', 'ip', 'atoll']);
+    await a.start();
+    assert.equal(vtepMac(a), before);
+    assert.equal(sh('ip', ['-n', (agents[0] as TestAgent).netns, 'neigh', 'show', 'dev', 'atoll.1']), peerState);
+    // the pods' veths died with the bridge in this "reboot": re-create one pod (same name: same IP) and reach it
+    const old = pods[4] as Pod;
+    const ns = a.podNetns('reborn');
+    const res = a.cni(a.env('ADD', 'c-reborn', ns, { namespace: 'default', name: `pod-${old.ns.split('/').pop()}` }), a.netconf());
+    assert.equal(res.code, 0, res.stdout);
+    assert.match(res.stdout, new RegExp(`"${old.ip.replaceAll('.', '\\.')}/`));
+    await until('traffic to the re-created pod', () => pingable(pods[0] as Pod, old.ip), 10_000);
+    assert.match(sh('ip', ['netns', 'exec', a.netns, 'nft', 'list', 'table', 'ip', 'atoll']), /masquerade/);
+  });
+
+  test('resync repairs a deleted route of ours and leaves a foreign route alone', async () => {
+    const a = agents[0] as TestAgent;
+    const ours = sh('ip', ['-n', a.netns, 'route', 'show', 'proto', '44']).trim().split('\n')[0] as string;
+    const dst = ours.split(' ')[0] as string;
+    sh('ip', ['-n', a.netns, 'route', 'add', '198.18.0.0/24', 'via', '192.0.2.1']);
+    sh('ip', ['-n', a.netns, 'route', 'del', dst, 'proto', '44']);
+    await until('the route to be repaired', () => sh('ip', ['-n', a.netns, 'route', 'show', 'proto', '44']).includes(dst), 15_000);
+    assert.match(sh('ip', ['-n', a.netns, 'route', 'show', '198.18.0.0/24']), /via 192\.0\.2\.1/);
+  });
+});
