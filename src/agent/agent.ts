@@ -20,6 +20,7 @@ import { loadOrCreateIdentity } from '../adapters/node-identity.ts';
 import { type CniServer, startCniServer } from './cni-server.ts';
 import { ControllerLink } from './controller-link.ts';
 import { Overlay } from './overlay.ts';
+import { flannelAnnotations } from '../core/overlay/flannel.ts';
 import { BridgeFdb } from '../adapters/bridge-fdb.ts';
 import { Nft } from '../adapters/nft.ts';
 import { loadOrCreateVtepMac } from '../adapters/vtep-state.ts';
@@ -175,7 +176,10 @@ export class Agent {
         caCertHash: controller.caCertHash,
         caPath: join(cfg.dataDir, 'controller-ca.pem'),
         nodeName: cfg.nodeName,
-        fields: { site: cfg.site, community: cfg.community, addresses: cfg.underlayAddresses, vtepMac, tunnelKey: '', agentVersion: AGENT_VERSION },
+        fields: {
+          site: cfg.site, community: cfg.community, addresses: cfg.underlayAddresses, vtepMac, tunnelKey: '', agentVersion: AGENT_VERSION,
+          annotations: cfg.overlay && vtepMac ? flannelAnnotations(cfg.overlay.vni, vtepMac, cfg.underlayAddresses[0] ?? '') : {},
+        },
         usagePeriodMs: controller.usagePeriod,
       },
     );

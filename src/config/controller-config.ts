@@ -81,6 +81,9 @@ export const nodeFieldsSchema = z.strictObject({
   vtepMac: mac.default(''),
   tunnelKey: z.string().max(512).default(''),
   agentVersion: z.string().max(64).default(''),
+  annotations: z.record(z.string().regex(/^([a-z0-9.-]{1,253}\/)?[A-Za-z0-9._-]{1,63}$/, 'must be a Kubernetes annotation key'), z.string().max(1024))
+    .refine((a) => Object.keys(a).length <= 16, { message: 'at most 16 annotations' })
+    .default({}),
 });
 
 export const joinRequestSchema = nodeFieldsSchema.extend({

@@ -99,14 +99,36 @@ describe('same-site overlay over VXLAN', { skip: rootSkipReason(), timeout: 300_
     assert.equal(big.code, 0, big.out);
   });
 
-  test('restart with the controller down: same VTEP MAC, traffic resumes', async () => {
+  test("each node's VTEP is advertised in flannel's annotation shape", () => {
+    const show = cloud.cli(['ipam', 'show', '--json', '--controller-config', controller.configPath]);
+    assert.equal(show.code, 0, show.out);
+    const peers = JSON.parse(readFileSync(join((agents[0] as TestAgent).dataDir, 'cluster-state.json'), 'utf8')).peers as { name: string; vtepMac: string; addresses: string[]; annotations: Record<string, string> }[];
+    for (const p of peers) {
+      assert.deepEqual(JSON.parse(p.annotations['flannel.alpha.coreos.com/backend-data'] ?? '{}'), { VNI: 1, VtepMAC: p.vtepMac });
+      assert.equal(p.annotations['flannel.alpha.coreos.com/public-ip'], p.addresses[0]);
+    }
+  });
+
+  test('restart with the controller down: same VTEP MAC; a continuous ping loses packets only inside the restart window', async () => {
     const a = agents[1] as TestAgent;
     const before = vtepMac(a);
     await cloud.stopController(controller, 'SIGKILL');
+    const from = pods[0] as Pod;
+    const ping = spawn('ip', ['netns', 'exec', from.ns.split('/').pop() as string, 'ping', '-i', '0.05', '-w', '4', '-W', '1', (pods[2] as Pod).ip]);
+    let out = '';
+    ping.stdout.on('data', (d) => (out += d));
+    const done = new Promise((r) => ping.on('close', r));
+    await new Promise((r) => setTimeout(r, 500));
+    const t0 = Date.now();
     await a.stop('SIGKILL');
     await a.start();
+    const windowMs = Date.now() - t0;
+    await done;
+    const m = /(\d+) packets transmitted, (\d+) received/.exec(out);
+    assert.ok(m, out);
+    const lost = Number(m[1]) - Number(m[2]);
+    assert.ok(lost * 50 <= windowMs, `lost ${lost} pings (${lost * 50} ms) outside a ${windowMs} ms restart window`);
     assert.equal(vtepMac(a), before);
-    assert.ok(pingable(pods[0] as Pod, (pods[2] as Pod).ip));
   });
 
   test('"reboot" with the controller down: devices and rules gone, agent restarted: same MAC, nothing changed on peers', async () => {
@@ -137,5 +159,41 @@ describe('same-site overlay over VXLAN', { skip: rootSkipReason(), timeout: 300_
     sh('ip', ['-n', a.netns, 'route', 'del', dst, 'proto', '44']);
     await until('the route to be repaired', () => sh('ip', ['-n', a.netns, 'route', 'show', 'proto', '44']).includes(dst), 15_000);
     assert.match(sh('ip', ['-n', a.netns, 'route', 'show', '198.18.0.0/24']), /via 192\.0\.2\.1/);
+  });
+});
+
+describe('direct routes and site labels', { skip: rootSkipReason(), timeout: 300_000 }, () => {
+  let cloud: TestCloud;
+  const agents: TestAgent[] = [];
+  after(async () => {
+    for (const a of agents) await a.cleanup();
+    await cloud?.cleanup();
+  });
+
+  test('same-site peers on one L2 segment get plain routes; a peer labelled another site gets none', async () => {
+    cloud = new TestCloud();
+    const controller = await cloud.startController('ctl', { port: 17462 });
+    for (const [name, site] of [['d1', 'a'], ['d2', 'a'], ['d3', 'b']] as const) {
+      const agent = new TestAgent({ name, podCidrs: [] });
+      const ip = cloud.connect(agent.netns);
+      agent.rewriteConfig({ controller: cloud.controllerConfig([controller]), underlayAddresses: [ip], site, overlay: { directRouting: 'auto' }, resyncPeriod: 2 });
+      agents.push(agent);
+    }
+    await Promise.all(agents.map((a) => a.start()));
+    const [d1, d2, d3] = agents as [TestAgent, TestAgent, TestAgent];
+    await until('peers with blocks', () => agents.every((a) => peersOf(a).filter((p) => p.blocks.length > 0).length === 3));
+    const block = (a: TestAgent) => (peersOf(d1).find((p) => p.name === a.netns.split('-').at(-2))?.blocks[0]) as string;
+    await until('a direct route to d2', () => sh('ip', ['-n', d1.netns, 'route', 'show', 'proto', '44']).includes(block(d2)));
+    const routes = sh('ip', ['-n', d1.netns, 'route', 'show', 'proto', '44']);
+    assert.match(routes, new RegExp(`${block(d2).replace('.', '\\.')} via 192\\.0\\.2\\.\\d+ dev uplink0`));
+    assert.ok(!routes.includes(block(d3)), `no route to another site's block: ${routes}`);
+    const pa = d1.podNetns('da');
+    const pb = d2.podNetns('db');
+    const ra = d1.cni(d1.env('ADD', 'c-da', pa, { namespace: 'default', name: 'da' }), d1.netconf());
+    const rb = d2.cni(d2.env('ADD', 'c-db', pb, { namespace: 'default', name: 'db' }), d2.netconf());
+    assert.equal(ra.code + rb.code, 0);
+    const ipB = ((rb.json?.ips as { address: string }[])[0]?.address as string).split('/')[0] as string;
+    assert.equal(d1.execIn(pa, 'ping', ['-c1', '-W2', ipB]).code, 0, d1.dump());
+    assert.equal(d3.cni(d3.env('ADD', 'c-dc', d3.podNetns('dc'), { namespace: 'default', name: 'dc' }), d3.netconf()).code, 0);
   });
 });

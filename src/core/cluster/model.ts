@@ -19,6 +19,8 @@ export interface NodeRecord {
   readonly vtepMac: string;
   readonly tunnelKey: string;
   readonly agentVersion: string;
+  /** Annotations the node publishes about itself (e.g. flannel's backend-data), as Kubernetes Node annotations. */
+  readonly annotations: Readonly<Record<string, string>>;
   /** The node's pod blocks, so peers can route to them (kept in step with the block leases). */
   readonly blocks: readonly string[];
   readonly registeredAt: number;
@@ -26,7 +28,9 @@ export interface NodeRecord {
 }
 
 /** The fields a node may set about itself. */
-export type NodeFields = Pick<NodeRecord, 'site' | 'community' | 'addresses' | 'vtepMac' | 'tunnelKey' | 'agentVersion'>;
+export type NodeFields = Pick<NodeRecord, 'site' | 'community' | 'addresses' | 'vtepMac' | 'tunnelKey' | 'agentVersion'> & {
+  readonly annotations?: NodeRecord['annotations'];
+};
 
 /** A block leased to a node. Leases end only when the node is deregistered. */
 export interface BlockLease {

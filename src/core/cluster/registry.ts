@@ -83,7 +83,7 @@ export class ClusterRegistry {
       const node: NodeRecord = {
         name: r.name, identity: r.identity, site: r.site, community: r.community, addresses: [...r.addresses],
         observedAddress: r.observedAddress, vtepMac: r.vtepMac, tunnelKey: r.tunnelKey, agentVersion: r.agentVersion,
-        blocks: prev?.blocks ?? [], registeredAt: prev?.registeredAt ?? now, updatedAt: now,
+        annotations: { ...r.annotations }, blocks: prev?.blocks ?? [], registeredAt: prev?.registeredAt ?? now, updatedAt: now,
       };
       const unchanged = prev !== undefined && sameFields(prev, node);
       if (!unchanged) {
@@ -103,7 +103,7 @@ export class ClusterRegistry {
       const existing = await this.#c.store.get(nodeKey(name));
       if (!existing) throw notRegistered(name);
       const prev = parse<NodeRecord>(existing);
-      const node: NodeRecord = { ...prev, ...fields, addresses: [...fields.addresses], blocks: prev.blocks, updatedAt: this.#c.clock() };
+      const node: NodeRecord = { ...prev, ...fields, annotations: { ...fields.annotations }, addresses: [...fields.addresses], blocks: prev.blocks, updatedAt: this.#c.clock() };
       if (sameFields(prev, node)) return prev;
       const res = await this.#c.store.txn([{ key: nodeKey(name), modRevision: existing.modRevision }], [{ type: 'put', key: nodeKey(name), value: JSON.stringify(node) }]);
       if (res.succeeded) return node;
@@ -239,5 +239,6 @@ function notRegistered(name: string): AtollError {
 
 function sameFields(a: NodeRecord, b: NodeRecord): boolean {
   return a.site === b.site && a.community === b.community && a.vtepMac === b.vtepMac && a.tunnelKey === b.tunnelKey &&
-    a.agentVersion === b.agentVersion && a.observedAddress === b.observedAddress && a.addresses.join(',') === b.addresses.join(',');
+    a.agentVersion === b.agentVersion && a.observedAddress === b.observedAddress && a.addresses.join(',') === b.addresses.join(',') &&
+    JSON.stringify(a.annotations ?? {}) === JSON.stringify(b.annotations ?? {});
 }
