@@ -15,6 +15,8 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { createServer, type Server } from 'node:https';
 import { timingSafeEqual } from 'node:crypto';
+import type { Socket } from 'node:net';
+import type { Duplex } from 'node:stream';
 import { AtollError, asAtollError, atollError, type ErrorCode } from '../core/errors.ts';
 import type { Clock, Logger } from '../core/ports.ts';
 import type { ClusterRegistry, NodeEvent } from '../core/cluster/registry.ts';
@@ -58,6 +60,8 @@ const STATUS: Partial<Record<ErrorCode, number>> = {
 };
 
 const WATCH_PING_MS = 15_000;
+/** Refuses bytes that are not UTF-8 instead of replacing them (JSON text is UTF-8, RFC 8259). */
+const UTF8 = new TextDecoder('utf-8', { fatal: true });
 
 function tokenMatches(given: string, tokens: readonly string[]): boolean {
   const g = Buffer.from(given);
@@ -96,6 +100,7 @@ export class ApiServer {
     const server = createServer({ key: this.#init.key, cert: this.#init.certChain }, (req, res) => void this.#handle(req, res));
     server.headersTimeout = 10_000;
     server.requestTimeout = 0; // watches are long-lived; bodies are bounded by size instead
+    server.on('clientError', (err: Error & { code?: string }, socket: Duplex) => this.#clientError(err, socket));
     this.#server = server;
     await new Promise<void>((resolve, reject) => {
       server.once('error', reject);
@@ -114,10 +119,11 @@ export class ApiServer {
   }
 
   async #handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const url = new URL(req.url ?? '/', 'https://controller');
-    const path = url.pathname;
     const method = req.method ?? 'GET';
+    let path = req.url ?? '/';
     try {
+      const url = requestUrl(path);
+      path = url.pathname;
       const body = await this.#readBody(req);
       const nodeRoute = /^\/v1\/nodes\/([^/]+)(\/usage|\/blocks)?$/.exec(path);
       if (method === 'GET' && path === '/v1/health') return send(res, 200, { leader: this.#c.leadership.isLeader(), leaderUrl: await this.#c.leadership.leaderUrl() });
@@ -128,7 +134,7 @@ export class ApiServer {
         return send(res, 200, await this.#c.registry.ipamReport());
       }
       if (nodeRoute) {
-        const name = decodeURIComponent(nodeRoute[1] as string);
+        const name = decodePathPart(nodeRoute[1] as string);
         const sub = nodeRoute[2];
         if (method === 'DELETE' && !sub) {
           this.#admin(req);
@@ -151,6 +157,11 @@ export class ApiServer {
       throw atollError('API_BAD_REQUEST', `no route ${method} ${path}`, 'see docs/api.md');
     } catch (e) {
       const err = asAtollError(e);
+      if (req.socket.destroyed && !res.headersSent) {
+        // the client hung up mid-request, or #clientError already answered its malformed body: nobody to answer
+        this.#c.log.debug('API request abandoned', { method, path, code: err.code, err: err.message });
+        return;
+      }
       const status = STATUS[err.code] ?? 500;
       const level = status >= 500 ? 'error' : 'warn';
       this.#c.log[level]('API request refused', { method, path, remote: req.socket.remoteAddress, code: err.code, err: err.message });
@@ -159,6 +170,21 @@ export class ApiServer {
         send(res, status, { code: err.code, message: err.message, fix: err.fix, ...extra });
       } else res.destroy();
     }
+  }
+
+  /** A request Node's HTTP parser refused (bad bytes in the request line or headers, headers too large). */
+  #clientError(err: Error & { code?: string }, socket: Duplex): void {
+    if (err.code === 'ECONNRESET' || err.code === 'HPE_INVALID_EOF_STATE' || !socket.writable) { // the client hung up
+      socket.destroy();
+      return;
+    }
+    const tooLarge = err.code === 'HPE_HEADER_OVERFLOW';
+    const code: ErrorCode = tooLarge ? 'API_TOO_LARGE' : 'API_BAD_REQUEST';
+    const message = `malformed HTTP request: ${err.code ?? err.message}`;
+    this.#c.log.warn('API request refused', { remote: (socket as Socket).remoteAddress, code, err: message });
+    const text = JSON.stringify({ code, message, fix: tooLarge ? 'send smaller headers' : 'send a well-formed HTTP/1.1 request' });
+    socket.end(`HTTP/1.1 ${tooLarge ? '431 Request Header Fields Too Large' : '400 Bad Request'}\r\ncontent-type: application/json\r\n` +
+      `content-length: ${Buffer.byteLength(text)}\r\nconnection: close\r\n\r\n${text}`);
   }
 
   async #join(req: IncomingMessage, body: Buffer): Promise<unknown> {
@@ -250,24 +276,43 @@ export class ApiServer {
       const chunks: Buffer[] = [];
       let size = 0;
       req.on('data', (d: Buffer) => {
+        if (size > max) return; // refused already: the rest is read and dropped, so that the client gets the 413
         size += d.length;
         if (size > max) {
+          chunks.length = 0;
           reject(atollError('API_TOO_LARGE', `request body is over ${max} bytes`, 'send a smaller body'));
-          req.destroy();
         } else chunks.push(d);
       });
       req.on('end', () => resolve(Buffer.concat(chunks)));
-      req.on('error', reject);
+      req.on('error', (cause) => reject(bad(`the request body could not be read: ${cause.message}`, 'send the whole body, with a correct length or chunking')));
     });
+  }
+}
+
+/** The request target as a URL. @throws AtollError API_BAD_REQUEST when it is none (e.g. `//[`). */
+function requestUrl(target: string): URL {
+  try {
+    return new URL(target, 'https://controller');
+  } catch {
+    throw bad(`request target ${JSON.stringify(target.slice(0, 256))} is not a path`);
+  }
+}
+
+/** A percent-decoded path segment. @throws AtollError API_BAD_REQUEST on a malformed escape (`%zz`). */
+function decodePathPart(part: string): string {
+  try {
+    return decodeURIComponent(part);
+  } catch {
+    throw bad(`path segment ${JSON.stringify(part.slice(0, 256))} has a malformed %-escape`);
   }
 }
 
 function parseJson<T>(schema: { safeParse(v: unknown): { success: true; data: T } | { success: false; error: { issues: { path: PropertyKey[]; message: string }[] } } }, body: Buffer): T {
   let raw: unknown;
   try {
-    raw = JSON.parse(body.toString('utf8'));
+    raw = JSON.parse(UTF8.decode(body));
   } catch {
-    throw bad('request body is not JSON');
+    throw bad('request body is not JSON in UTF-8');
   }
   const res = schema.safeParse(raw);
   if (!res.success) throw bad(`request body is invalid: ${res.error.issues.map((i) => `${i.path.join('.') || '(top)'}: ${i.message}`).join('; ')}`);

@@ -1,0 +1,509 @@
+/**
+ * The cloud controller's throughput and memory, and the agent's idle memory, in one run on one machine:
+ *   throughput  registrations/s and block allocations/s through the real HTTPS API, for each store side by side
+ *               (embedded; etcd with 1 member; etcd with 3 members): a real controller process (`bin/atoll
+ *               controller`) on 127.0.0.1, and simulated agents (test/support/join-simulator.ts) in this process;
+ *   controller  VmRSS and VmHWM of the controller process holding `--rss-nodes` registered nodes (default 5,000);
+ *   agent       VmRSS of a real idle agent (test/support/agent.ts) without and with a controller, against an empty
+ *               Node process (`node -e "setInterval(()=>{},1e9)"`), which is what Node itself costs.
+ * bench/README.md explains what is measured and why.
+ *
+ * Usage: node bench/controller.ts [--smoke] [--nodes N] [--runs R] [--concurrency C] [--stores embedded,etcd1,etcd3]
+ *        [--rss-nodes M] [--rss-store S] [--agent-samples K] [--no-agent] [--json FILE] [--timeout SECONDS]
+ */
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { existsSync, mkdtempSync, openSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { cpus, loadavg, release, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { parseArgs } from 'node:util';
+import { adminRequest } from '../src/adapters/controller-client.ts';
+import { ATOLL_BIN, PROJECT_NODE } from '../src/lab/agent-process.ts';
+import { TestAgent } from '../test/support/agent.ts';
+import { type ControllerProc, TestCloud } from '../test/support/cloud.ts';
+import { type EtcdCluster, etcdSkipReason, startEtcdCluster } from '../test/support/etcd.ts';
+import { simulateJoins, type SimulationReport } from '../test/support/join-simulator.ts';
+import { delNetns, isRoot, leftoverNetns, RUN_PREFIX } from '../test/support/netns.ts';
+
+const BOOTSTRAP_TOKEN = 'atoll-bench-bootstrap-0123456789';
+const ADMIN_TOKEN = 'atoll-bench-admin-0123456789abcdef';
+const AGENT_RSS_TARGET_MIB = 80;
+const KIB_PER_MIB = 1024;
+
+// ---------------------------------------------------------------------------------------------------------------
+// Options
+
+type StoreKey = 'embedded' | 'etcd1' | 'etcd3';
+const STORE_KEYS: readonly StoreKey[] = ['embedded', 'etcd1', 'etcd3'];
+const STORE_LABEL: Record<StoreKey, string> = { embedded: 'embedded', etcd1: 'etcd, 1 member', etcd3: 'etcd, 3 members' };
+
+interface Options {
+  readonly smoke: boolean;
+  readonly nodes: number;
+  readonly runs: number;
+  readonly concurrency: number;
+  readonly stores: readonly StoreKey[];
+  readonly rssNodes: number;
+  readonly rssStore: StoreKey;
+  readonly agentSamples: number;
+  readonly settleMs: number;
+  readonly agent: boolean;
+  readonly json: string | undefined;
+  readonly timeoutS: number;
+}
+
+const USAGE = `usage: node bench/controller.ts [options]
+  --smoke              tiny run for CI: 50 nodes, 1 run per store, 300 nodes for the RSS, 2 agent samples
+  --nodes N            simulated agents per throughput run (default 500)
+  --runs R             throughput runs per store, interleaved across stores (default 3)
+  --concurrency C      requests in flight from the simulated agents (default 64)
+  --stores LIST        stores to compare, of embedded,etcd1,etcd3 (default all; etcd needs the etcd binary)
+  --rss-nodes M        registered nodes the controller holds when its memory is read (default 5000; 0 skips)
+  --rss-store S        the store of that controller (default embedded)
+  --agent-samples K    VmRSS samples per process, 1 s apart, after it settled (default 5)
+  --no-agent           skip the agent memory part (it needs root)
+  --json FILE          write every sample and summary to FILE
+  --timeout SECONDS    abort (and clean up) after this long (default 3600; 300 with --smoke)`;
+
+function parseOptions(argv: readonly string[]): Options {
+  const { values } = parseArgs({
+    args: [...argv],
+    strict: true,
+    options: {
+      smoke: { type: 'boolean', default: false },
+      nodes: { type: 'string' },
+      runs: { type: 'string' },
+      concurrency: { type: 'string' },
+      stores: { type: 'string' },
+      'rss-nodes': { type: 'string' },
+      'rss-store': { type: 'string', default: 'embedded' },
+      'agent-samples': { type: 'string' },
+      'no-agent': { type: 'boolean', default: false },
+      json: { type: 'string' },
+      timeout: { type: 'string' },
+      help: { type: 'boolean', short: 'h', default: false },
+    },
+  });
+  if (values.help) {
+    process.stdout.write(USAGE + '\n');
+    process.exit(0);
+  }
+  const smoke = values.smoke;
+  const int = (name: string, raw: string | undefined, dflt: number, min: number): number => {
+    if (raw === undefined) return dflt;
+    const n = Number(raw);
+    if (!Number.isInteger(n) || n < min) throw new Error(`--${name} must be an integer >= ${min}, got "${raw}"\n${USAGE}`);
+    return n;
+  };
+  const store = (s: string): StoreKey => {
+    if (!(STORE_KEYS as readonly string[]).includes(s)) throw new Error(`unknown store "${s}"; the stores are ${STORE_KEYS.join(', ')}\n${USAGE}`);
+    return s as StoreKey;
+  };
+  return {
+    smoke,
+    nodes: int('nodes', values.nodes, smoke ? 50 : 500, 1),
+    runs: int('runs', values.runs, smoke ? 1 : 3, 1),
+    concurrency: int('concurrency', values.concurrency, 64, 1),
+    stores: (values.stores ?? STORE_KEYS.join(',')).split(',').filter(Boolean).map(store),
+    rssNodes: int('rss-nodes', values['rss-nodes'], smoke ? 300 : 5000, 0),
+    rssStore: store(values['rss-store']),
+    agentSamples: int('agent-samples', values['agent-samples'], smoke ? 2 : 5, 1),
+    settleMs: smoke ? 2000 : 5000,
+    agent: !values['no-agent'],
+    json: values.json,
+    timeoutS: int('timeout', values.timeout, smoke ? 300 : 3600, 1),
+  };
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Resources: every process, etcd cluster, namespace and directory this run creates, and their removal
+
+class Fixture {
+  readonly dir: string = mkdtempSync(join(tmpdir(), `${RUN_PREFIX}cbench-`));
+  readonly procs = new Set<ChildProcess>();
+  readonly etcd = new Map<StoreKey, EtcdCluster>();
+  readonly agents = new Set<TestAgent>();
+  cloud: TestCloud | undefined;
+  #cleaned: Promise<void> | undefined;
+
+  /** Idempotent: kills our processes by pid, stops etcd, removes namespaces and directories. */
+  cleanup(): Promise<void> {
+    this.#cleaned ??= this.#cleanup();
+    return this.#cleaned;
+  }
+
+  async #cleanup(): Promise<void> {
+    for (const p of this.procs) if (p.exitCode === null && p.signalCode === null) p.kill('SIGKILL');
+    for (const a of this.agents) await a.cleanup().catch((e: unknown) => process.stderr.write(`bench: agent cleanup failed: ${String(e)}\n`));
+    for (const e of this.etcd.values()) await e.stop().catch((err: unknown) => process.stderr.write(`bench: etcd cleanup failed: ${String(err)}\n`));
+    await this.cloud?.cleanup().catch((e: unknown) => process.stderr.write(`bench: cloud cleanup failed: ${String(e)}\n`));
+    if (isRoot()) for (const ns of leftoverNetns()) delNetns(ns); // only names with this process's unique prefix
+    rmSync(this.dir, { recursive: true, force: true });
+    for (const f of readdirSync(tmpdir())) if (f.startsWith(RUN_PREFIX)) rmSync(join(tmpdir(), f), { recursive: true, force: true });
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Memory of a process, from /proc
+
+interface Mem {
+  readonly rssKiB: number;
+  readonly hwmKiB: number;
+}
+
+function memOf(pid: number): Mem {
+  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+  const field = (name: string) => Number(new RegExp(`^${name}:\\s+(\\d+) kB`, 'm').exec(status)?.[1] ?? NaN);
+  return { rssKiB: field('VmRSS'), hwmKiB: field('VmHWM') };
+}
+
+/** `count` samples of VmRSS, `everyMs` apart; and VmHWM at the end. */
+async function sampleMem(pid: number, count: number, everyMs = 1000): Promise<{ rssKiB: number[]; hwmKiB: number }> {
+  const rssKiB: number[] = [];
+  for (let i = 0; i < count; i++) {
+    if (i > 0) await sleep(everyMs);
+    rssKiB.push(memOf(pid).rssKiB);
+  }
+  return { rssKiB, hwmKiB: memOf(pid).hwmKiB };
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// A controller process on loopback
+
+interface Controller {
+  readonly proc: ChildProcess;
+  readonly pid: number;
+  readonly url: string;
+  readonly caPem: string;
+  readonly log: string;
+}
+
+async function freePort(): Promise<number> {
+  const s = createServer();
+  await new Promise<void>((resolve, reject) => {
+    s.once('error', reject);
+    s.listen(0, '127.0.0.1', () => resolve());
+  });
+  const port = (s.address() as { port: number }).port;
+  await new Promise((r) => s.close(r));
+  return port;
+}
+
+/** Starts `bin/atoll controller` (the bundle users run) with a fresh data directory; resolves once it serves. */
+async function startController(fx: Fixture, name: string, store: Record<string, unknown>): Promise<Controller> {
+  const port = await freePort();
+  const dataDir = join(fx.dir, name);
+  const url = `https://127.0.0.1:${port}`;
+  const configPath = join(fx.dir, `${name}.json`);
+  writeFileSync(configPath, JSON.stringify({
+    listenHost: '127.0.0.1', listenPort: port, advertiseUrl: url, clusterCidrs: ['10.0.0.0/8'], blockBits: 26, maxBlocksPerNode: 4, refillBelow: 8,
+    dataDir, bootstrapTokens: [BOOTSTRAP_TOKEN], adminToken: ADMIN_TOKEN, store,
+  }));
+  const log = join(fx.dir, `${name}.log`);
+  const proc = spawn(ATOLL_BIN, ['controller', '--config', configPath], { stdio: ['ignore', 'pipe', openSync(log, 'w')] });
+  fx.procs.add(proc);
+  await new Promise<void>((resolve, reject) => {
+    let text = '';
+    const timer = setTimeout(() => reject(new Error(`controller ${name} not serving within 60 s:\n${readFileSync(log, 'utf8').slice(-2000)}`)), 60_000);
+    proc.stdout?.on('data', (d: Buffer) => {
+      text += d.toString();
+      if (/caCertHash sha256:/.test(text)) {
+        clearTimeout(timer);
+        resolve();
+      }
+    });
+    proc.once('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`controller ${name} exited with ${code}:\n${readFileSync(log, 'utf8').slice(-2000)}`));
+    });
+  });
+  return { proc, pid: proc.pid as number, url, caPem: readFileSync(join(dataDir, 'pki', 'ca.crt'), 'utf8'), log };
+}
+
+async function stopController(fx: Fixture, c: Controller): Promise<void> {
+  if (c.proc.exitCode === null && c.proc.signalCode === null) {
+    const exited = new Promise((r) => c.proc.once('exit', r));
+    c.proc.kill('SIGTERM');
+    const t = setTimeout(() => c.proc.kill('SIGKILL'), 5000);
+    await exited;
+    clearTimeout(t);
+  }
+  fx.procs.delete(c.proc);
+}
+
+/** The store section of a controller configuration; etcd clusters are started once and shared (one prefix a run). */
+async function storeConfig(fx: Fixture, store: StoreKey): Promise<Record<string, unknown>> {
+  if (store === 'embedded') return { type: 'embedded' };
+  let etcd = fx.etcd.get(store);
+  if (!etcd) {
+    etcd = await startEtcdCluster({ members: store === 'etcd1' ? 1 : 3, dir: fx.dir });
+    fx.etcd.set(store, etcd);
+  }
+  return { type: 'etcd', endpoints: etcd.endpoints, prefix: `/bench-${randomBytes(4).toString('hex')}/` };
+}
+
+interface IpamReport {
+  readonly nodes: { name: string; blocks: string[] }[];
+  readonly problems: unknown[];
+}
+
+/** Every block the controller leases, checked: none twice, no problem reported. */
+async function leasedBlocks(c: Controller): Promise<number> {
+  const report = (await adminRequest(c.url, c.caPem, ADMIN_TOKEN, 'GET', '/v1/ipam')) as IpamReport;
+  const all = report.nodes.flatMap((n) => n.blocks);
+  if (new Set(all).size !== all.length) throw new Error(`the controller leases a block twice: ${JSON.stringify(report).slice(0, 2000)}`);
+  if (report.problems.length > 0) throw new Error(`ipam problems: ${JSON.stringify(report.problems).slice(0, 2000)}`);
+  return all.length;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Throughput
+
+interface ThroughputRun {
+  readonly store: StoreKey;
+  readonly run: number;
+  readonly nodes: number;
+  readonly joinPhaseMs: number;
+  readonly reportPhaseMs: number;
+  readonly registrationsPerS: number;
+  /** Blocks leased in the report phase (one per node, more if a timed-out report was retried). */
+  readonly allocations: number;
+  readonly allocationsPerS: number;
+  readonly joinRequestMs: number[];
+  readonly reportRequestMs: number[];
+  readonly attempts: number;
+  readonly controllerHwmKiB: number;
+}
+
+/**
+ * One run: a fresh controller (and store prefix); `nodes` agents join at once, then, once all have joined, each
+ * reports free = 0 and gets a second block. The two phases are timed apart.
+ */
+async function throughputRun(fx: Fixture, store: StoreKey, run: number, opts: Options): Promise<ThroughputRun> {
+  const c = await startController(fx, `${store}-run${run}`, await storeConfig(fx, store));
+  try {
+    const report: SimulationReport = await simulateJoins({
+      urls: [c.url], caPem: c.caPem, token: BOOTSTRAP_TOKEN, count: opts.nodes, prefix: `b${run}-`, deadlineMs: 900_000,
+      concurrency: opts.concurrency, secondBlock: true, phased: true, requestTimeoutMs: 120_000,
+    });
+    if (report.failed > 0) throw new Error(`${report.failed} simulated agents failed against ${STORE_LABEL[store]}: ${JSON.stringify(report.errors.slice(0, 5))}`);
+    const leased = await leasedBlocks(c);
+    const joinPhaseMs = report.joinPhaseMs ?? NaN;
+    const reportPhaseMs = report.reportPhaseMs ?? NaN;
+    const allocations = leased - report.joined;
+    return {
+      store, run, nodes: opts.nodes, joinPhaseMs, reportPhaseMs,
+      registrationsPerS: report.joined / (joinPhaseMs / 1000), allocations, allocationsPerS: allocations / (reportPhaseMs / 1000),
+      joinRequestMs: report.joinRequestMs, reportRequestMs: report.reportRequestMs, attempts: report.attempts, controllerHwmKiB: memOf(c.pid).hwmKiB,
+    };
+  } finally {
+    await stopController(fx, c);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Controller memory holding many nodes
+
+interface ControllerMemory {
+  readonly store: StoreKey;
+  readonly nodes: number;
+  readonly idleAtStart: { rssKiB: number[]; hwmKiB: number };
+  readonly registerMs: number;
+  readonly holding: { rssKiB: number[]; hwmKiB: number };
+}
+
+async function controllerMemory(fx: Fixture, opts: Options): Promise<ControllerMemory> {
+  const c = await startController(fx, `rss-${opts.rssStore}`, await storeConfig(fx, opts.rssStore));
+  try {
+    await sleep(opts.settleMs);
+    const idleAtStart = await sampleMem(c.pid, opts.agentSamples);
+    const t0 = performance.now();
+    const report = await simulateJoins({ urls: [c.url], caPem: c.caPem, token: BOOTSTRAP_TOKEN, count: opts.rssNodes, prefix: 'm-', deadlineMs: 3_600_000, concurrency: opts.concurrency, requestTimeoutMs: 120_000 });
+    if (report.failed > 0) throw new Error(`${report.failed} of ${opts.rssNodes} agents failed to join: ${JSON.stringify(report.errors.slice(0, 5))}`);
+    const registerMs = performance.now() - t0;
+    const leased = await leasedBlocks(c);
+    if (leased !== opts.rssNodes) throw new Error(`${leased} blocks leased to ${opts.rssNodes} nodes`);
+    await sleep(opts.settleMs);
+    const holding = await sampleMem(c.pid, opts.agentSamples);
+    return { store: opts.rssStore, nodes: opts.rssNodes, idleAtStart, registerMs, holding };
+  } finally {
+    await stopController(fx, c);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Agent idle memory
+
+interface ProcessMemory {
+  readonly what: string;
+  readonly rssKiB: number[];
+  readonly hwmKiB: number;
+  readonly target: boolean;
+}
+
+async function referenceMemory(fx: Fixture, opts: Options, flags: readonly string[], what: string): Promise<ProcessMemory> {
+  const proc = spawn(PROJECT_NODE, [...flags, '-e', 'setInterval(()=>{},1e9)'], { stdio: 'ignore' });
+  fx.procs.add(proc);
+  try {
+    await sleep(opts.settleMs);
+    const m = await sampleMem(proc.pid as number, opts.agentSamples);
+    return { what, ...m, target: false };
+  } finally {
+    proc.kill('SIGKILL');
+    fx.procs.delete(proc);
+  }
+}
+
+function agentBlocks(agent: TestAgent): string[] {
+  const path = join(agent.dataDir, 'cluster-state.json');
+  return existsSync(path) ? ((JSON.parse(readFileSync(path, 'utf8')) as { blocks?: string[] }).blocks ?? []) : [];
+}
+
+/** A real agent, started and left alone until idle; with `cloud`, it joins a controller there first. */
+async function agentMemory(fx: Fixture, opts: Options, withController: boolean): Promise<ProcessMemory> {
+  const agent = new TestAgent({ name: withController ? 'rssc' : 'rssa', podCidrs: withController ? [] : ['10.77.0.0/24'], config: { resyncPeriod: 60 } });
+  fx.agents.add(agent);
+  try {
+    if (withController) {
+      fx.cloud ??= new TestCloud();
+      const ctl: ControllerProc = await fx.cloud.startController('rss-agent-ctl', { port: 17481 });
+      const ip = fx.cloud.connect(agent.netns);
+      agent.rewriteConfig({ controller: { ...fx.cloud.controllerConfig([ctl]), usagePeriod: 10 }, underlayAddresses: [ip] });
+    }
+    await agent.start();
+    if (withController) {
+      const deadline = Date.now() + 30_000;
+      while (agentBlocks(agent).length === 0) {
+        if (Date.now() > deadline) throw new Error(`the agent got no block from the controller within 30 s:\n${agent.dump()}`);
+        await sleep(100);
+      }
+    }
+    await sleep(opts.settleMs);
+    const m = await sampleMem(agent.pid as number, opts.agentSamples);
+    return { what: withController ? 'agent, joined to a controller' : 'agent, no controller', ...m, target: true };
+  } finally {
+    await agent.cleanup();
+    fx.agents.delete(agent);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Statistics and the report
+
+function median(xs: readonly number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  if (s.length === 0) return NaN;
+  const mid = s.length >> 1;
+  return s.length % 2 === 1 ? (s[mid] as number) : ((s[mid - 1] as number) + (s[mid] as number)) / 2;
+}
+
+/** Nearest-rank percentile. */
+function pct(xs: readonly number[], q: number): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.max(0, Math.ceil(q * s.length) - 1))] ?? NaN;
+}
+
+function table(head: readonly string[], rows: readonly (readonly string[])[]): string {
+  const widths = head.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
+  const line = (r: readonly string[]) => r.map((c, i) => (i === 0 ? c.padEnd(widths[i] ?? 0) : c.padStart(widths[i] ?? 0))).join('  ');
+  return [line(head), widths.map((w) => '-'.repeat(w)).join('  '), ...rows.map(line)].join('\n');
+}
+
+const mib = (kib: number) => (kib / KIB_PER_MIB).toFixed(1);
+const f0 = (n: number) => (Number.isFinite(n) ? n.toFixed(0) : '-');
+
+function throughputTable(runs: readonly ThroughputRun[], stores: readonly StoreKey[]): string {
+  const rows = stores.map((s) => {
+    const mine = runs.filter((r) => r.store === s);
+    const joins = mine.flatMap((r) => r.joinRequestMs);
+    const reports = mine.flatMap((r) => r.reportRequestMs);
+    return [STORE_LABEL[s], f0(median(mine.map((r) => r.registrationsPerS))), f0(median(joins)), f0(pct(joins, 0.99)),
+      f0(median(mine.map((r) => r.allocationsPerS))), f0(median(reports)), f0(pct(reports, 0.99)), mib(median(mine.map((r) => r.controllerHwmKiB)))];
+  });
+  return table(['store', 'registrations/s', 'join p50 ms', 'join p99 ms', 'allocations/s', 'alloc p50 ms', 'alloc p99 ms', 'ctl VmHWM MiB'], rows);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Main
+
+async function main(argv: readonly string[]): Promise<number> {
+  const opts = parseOptions(argv);
+  const fx = new Fixture();
+  const abort = (code: number, why: string) => {
+    process.stderr.write(`bench: ${why}; cleaning up\n`);
+    void fx.cleanup().finally(() => process.exit(code));
+  };
+  process.once('SIGINT', () => abort(130, 'interrupted'));
+  process.once('SIGTERM', () => abort(143, 'terminated'));
+  const timer = setTimeout(() => abort(2, `timed out after ${opts.timeoutS} s`), opts.timeoutS * 1000);
+  timer.unref();
+
+  const etcdMissing = etcdSkipReason();
+  const stores = opts.stores.filter((s) => s === 'embedded' || !etcdMissing);
+  const skipped = opts.stores.filter((s) => !stores.includes(s)).map((s) => `${STORE_LABEL[s]} (${etcdMissing})`);
+  const machine = { cpus: cpus().length, cpu: cpus()[0]?.model, kernel: release(), node: spawnSync(PROJECT_NODE, ['--version'], { encoding: 'utf8' }).stdout.trim(),
+    etcd: etcdMissing ? undefined : /etcd Version: (\S+)/.exec(spawnSync('etcd', ['--version'], { encoding: 'utf8' }).stdout)?.[1], loadAtStart: loadavg() };
+  process.stdout.write(`# controller bench: ${opts.nodes} simulated agents x ${opts.runs} run(s) per store, ${opts.concurrency} requests in flight; ` +
+    `${machine.cpus} CPUs, node ${machine.node}, etcd ${machine.etcd ?? '-'}, load ${machine.loadAtStart.map((l) => l.toFixed(2)).join(' ')}\n`);
+  if (skipped.length > 0) process.stdout.write(`# skipped: ${skipped.join('; ')}\n`);
+
+  try {
+    const runs: ThroughputRun[] = [];
+    for (let run = 0; run < opts.runs; run++) {
+      // interleaved, and the store order rotates each run, so drift and background load hit every store alike
+      for (let i = 0; i < stores.length; i++) {
+        const store = stores[(i + run) % stores.length] as StoreKey;
+        const r = await throughputRun(fx, store, run, opts);
+        runs.push(r);
+        process.stdout.write(`#   run ${run + 1} ${STORE_LABEL[store]}: ${f0(r.registrationsPerS)} registrations/s, ${f0(r.allocationsPerS)} allocations/s (${r.allocations} blocks)\n`);
+      }
+    }
+    process.stdout.write(`\n## Throughput through the API (${opts.nodes} agents join at once, then each gets a second block; medians of ${opts.runs} run(s))\n\n`);
+    process.stdout.write(`${throughputTable(runs, stores)}\n`);
+
+    let ctlMem: ControllerMemory | undefined;
+    if (opts.rssNodes > 0 && stores.includes(opts.rssStore)) {
+      ctlMem = await controllerMemory(fx, opts);
+      process.stdout.write(`\n## Controller memory (${STORE_LABEL[ctlMem.store]} store; median of ${opts.agentSamples} VmRSS samples)\n\n`);
+      process.stdout.write(`${table(['controller process', 'VmRSS MiB', 'VmHWM MiB'], [
+        ['just started, no node', mib(median(ctlMem.idleAtStart.rssKiB)), mib(ctlMem.idleAtStart.hwmKiB)],
+        [`holding ${ctlMem.nodes} nodes`, mib(median(ctlMem.holding.rssKiB)), mib(ctlMem.holding.hwmKiB)],
+      ])}\n`);
+      process.stdout.write(`(registering the ${ctlMem.nodes} nodes took ${(ctlMem.registerMs / 1000).toFixed(1)} s: ${f0(ctlMem.nodes / (ctlMem.registerMs / 1000))} registrations/s on average)\n`);
+    }
+
+    const procs: ProcessMemory[] = [];
+    if (opts.agent && !isRoot()) process.stdout.write('\n# agent memory skipped: needs root (network namespaces)\n');
+    else if (opts.agent) {
+      procs.push(await referenceMemory(fx, opts, [], 'node -e "setInterval(()=>{},1e9)"'));
+      procs.push(await referenceMemory(fx, opts, ['--max-semi-space-size=1'], 'the same, with bin/atoll\'s --max-semi-space-size=1'));
+      procs.push(await agentMemory(fx, opts, false));
+      procs.push(await agentMemory(fx, opts, true));
+      process.stdout.write(`\n## Idle memory (median of ${opts.agentSamples} VmRSS samples, 1 s apart, after ${opts.settleMs / 1000} s settling)\n\n`);
+      process.stdout.write(`${table(['process', 'VmRSS MiB', 'VmHWM MiB', `target <= ${AGENT_RSS_TARGET_MIB} MiB`], procs.map((p) => [p.what, mib(median(p.rssKiB)), mib(p.hwmKiB),
+        p.target ? (median(p.rssKiB) <= AGENT_RSS_TARGET_MIB * KIB_PER_MIB ? 'PASS' : 'MISS') : '']))}\n`);
+    }
+
+    if (opts.json) {
+      writeFileSync(opts.json, JSON.stringify({ options: opts, machine: { ...machine, loadAtEnd: loadavg() }, skipped, throughput: runs, controllerMemory: ctlMem, idleMemory: procs }, null, 2));
+    }
+    process.stdout.write(`\n# load at end ${loadavg().map((l) => l.toFixed(2)).join(' ')}\n`);
+    return 0;
+  } finally {
+    clearTimeout(timer);
+    await fx.cleanup();
+    if (isRoot()) {
+      const left = leftoverNetns();
+      if (left.length > 0) process.stderr.write(`bench: namespaces left behind: ${left.join(' ')}\n`);
+    }
+  }
+}
+
+main(process.argv.slice(2)).then((code) => {
+  process.exitCode = code;
+}, (err: unknown) => {
+  process.stderr.write(`bench: ${err instanceof Error ? err.stack ?? err.message : String(err)}\n`);
+  process.exitCode = 1;
+});
