@@ -118,7 +118,9 @@ export class ClusterRegistry {
 
   /** The blocks leased to `name`, in address order. */
   async blocksOf(name: string): Promise<string[]> {
-    return (await this.leases()).filter((l) => l.node === name).map((l) => l.cidr);
+    // the node record lists its blocks, written in the same transaction as each lease: one read, not a scan
+    const e = await this.#c.store.get(nodeKey(name));
+    return e ? [...parse<NodeRecord>(e).blocks] : [];
   }
 
   async leases(): Promise<(BlockLease & { block: Cidr })[]> {
@@ -195,7 +197,7 @@ export class ClusterRegistry {
       const node = await this.#c.store.get(nodeKey(name));
       if (!node) throw notRegistered(name);
       const leases = await this.leases();
-      const mine = leases.filter((l) => l.node === name).map((l) => l.cidr);
+      const mine = [...parse<NodeRecord>(node).blocks];
       if (mine.length >= this.#init.maxBlocksPerNode) return mine;
       const leased = new Set(leases.map((l) => l.cidr));
       const block = firstFreeBlock(this.#init.clusterCidrs, this.#init.blockBits, new Set([...leased, ...this.#pending]))
