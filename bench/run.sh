@@ -1,6 +1,16 @@
 #!/bin/sh
-# CNI ADD/DEL latency and peak RSS, ours against the reference bridge + host-local plugins (bench/README.md).
-# Runs as root with the project's own Node; arguments pass through (--smoke, --iterations N, --json FILE, ...).
+# The benchmarks (bench/README.md), as root with the project's own Node:
+#   sh bench/run.sh [cni] [options]      CNI ADD/DEL latency and peak RSS, ours against bridge + host-local (the default)
+#   sh bench/run.sh controller [options] controller registrations and block allocations per store, controller and
+#                                        agent memory
+#   sh bench/run.sh overlay [options]    overlay peer programming (Overlay.sync against one ip/bridge process per entry)
+#                                        and pod-to-pod iperf3 over our VXLAN against a flannel-style one
+# Options pass through (--smoke, --json FILE, ...; --help lists them).
 set -eu
 cd "$(dirname "$0")/.."
+case "${1:-}" in
+  controller) shift; exec node_modules/.bin/node bench/controller.ts "$@" ;;
+  overlay) shift; exec node_modules/.bin/node bench/overlay.ts "$@" ;;
+  cni) shift ;;
+esac
 exec node_modules/.bin/node bench/cni-latency.ts "$@"

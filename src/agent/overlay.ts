@@ -6,7 +6,7 @@
  */
 import { atollError } from '../core/errors.ts';
 import type { NodeRecord } from '../core/cluster/model.ts';
-import { type Cidr, cidrsOverlap, formatCidr, parseCidr } from '../core/net/ipv4.ts';
+import { type Cidr, cidrsOverlap, parseCidr } from '../core/net/ipv4.ts';
 import { renderNftRuleset } from '../core/overlay/nft.ts';
 import { diffOverlay, type DirectRouting, type NeighEntry, type OverlayPeer, type OverlayPlan, planOverlay, renderOverlayDiff, ROUTE_PROTO, type RouteEntry } from '../core/overlay/plan.ts';
 import type { Logger } from '../core/ports.ts';
@@ -48,7 +48,9 @@ export class Overlay {
   readonly #responder = new ProbeResponder();
   readonly #reach = new Map<string, { reachable: boolean; at: number }>();
   #last: OverlayPlan | undefined;
-  #running: Promise<void> = Promise.resolve();
+  /** The sync under way, and the arguments of the one to run after it (latest wins). */
+  #running: Promise<void> | undefined;
+  #next: { blocks: readonly Cidr[]; peers: readonly NodeRecord[]; waiters: { resolve: () => void; reject: (e: unknown) => void }[] } | undefined;
 
   constructor(components: OverlayComponents, init: OverlayInit) {
     this.#c = components;
@@ -77,10 +79,12 @@ export class Overlay {
     if (link && kind !== 'vxlan') {
       throw atollError('PREFLIGHT_FOREIGN_DEVICE', `device ${device} exists and is a ${kind ?? 'plain'} device, not VXLAN`, `delete it or set overlay.device`);
     }
-    const data = (link?.linkinfo as { info_data?: { id?: number; port?: number } } | undefined)?.info_data;
+    const data = (link?.linkinfo as { info_data?: { id?: number; port?: number; local?: string; learning?: boolean } } | undefined)?.info_data;
+    // a VXLAN's VNI, port, local address and learning cannot be changed in place: re-create it (same MAC)
+    const stale = link !== undefined && (data?.id !== vni || data?.port !== port || data?.local !== underlay || data?.learning === true);
     const lines: string[] = [];
-    if (link && (data?.id !== vni || data?.port !== port)) lines.push(`link del ${device}`);
-    if (!link || data?.id !== vni || data?.port !== port) {
+    if (stale) lines.push(`link del ${device}`);
+    if (!link || stale) {
       lines.push(`link add ${device} address ${vtepMac} mtu ${mtu} type vxlan id ${vni} dstport ${port} local ${underlay} dev ${underlayDevice} nolearning`);
     } else if (link.address !== vtepMac) {
       lines.push(`link set dev ${device} address ${vtepMac}`);
@@ -89,10 +93,30 @@ export class Overlay {
     await this.#c.ip.batch(lines);
   }
 
-  /** Brings the kernel in line with the plan for `blocks` (ours) and `peers`. Serialised; safe to call often. */
+  /**
+   * Brings the kernel in line with the plan for `blocks` (ours) and `peers`. Serialised and coalesced: calls made
+   * while a sync runs are merged into one more sync with the latest arguments, so a burst of peer updates costs two
+   * passes, not one per update. Resolves when a pass that started after this call has finished.
+   */
   sync(blocks: readonly Cidr[], peers: readonly NodeRecord[]): Promise<void> {
-    this.#running = this.#running.then(() => this.#sync(blocks, peers), () => this.#sync(blocks, peers));
-    return this.#running;
+    if (!this.#running) {
+      this.#running = this.#sync(blocks, peers).finally(() => this.#afterRun());
+      return this.#running;
+    }
+    return new Promise((resolve, reject) => {
+      const waiters = this.#next?.waiters ?? [];
+      waiters.push({ resolve, reject });
+      this.#next = { blocks, peers, waiters };
+    });
+  }
+
+  #afterRun(): void {
+    const next = this.#next;
+    this.#next = undefined;
+    this.#running = undefined;
+    if (!next) return;
+    this.#running = this.#sync(next.blocks, next.peers).finally(() => this.#afterRun());
+    this.#running.then(() => next.waiters.forEach((w) => w.resolve()), (e: unknown) => next.waiters.forEach((w) => w.reject(e)));
   }
 
   async #sync(blocks: readonly Cidr[], peers: readonly NodeRecord[]): Promise<void> {
@@ -145,10 +169,16 @@ export class Overlay {
   }
 }
 
-/** Known blocks and ranges without ones covered by another (nft interval sets refuse overlapping elements). */
+/**
+ * Known blocks and ranges without ones covered by another (nft interval sets refuse overlapping elements).
+ * Prefixes either nest or are disjoint, so one sweep in address order (widest first at equal bases) suffices.
+ */
 function mergeCidrs(cidrs: readonly Cidr[]): Cidr[] {
-  const sorted = [...new Map(cidrs.map((c) => [formatCidr(c), c])).values()].sort((a, b) => a.bits - b.bits || a.base - b.base);
+  const sorted = [...cidrs].sort((a, b) => a.base - b.base || a.bits - b.bits);
   const out: Cidr[] = [];
-  for (const c of sorted) if (!out.some((o) => cidrsOverlap(o, c))) out.push(c);
+  for (const c of sorted) {
+    const last = out.at(-1);
+    if (!last || !cidrsOverlap(last, c)) out.push(c);
+  }
   return out;
 }

@@ -1,6 +1,6 @@
 /**
  * The same-site overlay, as data: which peers share this node's site, and the routes, neighbours and forwarding
- * entries the kernel must hold for them. Pure; src/adapters/overlay.ts reads what the kernel holds, diffs with
+ * entries the kernel must hold for them. Pure; src/agent/overlay.ts reads what the kernel holds, diffs with
  * {@link diffOverlay} and applies the difference in batches.
  *
  * Design notes (why, after flannel's vxlan backend and its failure modes):
