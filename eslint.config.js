@@ -6,7 +6,7 @@ const nodeBuiltins = { group: ['node:*'], message: 'src/core is pure: no node: i
 const layer = (...dirs) => dirs.map((d) => ({ group: [`../${d}/*`, `../../${d}/*`], message: `this layer may not import from src/${d}.` }));
 
 export default tseslint.config(
-  { ignores: ['node_modules/**', 'bin/**'] },
+  { ignores: ['node_modules/**', 'bin/**', 'build/**'] },
   ...tseslint.configs.recommended,
   {
     rules: {

@@ -13,10 +13,15 @@ export class Nft {
     this.#exec = exec;
   }
 
-  /** Applies a rendered ruleset transaction; nothing changes if any part of it fails. */
-  async apply(ruleset: string): Promise<void> {
-    const res = await this.#exec('nft', ['-f', '-'], { input: ruleset });
-    if (res.code !== 0) throw atollError('KERNEL_OP_FAILED', `nft -f failed: ${res.stderr.trim()}`, 'check that nftables is installed and the kernel has nf_tables');
+  /**
+   * Applies a rendered ruleset transaction; nothing changes if any part of it fails.
+   * @param opts.netns path of a network namespace to apply it in (the lab's routers); the caller's when absent.
+   */
+  async apply(ruleset: string, opts: { netns?: string } = {}): Promise<void> {
+    const res = await this.#exec('nft', ['-f', '-'], { input: ruleset, netns: opts.netns });
+    if (res.code !== 0) {
+      throw atollError('KERNEL_OP_FAILED', `nft -f failed${opts.netns ? ` in ${opts.netns}` : ''}: ${res.stderr.trim()}`, 'check that nftables is installed and the kernel has nf_tables');
+    }
   }
 
   /** Atoll's table as `nft list` prints it, or '' when absent. */

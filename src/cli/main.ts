@@ -17,6 +17,8 @@ commands:
   ipam show|check         blocks per node and their use; find leaks and conflicts (exit 1 leaks, 2 conflicts)
   node deregister NAME    release a node's blocks (ipam and node take --controller-config FILE)
   demo                    single-node demo: an agent, two pods through containerd, a ping
+  lab up|run|down         a cloud and NATed edge sites from network namespaces, with real agents and pods,
+                          and a connectivity check of every pod pair (root; atoll lab --help)
   version                 print the version
 `;
 
@@ -77,6 +79,10 @@ async function main(argv: string[]): Promise<number> {
     case 'demo': {
       const { runDemo } = await import('../lab/demo.ts');
       return runDemo(rest);
+    }
+    case 'lab': {
+      const { runLab } = await import('./lab.ts');
+      return runLab(rest);
     }
     case 'version':
       process.stdout.write('atoll 0.1.0\n');

@@ -60,6 +60,9 @@ export const ERROR_CATALOGUE = {
   NODE_IDENTITY_INVALID: { cni: CniCode.generic, summary: "the node's identity key file is unreadable, corrupt or not an ed25519 key" },
   PKI_FAILED: { cni: CniCode.generic, summary: "the controller's CA or server certificate could not be read or created" },
   CONTROLLER_UNTRUSTED: { cni: CniCode.generic, summary: "the controller's TLS certificates do not match the pinned CA hash" },
+  LAB_SPEC_INVALID: { cni: CniCode.generic, summary: 'the lab spec (flags or --spec file) names an impossible topology' },
+  LAB_PREREQUISITE_MISSING: { cni: CniCode.generic, summary: 'the lab cannot run here: not root, or a tool or kernel feature it needs is missing' },
+  LAB_STEP_FAILED: { cni: CniCode.generic, summary: 'a step of building the lab failed or did not finish in time' },
   INTERNAL: { cni: CniCode.generic, summary: 'an unexpected failure inside Atoll (a bug: please report it)' },
 } as const satisfies Record<string, CatalogueEntry>;
 

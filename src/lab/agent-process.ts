@@ -3,7 +3,7 @@
  * `ip netns exec NS` or `nsenter ...`), ready once its socket answers a VERSION request, stopped by PID.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
-import { openSync, readFileSync, rmSync } from 'node:fs';
+import { closeSync, openSync, readFileSync, rmSync } from 'node:fs';
 import { connect } from 'node:net';
 import { join } from 'node:path';
 import { encodeRequest } from '../cni/protocol.ts';
@@ -19,6 +19,11 @@ export interface AgentProcessInit {
   readonly socketPath: string;
   readonly logPath: string;
   readonly logLevel?: 'debug' | 'info';
+  /**
+   * Run the agent in its own process group, not holding this process's event loop (the lab): Ctrl-C in the terminal
+   * reaches only the lab, which then stops the agent itself, and `atoll lab up --detach` can return.
+   */
+  readonly detached?: boolean;
 }
 
 /** Resolves true when something on `socketPath` answers an atoll-cni VERSION request. */
@@ -59,7 +64,9 @@ export class AgentProcess {
     rmSync(socketPath, { force: true });
     const out = openSync(logPath, 'a');
     const argv = [...launcher, ATOLL_BIN, 'agent', '--config', configPath, '--log-level', this.#init.logLevel ?? 'info'];
-    const proc = spawn(argv[0] as string, argv.slice(1), { stdio: ['ignore', out, out] });
+    const proc = spawn(argv[0] as string, argv.slice(1), { stdio: ['ignore', out, out], detached: this.#init.detached ?? false });
+    closeSync(out);
+    if (this.#init.detached) proc.unref();
     this.#proc = proc;
     const deadline = Date.now() + timeoutMs;
     while (Date.now() < deadline) {

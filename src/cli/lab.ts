@@ -1,0 +1,143 @@
+/**
+ * `atoll lab up | run | down`: parses flags, wires src/lab/lab.ts, prints the terminal report and writes the JSON
+ * one. (`atoll lab probe` is the lab's own helper inside each pod.)
+ */
+import { writeFileSync } from 'node:fs';
+import { parseArgs } from 'node:util';
+import { LAB_FLAG_OPTIONS, LAB_FLAGS_HELP, type LabFlags, labSpecFromFlags } from '../config/lab-spec.ts';
+import { LAB_RUN_ID } from '../core/lab/plan.ts';
+import { type LabCell, renderFailures, renderMatrix, renderSummary, summarize, verdictOf } from '../core/lab/report.ts';
+
+export const LAB_USAGE = `usage: atoll lab <command> [flags]
+
+  up [flags] [--detach] [--json FILE] [--keep-logs DIR]
+                 build the lab: namespaces, NAT routers, the controller, an agent per node, pods (root);
+                 stays up until Ctrl-C, or with --detach until \`atoll lab down\`
+  run [flags] [--json FILE] [--keep-logs DIR]
+                 up, then the connectivity matrix (every pod to every pod, ping and TCP, path and RTT), the
+                 report, down. Exit 0 only if every cell that should work today (same node, same site) works
+  down [RUNID] [--all]
+                 remove a run; without RUNID every run whose lab process is gone or detached, and lab
+                 namespaces without a state file; --all also live runs
+
+--keep-logs DIR copies the controller's and agents' logs there before the run is removed (run, or a failed up).
+
+flags for up and run:
+${LAB_FLAGS_HELP}`;
+
+const say = (line: string) => process.stdout.write(`${line}\n`);
+
+function writeJson(path: string | undefined, report: unknown): void {
+  if (!path) return;
+  writeFileSync(path, JSON.stringify(report, null, 2) + '\n');
+  say(`  report written to ${path}`);
+}
+
+async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> {
+  const { values } = parseArgs({ args: [...argv], options: { ...LAB_FLAG_OPTIONS, json: { type: 'string' }, 'keep-logs': { type: 'string' }, detach: { type: 'boolean', default: false }, help: { type: 'boolean', short: 'h' } } });
+  if (values.help) {
+    process.stdout.write(LAB_USAGE);
+    return 0;
+  }
+  const spec = labSpecFromFlags(values as LabFlags);
+  const lab = await import('../lab/lab.ts');
+  const uninstall = lab.installCleanupHandlers();
+  const t0 = performance.now();
+  const keepLogs = values['keep-logs'];
+  const running = await lab.labUp(spec, { say, keepLogs });
+  const describe = {
+    runId: running.plan.runId, prefix: running.plan.prefix, spec, podCreation: running.podCreation, startedAt: running.state.startedAt,
+    controller: { url: running.plan.controller.url, netns: running.plan.controller.netns, caCertHash: running.caCertHash },
+    nodes: running.plan.nodes.map((n) => ({ name: n.name, site: n.site, community: n.community, netns: n.netns, underlay: n.underlay })),
+    pods: running.pods, namespaces: running.state.namespaces, processes: running.state.processes, timingsMs: { ...running.timingsMs } as Record<string, number>,
+  };
+  if (mode === 'up') {
+    say(`  pod addresses:`);
+    for (const p of running.pods) say(`    ${p.name.padEnd(14)} ${p.ip.padEnd(15)} ip netns exec ${p.netns} ...`);
+    writeJson(values.json, describe);
+    if (values.detach) {
+      lab.detachLab(running);
+      uninstall();
+      say(`lab ${running.plan.runId} is up and stays up; remove it with: atoll lab down ${running.plan.runId}`);
+      return 0;
+    }
+    say(`lab ${running.plan.runId} is up; Ctrl-C (or SIGTERM) removes it`);
+    // the cleanup handlers remove the lab and exit; until then nothing else holds the event loop
+    setInterval(() => {}, 1 << 30);
+    return new Promise<number>(() => {});
+  }
+  let cells: LabCell[] = [];
+  let down: unknown;
+  try {
+    const tc = performance.now();
+    cells = await lab.runChecks(running, { say });
+    const checksMs = Math.round(performance.now() - tc);
+    say('');
+    if (running.pods.length <= 24) {
+      say('connectivity (row: from, column: to)');
+      for (const l of renderMatrix(running.pods.map((p) => p.name), cells)) say(`  ${l}`.trimEnd());
+      say('');
+    }
+    for (const l of renderSummary(summarize(cells))) say(`  ${l}`);
+    say('');
+    const v = verdictOf(cells);
+    if (v.ok) {
+      say(`PASS: all ${v.shouldWork} cells that should work today (same node, same site) work over their expected path; `
+        + `${v.waitingForTunnel} cross-site cells have no path yet (tunnel not built)`);
+    } else {
+      say(`FAIL: ${v.failures.length} cell${v.failures.length === 1 ? '' : 's'} failed (${v.working} of ${v.shouldWork} that should work today do):`);
+      for (const l of renderFailures(cells)) say(`  ${l}`);
+    }
+    describe.timingsMs.checks = checksMs;
+  } finally {
+    if (keepLogs) lab.saveLogs(running.plan, keepLogs, say);
+    down = await lab.destroyRun(running.store, running.state, say);
+    uninstall();
+  }
+  const v = verdictOf(cells);
+  const durationMs = Math.round(performance.now() - t0);
+  writeJson(values.json, { ...describe, durationMs, cells, summary: summarize(cells), verdict: { ...v, failures: v.failures.length }, cleanup: down });
+  say(`done in ${(durationMs / 1000).toFixed(1)} s`);
+  return v.ok ? 0 : 1;
+}
+
+async function downCmd(argv: readonly string[]): Promise<number> {
+  const { values, positionals } = parseArgs({ args: [...argv], options: { all: { type: 'boolean', default: false }, help: { type: 'boolean', short: 'h' } }, allowPositionals: true });
+  if (values.help) {
+    process.stdout.write(LAB_USAGE);
+    return 0;
+  }
+  const id = positionals[0];
+  if (id !== undefined && !LAB_RUN_ID.test(id)) {
+    process.stderr.write(`atoll lab down: "${id}" is not a run id (4 hex digits, as in atl-lab-<runid>-...)\n`);
+    return 2;
+  }
+  const { labDown } = await import('../lab/lab.ts');
+  const res = await labDown(id ? { runId: id } : { all: values.all }, { say });
+  return res.every((r) => r.leftovers.length === 0) ? 0 : 1;
+}
+
+export async function runLab(argv: readonly string[]): Promise<number> {
+  const [cmd, ...rest] = argv;
+  switch (cmd) {
+    case 'up':
+      return up(rest, 'up');
+    case 'run':
+      return up(rest, 'run');
+    case 'down':
+      return downCmd(rest);
+    case 'probe': {
+      const { runProbe } = await import('../lab/probe.ts');
+      return runProbe(rest);
+    }
+    case undefined:
+    case 'help':
+    case '--help':
+    case '-h':
+      process.stdout.write(LAB_USAGE);
+      return cmd === undefined ? 2 : 0;
+    default:
+      process.stderr.write(`atoll lab: unknown command "${cmd}"\n${LAB_USAGE}`);
+      return 2;
+  }
+}

@@ -1,0 +1,136 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync, writeFileSync } from 'node:fs';
+import {
+  classifyRoute, expectedPath, interfaceNames, labPrefix, natRuleset, planLab, renderLabSetup, runIdOfNetns, uplinkQdiscLines, type LabPlan,
+} from './plan.ts';
+import { DEFAULT_LAB_SPEC, describeLabSpec, labSpecProblems, type EdgeSiteSpec, type LabSpec } from './spec.ts';
+import { judgeCell, renderFailures, renderMatrix, renderSummary, summarize, verdictOf, type LabCell } from './report.ts';
+
+const GOLDEN = new URL('./testdata/small-lab.golden.txt', import.meta.url);
+const edge = (name: string, over: Partial<EdgeSiteSpec> = {}): EdgeSiteSpec => ({ name, nodes: 2, community: 'edge', nat: 'endpoint-independent', uplink: {}, ...over });
+const plan = (spec: LabSpec, runId = '0abc'): LabPlan =>
+  planLab({ spec, runId, dir: `/run/atoll-lab/${runId}`, bootstrapToken: 'bootstrap-token-0123456789', adminToken: 'admin-token-0123456789' });
+
+function renderText(p: LabPlan): string {
+  return renderLabSetup(p).flatMap((phase, i) => phase.map((s) => `# phase ${i}: ${s.tool} in ${s.netns ?? '(host)'}\n${s.lines.join('\n')}\n`)).join('');
+}
+
+test('the default spec: cloud 2 nodes, edge a and b with 2 nodes each in one community, 2 pods per node', () => {
+  assert.deepEqual(labSpecProblems(DEFAULT_LAB_SPEC), []);
+  const p = plan(DEFAULT_LAB_SPEC);
+  assert.deepEqual(p.nodes.map((n) => `${n.name}@${n.underlay}`), ['cloud-1@192.0.2.11', 'cloud-2@192.0.2.12', 'a-1@172.16.1.11', 'a-2@172.16.1.12', 'b-1@172.16.2.11', 'b-2@172.16.2.12']);
+  assert.equal(p.pods.length, 12);
+  assert.equal(p.nat.length, 2);
+  assert.equal(describeLabSpec(DEFAULT_LAB_SPEC),
+    'cloud 2 nodes; edge a 2 nodes (NAT endpoint-independent, community edge); edge b 2 nodes (NAT endpoint-independent, community edge); 2 pods per node; same-site VXLAN');
+});
+
+test('small lab with a symmetric NAT, delay and rate: the rendered setup (golden)', () => {
+  const p = plan({ cloudNodes: 1, podsPerNode: 1, sameSite: 'vxlan', edges: [edge('a', { nat: 'symmetric', uplink: { delayMs: 20, rateMbit: 100 } })] });
+  const text = renderText(p);
+  if (process.env.UPDATE_GOLDEN) writeFileSync(GOLDEN, text);
+  assert.equal(text, readFileSync(GOLDEN, 'utf8'));
+});
+
+test('every namespace carries the run prefix; interface names fit 15 characters; addresses are unique', () => {
+  const p = plan({ cloudNodes: 200, podsPerNode: 1, sameSite: 'vxlan', edges: Array.from({ length: 1 }, () => edge('abcdef', { nodes: 199 })) });
+  assert.ok(p.namespaces.every((n) => n.name.startsWith(labPrefix('0abc')) && runIdOfNetns(n.name) === '0abc'));
+  assert.equal(new Set(p.namespaces.map((n) => n.name)).size, p.namespaces.length);
+  const long = interfaceNames(p).filter((n) => n.length > 15);
+  assert.deepEqual(long, []);
+  const addrs = [...p.bridges.map((b) => b.address), ...p.veths.flatMap((v) => [v.a.address, v.b.address]).filter((a) => a !== undefined)];
+  assert.equal(new Set(addrs).size, addrs.length);
+  assert.ok(addrs.every((a) => /^(192\.0\.2|198\.51\.100|172\.16\.\d+)\.\d+\/24$/.test(a as string)), 'TEST-NET for public links, 172.16 for edge LANs');
+  assert.ok(addrs.every((a) => Number((a as string).split('/')[0]?.split('.')[3]) < 255));
+  // interface names are unique inside each namespace
+  for (const ns of p.namespaces) {
+    const here = [...p.bridges.filter((b) => b.netns === ns.name).map((b) => b.ifname), ...p.veths.flatMap((v) => [v.a, v.b]).filter((e) => e.netns === ns.name).map((e) => e.ifname)];
+    assert.equal(new Set(here).size, here.length, ns.name);
+  }
+});
+
+test('spec problems name the value', () => {
+  assert.deepEqual(labSpecProblems({ ...DEFAULT_LAB_SPEC, cloudNodes: 0 }), ['cloud nodes must be 1 to 200, not 0 (the controller\'s site needs a node)']);
+  assert.match(labSpecProblems({ ...DEFAULT_LAB_SPEC, edges: [edge('cloud')] }).join(), /not "cloud"/);
+  assert.match(labSpecProblems({ ...DEFAULT_LAB_SPEC, edges: [edge('a'), edge('a')] }).join(), /appears twice/);
+  assert.match(labSpecProblems({ ...DEFAULT_LAB_SPEC, edges: [edge('a', { uplink: { rateMbit: 0 } })] }).join(), /rate must be 1 to/);
+  assert.match(labSpecProblems({ ...DEFAULT_LAB_SPEC, podsPerNode: 50, cloudNodes: 10 }).join(), /more than 400/);
+});
+
+test('expected paths: same node, same site, tunnel direct or relayed by NAT, not allowed across communities', () => {
+  const cases: { name: string; spec: LabSpec; from: string; to: string; want: string }[] = [
+    { name: 'same node', spec: DEFAULT_LAB_SPEC, from: 'a-1', to: 'a-1', want: 'same node' },
+    { name: 'same site, vxlan', spec: DEFAULT_LAB_SPEC, from: 'a-1', to: 'a-2', want: 'vxlan' },
+    { name: 'same site, direct', spec: { ...DEFAULT_LAB_SPEC, sameSite: 'direct' }, from: 'cloud-1', to: 'cloud-2', want: 'direct route' },
+    { name: 'edge to cloud, even behind symmetric NAT', spec: { ...DEFAULT_LAB_SPEC, edges: [edge('a', { nat: 'symmetric' })] }, from: 'a-1', to: 'cloud-1', want: 'tunnel direct' },
+    { name: 'one community, EI NATs', spec: DEFAULT_LAB_SPEC, from: 'a-1', to: 'b-2', want: 'tunnel direct' },
+    { name: 'one community, a symmetric NAT', spec: { ...DEFAULT_LAB_SPEC, edges: [edge('a'), edge('b', { nat: 'symmetric' })] }, from: 'a-1', to: 'b-1', want: 'tunnel relayed' },
+    { name: 'different communities', spec: { ...DEFAULT_LAB_SPEC, edges: [edge('a', { community: 'x' }), edge('b', { community: 'y' })] }, from: 'a-1', to: 'b-1', want: 'not allowed' },
+    { name: 'no community', spec: { ...DEFAULT_LAB_SPEC, edges: [edge('a', { community: '' }), edge('b', { community: '' })] }, from: 'a-1', to: 'b-1', want: 'not allowed' },
+  ];
+  for (const c of cases) assert.equal(expectedPath(plan(c.spec), c.from, c.to), c.want, c.name);
+});
+
+test('routes as `ip route get` reports them are classified by device and gateway', () => {
+  const node = { gateway: '172.16.1.1' };
+  assert.equal(classifyRoute(node, { dev: 'atoll0' }), 'same node');
+  assert.equal(classifyRoute(node, { dev: 'atoll.1', gateway: '10.100.0.64' }), 'vxlan');
+  assert.equal(classifyRoute(node, { dev: 'eth0', gateway: '172.16.1.12' }), 'direct route');
+  assert.equal(classifyRoute(node, { dev: 'eth0', gateway: '172.16.1.1' }), 'default route');
+  assert.equal(classifyRoute(node, undefined), 'no route');
+  assert.equal(classifyRoute(node, { dev: 'lo', type: 'unreachable' }), 'no route');
+});
+
+test('uplink qdiscs: netem for delay, tbf for rate, tbf under netem for both, nothing without conditions', () => {
+  assert.deepEqual(uplinkQdiscLines('up0', {}), []);
+  assert.deepEqual(uplinkQdiscLines('up0', { delayMs: 5 }), ['qdisc replace dev up0 root netem delay 5ms limit 100000']);
+  assert.deepEqual(uplinkQdiscLines('up0', { rateMbit: 1000 }), ['qdisc replace dev up0 root tbf rate 1000mbit burst 1250000 latency 50ms']);
+  assert.match(natRuleset({ site: 'a', type: 'endpoint-independent', lan: '172.16.1.0/24', uplink: 'up0', lanDev: 'lan0' }), /ip saddr 172\.16\.1\.0\/24 masquerade\n/);
+});
+
+const ping = (ok: boolean, rttMs?: number) => ({ ok, sent: 3, received: ok ? 3 : 0, rttMs });
+const tcp = (ok: boolean, connectMs?: number) => ({ ok, connectMs, error: ok ? undefined : 'ETIMEDOUT' });
+
+test('cells: what should work must work over its path; the tunnel is honestly not there; forbidden must fail', () => {
+  assert.deepEqual(judgeCell('vxlan', 'vxlan', ping(true, 0.1), tcp(true, 0.2)), { verdict: 'ok' });
+  assert.deepEqual(judgeCell('vxlan', 'default route', ping(true, 0.1), tcp(true, 0.2)), { verdict: 'FAIL', note: 'the node routes it by default route, expected vxlan' });
+  assert.deepEqual(judgeCell('same node', 'same node', ping(false), tcp(true)), { verdict: 'FAIL', note: 'ping: 0/3 replies' });
+  assert.deepEqual(judgeCell('tunnel direct', 'default route', ping(false), tcp(false)), { verdict: 'no path yet (tunnel not built)' });
+  assert.deepEqual(judgeCell('not allowed', 'default route', ping(false), tcp(false)), { verdict: 'blocked as expected' });
+  assert.equal(judgeCell('not allowed', 'default route', ping(true, 1), tcp(false)).verdict, 'FAIL');
+});
+
+test('summary, verdict and matrix rendering', () => {
+  const cell = (from: string, to: string, path: LabCell['path'], ok: boolean): LabCell => {
+    const p = ping(ok, ok ? 0.123 : undefined);
+    const t = tcp(ok, ok ? 0.3 : undefined);
+    const route = path === 'vxlan' || path === 'same node' ? path : 'default route';
+    return { from, to, fromNode: from.slice(0, 3), toNode: to.slice(0, 3), fromIp: '10.100.0.2', toIp: '10.100.0.66', path, expect: path === 'vxlan' || path === 'same node' ? 'reachable' : 'tunnel (not built)', route, ping: p, tcp: t, ...judgeCell(path, route, p, t) };
+  };
+  const cells = [cell('a-1-p1', 'a-2-p1', 'vxlan', true), cell('a-2-p1', 'a-1-p1', 'vxlan', true), cell('a-1-p1', 'c-1-p1', 'tunnel direct', false),
+    cell('c-1-p1', 'a-1-p1', 'tunnel direct', false), cell('a-2-p1', 'c-1-p1', 'tunnel direct', false), cell('c-1-p1', 'a-2-p1', 'tunnel direct', false)];
+  const v = verdictOf(cells);
+  assert.deepEqual({ ok: v.ok, should: v.shouldWork, working: v.working, waiting: v.waitingForTunnel }, { ok: true, should: 2, working: 2, waiting: 4 });
+  assert.deepEqual(renderSummary(summarize(cells)), [
+    'path           expected today      pairs  ping ok  tcp ok  failed  ping RTT (median)  tcp connect (median)',
+    'vxlan          reachable               2        2       2       0            0.12 ms               0.30 ms',
+    'tunnel direct  tunnel (not built)      4        0       0       0                  -                     -',
+  ]);
+  assert.deepEqual(renderMatrix(['a-1-p1', 'a-2-p1', 'c-1-p1'], cells).slice(0, 4), [
+    '                1      2      3',
+    '  1 a-1-p1        V 0.12 T   --',
+    '  2 a-2-p1 V 0.12        T   --',
+    '  3 c-1-p1 T   -- T   --',
+  ]);
+});
+
+test('a failed cell shows in the matrix, the summary and the failure list', () => {
+  const p = ping(false);
+  const t = tcp(true, 0.4);
+  const c: LabCell = { from: 'a-1-p1', to: 'a-2-p1', fromNode: 'a-1', toNode: 'a-2', fromIp: '10.100.0.2', toIp: '10.100.0.66', path: 'vxlan', expect: 'reachable', route: 'vxlan', ping: p, tcp: t, ...judgeCell('vxlan', 'vxlan', p, t) };
+  assert.equal(verdictOf([c]).ok, false);
+  assert.equal(renderMatrix(['a-1-p1', 'a-2-p1'], [c])[1], '  1 a-1-p1        V FAIL');
+  assert.deepEqual(renderFailures([c]), ['a-1-p1 (10.100.0.2) -> a-2-p1 (10.100.0.66), vxlan: ping: 0/3 replies']);
+  assert.equal(summarize([c])[0]?.failed, 1);
+});

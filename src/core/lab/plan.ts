@@ -1,0 +1,424 @@
+/**
+ * The lab's topology as data: from a {@link LabSpec} to the namespaces, links, addresses, routes, NAT rulesets,
+ * uplink qdiscs, the controller's and every agent's configuration, and the pods. Pure; `src/lab/lab.ts` applies it
+ * through the ip, tc and nft adapters, and the check matrix reads the expected path of every pod pair from it.
+ *
+ * ```
+ *                       wan (the internet, 198.51.100.0/24 on bridge inet0)
+ *          198.51.100.2 /             | 198.51.100.11              \ 198.51.100.12 ...
+ *        cloud-router (no NAT)     a-router (NAT)               b-router (NAT)
+ *        lan0 192.0.2.1/24         lan0 172.16.1.1/24           lan0 172.16.2.1/24
+ *         |      |      |            |        |                   |        |
+ *        ctl  cloud-1  cloud-2      a-1      a-2                 b-1      b-2       (+ pods: <node>-p<i>)
+ *       .2    .11      .12          .11      .12                 .11      .12
+ * ```
+ *
+ * - Every namespace's name starts with the run's prefix `atl-lab-<runid>-`, so a run's leftovers can be found by name
+ *   even without its state file. Namespace names are file names; interface names (at most 15 characters) are short
+ *   and only unique inside their namespace: `eth0` in every node, `p-<peer>` for bridge ports, `up0` for uplinks.
+ * - "Public" links use TEST-NET ranges: 198.51.100.0/24 between the routers, 192.0.2.0/24 in the cloud site;
+ *   203.0.113.0/24 is kept for the relay's public address (the tunnel issue). Edge LANs are 172.16.<n>.0/24; pod
+ *   blocks come from the controller's 10.100.0.0/16. Nothing routes 10.100.0.0/16 between sites: only the tunnel
+ *   will, so cross-site pod pairs fail until it exists.
+ * - The wan has no route into the edge LANs: an edge is reachable only through its router's NAT, as on the internet.
+ */
+import { CLOUD_SITE, type LabSpec, type NatType, type UplinkConditions } from './spec.ts';
+
+export const LAB_NETNS_PREFIX = 'atl-lab-';
+/** A run id: 4 lowercase hex digits. */
+export const LAB_RUN_ID = /^[0-9a-f]{4}$/;
+export const LAB_CLUSTER_CIDR = '10.100.0.0/16';
+export const LAB_BLOCK_BITS = 26;
+export const LAB_CONTROLLER_PORT = 7443;
+/** Address of the relay-to-be (the tunnel issue); reserved, nothing uses it yet. */
+export const LAB_RELAY_RANGE = '203.0.113.0/24';
+/** Kubernetes namespace of the lab's pods. */
+export const LAB_POD_NAMESPACE = 'lab';
+/** Names the agent uses inside each node namespace (its configuration defaults, the lab's underlay). */
+export const NODE_DEVICES = Object.freeze({ underlay: 'eth0', bridge: 'atoll0', overlay: 'atoll.1' });
+/** The lab's nftables table in the NAT routers. */
+export const LAB_NFT_TABLE = 'atoll-lab';
+
+const WAN_NET = '198.51.100';
+const CLOUD_NET = '192.0.2';
+const NODE_HOST_BASE = 10;
+const EDGE_ROUTER_BASE = 10;
+
+export type LabNamespaceRole = 'wan' | 'router' | 'controller' | 'node' | 'pod';
+
+export interface LabNamespace {
+  /** Full namespace name (the run prefix included). */
+  readonly name: string;
+  readonly role: LabNamespaceRole;
+  /** Site it belongs to; '' for the wan. */
+  readonly site: string;
+}
+
+export interface LabLinkEnd {
+  readonly netns: string;
+  readonly ifname: string;
+  /** Address with prefix length, e.g. 192.0.2.11/24. */
+  readonly address?: string;
+  /** Bridge this end is a port of. */
+  readonly master?: string;
+}
+
+/** A veth pair, created from `a`'s namespace with `b` born in its own. */
+export interface LabVeth {
+  readonly a: LabLinkEnd;
+  readonly b: LabLinkEnd;
+}
+
+export interface LabBridge {
+  readonly netns: string;
+  readonly ifname: string;
+  readonly address: string;
+}
+
+export interface LabRoute {
+  readonly netns: string;
+  readonly dst: string;
+  readonly via: string;
+}
+
+export interface LabNat {
+  readonly netns: string;
+  readonly site: string;
+  readonly type: NatType;
+  /** The ruleset, one `nft -f -` transaction replacing the lab's table. */
+  readonly ruleset: string;
+}
+
+export interface LabQdisc {
+  readonly netns: string;
+  readonly dev: string;
+  readonly site: string;
+  readonly direction: 'up' | 'down';
+  readonly conditions: UplinkConditions;
+  /** `tc -batch` lines. */
+  readonly tc: readonly string[];
+}
+
+export interface LabController {
+  readonly netns: string;
+  readonly address: string;
+  readonly url: string;
+  readonly dir: string;
+  readonly configPath: string;
+  readonly logPath: string;
+  /** The controller's configuration file, as JSON. */
+  readonly config: Readonly<Record<string, unknown>>;
+}
+
+export interface LabNode {
+  readonly name: string;
+  readonly site: string;
+  readonly community: string;
+  readonly netns: string;
+  readonly underlay: string;
+  /** The node's default gateway (its site router). */
+  readonly gateway: string;
+  readonly dir: string;
+  readonly configPath: string;
+  readonly socketPath: string;
+  readonly logPath: string;
+  readonly dataDir: string;
+  readonly cniBinDir: string;
+  readonly cniConfDir: string;
+  /** The agent's configuration file without `controller.caCertHash`, which the controller prints at start. */
+  readonly agentConfig: Readonly<Record<string, unknown>>;
+}
+
+export interface LabPod {
+  readonly name: string;
+  readonly node: string;
+  readonly netns: string;
+  readonly containerId: string;
+}
+
+export interface LabPlan {
+  readonly runId: string;
+  readonly prefix: string;
+  /** Directory of the run's files (configurations, data, sockets, logs). */
+  readonly dir: string;
+  readonly spec: LabSpec;
+  readonly namespaces: readonly LabNamespace[];
+  readonly bridges: readonly LabBridge[];
+  readonly veths: readonly LabVeth[];
+  readonly routes: readonly LabRoute[];
+  /** Namespaces that forward packets (the wan and the routers; agents turn it on in their nodes). */
+  readonly forwarding: readonly string[];
+  readonly nat: readonly LabNat[];
+  readonly qdiscs: readonly LabQdisc[];
+  readonly controller: LabController;
+  readonly nodes: readonly LabNode[];
+  readonly pods: readonly LabPod[];
+}
+
+export interface LabPlanInput {
+  readonly spec: LabSpec;
+  readonly runId: string;
+  /** Absolute directory for the run's files. */
+  readonly dir: string;
+  readonly bootstrapToken: string;
+  readonly adminToken: string;
+}
+
+/** The namespace prefix of a run: `atl-lab-<runid>-`. */
+export function labPrefix(runId: string): string {
+  return `${LAB_NETNS_PREFIX}${runId}-`;
+}
+
+/** The run id in a lab namespace's name, or undefined for other namespaces. */
+export function runIdOfNetns(name: string): string | undefined {
+  const m = /^atl-lab-([0-9a-f]{4})-/.exec(name);
+  return m?.[1];
+}
+
+/** A tbf burst of 10 ms at the rate, at least 32 KiB (tbf needs at least one packet per timer tick). */
+function tbfBurstBytes(rateMbit: number): number {
+  return Math.max(32 * 1024, Math.ceil((rateMbit * 1_000_000) / 8 / 100));
+}
+
+/**
+ * `tc -batch` lines for one direction of an uplink: netem for the delay (its queue sized for 1 Gbit/s at that delay),
+ * tbf for the rate, tbf under netem when both.
+ */
+export function uplinkQdiscLines(dev: string, c: UplinkConditions): string[] {
+  const tbf = (rate: number) => `tbf rate ${rate}mbit burst ${tbfBurstBytes(rate)} latency 50ms`;
+  const netem = (delay: number) => `netem delay ${delay}ms limit 100000`;
+  if (c.delayMs !== undefined && c.rateMbit !== undefined) {
+    return [`qdisc replace dev ${dev} root handle 1: ${netem(c.delayMs)}`, `qdisc replace dev ${dev} parent 1:1 handle 10: ${tbf(c.rateMbit)}`];
+  }
+  if (c.delayMs !== undefined) return [`qdisc replace dev ${dev} root ${netem(c.delayMs)}`];
+  if (c.rateMbit !== undefined) return [`qdisc replace dev ${dev} root ${tbf(c.rateMbit)}`];
+  return [];
+}
+
+/**
+ * The NAT router's ruleset: masquerade the site LAN out of the uplink (`fully-random` for symmetric NAT), and let in
+ * from the uplink only what belongs to a connection from inside (a home router's stateful filter).
+ */
+export function natRuleset(opts: { site: string; type: NatType; lan: string; uplink: string; lanDev: string }): string {
+  return [
+    `table ip ${LAB_NFT_TABLE}`,
+    `delete table ip ${LAB_NFT_TABLE}`,
+    `table ip ${LAB_NFT_TABLE} {`,
+    `  comment "atoll lab: NAT router of edge site ${opts.site} (${opts.type})"`,
+    `  chain postrouting {`,
+    `    type nat hook postrouting priority srcnat; policy accept;`,
+    `    oifname "${opts.uplink}" ip saddr ${opts.lan} masquerade${opts.type === 'symmetric' ? ' fully-random' : ''}`,
+    `  }`,
+    `  chain forward {`,
+    `    type filter hook forward priority filter; policy accept;`,
+    `    iifname "${opts.uplink}" oifname "${opts.lanDev}" ct state established,related accept`,
+    `    iifname "${opts.uplink}" oifname "${opts.lanDev}" drop`,
+    `  }`,
+    `}`,
+    '',
+  ].join('\n');
+}
+
+/**
+ * The whole lab for `input.spec`. Deterministic: the same input gives the same plan.
+ * Precondition: `labSpecProblems(input.spec)` is empty and `input.runId` matches {@link LAB_RUN_ID}.
+ */
+export function planLab(input: LabPlanInput): LabPlan {
+  const { spec, runId, dir } = input;
+  const prefix = labPrefix(runId);
+  const ns = (name: string) => `${prefix}${name}`;
+  const namespaces: LabNamespace[] = [];
+  const bridges: LabBridge[] = [];
+  const veths: LabVeth[] = [];
+  const routes: LabRoute[] = [];
+  const forwarding: string[] = [];
+  const nat: LabNat[] = [];
+  const qdiscs: LabQdisc[] = [];
+  const nodes: LabNode[] = [];
+  const pods: LabPod[] = [];
+
+  const wan = ns('wan');
+  namespaces.push({ name: wan, role: 'wan', site: '' });
+  bridges.push({ netns: wan, ifname: 'inet0', address: `${WAN_NET}.1/24` });
+  forwarding.push(wan);
+
+  const cloudRouter = ns(`${CLOUD_SITE}-router`);
+  namespaces.push({ name: cloudRouter, role: 'router', site: CLOUD_SITE });
+  veths.push({ a: { netns: wan, ifname: `p-${CLOUD_SITE}`, master: 'inet0' }, b: { netns: cloudRouter, ifname: 'up0', address: `${WAN_NET}.2/24` } });
+  bridges.push({ netns: cloudRouter, ifname: 'lan0', address: `${CLOUD_NET}.1/24` });
+  routes.push({ netns: cloudRouter, dst: 'default', via: `${WAN_NET}.1` });
+  routes.push({ netns: wan, dst: `${CLOUD_NET}.0/24`, via: `${WAN_NET}.2` });
+  forwarding.push(cloudRouter);
+
+  const ctl = ns('ctl');
+  const ctlAddress = `${CLOUD_NET}.2`;
+  const url = `https://${ctlAddress}:${LAB_CONTROLLER_PORT}`;
+  namespaces.push({ name: ctl, role: 'controller', site: CLOUD_SITE });
+  veths.push({ a: { netns: cloudRouter, ifname: 'p-ctl', master: 'lan0' }, b: { netns: ctl, ifname: 'eth0', address: `${ctlAddress}/24` } });
+  routes.push({ netns: ctl, dst: 'default', via: `${CLOUD_NET}.1` });
+  const controller: LabController = {
+    netns: ctl,
+    address: ctlAddress,
+    url,
+    dir: `${dir}/controller`,
+    configPath: `${dir}/controller/controller.json`,
+    logPath: `${dir}/controller/controller.log`,
+    config: {
+      listenHost: ctlAddress, listenPort: LAB_CONTROLLER_PORT, advertiseUrl: url, clusterCidrs: [LAB_CLUSTER_CIDR],
+      blockBits: LAB_BLOCK_BITS, maxBlocksPerNode: 8, refillBelow: 8, dataDir: `${dir}/controller/data`,
+      bootstrapTokens: [input.bootstrapToken], adminToken: input.adminToken, store: { type: 'embedded' },
+    },
+  };
+
+  const addNode = (site: string, community: string, index: number, router: string, lanNet: string) => {
+    const name = `${site}-${index}`;
+    const netns = ns(name);
+    const underlay = `${lanNet}.${NODE_HOST_BASE + index}`;
+    const gateway = `${lanNet}.1`;
+    namespaces.push({ name: netns, role: 'node', site });
+    veths.push({ a: { netns: router, ifname: `p-${name}`, master: 'lan0' }, b: { netns, ifname: NODE_DEVICES.underlay, address: `${underlay}/24` } });
+    routes.push({ netns, dst: 'default', via: gateway });
+    const nodeDir = `${dir}/${name}`;
+    const paths = {
+      dir: nodeDir, configPath: `${nodeDir}/agent.json`, socketPath: `${nodeDir}/agent.sock`, logPath: `${nodeDir}/agent.log`,
+      dataDir: `${nodeDir}/data`, cniBinDir: `${nodeDir}/cni-bin`, cniConfDir: `${nodeDir}/cni-conf`,
+    };
+    nodes.push({
+      name, site, community, netns, underlay, gateway, ...paths,
+      agentConfig: {
+        nodeName: name, podCidrs: [], cniBinDir: paths.cniBinDir, cniConfDir: paths.cniConfDir, dataDir: paths.dataDir,
+        socketPath: paths.socketPath, bridge: NODE_DEVICES.bridge, resyncPeriod: 5, site, community, underlayAddresses: [underlay],
+        overlay: { device: NODE_DEVICES.overlay, directRouting: spec.sameSite === 'direct' ? 'auto' : 'never' }, clusterCidrs: [LAB_CLUSTER_CIDR],
+        controller: { urls: [url], token: input.bootstrapToken, usagePeriod: 5 },
+      },
+    });
+    for (let p = 1; p <= spec.podsPerNode; p++) {
+      const pod = `${name}-p${p}`;
+      namespaces.push({ name: ns(pod), role: 'pod', site });
+      pods.push({ name: pod, node: name, netns: ns(pod), containerId: `atoll-lab-${runId}-${pod}` });
+    }
+  };
+
+  for (let i = 1; i <= spec.cloudNodes; i++) addNode(CLOUD_SITE, '', i, cloudRouter, CLOUD_NET);
+
+  spec.edges.forEach((e, idx) => {
+    const router = ns(`${e.name}-router`);
+    const lanNet = `172.16.${idx + 1}`;
+    const publicAddress = `${WAN_NET}.${EDGE_ROUTER_BASE + idx + 1}`;
+    namespaces.push({ name: router, role: 'router', site: e.name });
+    veths.push({ a: { netns: wan, ifname: `p-${e.name}`, master: 'inet0' }, b: { netns: router, ifname: 'up0', address: `${publicAddress}/24` } });
+    bridges.push({ netns: router, ifname: 'lan0', address: `${lanNet}.1/24` });
+    routes.push({ netns: router, dst: 'default', via: `${WAN_NET}.1` });
+    forwarding.push(router);
+    nat.push({ netns: router, site: e.name, type: e.nat, ruleset: natRuleset({ site: e.name, type: e.nat, lan: `${lanNet}.0/24`, uplink: 'up0', lanDev: 'lan0' }) });
+    const up = uplinkQdiscLines('up0', e.uplink);
+    if (up.length > 0) {
+      qdiscs.push({ netns: router, dev: 'up0', site: e.name, direction: 'up', conditions: e.uplink, tc: up });
+      qdiscs.push({ netns: wan, dev: `p-${e.name}`, site: e.name, direction: 'down', conditions: e.uplink, tc: uplinkQdiscLines(`p-${e.name}`, e.uplink) });
+    }
+    for (let i = 1; i <= e.nodes; i++) addNode(e.name, e.community, i, router, lanNet);
+  });
+
+  return { runId, prefix, dir, spec, namespaces, bridges, veths, routes, forwarding, nat, qdiscs, controller, nodes, pods };
+}
+
+/** The agent configuration of `node`, pinned to the controller's CA. */
+export function agentConfigFor(node: LabNode, caCertHash: string): Record<string, unknown> {
+  const controller = node.agentConfig.controller as Record<string, unknown>;
+  return { ...node.agentConfig, controller: { ...controller, caCertHash } };
+}
+
+/** One step of setting up the lab: a tool fed `input` on stdin, in a namespace (the host's when absent). */
+export interface LabSetupStep {
+  readonly netns?: string;
+  /** `ip -batch -`, `tc -batch -`, `nft -f -`, or sysctl `key=value` lines (keys as paths under /proc/sys). */
+  readonly tool: 'ip' | 'tc' | 'nft' | 'sysctl';
+  readonly lines: readonly string[];
+}
+
+/**
+ * The plan as ordered phases of steps. The steps of one phase are independent (run them in parallel); a phase
+ * starts when the previous one is done: namespaces, then devices (veths are created from one end's namespace
+ * with the other end born in its own), then addresses, ports, routes, forwarding, NAT and qdiscs.
+ */
+export function renderLabSetup(plan: LabPlan): LabSetupStep[][] {
+  const byNs = <T extends { netns: string }>(items: readonly T[], netns: string) => items.filter((i) => i.netns === netns);
+  const create: LabSetupStep[] = [{ tool: 'ip', lines: plan.namespaces.map((n) => `netns add ${n.name}`) }];
+  const devices: LabSetupStep[] = [];
+  const configure: LabSetupStep[] = [];
+  for (const { name } of plan.namespaces) {
+    const lines = ['link set lo up'];
+    for (const b of byNs(plan.bridges, name)) lines.push(`link add ${b.ifname} type bridge`);
+    for (const v of plan.veths.filter((x) => x.a.netns === name)) lines.push(`link add ${v.a.ifname} type veth peer name ${v.b.ifname} netns ${v.b.netns}`);
+    devices.push({ netns: name, tool: 'ip', lines });
+
+    const ends = plan.veths.flatMap((v) => [v.a, v.b]).filter((e) => e.netns === name);
+    const conf: string[] = [];
+    for (const b of byNs(plan.bridges, name)) conf.push(`addr add ${b.address} dev ${b.ifname}`, `link set ${b.ifname} up`);
+    for (const e of ends) {
+      if (e.master) conf.push(`link set ${e.ifname} master ${e.master}`);
+      if (e.address) conf.push(`addr add ${e.address} dev ${e.ifname}`);
+      conf.push(`link set ${e.ifname} up`);
+    }
+    for (const r of byNs(plan.routes, name)) conf.push(`route add ${r.dst} via ${r.via}`);
+    if (conf.length > 0) configure.push({ netns: name, tool: 'ip', lines: conf });
+    if (plan.forwarding.includes(name)) configure.push({ netns: name, tool: 'sysctl', lines: ['net/ipv4/ip_forward=1'] });
+    for (const n of byNs(plan.nat, name)) configure.push({ netns: name, tool: 'nft', lines: n.ruleset.trimEnd().split('\n') });
+    const tc = byNs(plan.qdiscs, name).flatMap((q) => q.tc);
+    if (tc.length > 0) configure.push({ netns: name, tool: 'tc', lines: tc });
+  }
+  return [create, devices, configure];
+}
+
+/** Every interface name the plan creates (each at most 15 characters: the kernel's IFNAMSIZ - 1). */
+export function interfaceNames(plan: LabPlan): string[] {
+  return [...plan.bridges.map((b) => b.ifname), ...plan.veths.flatMap((v) => [v.a.ifname, v.b.ifname]), ...Object.values(NODE_DEVICES)];
+}
+
+/** The path a packet from a pod on `from` to a pod on `to` should take, by the topology and community rules. */
+export type LabPath = 'same node' | 'vxlan' | 'direct route' | 'tunnel direct' | 'tunnel relayed' | 'not allowed';
+
+/** What the check expects of a path today: the same-site data plane exists, the tunnel does not yet. */
+export type LabExpectation = 'reachable' | 'tunnel (not built)' | 'blocked';
+
+export function expectationOf(path: LabPath): LabExpectation {
+  if (path === 'same node' || path === 'vxlan' || path === 'direct route') return 'reachable';
+  if (path === 'not allowed') return 'blocked';
+  return 'tunnel (not built)';
+}
+
+/**
+ * The expected path between two nodes of `plan`. Same node, then same site (VXLAN or direct routes, by the spec);
+ * across sites the tunnel: direct when one end is in the cloud (public addresses: the edge dials out, any NAT
+ * passes) or both edges share a community behind endpoint-independent NATs (hole punching), relayed when a
+ * symmetric NAT is on the way; edges without a common community are not allowed to talk.
+ */
+export function expectedPath(plan: LabPlan, from: string, to: string): LabPath {
+  if (from === to) return 'same node';
+  const a = plan.nodes.find((n) => n.name === from);
+  const b = plan.nodes.find((n) => n.name === to);
+  if (!a || !b) throw new Error(`unknown lab node ${a ? to : from}`);
+  if (a.site === b.site) return plan.spec.sameSite === 'direct' ? 'direct route' : 'vxlan';
+  if (a.site === CLOUD_SITE || b.site === CLOUD_SITE) return 'tunnel direct';
+  if (a.community === '' || a.community !== b.community) return 'not allowed';
+  const natOf = (site: string) => plan.spec.edges.find((e) => e.name === site)?.nat;
+  return natOf(a.site) === 'symmetric' || natOf(b.site) === 'symmetric' ? 'tunnel relayed' : 'tunnel direct';
+}
+
+/** Where the source node's kernel sends a packet for a pod address, as `ip route get` reports it. */
+export type ObservedRoute = 'same node' | 'vxlan' | 'direct route' | 'default route' | 'no route';
+
+/** Classifies `ip -j route get <pod ip>` run in `node`'s namespace. */
+export function classifyRoute(node: Pick<LabNode, 'gateway'>, route: { readonly dev?: string; readonly gateway?: string; readonly type?: string } | undefined): ObservedRoute {
+  if (!route?.dev || (route.type !== undefined && route.type !== 'unicast')) return 'no route';
+  if (route.dev === NODE_DEVICES.bridge) return 'same node';
+  if (route.dev === NODE_DEVICES.overlay) return 'vxlan';
+  if (route.dev === NODE_DEVICES.underlay && route.gateway && route.gateway !== node.gateway) return 'direct route';
+  return 'default route';
+}
+
+/** The route a path needs in the source node's kernel; undefined for the tunnel's paths (not built yet). */
+export function routeFor(path: LabPath): ObservedRoute | undefined {
+  if (path === 'same node' || path === 'vxlan' || path === 'direct route') return path;
+  return undefined;
+}

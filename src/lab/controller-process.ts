@@ -1,0 +1,59 @@
+/**
+ * An `atoll controller` as a real child process for the lab: started behind a launcher (`ip netns exec NS`) in its
+ * own process group with its output in a log file (so it outlives nothing but is never tied to a terminal), ready
+ * once it prints the CA pin agents need.
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import { closeSync, openSync, readFileSync } from 'node:fs';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { ATOLL_BIN } from './agent-process.ts';
+
+export interface ControllerProcessInit {
+  readonly configPath: string;
+  readonly logPath: string;
+}
+
+const READY = /caCertHash (sha256:[0-9a-f]{64})/;
+
+export class ControllerProcess {
+  readonly #init: ControllerProcessInit;
+  #proc: ChildProcess | undefined;
+
+  constructor(init: ControllerProcessInit) {
+    this.#init = init;
+  }
+
+  get pid(): number | undefined {
+    return this.#proc?.pid;
+  }
+
+  /**
+   * Starts the controller and waits (bounded) for its ready line.
+   * @returns the CA pin (`sha256:<hex>`) it printed.
+   * @throws Error with the log tail when it exits or stays silent.
+   */
+  async start(launcher: readonly string[], timeoutMs = 30_000): Promise<string> {
+    const out = openSync(this.#init.logPath, 'a');
+    const argv = [...launcher, ATOLL_BIN, 'controller', '--config', this.#init.configPath];
+    const proc = spawn(argv[0] as string, argv.slice(1), { stdio: ['ignore', out, out], detached: true });
+    closeSync(out);
+    proc.unref();
+    this.#proc = proc;
+    const deadline = Date.now() + timeoutMs;
+    while (Date.now() < deadline) {
+      const m = READY.exec(this.logTail(200));
+      if (m) return m[1] as string;
+      if (proc.exitCode !== null || proc.signalCode !== null) throw new Error(`the controller exited (${proc.exitCode ?? proc.signalCode}):\n${this.logTail()}`);
+      await sleep(50);
+    }
+    throw new Error(`the controller did not print its CA pin within ${timeoutMs} ms:\n${this.logTail()}`);
+  }
+
+  logTail(lines = 30): string {
+    try {
+      return readFileSync(this.#init.logPath, 'utf8').trimEnd().split('\n').slice(-lines).join('\n');
+    } catch {
+      return '(no log)';
+    }
+  }
+}

@@ -1,0 +1,516 @@
+/**
+ * `atoll lab`: a whole cloud and edge cluster on one machine, for real. Builds the planned topology
+ * (src/core/lab/plan.ts) from network namespaces, starts the controller and an agent per node as real processes,
+ * creates pods through the real `atoll-cni`, checks every pod against every other, and removes everything again.
+ *
+ * Safety rules this file keeps:
+ * - Everything it creates is named with the run's prefix (`atl-lab-<runid>-`) and recorded in the run's state file
+ *   (src/adapters/lab-state.ts) before it is created, so `atoll lab down` can remove the leftovers of a run that was
+ *   killed. Traffic only flows inside the run's namespaces.
+ * - Processes are stopped by PID only, and only when their command line carries the run's directory (or they live in
+ *   one of the run's namespaces).
+ * - Every wait is bounded; a failed step removes the whole run before the error is reported; SIGINT, SIGTERM and
+ *   uncaught errors remove the run too.
+ */
+import { copyFileSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { AtollError, asAtollError, atollError } from '../core/errors.ts';
+import {
+  agentConfigFor, classifyRoute, expectationOf, expectedPath, LAB_NETNS_PREFIX, LAB_POD_NAMESPACE, labPrefix, type LabPlan, type LabSetupStep,
+  type ObservedRoute, planLab, renderLabSetup, runIdOfNetns,
+} from '../core/lab/plan.ts';
+import { judgeCell, type LabCell, type PingResult, type TcpResult } from '../core/lab/report.ts';
+import { describeLabSpec, type LabSpec } from '../core/lab/spec.ts';
+import { invokeCni } from '../adapters/cni-invoke.ts';
+import { exec } from '../adapters/exec.ts';
+import { IpRoute2 } from '../adapters/iproute2.ts';
+import { type LabState, LabStateStore } from '../adapters/lab-state.ts';
+import { Nft } from '../adapters/nft.ts';
+import { commandLine, isAlive, listNetns, NETNS_DIR, pidsInNetns, stopPid } from '../adapters/processes.ts';
+import { writeSysctl } from '../adapters/sysctl.ts';
+import { Tc } from '../adapters/tc.ts';
+import { AgentProcess } from './agent-process.ts';
+import { ControllerProcess } from './controller-process.ts';
+import { labPreflight, requireRoot } from './lab-preflight.ts';
+import { ProbeClient } from './probe.ts';
+
+export interface LabOptions {
+  /** Progress lines for the terminal. */
+  readonly say: (line: string) => void;
+  readonly store?: LabStateStore;
+  /** Copy the controller's and agents' logs here before a failed `labUp` removes the run. */
+  readonly keepLogs?: string;
+}
+
+export interface LabPodInfo {
+  readonly name: string;
+  readonly node: string;
+  readonly netns: string;
+  readonly ip: string;
+}
+
+export interface RunningLab {
+  readonly plan: LabPlan;
+  readonly store: LabStateStore;
+  readonly caCertHash: string;
+  readonly pods: readonly LabPodInfo[];
+  /** How the pods were created, for the report. */
+  readonly podCreation: string;
+  readonly timingsMs: Readonly<Record<string, number>>;
+  state: LabState;
+}
+
+export interface DownSummary {
+  readonly runId: string;
+  readonly processes: readonly { role: string; pid: number; outcome: string }[];
+  readonly namespacesRemoved: number;
+  /** Namespaces of the run still present afterwards (should be none). */
+  readonly leftovers: readonly string[];
+}
+
+export const POD_CREATION = 'direct CNI calls to atoll-cni (the lab does not drive containerd\'s CRI yet)';
+const BLOCKS_TIMEOUT_MS = 60_000;
+const ROUTES_TIMEOUT_MS = 30_000;
+const PING_ARGS = ['-n', '-q', '-c', '3', '-i', '0.2', '-W', '1', '-w', '2'];
+const TCP_TIMEOUT_MS = 2000;
+const CHECK_CONCURRENCY = 48;
+
+const ip = new IpRoute2();
+const nsPath = (name: string) => join(NETNS_DIR, name);
+const since = (t0: number) => Math.round(performance.now() - t0);
+const secs = (ms: number) => `${(ms / 1000).toFixed(1)} s`;
+
+/** Runs `fn` over `items`, at most `limit` at a time, keeping the order of results. */
+async function mapLimit<T, R>(items: readonly T[], limit: number, fn: (item: T) => Promise<R>): Promise<R[]> {
+  const out: R[] = new Array(items.length);
+  let next = 0;
+  const worker = async () => {
+    while (next < items.length) {
+      const i = next++;
+      out[i] = await fn(items[i] as T);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker));
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Cleanup on signals and crashes
+
+let active: { store: LabStateStore; state: LabState; say: (l: string) => void } | undefined;
+let cleaning: Promise<unknown> | undefined;
+
+/**
+ * Removes the active run on SIGINT, SIGTERM or an uncaught error, then exits (130, 143 or 1). Returns a function
+ * that uninstalls the handlers.
+ */
+export function installCleanupHandlers(): () => void {
+  const onSignal = (signal: NodeJS.Signals) => {
+    const run = active;
+    if (cleaning) {
+      run?.say(`  (${signal}: still removing the lab)`);
+      return;
+    }
+    if (run) run.say(`\n${signal}: removing lab ${run.state.runId}`);
+    cleaning = (run ? destroyRun(run.store, run.state, run.say) : Promise.resolve()).finally(() => process.exit(signal === 'SIGINT' ? 130 : 143));
+  };
+  const onCrash = (err: unknown) => {
+    const run = active;
+    process.stderr.write(`atoll lab crashed: ${asAtollError(err).message}\n`);
+    if (cleaning) return;
+    cleaning = (run ? destroyRun(run.store, run.state, run.say) : Promise.resolve()).finally(() => process.exit(1));
+  };
+  process.on('SIGINT', onSignal);
+  process.on('SIGTERM', onSignal);
+  process.on('uncaughtException', onCrash);
+  process.on('unhandledRejection', onCrash);
+  return () => {
+    process.removeListener('SIGINT', onSignal);
+    process.removeListener('SIGTERM', onSignal);
+    process.removeListener('uncaughtException', onCrash);
+    process.removeListener('unhandledRejection', onCrash);
+  };
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Up
+
+function newRunId(store: LabStateStore): string {
+  const taken = new Set([...store.list(), ...listNetns().map(runIdOfNetns).filter((x) => x !== undefined)]);
+  for (;;) {
+    const id = randomBytes(2).toString('hex');
+    if (!taken.has(id)) return id;
+  }
+}
+
+async function applyStep(step: LabSetupStep): Promise<void> {
+  const netns = step.netns ? nsPath(step.netns) : undefined;
+  switch (step.tool) {
+    case 'ip':
+      return ip.batch(step.lines, { netns });
+    case 'tc':
+      return new Tc().batch(step.lines, { netns });
+    case 'nft':
+      return new Nft().apply(`${step.lines.join('\n')}\n`, { netns });
+    case 'sysctl':
+      for (const line of step.lines) {
+        const [key, value] = line.split('=') as [string, string];
+        writeSysctl(key, value, netns);
+      }
+  }
+}
+
+interface NodeState {
+  readonly blocks: readonly string[];
+  readonly peers: readonly { name: string; blocks: readonly string[]; vtepMac: string }[];
+}
+
+function nodeState(dataDir: string): NodeState {
+  try {
+    return JSON.parse(readFileSync(join(dataDir, 'cluster-state.json'), 'utf8')) as NodeState;
+  } catch {
+    return { blocks: [], peers: [] };
+  }
+}
+
+/** Waits until every agent holds a block and knows every node with its blocks and VTEP MAC. */
+async function waitForBlocksAndPeers(plan: LabPlan, agents: ReadonlyMap<string, AgentProcess>): Promise<void> {
+  const deadline = Date.now() + BLOCKS_TIMEOUT_MS;
+  const names = plan.nodes.map((n) => n.name);
+  const missing = () => plan.nodes.flatMap((n) => {
+    const s = nodeState(n.dataDir);
+    const known = new Set(s.peers.filter((p) => p.blocks.length > 0 && p.vtepMac).map((p) => p.name));
+    const lacks = names.filter((x) => !known.has(x));
+    if (s.blocks.length === 0) return [`${n.name} has no block`];
+    return lacks.length > 0 ? [`${n.name} does not know ${lacks.join(', ')}`] : [];
+  });
+  for (;;) {
+    const m = missing();
+    if (m.length === 0) return;
+    if (Date.now() > deadline) {
+      const tails = plan.nodes.filter((n) => m.some((x) => x.startsWith(`${n.name} `))).slice(0, 3).map((n) => `--- agent ${n.name} (log tail)\n${agents.get(n.name)?.logTail(15)}`);
+      throw atollError('LAB_STEP_FAILED', `agents did not get blocks and peers within ${BLOCKS_TIMEOUT_MS / 1000} s: ${m.join('; ')}\n${tails.join('\n')}`,
+        'read the agents\' logs above; is the controller reachable from the edge sites through their NAT?');
+    }
+    await sleep(200);
+  }
+}
+
+/** Waits until every node routes (protocol 44) every block of the peers in its site. */
+async function waitForSiteRoutes(plan: LabPlan): Promise<void> {
+  const deadline = Date.now() + ROUTES_TIMEOUT_MS;
+  for (;;) {
+    const lacking: string[] = [];
+    for (const n of plan.nodes) {
+      const sitePeers = new Set(plan.nodes.filter((p) => p.site === n.site && p.name !== n.name).map((p) => p.name));
+      const want = nodeState(n.dataDir).peers.filter((p) => sitePeers.has(p.name)).flatMap((p) => p.blocks);
+      const have = new Set((await ip.json<{ dst: string }>(['route', 'show', 'proto', '44'], { netns: nsPath(n.netns) })).map((r) => r.dst));
+      const absent = want.filter((b) => !have.has(b));
+      if (absent.length > 0) lacking.push(`${n.name} lacks ${absent.join(', ')}`);
+    }
+    if (lacking.length === 0) return;
+    if (Date.now() > deadline) throw atollError('LAB_STEP_FAILED', `same-site routes missing after ${ROUTES_TIMEOUT_MS / 1000} s: ${lacking.join('; ')}`, 'read the agents\' logs (overlay updated / overlay sync failed)');
+    await sleep(200);
+  }
+}
+
+/** Creates every pod by calling the node's installed atoll-cni with the conflist its agent wrote. */
+async function createPods(plan: LabPlan): Promise<LabPodInfo[]> {
+  return mapLimit(plan.pods, 8, async (pod) => {
+    const node = plan.nodes.find((n) => n.name === pod.node);
+    if (!node) throw new Error(`pod ${pod.name} names an unknown node ${pod.node}`);
+    const conflist = JSON.parse(readFileSync(join(node.cniConfDir, '10-atoll.conflist'), 'utf8')) as { cniVersion: string; name: string; plugins: Record<string, unknown>[] };
+    const plugin = conflist.plugins[0] as Record<string, unknown>;
+    const res = await invokeCni({
+      binDir: node.cniBinDir, type: String(plugin.type), command: 'ADD', containerId: pod.containerId, netns: nsPath(pod.netns), ifname: 'eth0',
+      args: { K8S_POD_NAMESPACE: LAB_POD_NAMESPACE, K8S_POD_NAME: pod.name, K8S_POD_INFRA_CONTAINER_ID: pod.containerId },
+      config: { cniVersion: conflist.cniVersion, name: conflist.name, ...plugin },
+    });
+    const address = (res.output?.ips as { address?: string }[] | undefined)?.[0]?.address;
+    if (res.code !== 0 || !address) {
+      throw atollError('LAB_STEP_FAILED', `CNI ADD of pod ${pod.name} on ${pod.node} failed (status ${res.code}): ${res.stdout.trim() || res.stderr.trim()}`, 'read the agent\'s log');
+    }
+    return { name: pod.name, node: pod.node, netns: pod.netns, ip: address.split('/')[0] as string };
+  });
+}
+
+/** Removes runs whose `atoll lab` process is gone without detaching (it crashed or was killed). */
+async function removeStaleRuns(store: LabStateStore, say: (l: string) => void): Promise<void> {
+  for (const id of store.list()) {
+    const s = store.load(id);
+    if (!s || s.detached || isLive(s)) continue;
+    say(`  removing the leftovers of lab ${id} (its lab process ${s.labPid} is gone)`);
+    await destroyRun(store, s, say);
+  }
+}
+
+function isLive(s: LabState): boolean {
+  return !s.detached && s.labPid !== process.pid && isAlive(s.labPid) && (commandLine(s.labPid) ?? '').includes(' lab ');
+}
+
+/**
+ * Builds the lab for `spec` and returns it running: topology, controller, agents (every one with a block, every
+ * peer and its same-site routes) and pods.
+ * @throws AtollError LAB_PREREQUISITE_MISSING before creating anything; LAB_STEP_FAILED after removing what it built.
+ */
+export async function labUp(spec: LabSpec, opts: LabOptions): Promise<RunningLab> {
+  requireRoot();
+  const say = opts.say;
+  const store = opts.store ?? new LabStateStore();
+  const t0 = performance.now();
+  const timingsMs: Record<string, number> = {};
+  await removeStaleRuns(store, say);
+  const runId = newRunId(store);
+  const prefix = labPrefix(runId);
+  const dir = store.runDir(runId);
+  const plan = planLab({ spec, runId, dir, bootstrapToken: randomBytes(18).toString('base64url'), adminToken: randomBytes(18).toString('base64url') });
+  let state: LabState = {
+    runId, prefix, dir, labPid: process.pid, detached: false, startedAt: new Date().toISOString(),
+    namespaces: [...plan.namespaces.map((n) => n.name), `${prefix}probe`], processes: [],
+  };
+  const record = (role: string, pid: number | undefined) => {
+    if (pid === undefined) return;
+    state = { ...state, processes: [...state.processes, { role, pid }] };
+    store.save(state);
+    if (active) active.state = state;
+  };
+  store.save(state);
+  active = { store, state, say };
+  say(`atoll lab ${runId}: ${describeLabSpec(spec)}`);
+  const agents = new Map<string, AgentProcess>();
+  let step = 'preflight';
+  try {
+    let t = performance.now();
+    const features = await labPreflight(spec, `${prefix}probe`);
+    say(`  preflight: root; ip, nft, tc, ping; kernel: netns, ${features.join(', ')} (${secs(since(t))})`);
+
+    step = 'building the topology';
+    t = performance.now();
+    mkdirSync(plan.controller.dir, { recursive: true, mode: 0o700 });
+    writeFileSync(plan.controller.configPath, JSON.stringify(plan.controller.config, null, 2));
+    for (const phase of renderLabSetup(plan)) await mapLimit(phase, 8, applyStep);
+    timingsMs.topology = since(t);
+    const count = (role: string) => plan.namespaces.filter((n) => n.role === role).length;
+    say(`  topology: ${plan.namespaces.length} namespaces (wan, ${count('router')} routers, controller, ${count('node')} nodes, ${count('pod')} pods), `
+      + `${plan.veths.length} veth links, ${plan.nat.length} NAT router${plan.nat.length === 1 ? '' : 's'}${plan.qdiscs.length ? `, ${plan.qdiscs.length} uplink qdiscs` : ''} (${secs(timingsMs.topology)})`);
+
+    step = 'starting the controller';
+    t = performance.now();
+    const controller = new ControllerProcess({ configPath: plan.controller.configPath, logPath: plan.controller.logPath });
+    const started = controller.start(['ip', 'netns', 'exec', plan.controller.netns]);
+    record('controller', controller.pid);
+    const caCertHash = await started;
+    timingsMs.controller = since(t);
+    say(`  controller: ${plan.controller.url} in ${plan.controller.netns} (pid ${controller.pid}), CA pin ${caCertHash.slice(0, 23)}... (${secs(timingsMs.controller)})`);
+
+    step = 'starting the agents';
+    t = performance.now();
+    await mapLimit(plan.nodes, 8, async (n) => {
+      mkdirSync(n.dir, { recursive: true, mode: 0o700 });
+      writeFileSync(n.configPath, JSON.stringify(agentConfigFor(n, caCertHash), null, 2));
+      const agent = new AgentProcess({ configPath: n.configPath, socketPath: n.socketPath, logPath: n.logPath, detached: true });
+      agents.set(n.name, agent);
+      const starting = agent.start(['ip', 'netns', 'exec', n.netns], 30_000);
+      record(`agent ${n.name}`, agent.pid);
+      await starting;
+    });
+    step = 'waiting for blocks and peers';
+    await waitForBlocksAndPeers(plan, agents);
+    step = 'waiting for same-site routes';
+    await waitForSiteRoutes(plan);
+    timingsMs.agents = since(t);
+    say(`  agents: ${plan.nodes.length} up; each holds a block, knows all ${plan.nodes.length} nodes and routes its site's blocks (${secs(timingsMs.agents)})`);
+
+    step = 'creating pods';
+    t = performance.now();
+    const pods = await createPods(plan);
+    timingsMs.pods = since(t);
+    say(`  pods: ${pods.length} created by ${POD_CREATION} (${secs(timingsMs.pods)})`);
+    timingsMs.up = since(t0);
+    return { plan, store, caCertHash, pods, podCreation: POD_CREATION, timingsMs, state };
+  } catch (err) {
+    const e = asAtollError(err);
+    if (e.code === 'LAB_PREREQUISITE_MISSING') say('  refused: nothing was created');
+    else say(`  failed while ${step}; removing everything`);
+    if (opts.keepLogs && e.code !== 'LAB_PREREQUISITE_MISSING') saveLogs(plan, opts.keepLogs, say);
+    await destroyRun(store, state, e.code === 'LAB_PREREQUISITE_MISSING' ? () => {} : say);
+    active = undefined;
+    if (err instanceof AtollError) throw err;
+    throw atollError('LAB_STEP_FAILED', `atoll lab failed while ${step}: ${e.message}`, 'read the message and log tails above; `atoll lab down --all` removes any leftovers', err);
+  }
+}
+
+/** Copies the controller's and agents' logs to `toDir` (the run's directory goes with the run). */
+export function saveLogs(plan: LabPlan, toDir: string, say: (l: string) => void): void {
+  try {
+    mkdirSync(toDir, { recursive: true });
+    for (const [from, name] of [[plan.controller.logPath, 'controller.log'], ...plan.nodes.map((n) => [n.logPath, `agent-${n.name}.log`])] as const) {
+      if (existsSync(from)) copyFileSync(from, join(toDir, name));
+    }
+    say(`  logs saved in ${toDir}`);
+  } catch (err) {
+    say(`  (could not save the logs in ${toDir}: ${asAtollError(err).message})`);
+  }
+}
+
+/** Marks `lab` as living on without its builder (`atoll lab up --detach`). */
+export function detachLab(lab: RunningLab): void {
+  lab.state = { ...lab.state, detached: true };
+  lab.store.save(lab.state);
+  active = undefined;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Checks
+
+function parsePing(out: string, code: number): PingResult {
+  const m = /(\d+) packets transmitted, (\d+) (?:packets )?received/.exec(out);
+  const sent = Number(m?.[1] ?? 0);
+  const received = Number(m?.[2] ?? 0);
+  const rtt = /= [\d.]+\/([\d.]+)\//.exec(out);
+  const ok = received > 0;
+  const error = ok ? undefined : m ? `${received}/${sent} replies` : `ping failed (status ${code}): ${out.trim().split('\n').pop() ?? ''}`;
+  return { ok, sent, received, ...(rtt ? { rttMs: Number(rtt[1]) } : {}), ...(error ? { error } : {}) };
+}
+
+async function pingFrom(netns: string, target: string): Promise<PingResult> {
+  const res = await exec('ping', [...PING_ARGS, target], { netns: nsPath(netns) });
+  return parsePing(res.stdout + res.stderr, res.code);
+}
+
+async function observedRoute(plan: LabPlan, node: string, target: string): Promise<ObservedRoute> {
+  const n = plan.nodes.find((x) => x.name === node);
+  if (!n) return 'no route';
+  try {
+    const [route] = await ip.json<{ dev?: string; gateway?: string; type?: string }>(['route', 'get', target], { netns: nsPath(n.netns) });
+    return classifyRoute(n, route);
+  } catch {
+    return 'no route';
+  }
+}
+
+/**
+ * The connectivity matrix: every pod to every other, ping and TCP (through a probe process in each pod), the route
+ * the source node's kernel takes, and a verdict per cell. Prints a line per source pod as its row completes.
+ */
+export async function runChecks(lab: RunningLab, opts: LabOptions): Promise<LabCell[]> {
+  const say = opts.say;
+  const { plan, pods } = lab;
+  const pairs = pods.flatMap((a) => pods.filter((b) => b !== a).map((b) => ({ a, b })));
+  say(`  checks: ${pairs.length} pod pairs, ping (3 packets, at most 2 s) and TCP (connect and echo, at most ${TCP_TIMEOUT_MS / 1000} s), ${CHECK_CONCURRENCY} at a time`);
+  const probes = new Map(pods.map((p) => [p.name, new ProbeClient(p.netns, lab.state.dir)]));
+  try {
+    await Promise.all([...probes.values()].map((p) => p.ready()));
+    const routeKeys = [...new Set(pairs.map(({ a, b }) => `${a.node}>${b.ip}`))];
+    const routes = new Map(await mapLimit(routeKeys, 8, async (k) => {
+      const [node, target] = k.split('>') as [string, string];
+      return [k, await observedRoute(plan, node, target)] as const;
+    }));
+    const remaining = new Map(pods.map((p) => [p.name, pods.length - 1]));
+    const rows = new Map<string, LabCell[]>();
+    const cells = await mapLimit(pairs, CHECK_CONCURRENCY, async ({ a, b }) => {
+      const path = expectedPath(plan, a.node, b.node);
+      const route = routes.get(`${a.node}>${b.ip}`) ?? 'no route';
+      const [ping, tcp] = await Promise.all([pingFrom(a.netns, b.ip), (probes.get(a.name) as ProbeClient).tcp(b.ip, TCP_TIMEOUT_MS)]);
+      const cell: LabCell = {
+        from: a.name, to: b.name, fromNode: a.node, toNode: b.node, fromIp: a.ip, toIp: b.ip, path, expect: expectationOf(path), route,
+        ping, tcp: roundTcp(tcp), ...judgeCell(path, route, ping, tcp),
+      };
+      rows.set(a.name, [...(rows.get(a.name) ?? []), cell]);
+      const left = (remaining.get(a.name) ?? 1) - 1;
+      remaining.set(a.name, left);
+      if (left === 0) say(`    ${a.name.padEnd(14)} ${a.ip.padEnd(15)} ${rowSummary(rows.get(a.name) ?? [])}`);
+      return cell;
+    });
+    return cells;
+  } finally {
+    await Promise.all([...probes.values()].map((p) => p.close()));
+  }
+}
+
+function roundTcp(t: TcpResult): TcpResult {
+  const r = (x: number | undefined) => (x === undefined ? undefined : Math.round(x * 1000) / 1000);
+  return { ...t, connectMs: r(t.connectMs), echoMs: r(t.echoMs) };
+}
+
+function rowSummary(cells: readonly LabCell[]): string {
+  const counts = new Map<string, number>();
+  for (const c of cells) counts.set(c.verdict, (counts.get(c.verdict) ?? 0) + 1);
+  return [...counts].map(([v, n]) => `${n} ${v}`).join(', ');
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Down
+
+/**
+ * Removes one run: its recorded processes (by PID, checked against the run's directory), any process left in its
+ * namespaces, its namespaces (recorded, and any with its prefix), its directory and its state file. Idempotent;
+ * each step runs even when an earlier one failed.
+ */
+export function destroyRun(store: LabStateStore, state: LabState, say: (l: string) => void): Promise<DownSummary> {
+  // one removal per run at a time: a Ctrl-C during the normal teardown joins it instead of racing it
+  let removal = removals.get(state.runId);
+  if (!removal) {
+    removal = removeRun(store, state, say).finally(() => removals.delete(state.runId));
+    removals.set(state.runId, removal);
+  }
+  return removal;
+}
+
+const removals = new Map<string, Promise<DownSummary>>();
+
+async function removeRun(store: LabStateStore, state: LabState, say: (l: string) => void): Promise<DownSummary> {
+  const t = performance.now();
+  const processes = await Promise.all(state.processes.map(async (p) => ({ ...p, outcome: await stopPid(p.pid, { tag: state.dir, graceMs: 3000 }) })));
+  const present = new Set(listNetns());
+  const names = [...new Set([...state.namespaces, ...[...present].filter((n) => n.startsWith(state.prefix))])].filter((n) => present.has(n));
+  for (const [ns, pids] of pidsInNetns(names)) {
+    for (const pid of pids) processes.push({ role: `process in ${ns}`, pid, outcome: await stopPid(pid, { graceMs: 1000 }) });
+  }
+  // pods first: deleting them deletes their veths while the nodes still exist
+  const order = (n: string) => (n.includes('-p') && /-p\d+$/.test(n) ? 0 : 1);
+  const sorted = [...names].sort((a, b) => order(a) - order(b));
+  await mapLimit(sorted, 8, (n) => ip.batch([`netns del ${n}`]).catch((e: unknown) => {
+    if (listNetns().includes(n)) say(`  (could not delete namespace ${n}: ${asAtollError(e).message})`);
+  }));
+  const leftovers = listNetns().filter((n) => n.startsWith(state.prefix));
+  if (leftovers.length === 0) store.remove(state.runId);
+  if (active?.state.runId === state.runId) active = undefined;
+  const stopped = processes.filter((p) => p.outcome !== 'gone' && p.outcome !== 'not ours').length;
+  say(`  removed lab ${state.runId}: ${stopped} process${stopped === 1 ? '' : 'es'} stopped, ${names.length - leftovers.length} namespaces deleted`
+    + `${leftovers.length ? `, ${leftovers.length} LEFT: ${leftovers.join(' ')}` : ''} (${secs(since(t))})`);
+  for (const p of processes.filter((x) => x.outcome === 'not ours' || x.outcome === 'survived')) say(`  (pid ${p.pid}, ${p.role}: ${p.outcome})`);
+  return { runId: state.runId, processes, namespacesRemoved: names.length - leftovers.length, leftovers };
+}
+
+/** A state for a run known only by its namespaces (its state file is gone). */
+function orphanState(store: LabStateStore, runId: string): LabState {
+  return { runId, prefix: labPrefix(runId), dir: store.runDir(runId), labPid: 0, detached: true, startedAt: '', namespaces: [], processes: [] };
+}
+
+/**
+ * `atoll lab down`: with a run id, that run; without, every run whose lab process is gone or detached, and every
+ * lab namespace without a state file; with `all`, live runs too.
+ */
+export async function labDown(target: { runId: string } | { all: boolean }, opts: LabOptions): Promise<DownSummary[]> {
+  requireRoot();
+  const store = opts.store ?? new LabStateStore();
+  const say = opts.say;
+  if ('runId' in target) return [await destroyRun(store, store.load(target.runId) ?? orphanState(store, target.runId), say)];
+  const out: DownSummary[] = [];
+  for (const id of store.list()) {
+    const s = store.load(id) ?? orphanState(store, id);
+    if (!target.all && isLive(s)) {
+      say(`  lab ${id} is live (lab process ${s.labPid}): left alone; stop it with Ctrl-C there, or \`atoll lab down ${id}\``);
+      continue;
+    }
+    out.push(await destroyRun(store, s, say));
+  }
+  const known = new Set(store.list());
+  const orphans = [...new Set(listNetns().filter((n) => n.startsWith(LAB_NETNS_PREFIX)).map(runIdOfNetns).filter((x): x is string => x !== undefined && !known.has(x)))];
+  for (const id of orphans) out.push(await destroyRun(store, orphanState(store, id), say));
+  if (out.length === 0) say('  no lab to remove');
+  return out;
+}

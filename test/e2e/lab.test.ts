@@ -1,0 +1,131 @@
+/**
+ * `atoll lab run` end to end, as a user runs it: a small cloud and one NATed edge site from namespaces, a real
+ * controller and agents, pods through the real atoll-cni, the connectivity matrix, and nothing of the run left
+ * afterwards (namespace, process, mount, file).
+ */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { ATOLL_BIN } from '../../src/lab/agent-process.ts';
+import type { LabCell } from '../../src/core/lab/report.ts';
+import { rootSkipReason } from '../support/netns.ts';
+
+interface Report {
+  readonly runId: string;
+  readonly prefix: string;
+  readonly podCreation: string;
+  readonly processes: readonly { role: string; pid: number }[];
+  readonly cells: readonly LabCell[];
+  readonly verdict: { ok: boolean; shouldWork: number; working: number; waitingForTunnel: number };
+  readonly cleanup: { leftovers: readonly string[] };
+}
+
+function run(args: readonly string[], timeoutMs: number): Promise<{ code: number | null; out: string }> {
+  return new Promise((resolve) => {
+    const child = spawn(ATOLL_BIN, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    child.stderr.on('data', (d: Buffer) => (out += d.toString()));
+    // SIGTERM: the lab removes itself before it exits
+    const timer = setTimeout(() => child.kill('SIGTERM'), timeoutMs);
+    child.on('close', (code) => {
+      clearTimeout(timer);
+      resolve({ code, out });
+    });
+  });
+}
+
+/** Processes whose command line names `text`. */
+function processesNaming(text: string): string[] {
+  return readdirSync('/proc').filter((p) => /^\d+$/.test(p)).flatMap((pid) => {
+    try {
+      const cmd = readFileSync(`/proc/${pid}/cmdline`, 'utf8').replaceAll('\0', ' ');
+      return cmd.includes(text) ? [`${pid}: ${cmd}`] : [];
+    } catch {
+      return [];
+    }
+  });
+}
+
+test('atoll lab run: cloud 1 node + edge a 2 nodes, 1 pod each: same-site cells over VXLAN, nothing left', { skip: rootSkipReason(), timeout: 120_000 }, async () => {
+  const tmp = mkdtempSync(join(tmpdir(), 'atoll-lab-e2e-'));
+  try {
+    const json = join(tmp, 'report.json');
+    const started = Date.now();
+    const res = await run(['lab', 'run', '--cloud-nodes', '1', '--edge-sites', '1', '--nodes-per-site', '2', '--pods-per-node', '1', '--json', json], 90_000);
+    assert.equal(res.code, 0, res.out);
+    assert.ok(Date.now() - started < 60_000, `took ${Date.now() - started} ms`);
+    assert.match(res.out, /pods: 3 created by direct CNI calls to atoll-cni/);
+    assert.match(res.out, /^PASS: /m);
+    const report = JSON.parse(readFileSync(json, 'utf8')) as Report;
+    assert.equal(report.cells.length, 6);
+    assert.deepEqual(report.verdict, { ...report.verdict, ok: true, shouldWork: 2, working: 2, waitingForTunnel: 4 });
+
+    const sameSite = report.cells.filter((c) => c.fromNode.startsWith('a-') && c.toNode.startsWith('a-'));
+    assert.equal(sameSite.length, 2);
+    for (const c of sameSite) {
+      assert.equal(c.path, 'vxlan', `${c.from} -> ${c.to}`);
+      assert.equal(c.route, 'vxlan', `${c.from} -> ${c.to}: the node's kernel routes it over the VXLAN device`);
+      assert.equal(c.verdict, 'ok', JSON.stringify(c));
+      assert.ok(c.ping.ok && c.ping.rttMs !== undefined && c.tcp.ok && c.tcp.connectMs !== undefined, JSON.stringify(c));
+    }
+    const crossSite = report.cells.filter((c) => !sameSite.includes(c));
+    for (const c of crossSite) {
+      assert.equal(c.path, 'tunnel direct', `${c.from} -> ${c.to}`);
+      assert.equal(c.verdict, 'no path yet (tunnel not built)', JSON.stringify(c));
+      assert.ok(!c.ping.ok && !c.tcp.ok);
+    }
+
+    // nothing of the run is left
+    const runDir = `/run/atoll-lab/${report.runId}`;
+    assert.deepEqual(report.cleanup.leftovers, []);
+    assert.deepEqual(readdirSync('/var/run/netns').filter((n) => n.startsWith(report.prefix)), []);
+    assert.deepEqual(processesNaming(runDir), []);
+    assert.ok(report.processes.length >= 4, 'controller and three agents were recorded');
+    for (const p of report.processes) assert.ok(!existsSync(`/proc/${p.pid}`) || !(readFileSync(`/proc/${p.pid}/cmdline`, 'utf8').includes(runDir)), `${p.role} (pid ${p.pid}) still runs`);
+    const mounts = readFileSync('/proc/self/mountinfo', 'utf8').split('\n').filter((l) => l.includes(report.prefix) || l.includes(runDir));
+    assert.deepEqual(mounts, []);
+    assert.equal(existsSync(runDir), false);
+    assert.equal(existsSync(`${runDir}.json`), false);
+  } finally {
+    rmSync(tmp, { recursive: true, force: true });
+  }
+});
+
+test('atoll lab refuses an impossible spec before touching anything', async () => {
+  const res = await run(['lab', 'run', '--pods-per-node', '0'], 20_000);
+  assert.equal(res.code, 1, res.out);
+  assert.match(res.out, /pods per node must be 1 to 50, not 0/);
+  assert.match(res.out, /LAB_SPEC_INVALID/);
+});
+
+test('atoll lab refuses clearly when not root', { skip: rootSkipReason() || (existsSync('/usr/bin/setpriv') ? false : 'needs setpriv') }, async () => {
+  assert.equal((await run(['version'], 30_000)).code, 0); // the bundle is built as root first
+  const res = await new Promise<{ code: number | null; out: string }>((resolve) => {
+    const child = spawn('setpriv', ['--reuid=65534', '--regid=65534', '--clear-groups', ATOLL_BIN, 'lab', 'run'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    child.stderr.on('data', (d: Buffer) => (out += d.toString()));
+    child.on('close', (code) => resolve({ code, out }));
+  });
+  assert.equal(res.code, 1, res.out);
+  assert.match(res.out, /atoll lab must run as root/);
+  assert.match(res.out, /LAB_PREREQUISITE_MISSING/);
+});
+
+test('uplink delay: applied where the kernel has netem, else refused naming netem with nothing created', { skip: rootSkipReason(), timeout: 120_000 }, async () => {
+  const res = await run(['lab', 'run', '--cloud-nodes', '1', '--edge-sites', '1', '--nodes-per-site', '1', '--pods-per-node', '1', '--delay', '5'], 90_000);
+  if (res.code === 1 && /netem qdisc/.test(res.out)) {
+    assert.match(res.out, /CONFIG_NET_SCH_NETEM/);
+    assert.match(res.out, /refused: nothing was created/);
+  } else {
+    assert.equal(res.code, 0, res.out);
+  }
+  const runId = /^atoll lab ([0-9a-f]{4}):/m.exec(res.out)?.[1];
+  assert.ok(runId, res.out);
+  assert.deepEqual(readdirSync('/var/run/netns').filter((n) => n.startsWith(`atl-lab-${runId}-`)), []);
+  assert.equal(existsSync(`/run/atoll-lab/${runId}.json`), false);
+});
