@@ -40,16 +40,20 @@ function pingable(from: Pod, to: string): boolean {
   return from.node.execIn(from.ns, 'ping', ['-c1', '-W1', to]).code === 0;
 }
 
-/** A TCP round trip from pod `a` to pod `b` (a one-shot echo server in b). */
-async function tcpWorks(a: Pod, b: Pod): Promise<boolean> {
-  const nsName = (p: Pod) => p.ns.split('/').pop() as string;
-  const server = spawn('ip', ['netns', 'exec', nsName(b), PROJECT_NODE, '-e', "require('net').createServer((s)=>{s.end('pong');process.exit(0)}).listen(7007);setTimeout(()=>process.exit(2),5000)"]);
+/**
+ * One TCP round trip from the pod namespace `fromNs` to `toIp`, served by a one-shot server in namespace `serverNs`
+ * that answers with the source address it saw. Returns that address, or undefined when the connection failed.
+ */
+async function tcpSeenSource(fromNs: string, serverNs: string, toIp: string): Promise<string | undefined> {
+  const server = spawn('ip', ['netns', 'exec', serverNs, PROJECT_NODE, '-e', "require('net').createServer((s)=>{s.end(s.remoteAddress.replace('::ffff:',''));process.exit(0)}).listen(7007);setTimeout(()=>process.exit(2),5000)"]);
   await new Promise((r) => setTimeout(r, 300));
-  const client = spawnSync('ip', ['netns', 'exec', nsName(a), PROJECT_NODE, '-e',
-    `const s=require('net').connect(7007,'${b.ip}');let d='';s.on('data',x=>d+=x);s.on('end',()=>{process.stdout.write(d)});s.on('error',()=>process.exit(1));setTimeout(()=>process.exit(3),3000)`], { encoding: 'utf8' });
+  const client = spawnSync('ip', ['netns', 'exec', fromNs, PROJECT_NODE, '-e',
+    `const s=require('net').connect(7007,'${toIp}');let d='';s.on('data',x=>d+=x);s.on('end',()=>{process.stdout.write(d,()=>process.exit(0))});s.on('error',()=>process.exit(1));setTimeout(()=>process.exit(3),3000)`], { encoding: 'utf8' });
   server.kill('SIGKILL');
-  return client.stdout === 'pong';
+  return client.status === 0 && client.stdout ? client.stdout : undefined;
 }
+
+const nsName = (p: Pod) => p.ns.split('/').pop() as string;
 
 describe('same-site overlay over VXLAN', { skip: rootSkipReason(), timeout: 300_000 }, () => {
   let cloud: TestCloud;
@@ -90,7 +94,11 @@ describe('same-site overlay over VXLAN', { skip: rootSkipReason(), timeout: 300_
     const failures: string[] = [];
     for (const a of pods) for (const b of pods) if (a !== b && !pingable(a, b.ip)) failures.push(`${a.ip} -> ${b.ip}`);
     assert.deepEqual(failures, [], agents.map((a) => a.dump()).join('\n'));
-    assert.ok(await tcpWorks(pods[0] as Pod, pods[5] as Pod), 'TCP across nodes');
+    const [p0, p5] = [pods[0] as Pod, pods[5] as Pod];
+    assert.equal(await tcpSeenSource(nsName(p0), nsName(p5), p5.ip), p0.ip, 'TCP across nodes, pod source address kept (no masquerade)');
+    // pod traffic leaving the cluster ranges is masqueraded to the node's underlay address
+    const nodeIp = JSON.parse(readFileSync(p0.node.configPath, 'utf8')).underlayAddresses[0];
+    assert.equal(await tcpSeenSource(nsName(p0), cloud.netns, '192.0.2.1'), nodeIp, 'egress masqueraded by the ip atoll table');
     assert.equal(JSON.parse(sh('ip', ['-n', (agents[0] as TestAgent).netns, '-j', 'link', 'show', 'atoll.1']))[0].mtu, 1450);
     const podLink = (pods[0] as Pod).node.execIn((pods[0] as Pod).ns, 'ip', ['-j', 'link', 'show', 'eth0']);
     assert.equal(JSON.parse(podLink.out)[0].mtu, 1450);
@@ -194,6 +202,10 @@ describe('direct routes and site labels', { skip: rootSkipReason(), timeout: 300
     assert.equal(ra.code + rb.code, 0);
     const ipB = ((rb.json?.ips as { address: string }[])[0]?.address as string).split('/')[0] as string;
     assert.equal(d1.execIn(pa, 'ping', ['-c1', '-W2', ipB]).code, 0, d1.dump());
-    assert.equal(d3.cni(d3.env('ADD', 'c-dc', d3.podNetns('dc'), { namespace: 'default', name: 'dc' }), d3.netconf()).code, 0);
+    // a deregistered peer's routes go away
+    const gone = block(d2);
+    const res = cloud.cli(['node', 'deregister', 'd2', '--controller-config', controller.configPath]);
+    assert.equal(res.code, 0, res.out);
+    await until('the route to the deregistered peer to go', () => !sh('ip', ['-n', d1.netns, 'route', 'show', 'proto', '44']).includes(gone));
   });
 });
