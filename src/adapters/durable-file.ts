@@ -2,7 +2,7 @@
  * Crash-safe file writes: a temporary file beside the target is written and fsynced, renamed over the target, and
  * the directory fsynced. After a crash the target holds either the old or the new content, never a mix.
  */
-import { closeSync, fsyncSync, openSync, renameSync, writeSync } from 'node:fs';
+import { close, closeSync, fsync, fsyncSync, open, openSync, rename, renameSync, write, writeSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 
 export const TMP_PREFIX = '.tmp-';
@@ -29,4 +29,40 @@ export function syncDir(dir: string): void {
   } finally {
     closeSync(fd);
   }
+}
+
+/**
+ * {@link writeFileDurably} on libuv's thread pool: the main thread only queues the steps (about 1 to 3 ms of
+ * fsync here, more under load, that would otherwise stall every other request). The directory is not fsynced:
+ * call {@link syncDirAsync} once for a batch. Chained callbacks rather than `fs/promises`: half the main-thread
+ * CPU per write (no FileHandle objects, one promise).
+ */
+export function writeFileDurablyAsync(path: string, content: string | Buffer, opts: { mode?: number } = {}): Promise<void> {
+  const tmp = join(dirname(path), `${TMP_PREFIX}${basename(path)}`);
+  return new Promise((resolve, reject) => {
+    open(tmp, 'w', opts.mode ?? 0o600, (err, fd) => {
+      if (err) return reject(err);
+      const data = typeof content === 'string' ? Buffer.from(content) : content;
+      write(fd, data, (werr, n) => {
+        const done = (e: Error | null) => close(fd, (cerr) => {
+          const first = e ?? cerr;
+          if (first) return reject(first);
+          rename(tmp, path, (rerr) => (rerr ? reject(rerr) : resolve()));
+        });
+        if (werr) return done(werr);
+        if (n !== data.length) return done(new Error(`short write to ${tmp}: ${n} of ${data.length} bytes`));
+        fsync(fd, done);
+      });
+    });
+  });
+}
+
+/** {@link syncDir} on libuv's thread pool. */
+export function syncDirAsync(dir: string): Promise<void> {
+  return new Promise((resolve, reject) => {
+    open(dir, 'r', (err, fd) => {
+      if (err) return reject(err);
+      fsync(fd, (serr) => close(fd, (cerr) => (serr ?? cerr ? reject(serr ?? cerr) : resolve())));
+    });
+  });
 }

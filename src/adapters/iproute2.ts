@@ -1,6 +1,7 @@
 /**
  * The one wrapper around iproute2's `ip`. Writes go through `ip -batch -` (one process for many changes), reads
- * through `ip -json`. Nothing else in Atoll calls `ip`.
+ * through `ip -json`. Nothing else in Atoll calls `ip`. It serves reads and the paths off the hot one (the bridge,
+ * reconcile, CHECK); a pod's ADD and DEL talk rtnetlink directly (netlink.ts), since each `ip` forks the agent.
  */
 import { atollError } from '../core/errors.ts';
 import { type Exec, exec as realExec } from './exec.ts';

@@ -4,7 +4,7 @@
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { readdirSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { TestAgent } from '../support/agent.ts';
 import { leftoverNetns, rootSkipReason, sh } from '../support/netns.ts';
@@ -82,6 +82,30 @@ describe('pod network on one node', { skip }, () => {
     assert.equal(agent.execIn(p4, 'ping', ['-c1', '-W2', '10.77.0.1']).code, 0, agent.dump());
   });
 
+  test('an ADD the kernel refuses leaves nothing behind and says which step failed, on either side of the veth', async () => {
+    const files = () => readdirSync(join(agent.dataDir, 'atoll')).sort();
+    const hostLinks = () => sh('ip', ['-n', agent.netns, '-br', 'link']);
+    const cases = [
+      // host side: the veth's pod end cannot be created, its name is taken in the pod namespace
+      { name: 'k1', prepare: (ns: string) => sh('ip', ['-n', ns, 'link', 'add', 'eth0', 'type', 'veth', 'peer', 'name', 'eth9']), want: /creating veth atl[0-9a-f]{12} \(peer eth0 in .*\) .*failed: EEXIST/ },
+      // pod side: the default route exists already
+      { name: 'k2', prepare: (ns: string) => sh('ip', ['-n', ns, 'route', 'add', 'default', 'dev', 'lo']), want: /adding default route via 10\.77\.0\.1 dev eth0 in network namespace .* failed: EEXIST/ },
+    ];
+    for (const c of cases) {
+      const nsPath = agent.podNetns(c.name);
+      const ns = nsPath.split('/').pop() as string;
+      c.prepare(ns);
+      const podBefore = sh('ip', ['-n', ns, '-br', 'link']);
+      const [filesBefore, linksBefore] = [files(), hostLinks()];
+      const res = agent.cni(agent.env('ADD', `c-${c.name}`, nsPath, { namespace: 'kernel', name: c.name }), agent.netconf());
+      assert.equal(res.code, 1, res.stdout);
+      assert.match(String(res.json?.msg), c.want);
+      assert.deepEqual(files(), filesBefore, `${c.name}: no IPAM record left`);
+      assert.equal(hostLinks(), linksBefore, `${c.name}: no host link left`);
+      assert.equal(sh('ip', ['-n', ns, '-br', 'link']), podBefore, `${c.name}: nothing left in the pod namespace`);
+    }
+  });
+
   test('a failed ADD (pool exhausted) leaves nothing behind; STATUS says 50', async () => {
     const files = () => readdirSync(join(agent.dataDir, 'atoll')).sort();
     const links = () => sh('ip', ['-n', agent.netns, '-br', 'link']);
@@ -134,6 +158,13 @@ describe('concurrent ADDs', { skip }, () => {
       const outs = await Promise.all(Array.from({ length: 30 }, (_, i) => run(i)));
       const ips = outs.map((o) => (JSON.parse(o).ips[0].address as string));
       assert.equal(new Set(ips).size, 30);
+      // Kernel waits run on libuv's pool, which src/adapters/netlink.ts sizes to 32 before it starts (a burst of DELs
+      // would otherwise delete 4 veths at a time): a bundling change that loaded it too late would show here. (This
+      // file must not import that module: its setting would reach the agent through the environment.)
+      if (process.env.UV_THREADPOOL_SIZE === undefined) { // else the operator's setting wins, as it should
+        const threads = Number(/^Threads:\s+(\d+)$/m.exec(readFileSync(`/proc/${agent.pid}/status`, 'utf8'))?.[1]);
+        assert.ok(threads > 32, `the agent runs ${threads} threads, fewer than its thread pool should have`);
+      }
     } finally {
       await agent.cleanup();
     }

@@ -1,16 +1,19 @@
 /**
- * What the kernel must hold for one pod attachment, as data: names, MAC addresses and the `ip -batch` lines for the
- * host side and the pod side. Pure; the agent's pod-network adapter executes it.
+ * What the kernel must hold for one pod attachment, as data: names, MAC addresses, the veth, the pod's address and
+ * default route; the rtnetlink requests that create them (host side, pod side); and the same steps as `ip` command
+ * lines, for logs and explanations. Pure; the agent's pod network service executes the requests.
  *
  * Choices:
  * - the host-side veth name is `atl` + a hash of (container ID, interface name): DEL finds it without the pod
  *   namespace, and the `atl` prefix marks it as ours;
  * - the pod's MAC is derived from its IP (0a:58:a.b.c.d, locally administered): a pod re-created with its sticky IP
  *   gets the same MAC too, so neighbours cut off from any announcement still deliver to it;
- * - the veth's pod end is created directly inside the pod namespace (moving a link costs about 13 ms);
+ * - the veth's pod end is created directly inside the pod namespace (moving a link costs about 13 ms), and the host
+ *   end is enslaved to the bridge in the same request;
  * - `arp_notify` on the pod interface makes the kernel send a gratuitous ARP when the link comes up with its address.
  */
 import { type Cidr, formatIpv4, gatewayOf } from '../net/ipv4.ts';
+import { getLink, newAddr4, newDefaultRoute4, newVeth, type NlRequest, setBridgePortHairpin, setUp } from '../net/netlink-codec.ts';
 
 export const HOST_VETH_PREFIX = 'atl';
 
@@ -65,17 +68,30 @@ export interface PodPlanInput {
   readonly mtu: number;
 }
 
+export interface VethEndPlan {
+  readonly name: string;
+  readonly mac: string;
+  readonly mtu: number;
+}
+
 export interface PodPlan {
   readonly hostIfName: string;
   readonly hostMac: string;
   readonly podMac: string;
+  /** The pod's address with its prefix length, e.g. 10.244.1.7/24. */
   readonly address: string;
   readonly gateway: string;
-  /** `ip -batch` lines run in the host namespace: the veth with its pod end created in the pod namespace. */
-  readonly hostLines: readonly string[];
-  /** Sysctls (path under /proc/sys, value) set in the pod namespace before `podLines`. */
+  /** The veth: host end enslaved to `bridge` with hairpin on, pod end created directly in the pod namespace. */
+  readonly veth: { readonly host: VethEndPlan; readonly pod: VethEndPlan; readonly bridge: string; readonly netns: string };
+  /** Sysctls (path under /proc/sys, value) set in the pod namespace before its interface comes up. */
   readonly podSysctls: readonly (readonly [string, string])[];
-  /** `ip -batch` lines run in the pod namespace. */
+  /** Added to the pod interface before it comes up (so `arp_notify` announces it). */
+  readonly podAddress: { readonly ip: number; readonly prefixLen: number };
+  /** The pod's default route, via the block's gateway on the pod interface. */
+  readonly podGateway: number;
+  /** The host-side steps as `ip` commands (what {@link hostRequests} does), for logs and explanations. */
+  readonly hostLines: readonly string[];
+  /** The pod-side steps as `ip` commands run in the pod namespace (what {@link podRequests} does). */
   readonly podLines: readonly string[];
 }
 
@@ -83,7 +99,8 @@ export function planPod(p: PodPlanInput): PodPlan {
   const hostIfName = hostVethName(p.containerId, p.ifName);
   const hostMac = hostVethMac(p.containerId, p.ifName);
   const podMac = macForIp(p.ip);
-  const gateway = formatIpv4(gatewayOf(p.block));
+  const gw = gatewayOf(p.block);
+  const gateway = formatIpv4(gw);
   const address = `${formatIpv4(p.ip)}/${p.block.bits}`;
   return {
     hostIfName,
@@ -91,19 +108,55 @@ export function planPod(p: PodPlanInput): PodPlan {
     podMac,
     address,
     gateway,
+    veth: { host: { name: hostIfName, mac: hostMac, mtu: p.mtu }, pod: { name: p.ifName, mac: podMac, mtu: p.mtu }, bridge: p.bridge, netns: p.netns },
+    podSysctls: [[`net/ipv4/conf/${p.ifName}/arp_notify`, '1']],
+    podAddress: { ip: p.ip, prefixLen: p.block.bits },
+    podGateway: gw,
     hostLines: [
-      `link add ${hostIfName} mtu ${p.mtu} address ${hostMac} type veth peer name ${p.ifName} mtu ${p.mtu} address ${podMac} netns ${p.netns}`,
-      `link set dev ${hostIfName} master ${p.bridge}`,
+      `link add ${hostIfName} mtu ${p.mtu} address ${hostMac} master ${p.bridge} type veth peer name ${p.ifName} mtu ${p.mtu} address ${podMac} netns ${p.netns}`,
       `link set dev ${hostIfName} type bridge_slave hairpin on`,
       `link set dev ${hostIfName} up`,
     ],
-    podSysctls: [[`net/ipv4/conf/${p.ifName}/arp_notify`, '1']],
     podLines: [
       `addr add ${address} dev ${p.ifName}`,
       `link set dev ${p.ifName} up`,
       `route add default via ${gateway} dev ${p.ifName}`,
     ],
   };
+}
+
+/** Kernel handles the host-side requests need: the bridge's ifindex and an open descriptor of the pod namespace. */
+export interface HostSideHandles {
+  readonly bridgeIndex: number;
+  readonly podNetnsFd: number;
+}
+
+/**
+ * The host-side rtnetlink batch, sent in one `send()` from the node namespace: create the veth (pod end born in the
+ * pod namespace, host end enslaved to the bridge in the same request), hairpin on, host end up, then read the host
+ * end back: its IFLA_LINK is the pod end's ifindex, which the pod-side requests need. The kernel goes on after a
+ * failed request, so the later ones then fail too (no such device) or touch only a same-named `atl` link, which the
+ * ADD's rollback deletes.
+ */
+export function hostRequests(plan: PodPlan, h: HostSideHandles): NlRequest[] {
+  const { host, pod, netns } = plan.veth;
+  const ref = { name: host.name };
+  return [
+    newVeth({ ...host, masterIndex: h.bridgeIndex, peer: { ...pod, netnsFd: h.podNetnsFd, netnsPath: netns } }),
+    setBridgePortHairpin(ref),
+    setUp(ref),
+    getLink(ref),
+  ];
+}
+
+/** The pod-side batch, sent on a socket opened in the pod namespace: address, link up, default route. */
+export function podRequests(plan: PodPlan, podIfIndex: number): NlRequest[] {
+  const ifName = plan.veth.pod.name;
+  return [
+    newAddr4({ index: podIfIndex, ip: plan.podAddress.ip, prefixLen: plan.podAddress.prefixLen, ifName }),
+    setUp({ index: podIfIndex, label: ifName }),
+    newDefaultRoute4({ gateway: plan.podGateway, oif: podIfIndex, ifName }),
+  ];
 }
 
 /** The bridge's own MAC: fixed, so it does not change as ports come and go. */
