@@ -9,6 +9,8 @@ import { type Exec, exec as realExec } from './exec.ts';
 export interface IpOptions {
   /** Network namespace path to act in; the agent's own namespace when absent. */
   readonly netns?: string;
+  /** batch only: carry on past a failed line (`ip -force`), then report the failures. */
+  readonly force?: boolean;
 }
 
 export interface IpLink {
@@ -58,7 +60,7 @@ export class IpRoute2 {
    */
   async batch(lines: readonly string[], opts: IpOptions = {}): Promise<void> {
     if (lines.length === 0) return;
-    const res = await this.#exec('ip', ['-batch', '-'], { input: lines.join('\n') + '\n', netns: opts.netns });
+    const res = await this.#exec('ip', [...(opts.force ? ['-force'] : []), '-batch', '-'], { input: lines.join('\n') + '\n', netns: opts.netns });
     if (res.code !== 0) {
       const where = opts.netns ? ` in network namespace ${opts.netns}` : '';
       throw atollError('KERNEL_OP_FAILED', `ip -batch failed${where}: ${res.stderr.trim()} (batch: ${lines.join(' ; ')})`,

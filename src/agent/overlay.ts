@@ -130,7 +130,7 @@ export class Overlay {
     const have = await this.#readState();
     const lines = renderOverlayDiff(diffOverlay(plan, have));
     await this.#c.fdb.batch(lines.bridge);
-    await this.#c.ip.batch(lines.ip);
+    await this.#c.ip.batch(lines.ip, { force: true }); // one refused line (a foreign route) must not stall the rest
     const known = [...blocks, ...overlayPeers.flatMap((p) => p.blocks), ...init.clusterCidrs];
     await this.#c.nft.apply(renderNftRuleset({ localBlocks: blocks, clusterCidrs: mergeCidrs(known) }));
     if (lines.ip.length + lines.bridge.length > 0) {

@@ -159,13 +159,16 @@ describe('same-site overlay over VXLAN', { skip: rootSkipReason(), timeout: 300_
     assert.match(sh('ip', ['netns', 'exec', a.netns, 'nft', 'list', 'table', 'ip', 'atoll']), /masquerade/);
   });
 
-  test('resync repairs a deleted route of ours and leaves a foreign route alone', async () => {
+  test('resync repairs deleted routes of ours and never takes over a foreign route', async () => {
     const a = agents[0] as TestAgent;
-    const ours = sh('ip', ['-n', a.netns, 'route', 'show', 'proto', '44']).trim().split('\n')[0] as string;
-    const dst = ours.split(' ')[0] as string;
+    const ours = sh('ip', ['-n', a.netns, 'route', 'show', 'proto', '44']).trim().split('\n').map((l) => l.split(' ')[0] as string);
+    assert.ok(ours.length >= 2, ours.join(' | '));
+    const [taken, repaired] = ours as [string, string];
     sh('ip', ['-n', a.netns, 'route', 'add', '198.18.0.0/24', 'via', '192.0.2.1']);
-    sh('ip', ['-n', a.netns, 'route', 'del', dst, 'proto', '44']);
-    await until('the route to be repaired', () => sh('ip', ['-n', a.netns, 'route', 'show', 'proto', '44']).includes(dst), 15_000);
+    for (const dst of [taken, repaired]) sh('ip', ['-n', a.netns, 'route', 'del', dst, 'proto', '44']);
+    sh('ip', ['-n', a.netns, 'route', 'add', taken, 'via', '192.0.2.1', 'proto', 'static']); // someone else's now
+    await until('the other route to be repaired', () => sh('ip', ['-n', a.netns, 'route', 'show', 'proto', '44']).includes(repaired), 15_000);
+    assert.match(sh('ip', ['-n', a.netns, 'route', 'show', taken]), /via 192\.0\.2\.1 dev \S+ proto static/, 'the foreign route for the same prefix is left alone');
     assert.match(sh('ip', ['-n', a.netns, 'route', 'show', '198.18.0.0/24']), /via 192\.0\.2\.1/);
   });
 });

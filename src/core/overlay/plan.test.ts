@@ -25,8 +25,8 @@ test('VXLAN peers get fdb, neighbour and one onlink route per block (golden)', (
   assert.deepEqual(lines, {
     ip: [
       'neigh replace 10.100.0.32 lladdr 0a:00:00:00:00:0b dev atoll.1 nud permanent',
-      'route replace 10.100.0.32/27 via 10.100.0.32 dev atoll.1 onlink proto 44',
-      'route replace 10.100.1.0/27 via 10.100.0.32 dev atoll.1 onlink proto 44',
+      'route add 10.100.0.32/27 via 10.100.0.32 dev atoll.1 onlink proto 44',
+      'route add 10.100.1.0/27 via 10.100.0.32 dev atoll.1 onlink proto 44',
     ],
     bridge: ['fdb replace 0a:00:00:00:00:0b dev atoll.1 dst 192.0.2.11 self permanent'],
   });

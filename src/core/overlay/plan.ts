@@ -159,7 +159,8 @@ export function renderOverlayDiff(d: OverlayDiff): { ip: string[]; bridge: strin
   for (const f of d.delFdb) bridge.push(`fdb del ${f.mac} dev ${f.dev} dst ${f.dst} self`);
   for (const f of d.addFdb) bridge.push(`fdb replace ${f.mac} dev ${f.dev} dst ${f.dst} self permanent`);
   for (const n of d.addNeighbours) ip.push(`neigh replace ${n.ip} lladdr ${n.mac} dev ${n.dev} nud permanent`);
-  for (const r of d.addRoutes) ip.push(`route replace ${r.dst} via ${r.via} dev ${r.dev}${r.onlink ? ' onlink' : ''} proto ${ROUTE_PROTO}`);
+  // `add`, not `replace`: a foreign route for the same prefix is refused (and reported), never taken over
+  for (const r of d.addRoutes) ip.push(`route add ${r.dst} via ${r.via} dev ${r.dev}${r.onlink ? ' onlink' : ''} proto ${ROUTE_PROTO}`);
   return { ip, bridge };
 }
 
