@@ -13,7 +13,7 @@
  *        [--warmup W] [--json FILE] [--agent-log FILE] [--timeout SECONDS] [--enforce]
  */
 import { type ChildProcess, spawn } from 'node:child_process';
-import { closeSync, copyFileSync, existsSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { closeSync, copyFileSync, existsSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, release, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setImmediate as nextTurn, setTimeout as sleep } from 'node:timers/promises';
@@ -21,6 +21,7 @@ import { parseArgs } from 'node:util';
 import { inNetns } from '../src/adapters/netns.ts';
 import { TestAgent } from '../test/support/agent.ts';
 import { addNetns, delNetns, isRoot, leftoverNetns, RUN_PREFIX } from '../test/support/netns.ts';
+import { intOption, removeRunTempDirs } from './common.ts';
 
 const GNU_TIME = '/usr/bin/time';
 const REF_DIR = '/usr/lib/cni';
@@ -77,12 +78,7 @@ function parseOptions(argv: readonly string[]): Options {
     process.exit(0);
   }
   const smoke = values.smoke;
-  const int = (name: string, raw: string | undefined, dflt: number, min: number): number => {
-    if (raw === undefined) return dflt;
-    const n = Number(raw);
-    if (!Number.isInteger(n) || n < min) throw new Error(`--${name} must be an integer >= ${min}, got "${raw}"\n${USAGE}`);
-    return n;
-  };
+  const int = intOption(USAGE);
   return {
     smoke,
     iterations: int('iterations', values.iterations, smoke ? 10 : 100, 1),
@@ -145,7 +141,7 @@ class Fixture {
     if (this.refNs) delNetns(this.refNs);
     for (const ns of leftoverNetns()) delNetns(ns); // only names with this process's unique prefix
     rmSync(this.dir, { recursive: true, force: true });
-    for (const f of readdirSync(tmpdir())) if (f.startsWith(RUN_PREFIX)) rmSync(join(tmpdir(), f), { recursive: true, force: true });
+    removeRunTempDirs();
   }
 }
 

@@ -13,7 +13,7 @@
  */
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { existsSync, mkdtempSync, openSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { cpus, loadavg, release, tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -26,6 +26,7 @@ import { type ControllerProc, TestCloud } from '../test/support/cloud.ts';
 import { type EtcdCluster, etcdSkipReason, startEtcdCluster } from '../test/support/etcd.ts';
 import { simulateJoins, type SimulationReport } from '../test/support/join-simulator.ts';
 import { delNetns, isRoot, leftoverNetns, RUN_PREFIX } from '../test/support/netns.ts';
+import { intOption, removeRunTempDirs } from './common.ts';
 
 const BOOTSTRAP_TOKEN = 'atoll-bench-bootstrap-0123456789';
 const ADMIN_TOKEN = 'atoll-bench-admin-0123456789abcdef';
@@ -91,12 +92,7 @@ function parseOptions(argv: readonly string[]): Options {
     process.exit(0);
   }
   const smoke = values.smoke;
-  const int = (name: string, raw: string | undefined, dflt: number, min: number): number => {
-    if (raw === undefined) return dflt;
-    const n = Number(raw);
-    if (!Number.isInteger(n) || n < min) throw new Error(`--${name} must be an integer >= ${min}, got "${raw}"\n${USAGE}`);
-    return n;
-  };
+  const int = intOption(USAGE);
   const store = (s: string): StoreKey => {
     if (!(STORE_KEYS as readonly string[]).includes(s)) throw new Error(`unknown store "${s}"; the stores are ${STORE_KEYS.join(', ')}\n${USAGE}`);
     return s as StoreKey;
@@ -141,7 +137,7 @@ class Fixture {
     await this.cloud?.cleanup().catch((e: unknown) => process.stderr.write(`bench: cloud cleanup failed: ${String(e)}\n`));
     if (isRoot()) for (const ns of leftoverNetns()) delNetns(ns); // only names with this process's unique prefix
     rmSync(this.dir, { recursive: true, force: true });
-    for (const f of readdirSync(tmpdir())) if (f.startsWith(RUN_PREFIX)) rmSync(join(tmpdir(), f), { recursive: true, force: true });
+    removeRunTempDirs();
   }
 }
 

@@ -17,7 +17,7 @@
  *        [--json FILE] [--timeout SECONDS] [--enforce]
  */
 import { type ChildProcess, spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, release, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -35,6 +35,8 @@ import { PROJECT_NODE } from '../src/lab/agent-process.ts';
 import { TestAgent } from '../test/support/agent.ts';
 import { type ControllerProc, TestCloud } from '../test/support/cloud.ts';
 import { addNetns, delNetns, isRoot, leftoverNetns, RUN_PREFIX, sh } from '../test/support/netns.ts';
+import { until } from '../test/support/wait.ts';
+import { intOption, removeRunTempDirs } from './common.ts';
 
 const SELF = import.meta.filename;
 const PEERS_TARGET_MS = 1000;
@@ -97,12 +99,7 @@ function parseOptions(argv: readonly string[]): Options {
     process.exit(0);
   }
   const smoke = values.smoke;
-  const int = (name: string, raw: string | undefined, dflt: number, min: number, max: number): number => {
-    if (raw === undefined) return dflt;
-    const n = Number(raw);
-    if (!Number.isInteger(n) || n < min || n > max) throw new Error(`--${name} must be an integer from ${min} to ${max}, got "${raw}"\n${USAGE}`);
-    return n;
-  };
+  const int = intOption(USAGE);
   if (values.only !== undefined && values.only !== 'programming' && values.only !== 'throughput') {
     throw new Error(`--only must be programming or throughput, got "${values.only}"\n${USAGE}`);
   }
@@ -171,7 +168,7 @@ class Fixture {
     for (const ns of this.namespaces) delNetns(ns);
     for (const ns of leftoverNetns()) delNetns(ns); // only names with this process's unique prefix
     rmSync(this.dir, { recursive: true, force: true });
-    for (const f of readdirSync(tmpdir())) if (f.startsWith(RUN_PREFIX)) rmSync(join(tmpdir(), f), { recursive: true, force: true });
+    removeRunTempDirs();
   }
 }
 
@@ -494,13 +491,6 @@ interface MtuCheck {
   readonly underlayFragments: number;
 }
 
-async function until(what: string, fn: () => boolean | Promise<boolean>, timeoutMs: number): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await fn())) {
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-    await sleep(200);
-  }
-}
 
 function peersKnown(agent: TestAgent): number {
   const path = join(agent.dataDir, 'cluster-state.json');

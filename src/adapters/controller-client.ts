@@ -3,6 +3,7 @@
  * every request signed with the node key, fail-over across controller URLs (a follower's "not leader" answer points
  * to the leader).
  */
+import type { IncomingMessage } from 'node:http';
 import { request } from 'node:https';
 import { AtollError, atollError, ERROR_CATALOGUE, type ErrorCode } from '../core/errors.ts';
 import type { NodeRecord, NodeFields, NodeUsage } from '../core/cluster/model.ts';
@@ -112,20 +113,11 @@ export class ControllerClient {
     const url = new URL(path, base);
     return new Promise((resolve, reject) => {
       const req = request(url, { method, ca: this.#init.caPem, headers: this.#headers(method, path, payload), timeout: this.#init.timeoutMs ?? 10_000 }, (res) => {
-        const chunks: Buffer[] = [];
-        res.on('data', (d: Buffer) => chunks.push(d));
-        res.on('end', () => {
-          let parsed: unknown;
-          try {
-            parsed = JSON.parse(Buffer.concat(chunks).toString('utf8'));
-          } catch {
-            parsed = undefined;
-          }
+        readJson(res).then((parsed) => {
           const status = res.statusCode ?? 0;
           if (status >= 200 && status < 300) resolve({ status, body: parsed });
           else reject(answerError(base, status, parsed));
-        });
-        res.on('error', reject);
+        }, reject);
       });
       req.on('timeout', () => req.destroy(new Error(`no answer within ${this.#init.timeoutMs ?? 10_000} ms`)));
       req.on('error', (cause) => reject(atollError('CONTROLLER_UNREACHABLE', `controller ${base} unreachable: ${cause.message}`, 'the agent keeps working from its local state and retries', cause)));
@@ -139,17 +131,7 @@ export class ControllerClient {
     return new Promise((resolve, reject) => {
       const req = request(url, { method: 'GET', ca: this.#init.caPem, headers: this.#headers('GET', path, empty), signal }, (res) => {
         if (res.statusCode !== 200) {
-          const chunks: Buffer[] = [];
-          res.on('data', (d: Buffer) => chunks.push(d));
-          res.on('end', () => {
-            let parsed: unknown;
-            try {
-              parsed = JSON.parse(Buffer.concat(chunks).toString('utf8'));
-            } catch {
-              parsed = undefined;
-            }
-            reject(answerError(base, res.statusCode ?? 0, parsed));
-          });
+          readJson(res).then((parsed) => reject(answerError(base, res.statusCode ?? 0, parsed)), reject);
           return;
         }
         let buf = '';
@@ -181,6 +163,22 @@ export class ControllerClient {
   }
 }
 
+/** The whole body of a response as JSON; undefined when it is not JSON. */
+function readJson(res: IncomingMessage): Promise<unknown> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    res.on('data', (d: Buffer) => chunks.push(d));
+    res.on('end', () => {
+      try {
+        resolve(JSON.parse(Buffer.concat(chunks).toString('utf8')));
+      } catch {
+        resolve(undefined);
+      }
+    });
+    res.on('error', reject);
+  });
+}
+
 function answerError(base: string, status: number, body: unknown): AtollError {
   const b = (body ?? {}) as { code?: string; message?: string; fix?: string; leaderUrl?: string };
   const fallback: ErrorCode = status >= 500 ? 'STORE_UNAVAILABLE' : 'API_BAD_REQUEST';
@@ -198,19 +196,11 @@ function leaderHint(err: AtollError): string | undefined {
 export function adminRequest(base: string, caPem: string, adminToken: string, method: string, path: string): Promise<unknown> {
   return new Promise((resolve, reject) => {
     const req = request(new URL(path, base), { method, ca: caPem, headers: { authorization: `Bearer ${adminToken}` }, timeout: 15_000 }, (res) => {
-      const chunks: Buffer[] = [];
-      res.on('data', (d: Buffer) => chunks.push(d));
-      res.on('end', () => {
-        let body: unknown;
-        try {
-          body = JSON.parse(Buffer.concat(chunks).toString('utf8'));
-        } catch {
-          body = undefined;
-        }
+      readJson(res).then((body) => {
         const status = res.statusCode ?? 0;
         if (status >= 200 && status < 300) resolve(body);
         else reject(answerError(base, status, body));
-      });
+      }, reject);
     });
     req.on('timeout', () => req.destroy(new Error('no answer within 15 s')));
     req.on('error', (cause) => reject(atollError('CONTROLLER_UNREACHABLE', `controller ${base} unreachable: ${cause.message}`, 'check that the controller runs and the URL', cause)));

@@ -5,32 +5,14 @@
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, readFileSync } from 'node:fs';
-import { join } from 'node:path';
 import { TestAgent } from '../support/agent.ts';
 import { type ControllerProc, TestCloud } from '../support/cloud.ts';
 import { leftoverNetns, rootSkipReason } from '../support/netns.ts';
+import { until } from '../support/wait.ts';
 
 const OUTAGE_MS = Number(process.env.ATOLL_OUTAGE_SECONDS ?? '8') * 1000;
 
-function blocksOf(agent: TestAgent): string[] {
-  const path = join(agent.dataDir, 'cluster-state.json');
-  return existsSync(path) ? (JSON.parse(readFileSync(path, 'utf8')).blocks as string[]) : [];
-}
 
-async function until(what: string, fn: () => boolean, timeoutMs = 20_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!fn()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
-
-function addPod(agent: TestAgent, name: string): string {
-  const res = agent.cni(agent.env('ADD', `c-${name}`, agent.podNetns(name), { namespace: 'default', name }), agent.netconf());
-  assert.equal(res.code, 0, `${name}: ${res.stdout}\n${agent.dump()}`);
-  return ((res.json?.ips as { address: string }[])[0]?.address as string).split('/')[0] as string;
-}
 
 describe('agents with an embedded-store controller', { skip: rootSkipReason(), timeout: 240_000 }, () => {
   let cloud: TestCloud;
@@ -56,10 +38,10 @@ describe('agents with an embedded-store controller', { skip: rootSkipReason(), t
   });
 
   test('every node gets a block, and pods on every node get cluster-unique IPs', async () => {
-    for (const a of agents) await until(`${a.netns} to get a block`, () => blocksOf(a).length > 0);
-    const all = new Set(agents.flatMap((a) => blocksOf(a)));
+    for (const a of agents) await until(`${a.netns} to get a block`, () => a.clusterState().blocks.length > 0);
+    const all = new Set(agents.flatMap((a) => a.clusterState().blocks));
     assert.equal(all.size, 3, 'three distinct blocks');
-    const ips = agents.flatMap((a, i) => [addPod(a, `p${i}a`), addPod(a, `p${i}b`)]);
+    const ips = agents.flatMap((a, i) => [a.addPod(`p${i}a`), a.addPod(`p${i}b`)]);
     assert.equal(new Set(ips).size, ips.length);
     const show = cloud.cli(['ipam', 'show', '--json', '--controller-config', controller.configPath]);
     assert.equal(show.code, 0, show.out);
@@ -68,8 +50,8 @@ describe('agents with an embedded-store controller', { skip: rootSkipReason(), t
 
   test('a node running low gets a spare block before it runs out', async () => {
     const a = agents[0] as TestAgent;
-    for (let i = 0; i < 22; i++) addPod(a, `fill${i}`); // a /27 has 29 pod addresses; refill below 8 free
-    await until('a spare block', () => blocksOf(a).length === 2);
+    for (let i = 0; i < 22; i++) a.addPod(`fill${i}`); // a /27 has 29 pod addresses; refill below 8 free
+    await until('a spare block', () => a.clusterState().blocks.length === 2);
   });
 
   test('controller down: pods are created past the first block, deleted, the agent restarts; then it reconnects', async () => {
@@ -77,13 +59,13 @@ describe('agents with an embedded-store controller', { skip: rootSkipReason(), t
     await cloud.stopController(controller, 'SIGKILL');
     const started = Date.now();
     const ips: string[] = [];
-    for (let i = 0; i < 10; i++) ips.push(addPod(a, `off${i}`)); // 2 + 22 + 10 > 29: into the spare block
-    const spare = blocksOf(a)[1] as string;
+    for (let i = 0; i < 10; i++) ips.push(a.addPod(`off${i}`)); // 2 + 22 + 10 > 29: into the spare block
+    const spare = a.clusterState().blocks[1] as string;
     assert.ok(ips.some((ip) => ip.startsWith(spare.split('.').slice(0, 3).join('.'))), `no pod in the spare block ${spare}: ${ips.join(' ')}`);
     assert.equal(a.cni(a.env('DEL', 'c-off0', '', { namespace: 'default', name: 'off0' }), a.netconf()).code, 0);
     await a.stop();
     await a.start();
-    ips.push(addPod(a, 'off-after-restart'));
+    ips.push(a.addPod('off-after-restart'));
     assert.equal(new Set(ips).size, ips.length);
     while (Date.now() - started < OUTAGE_MS) await new Promise((r) => setTimeout(r, 200));
     await cloud.restartController(controller);

@@ -4,32 +4,15 @@
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { TestAgent } from '../support/agent.ts';
 import { type ControllerProc, TestCloud } from '../support/cloud.ts';
 import { type EtcdCluster, etcdSkipReason, startEtcdCluster } from '../support/etcd.ts';
 import { leftoverNetns, rootSkipReason } from '../support/netns.ts';
+import { until } from '../support/wait.ts';
 
-function blocksOf(agent: TestAgent): string[] {
-  const path = join(agent.dataDir, 'cluster-state.json');
-  return existsSync(path) ? (JSON.parse(readFileSync(path, 'utf8')).blocks as string[]) : [];
-}
 
-async function until(what: string, fn: () => boolean | Promise<boolean>, timeoutMs = 30_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await fn())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 200));
-  }
-}
-
-function addPod(agent: TestAgent, name: string): string {
-  const res = agent.cni(agent.env('ADD', `c-${name}`, agent.podNetns(name), { namespace: 'default', name }), agent.netconf());
-  assert.equal(res.code, 0, `${name}: ${res.stdout}\n${agent.dump()}`);
-  return ((res.json?.ips as { address: string }[])[0]?.address as string).split('/')[0] as string;
-}
 
 describe('agents with two controllers over etcd', { skip: rootSkipReason() || etcdSkipReason(), timeout: 300_000 }, () => {
   let cloud: TestCloud;
@@ -69,10 +52,10 @@ describe('agents with two controllers over etcd', { skip: rootSkipReason() || et
 
   test('one replica leads; pods on every node get cluster-unique IPs', async () => {
     await until('a leader', () => leader() !== undefined);
-    for (const a of agents) await until(`${a.netns} to get a block`, () => blocksOf(a).length > 0);
-    const blocks = agents.flatMap((a) => blocksOf(a));
+    for (const a of agents) await until(`${a.netns} to get a block`, () => a.clusterState().blocks.length > 0);
+    const blocks = agents.flatMap((a) => a.clusterState().blocks);
     assert.equal(new Set(blocks).size, blocks.length);
-    const ips = agents.flatMap((a, i) => [addPod(a, `q${i}a`), addPod(a, `q${i}b`)]);
+    const ips = agents.flatMap((a, i) => [a.addPod(`q${i}a`), a.addPod(`q${i}b`)]);
     assert.equal(new Set(ips).size, ips.length);
   });
 
@@ -82,9 +65,9 @@ describe('agents with two controllers over etcd', { skip: rootSkipReason() || et
     const other = controllers.find((c) => c !== old) as ControllerProc;
     await until('the other replica to lead', () => cloud.health(other)?.leader === true, 20_000);
     const a = agents[1] as TestAgent;
-    const before = blocksOf(a).length;
-    for (let i = 0; i < 24; i++) addPod(a, `after${i}`); // run low: a spare block must come from the new leader
-    await until('a spare block from the new leader', () => blocksOf(a).length > before);
+    const before = a.clusterState().blocks.length;
+    for (let i = 0; i < 24; i++) a.addPod(`after${i}`); // run low: a spare block must come from the new leader
+    await until('a spare block from the new leader', () => a.clusterState().blocks.length > before);
     const check = cloud.cli(['ipam', 'check', '--controller-config', other.configPath]);
     assert.equal(check.code, 0, check.out);
   });

@@ -15,6 +15,7 @@ import { BOOTSTRAP_TOKEN, type ControllerProc, TestCloud } from '../support/clou
 import { type EtcdCluster, etcdSkipReason, startEtcdCluster } from '../support/etcd.ts';
 import type { SimulationProgress, SimulationReport } from '../support/join-simulator.ts';
 import { leftoverNetns, rootSkipReason } from '../support/netns.ts';
+import { until } from '../support/wait.ts';
 
 const SIMULATOR = fileURLToPath(new URL('../support/join-simulator.ts', import.meta.url));
 const NODES = Number(process.env.ATOLL_SCALE_NODES ?? '500');
@@ -71,13 +72,6 @@ function startSimulation(cloud: TestCloud, ca: string, urls: readonly string[], 
   return sim;
 }
 
-async function until(what: string, fn: () => boolean, timeoutMs: number, stepMs = 20): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!fn()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, stepMs));
-  }
-}
 
 /** What the simulator's report says about blocks: each node holds one or more, none held twice. */
 function checkReport(report: PrintedReport, minBlocks: number): void {

@@ -6,12 +6,13 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { TestAgent } from '../support/agent.ts';
 import { type ControllerProc, TestCloud } from '../support/cloud.ts';
 import { leftoverNetns, rootSkipReason, sh } from '../support/netns.ts';
 import { PROJECT_NODE } from '../../src/lab/agent-process.ts';
+import { until } from '../support/wait.ts';
 
 interface Pod {
   readonly node: TestAgent;
@@ -19,18 +20,7 @@ interface Pod {
   readonly ip: string;
 }
 
-async function until(what: string, fn: () => boolean, timeoutMs = 30_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!fn()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 200));
-  }
-}
 
-function peersOf(agent: TestAgent): { name: string; blocks: string[]; vtepMac: string }[] {
-  const path = join(agent.dataDir, 'cluster-state.json');
-  return existsSync(path) ? JSON.parse(readFileSync(path, 'utf8')).peers : [];
-}
 
 function vtepMac(agent: TestAgent): string {
   return JSON.parse(sh('ip', ['-n', agent.netns, '-j', 'link', 'show', 'atoll.1']))[0].address;
@@ -72,7 +62,7 @@ describe('same-site overlay over VXLAN', { skip: rootSkipReason(), timeout: 300_
     }
     await Promise.all(agents.map((a) => a.start()));
     await until('every node to know both peers with their blocks and VTEP MACs', () =>
-      agents.every((a) => peersOf(a).filter((p) => p.blocks.length > 0 && p.vtepMac).length === 3));
+      agents.every((a) => a.clusterState().peers.filter((p) => p.blocks.length > 0 && p.vtepMac).length === 3));
     for (const a of agents) {
       for (const suffix of ['x', 'y']) {
         const ns = a.podNetns(`${a.netns.split('-').at(-2)}${suffix}`);
@@ -192,8 +182,8 @@ describe('direct routes and site labels', { skip: rootSkipReason(), timeout: 300
     }
     await Promise.all(agents.map((a) => a.start()));
     const [d1, d2, d3] = agents as [TestAgent, TestAgent, TestAgent];
-    await until('peers with blocks', () => agents.every((a) => peersOf(a).filter((p) => p.blocks.length > 0).length === 3));
-    const block = (a: TestAgent) => (peersOf(d1).find((p) => p.name === a.netns.split('-').at(-2))?.blocks[0]) as string;
+    await until('peers with blocks', () => agents.every((a) => a.clusterState().peers.filter((p) => p.blocks.length > 0).length === 3));
+    const block = (a: TestAgent) => (d1.clusterState().peers.find((p) => p.name === a.netns.split('-').at(-2))?.blocks[0]) as string;
     await until('a direct route to d2', () => sh('ip', ['-n', d1.netns, 'route', 'show', 'proto', '44']).includes(block(d2)));
     const routes = sh('ip', ['-n', d1.netns, 'route', 'show', 'proto', '44']);
     assert.match(routes, new RegExp(`${block(d2).replace('.', '\\.')} via 192\\.0\\.2\\.\\d+ dev uplink0`));

@@ -17,19 +17,13 @@ import type { ClusterStore, LeaderElection, TxnOp, WatchEvent } from '../../src/
 import { EmbeddedLeader, EmbeddedStore } from '../../src/adapters/store-embedded.ts';
 import { EtcdLeader, EtcdStore } from '../../src/adapters/store-etcd.ts';
 import { etcdSkipReason, startEtcdCluster, type EtcdCluster } from '../support/etcd.ts';
+import { until } from '../support/wait.ts';
 
 const put = (key: string, value: string): TxnOp => ({ type: 'put', key, value });
 const del = (key: string): TxnOp => ({ type: 'delete', key });
 const never = () => undefined;
 const delay = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
-async function until(what: string, pred: () => boolean, timeoutMs = 5000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!pred()) {
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-    await delay(10);
-  }
-}
 
 /** Settles to 'pending' when `p` has not settled within `ms`. */
 function settledWithin<T>(p: Promise<T>, ms: number): Promise<'settled' | 'pending'> {

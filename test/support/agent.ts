@@ -123,6 +123,20 @@ export class TestAgent {
     return { CNI_COMMAND: verb, CNI_CONTAINERID: containerId, CNI_NETNS: netns, CNI_IFNAME: 'eth0', CNI_PATH: '/usr/lib/cni', CNI_ARGS: args };
   }
 
+  /** What the agent saved from the controller (cluster-state.json), or empty values before it first connected. */
+  clusterState(): { blocks: string[]; peers: { name: string; blocks: string[]; vtepMac: string; addresses: string[]; annotations: Record<string, string> }[] } {
+    const path = join(this.dataDir, 'cluster-state.json');
+    return existsSync(path) ? JSON.parse(readFileSync(path, 'utf8')) : { blocks: [], peers: [] };
+  }
+
+  /** ADDs a Kubernetes-style pod `default/<name>` in a new namespace; returns its IPv4 address. Throws on failure. */
+  addPod(name: string): string {
+    const res = this.cni(this.env('ADD', `c-${name}`, this.podNetns(name), { namespace: 'default', name }), this.netconf());
+    const ip = (res.json?.ips as { address: string }[] | undefined)?.[0]?.address;
+    if (res.code !== 0 || !ip) throw new Error(`ADD of pod ${name} failed: ${res.stdout}\n${this.dump()}`);
+    return ip.split('/')[0] as string;
+  }
+
   /** Runs a command inside a namespace path. */
   execIn(nsPath: string, cmd: string, args: readonly string[]): { code: number; out: string } {
     const res = spawnSync('nsenter', [`--net=${nsPath}`, cmd, ...args], { encoding: 'utf8', timeout: 20_000 });
