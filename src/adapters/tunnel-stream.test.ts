@@ -1,0 +1,68 @@
+import { after, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { generateKeyPairSync } from 'node:crypto';
+import type { Server } from 'node:tls';
+import { FRAME_HEADER } from '../core/tunnel/frame.ts';
+import { dialTunnel, listenTunnel, selfSignedTunnelCert, spkiPin, type TunnelCredentials, type TunnelStream } from './tunnel-stream.ts';
+
+function credentials(name: string): TunnelCredentials & { pin: string } {
+  const keyPem = generateKeyPairSync('ed25519').privateKey.export({ type: 'pkcs8', format: 'pem' }) as string;
+  const certPem = selfSignedTunnelCert(keyPem, name);
+  assert.equal(spkiPin(certPem), spkiPin(keyPem), 'the pin of the certificate is the pin of its key');
+  return { keyPem, certPem, pin: spkiPin(certPem) };
+}
+
+/** A packet with FRAME_HEADER bytes of headroom in front of it, as the TUN reader hands them out. */
+function packet(n: number, fill: number): Buffer {
+  return Buffer.alloc(FRAME_HEADER + n, fill).subarray(FRAME_HEADER);
+}
+
+describe('pinned TLS tunnel stream', () => {
+  const a = credentials('node-a');
+  const b = credentials('node-b');
+  const servers: Server[] = [];
+  const refusals: string[] = [];
+  const accepted: TunnelStream[] = [];
+  let port = 0;
+
+  after(() => {
+    for (const s of accepted) s.close();
+    for (const s of servers) s.close();
+  });
+
+  test('peers with each other\'s pins exchange framed packets in order', async () => {
+    const l = await listenTunnel({
+      host: '127.0.0.1', port: 0, credentials: b, acceptPin: (pin) => pin === a.pin,
+      onStream: (s) => accepted.push(s), onRefused: (r) => refusals.push(r),
+    });
+    servers.push(l.server);
+    port = l.port;
+    const client = await dialTunnel({ host: '127.0.0.1', port, credentials: a, peerPin: b.pin });
+    await new Promise((r) => setTimeout(r, 50));
+    const server = accepted[0] ?? assert.fail('the server accepted no stream');
+    assert.equal(server.peerPin, a.pin);
+    const got: number[][] = [];
+    server.on('frame', (p: Uint8Array) => got.push([p.length, p[0]!, p[p.length - 1]!]));
+    const sizes = [1, 1500, 65_545, 40];
+    sizes.forEach((n, i) => assert.ok(client.send(packet(n, i + 1))));
+    await new Promise((r) => setTimeout(r, 200));
+    assert.deepEqual(got, sizes.map((n, i) => [n, i + 1, i + 1]));
+    assert.equal(client.stats.framesSent, 4);
+    client.close();
+    assert.equal(client.send(packet(10, 9)), false, 'a closed stream takes nothing');
+  });
+
+  test('the listener refuses a client whose key is not pinned', async () => {
+    const intruder = credentials('intruder');
+    const before = refusals.length;
+    const s = await dialTunnel({ host: '127.0.0.1', port, credentials: intruder, peerPin: b.pin }).catch((e: unknown) => e);
+    if (!(s instanceof Error)) await new Promise((r) => (s as TunnelStream).on('close', r));
+    await new Promise((r) => setTimeout(r, 50));
+    assert.equal(refusals.length, before + 1);
+    assert.match(refusals.at(-1)!, new RegExp(intruder.pin));
+  });
+
+  test('the dialler refuses a listener whose key is not the pinned one', async () => {
+    await assert.rejects(dialTunnel({ host: '127.0.0.1', port, credentials: a, peerPin: a.pin }), /is not the pinned/);
+  });
+});

@@ -1,0 +1,65 @@
+import { describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { encodeFrame, FRAME_HEADER, FrameDecoder, FrameError, MAX_FRAME_PAYLOAD, writeFrameHeader } from './frame.ts';
+
+function payload(n: number, seed: number): Uint8Array {
+  const p = new Uint8Array(n);
+  for (let i = 0; i < n; i++) p[i] = (i * 7 + seed) & 255;
+  return p;
+}
+
+function decodeAll(chunks: Uint8Array[]): Uint8Array[] {
+  const out: Uint8Array[] = [];
+  const d = new FrameDecoder();
+  for (const c of chunks) d.push(c, (f) => out.push(f.slice()));
+  assert.equal(d.pending, 0);
+  return out;
+}
+
+function concat(parts: Uint8Array[]): Uint8Array {
+  const out = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
+  let o = 0;
+  for (const p of parts) { out.set(p, o); o += p.length; }
+  return out;
+}
+
+describe('tunnel framing', () => {
+  const frames = [payload(1, 1), payload(60, 2), payload(1510, 3), payload(MAX_FRAME_PAYLOAD, 4), payload(300, 5)];
+  const stream = concat(frames.map(encodeFrame));
+
+  test('a 4-byte big-endian length then the payload', () => {
+    assert.deepEqual([...encodeFrame(new Uint8Array([9, 8]))], [0, 0, 0, 2, 9, 8]);
+    const b = new Uint8Array(4);
+    writeFrameHeader(b, 0, 65_545);
+    assert.deepEqual([...b], [0, 1, 0, 9]);
+  });
+
+  test('frames in one chunk come out whole and in order', () => {
+    assert.deepEqual(decodeAll([stream]), frames);
+  });
+
+  test('every split point, including inside the length prefix', () => {
+    for (const cut of [1, 2, 3, 4, 5, 7, 64, 65, 1500, 1579, 70_000, stream.length - 1]) {
+      assert.deepEqual(decodeAll([stream.subarray(0, cut), stream.subarray(cut)]), frames, `cut at ${cut}`);
+    }
+  });
+
+  test('byte by byte and in odd-sized chunks', () => {
+    const small = concat(frames.slice(0, 3).map(encodeFrame));
+    assert.deepEqual(decodeAll([...small].map((b) => new Uint8Array([b]))), frames.slice(0, 3));
+    const chunks: Uint8Array[] = [];
+    for (let i = 0; i < stream.length; i += 997) chunks.push(stream.subarray(i, i + 997));
+    assert.deepEqual(decodeAll(chunks), frames);
+  });
+
+  test('a zero or oversized length is a framing error, and the decoder stays broken', () => {
+    for (const len of [0, MAX_FRAME_PAYLOAD + 1, 0xffffffff]) {
+      const d = new FrameDecoder();
+      const h = new Uint8Array([len >>> 24, (len >>> 16) & 255, (len >>> 8) & 255, len & 255]);
+      assert.throws(() => d.push(h, () => assert.fail('no frame')), FrameError);
+      assert.throws(() => d.push(encodeFrame(payload(3, 0)), () => undefined), FrameError);
+    }
+    assert.throws(() => writeFrameHeader(new Uint8Array(FRAME_HEADER), 0, 0), RangeError);
+    assert.throws(() => writeFrameHeader(new Uint8Array(FRAME_HEADER), 0, MAX_FRAME_PAYLOAD + 1), RangeError);
+  });
+});
