@@ -12,16 +12,17 @@
  * Packets travel as frames (src/core/tunnel/frame.ts). Writes of one event-loop turn go out corked, so a batch of
  * TUN packets becomes one TLS write. Reconnecting is the caller's business: a stream that ends or fails is dead.
  */
-import { createHash, createPublicKey, X509Certificate } from 'node:crypto';
+import { createHash, createPrivateKey, createPublicKey, generateKeyPairSync, X509Certificate } from 'node:crypto';
 import { spawnSync } from 'node:child_process';
 import { EventEmitter } from 'node:events';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { type AddressInfo } from 'node:net';
 import { connect, createServer, type Server, type TLSSocket } from 'node:tls';
 import { atollError } from '../core/errors.ts';
 import { FRAME_HEADER, FrameDecoder, writeFrameHeader } from '../core/tunnel/frame.ts';
+import { writeFileDurably } from './durable-file.ts';
 
 /** A node's tunnel credentials: its private key and the self-signed certificate of its public key (both PEM). */
 export interface TunnelCredentials {
@@ -245,4 +246,34 @@ export async function listenTunnel(opts: ListenTunnelOptions): Promise<{ server:
     });
   });
   return { server, port: (server.address() as AddressInfo).port };
+}
+
+/**
+ * The node's tunnel credentials kept in `dir` (`tunnel.key`, PKCS#8 Ed25519, mode 0600; `tunnel.crt`, self-signed):
+ * loaded when present, created once otherwise. The pin peers check ({@link spkiPin}) stays the same across restarts.
+ * A certificate missing beside an existing key is re-issued for that key (the pin does not change).
+ * @throws AtollError PKI_FAILED when the key file is not a private key or the certificate cannot be issued.
+ */
+export function loadOrCreateTunnelCredentials(dir: string, commonName: string): TunnelCredentials {
+  const keyPath = join(dir, 'tunnel.key');
+  const certPath = join(dir, 'tunnel.crt');
+  let keyPem: string;
+  if (existsSync(keyPath)) {
+    keyPem = readFileSync(keyPath, 'utf8');
+  } else {
+    keyPem = generateKeyPairSync('ed25519').privateKey.export({ type: 'pkcs8', format: 'pem' }) as string;
+    mkdirSync(dir, { recursive: true, mode: 0o700 });
+    writeFileDurably(keyPath, keyPem, { mode: 0o600 });
+  }
+  try {
+    createPrivateKey(keyPem);
+  } catch (cause) {
+    throw atollError('PKI_FAILED', `the tunnel key ${keyPath} is not a PEM private key`, 'delete it (peers learn the new key from the controller)', cause);
+  }
+  let certPem = existsSync(certPath) ? readFileSync(certPath, 'utf8') : '';
+  if (!certPem || spkiPin(certPem) !== spkiPin(keyPem)) {
+    certPem = selfSignedTunnelCert(keyPem, commonName);
+    writeFileDurably(certPath, certPem, { mode: 0o644 });
+  }
+  return { keyPem, certPem };
 }

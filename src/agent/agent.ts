@@ -25,6 +25,9 @@ import { BridgeFdb } from '../adapters/bridge-fdb.ts';
 import { Nft } from '../adapters/nft.ts';
 import { loadOrCreateVtepMac } from '../adapters/vtep-state.ts';
 import { PodNetwork } from './pod-network.ts';
+import { Tunnel } from './tunnel.ts';
+import { loadOrCreateTunnelCredentials, spkiPin, type TunnelCredentials } from '../adapters/tunnel-stream.ts';
+import { ROLE_ANNOTATION, TUNNEL_PORT_ANNOTATION } from '../core/tunnel/plan.ts';
 
 export interface AgentComponents {
   readonly ip: IpRoute2;
@@ -48,6 +51,8 @@ export class Agent {
   #timer: NodeJS.Timeout | undefined;
   #link: ControllerLink | undefined;
   #overlay: Overlay | undefined;
+  #tunnel: Tunnel | undefined;
+  #tunnelCredentials: TunnelCredentials | undefined;
   /** Peers from local state, for an agent without a controller link. */
   #peersOffline: readonly NodeRecord[] = [];
 
@@ -89,9 +94,17 @@ export class Agent {
           underlayNet: underlay.net, mtu: underlay.mtu - VXLAN_OVERHEAD, clusterCidrs: cfg.clusterCidrs.map((c) => parseCidr(c) as Cidr) },
       );
       await this.#overlay.start();
-      this.#peersOffline = saved.peers;
-      await this.#syncOverlay(saved.peers); // from local state: works with the controller unreachable
     }
+    if (cfg.tunnel) {
+      this.#tunnelCredentials = loadOrCreateTunnelCredentials(cfg.dataDir, cfg.nodeName);
+      this.#tunnel = new Tunnel(
+        { ip: this.#c.ip, log: log.child('tunnel') },
+        { nodeName: cfg.nodeName, ...cfg.tunnel, listenHost: cfg.underlayAddresses[0] ?? '0.0.0.0', mtu, credentials: this.#tunnelCredentials },
+      );
+      await this.#tunnel.start();
+    }
+    this.#peersOffline = saved.peers;
+    await this.#syncPeers(saved.peers); // from local state: works with the controller unreachable
     if (cfg.controller) this.#startLink(cfg.controller, stateFile, vtepMac);
     this.#server = await startCniServer(cfg.socketPath, this.#pods, log.child('cni'));
     const changed = installCni({
@@ -109,6 +122,10 @@ export class Agent {
 
   get overlay(): Overlay | undefined {
     return this.#overlay;
+  }
+
+  get tunnel(): Tunnel | undefined {
+    return this.#tunnel;
   }
 
   get link(): ControllerLink | undefined {
@@ -154,6 +171,23 @@ export class Agent {
     }
   }
 
+  /**
+   * The overlay, then the tunnel for the peers outside our site: by site labels when both ends have one, else as the
+   * overlay's probes decided (without labels or overlay a peer counts as same-site: no tunnel).
+   */
+  async #syncPeers(peers: readonly NodeRecord[]): Promise<void> {
+    await this.#syncOverlay(peers);
+    if (!this.#tunnel) return;
+    const site = this.#cfg.site;
+    const probed = new Set(this.#overlay?.plan?.remotePeers ?? []);
+    const remote = new Set(peers.filter((p) => (site !== '' && p.site !== '' ? p.site !== site : probed.has(p.name))).map((p) => p.name));
+    try {
+      await this.#tunnel.sync(peers, remote);
+    } catch (err) {
+      this.#c.log.error('tunnel sync failed; retrying at the next resync', { err });
+    }
+  }
+
   #startLink(controller: NonNullable<AgentConfig['controller']>, stateFile: ClusterStateFile, vtepMac: string): void {
     const cfg = this.#cfg;
     const pods = this.#pods as PodNetwork;
@@ -165,10 +199,10 @@ export class Agent {
         stateFile,
         onBlocks: async (leased) => {
           await pods.setBlocks(this.#blocksWith(leased));
-          await this.#syncOverlay(this.#link?.peers ?? []);
+          await this.#syncPeers(this.#link?.peers ?? []);
         },
         usage: () => pods.ipam.usage(),
-        onPeers: (peers) => void this.#syncOverlay(peers),
+        onPeers: (peers) => void this.#syncPeers(peers),
       },
       {
         urls: controller.urls,
@@ -177,8 +211,12 @@ export class Agent {
         caPath: join(cfg.dataDir, 'controller-ca.pem'),
         nodeName: cfg.nodeName,
         fields: {
-          site: cfg.site, community: cfg.community, addresses: cfg.underlayAddresses, vtepMac, tunnelKey: '', agentVersion: AGENT_VERSION,
-          annotations: cfg.overlay && vtepMac ? flannelAnnotations(cfg.overlay.vni, vtepMac, cfg.underlayAddresses[0] ?? '') : {},
+          site: cfg.site, community: cfg.community, addresses: cfg.underlayAddresses, vtepMac, agentVersion: AGENT_VERSION,
+          tunnelKey: this.#tunnelCredentials ? spkiPin(this.#tunnelCredentials.certPem) : '',
+          annotations: {
+            ...(cfg.overlay && vtepMac ? flannelAnnotations(cfg.overlay.vni, vtepMac, cfg.underlayAddresses[0] ?? '') : {}),
+            ...(cfg.tunnel ? { [ROLE_ANNOTATION]: cfg.tunnel.role, [TUNNEL_PORT_ANNOTATION]: String(cfg.tunnel.port) } : {}),
+          },
         },
         usagePeriodMs: controller.usagePeriod,
       },
@@ -189,6 +227,7 @@ export class Agent {
   async stop(): Promise<void> {
     await this.#link?.stop();
     this.#overlay?.stop();
+    this.#tunnel?.stop();
     if (this.#timer) clearInterval(this.#timer);
     this.#pods?.stop();
     await this.#server?.close();
@@ -199,7 +238,7 @@ export class Agent {
     try {
       await this.#pods?.ensureBridge();
       await this.#pods?.reconcile();
-      await this.#syncOverlay(this.#link?.peers ?? this.#peersOffline);
+      await this.#syncPeers(this.#link?.peers ?? this.#peersOffline);
     } catch (err) {
       this.#c.log.error('resync failed; retrying next period', { err });
     }
@@ -220,7 +259,7 @@ export class Agent {
       ourConf: cfg.cniConfName,
       podBlocks: blocks,
       bridgeName: cfg.bridge,
-      ownDevices: cfg.overlay ? [cfg.overlay.device] : [],
+      ownDevices: [...(cfg.overlay ? [cfg.overlay.device] : []), ...(cfg.tunnel ? [cfg.tunnel.device] : [])],
       bridge: bridge && {
         kind: bridge.linkinfo?.info_kind,
         addresses: (addrs.find((a) => a.ifname === cfg.bridge)?.addr_info ?? []).filter((i) => i.family === 'inet').map((i) => `${i.local}/${i.prefixlen}`),

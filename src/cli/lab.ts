@@ -82,8 +82,8 @@ async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> 
     say('');
     const v = verdictOf(cells);
     if (v.ok) {
-      say(`PASS: all ${v.shouldWork} cells that should work today (same node, same site) work over their expected path; `
-        + `${v.waitingForTunnel} cross-site cells have no path yet (tunnel not built)`);
+      say(`PASS: all ${v.shouldWork} cells that should work today (same node, same site, cloud <-> edge tunnel) work over their expected path; `
+        + `${v.waitingForTunnel} edge <-> edge cells have no path yet (hole punching/relay not built)`);
     } else {
       say(`FAIL: ${v.failures.length} cell${v.failures.length === 1 ? '' : 's'} failed (${v.working} of ${v.shouldWork} that should work today do):`);
       for (const l of renderFailures(cells)) say(`  ${l}`);

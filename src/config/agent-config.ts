@@ -75,6 +75,15 @@ export const agentConfigSchema = z.strictObject({
     directRouting: z.enum(['never', 'auto']).default('never'),
     probePort: z.number().int().min(1).max(65535).default(8474),
   }).optional(),
+  /**
+   * The cross-site tunnel (TUN device and pinned TLS streams); off when absent. Edge nodes dial cloud nodes at their
+   * first underlay address; cloud nodes listen on `port`. Edge <-> edge pairs are not built yet.
+   */
+  tunnel: z.strictObject({
+    port: z.number().int().min(1).max(65535).default(8475),
+    device: z.string().regex(IFNAME, 'must be a Linux interface name of at most 15 characters').default('atoll.tun'),
+    role: z.enum(['cloud', 'edge']),
+  }).optional(),
   /** Cluster pod ranges: pod traffic to them is never masqueraded (every known block is included anyway). */
   clusterCidrs: z.array(cidr).default([]),
 });

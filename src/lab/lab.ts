@@ -198,20 +198,20 @@ async function waitForBlocksAndPeers(plan: LabPlan, agents: ReadonlyMap<string, 
   }
 }
 
-/** Waits until every node routes (protocol 44) every block of the peers in its site. */
+/** Waits until every node routes (protocol 44) every block of the peers in its site and of its tunnel peers (cloud <-> edge). */
 async function waitForSiteRoutes(plan: LabPlan): Promise<void> {
   const deadline = Date.now() + ROUTES_TIMEOUT_MS;
   for (;;) {
     const lacking: string[] = [];
     for (const n of plan.nodes) {
-      const sitePeers = new Set(plan.nodes.filter((p) => p.site === n.site && p.name !== n.name).map((p) => p.name));
+      const sitePeers = new Set(plan.nodes.filter((p) => p.name !== n.name && (p.site === n.site || expectedPath(plan, n.name, p.name) === 'tunnel direct')).map((p) => p.name));
       const want = nodeState(n.dataDir).peers.filter((p) => sitePeers.has(p.name)).flatMap((p) => p.blocks);
       const have = new Set((await ip.json<{ dst: string }>(['route', 'show', 'proto', '44'], { netns: nsPath(n.netns) })).map((r) => r.dst));
       const absent = want.filter((b) => !have.has(b));
       if (absent.length > 0) lacking.push(`${n.name} lacks ${absent.join(', ')}`);
     }
     if (lacking.length === 0) return;
-    if (Date.now() > deadline) throw atollError('LAB_STEP_FAILED', `same-site routes missing after ${ROUTES_TIMEOUT_MS / 1000} s: ${lacking.join('; ')}`, 'read the agents\' logs (overlay updated / overlay sync failed)');
+    if (Date.now() > deadline) throw atollError('LAB_STEP_FAILED', `same-site or tunnel routes missing after ${ROUTES_TIMEOUT_MS / 1000} s: ${lacking.join('; ')}`, 'read the agents\' logs (overlay updated / tunnel routes updated / ... sync failed)');
     await sleep(200);
   }
 }
@@ -318,10 +318,10 @@ export async function labUp(spec: LabSpec, opts: LabOptions): Promise<RunningLab
     });
     step = 'waiting for blocks and peers';
     await waitForBlocksAndPeers(plan, agents);
-    step = 'waiting for same-site routes';
+    step = 'waiting for same-site and tunnel routes';
     await waitForSiteRoutes(plan);
     timingsMs.agents = since(t);
-    say(`  agents: ${plan.nodes.length} up; each holds a block, knows all ${plan.nodes.length} nodes and routes its site's blocks (${secs(timingsMs.agents)})`);
+    say(`  agents: ${plan.nodes.length} up; each holds a block, knows all ${plan.nodes.length} nodes and routes its site's and its tunnel peers' blocks (${secs(timingsMs.agents)})`);
 
     step = 'creating pods';
     t = performance.now();

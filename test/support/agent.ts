@@ -124,7 +124,7 @@ export class TestAgent {
   }
 
   /** What the agent saved from the controller (cluster-state.json), or empty values before it first connected. */
-  clusterState(): { blocks: string[]; peers: { name: string; blocks: string[]; vtepMac: string; addresses: string[]; annotations: Record<string, string> }[] } {
+  clusterState(): { blocks: string[]; peers: { name: string; blocks: string[]; vtepMac: string; tunnelKey: string; addresses: string[]; annotations: Record<string, string> }[] } {
     const path = join(this.dataDir, 'cluster-state.json');
     return existsSync(path) ? JSON.parse(readFileSync(path, 'utf8')) : { blocks: [], peers: [] };
   }

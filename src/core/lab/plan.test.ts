@@ -58,13 +58,13 @@ test('spec problems name the value', () => {
   assert.match(labSpecProblems({ ...DEFAULT_LAB_SPEC, podsPerNode: 50, cloudNodes: 10 }).join(), /more than 400/);
 });
 
-test('expected paths: same node, same site, tunnel direct or relayed by NAT, not allowed across communities', () => {
+test('expected paths: same node, same site, tunnel direct, hole-punched or relayed by NAT, not allowed across communities', () => {
   const cases: { name: string; spec: LabSpec; from: string; to: string; want: string }[] = [
     { name: 'same node', spec: DEFAULT_LAB_SPEC, from: 'a-1', to: 'a-1', want: 'same node' },
     { name: 'same site, vxlan', spec: DEFAULT_LAB_SPEC, from: 'a-1', to: 'a-2', want: 'vxlan' },
     { name: 'same site, direct', spec: { ...DEFAULT_LAB_SPEC, sameSite: 'direct' }, from: 'cloud-1', to: 'cloud-2', want: 'direct route' },
     { name: 'edge to cloud, even behind symmetric NAT', spec: { ...DEFAULT_LAB_SPEC, edges: [edge('a', { nat: 'symmetric' })] }, from: 'a-1', to: 'cloud-1', want: 'tunnel direct' },
-    { name: 'one community, EI NATs', spec: DEFAULT_LAB_SPEC, from: 'a-1', to: 'b-2', want: 'tunnel direct' },
+    { name: 'one community, EI NATs', spec: DEFAULT_LAB_SPEC, from: 'a-1', to: 'b-2', want: 'tunnel hole-punched' },
     { name: 'one community, a symmetric NAT', spec: { ...DEFAULT_LAB_SPEC, edges: [edge('a'), edge('b', { nat: 'symmetric' })] }, from: 'a-1', to: 'b-1', want: 'tunnel relayed' },
     { name: 'different communities', spec: { ...DEFAULT_LAB_SPEC, edges: [edge('a', { community: 'x' }), edge('b', { community: 'y' })] }, from: 'a-1', to: 'b-1', want: 'not allowed' },
     { name: 'no community', spec: { ...DEFAULT_LAB_SPEC, edges: [edge('a', { community: '' }), edge('b', { community: '' })] }, from: 'a-1', to: 'b-1', want: 'not allowed' },
@@ -76,6 +76,7 @@ test('routes as `ip route get` reports them are classified by device and gateway
   const node = { gateway: '172.16.1.1' };
   assert.equal(classifyRoute(node, { dev: 'atoll0' }), 'same node');
   assert.equal(classifyRoute(node, { dev: 'atoll.1', gateway: '10.100.0.64' }), 'vxlan');
+  assert.equal(classifyRoute(node, { dev: 'atoll.tun' }), 'tunnel');
   assert.equal(classifyRoute(node, { dev: 'eth0', gateway: '172.16.1.12' }), 'direct route');
   assert.equal(classifyRoute(node, { dev: 'eth0', gateway: '172.16.1.1' }), 'default route');
   assert.equal(classifyRoute(node, undefined), 'no route');
@@ -92,11 +93,13 @@ test('uplink qdiscs: netem for delay, tbf for rate, tbf under netem for both, no
 const ping = (ok: boolean, rttMs?: number) => ({ ok, sent: 3, received: ok ? 3 : 0, rttMs });
 const tcp = (ok: boolean, connectMs?: number) => ({ ok, connectMs, error: ok ? undefined : 'ETIMEDOUT' });
 
-test('cells: what should work must work over its path; the tunnel is honestly not there; forbidden must fail', () => {
+test('cells: what should work must work over its path; hole punching/relay are honestly not there; forbidden must fail', () => {
   assert.deepEqual(judgeCell('vxlan', 'vxlan', ping(true, 0.1), tcp(true, 0.2)), { verdict: 'ok' });
   assert.deepEqual(judgeCell('vxlan', 'default route', ping(true, 0.1), tcp(true, 0.2)), { verdict: 'FAIL', note: 'the node routes it by default route, expected vxlan' });
   assert.deepEqual(judgeCell('same node', 'same node', ping(false), tcp(true)), { verdict: 'FAIL', note: 'ping: 0/3 replies' });
-  assert.deepEqual(judgeCell('tunnel direct', 'default route', ping(false), tcp(false)), { verdict: 'no path yet (tunnel not built)' });
+  assert.deepEqual(judgeCell('tunnel direct', 'tunnel', ping(true, 0.5), tcp(true, 0.6)), { verdict: 'ok' });
+  assert.equal(judgeCell('tunnel direct', 'default route', ping(false), tcp(false)).verdict, 'FAIL');
+  assert.deepEqual(judgeCell('tunnel hole-punched', 'default route', ping(false), tcp(false)), { verdict: 'no path yet (hole punching/relay not built)' });
   assert.deepEqual(judgeCell('not allowed', 'default route', ping(false), tcp(false)), { verdict: 'blocked as expected' });
   assert.equal(judgeCell('not allowed', 'default route', ping(true, 1), tcp(false)).verdict, 'FAIL');
 });
@@ -106,22 +109,22 @@ test('summary, verdict and matrix rendering', () => {
     const p = ping(ok, ok ? 0.123 : undefined);
     const t = tcp(ok, ok ? 0.3 : undefined);
     const route = path === 'vxlan' || path === 'same node' ? path : 'default route';
-    return { from, to, fromNode: from.slice(0, 3), toNode: to.slice(0, 3), fromIp: '10.100.0.2', toIp: '10.100.0.66', path, expect: path === 'vxlan' || path === 'same node' ? 'reachable' : 'tunnel (not built)', route, ping: p, tcp: t, ...judgeCell(path, route, p, t) };
+    return { from, to, fromNode: from.slice(0, 3), toNode: to.slice(0, 3), fromIp: '10.100.0.2', toIp: '10.100.0.66', path, expect: path === 'vxlan' || path === 'same node' ? 'reachable' : 'not built (hole punching/relay)', route, ping: p, tcp: t, ...judgeCell(path, route, p, t) };
   };
-  const cells = [cell('a-1-p1', 'a-2-p1', 'vxlan', true), cell('a-2-p1', 'a-1-p1', 'vxlan', true), cell('a-1-p1', 'c-1-p1', 'tunnel direct', false),
-    cell('c-1-p1', 'a-1-p1', 'tunnel direct', false), cell('a-2-p1', 'c-1-p1', 'tunnel direct', false), cell('c-1-p1', 'a-2-p1', 'tunnel direct', false)];
+  const cells = [cell('a-1-p1', 'a-2-p1', 'vxlan', true), cell('a-2-p1', 'a-1-p1', 'vxlan', true), cell('a-1-p1', 'c-1-p1', 'tunnel hole-punched', false),
+    cell('c-1-p1', 'a-1-p1', 'tunnel hole-punched', false), cell('a-2-p1', 'c-1-p1', 'tunnel hole-punched', false), cell('c-1-p1', 'a-2-p1', 'tunnel hole-punched', false)];
   const v = verdictOf(cells);
   assert.deepEqual({ ok: v.ok, should: v.shouldWork, working: v.working, waiting: v.waitingForTunnel }, { ok: true, should: 2, working: 2, waiting: 4 });
   assert.deepEqual(renderSummary(summarize(cells)), [
-    'path           expected today      pairs  ping ok  tcp ok  failed  ping RTT (median)  tcp connect (median)',
-    'vxlan          reachable               2        2       2       0            0.12 ms               0.30 ms',
-    'tunnel direct  tunnel (not built)      4        0       0       0                  -                     -',
+    'path                 expected today                   pairs  ping ok  tcp ok  failed  ping RTT (median)  tcp connect (median)',
+    'vxlan                reachable                            2        2       2       0            0.12 ms               0.30 ms',
+    'tunnel hole-punched  not built (hole punching/relay)      4        0       0       0                  -                     -',
   ]);
   assert.deepEqual(renderMatrix(['a-1-p1', 'a-2-p1', 'c-1-p1'], cells).slice(0, 4), [
     '                1      2      3',
-    '  1 a-1-p1        V 0.12 T   --',
-    '  2 a-2-p1 V 0.12        T   --',
-    '  3 c-1-p1 T   -- T   --',
+    '  1 a-1-p1        V 0.12 H   --',
+    '  2 a-2-p1 V 0.12        H   --',
+    '  3 c-1-p1 H   -- H   --',
   ]);
 });
 

@@ -18,8 +18,9 @@
  *   and only unique inside their namespace: `eth0` in every node, `p-<peer>` for bridge ports, `up0` for uplinks.
  * - "Public" links use TEST-NET ranges: 198.51.100.0/24 between the routers, 192.0.2.0/24 in the cloud site;
  *   203.0.113.0/24 is kept for the relay's public address (the tunnel issue). Edge LANs are 172.16.<n>.0/24; pod
- *   blocks come from the controller's 10.100.0.0/16. Nothing routes 10.100.0.0/16 between sites: only the tunnel
- *   will, so cross-site pod pairs fail until it exists.
+ *   blocks come from the controller's 10.100.0.0/16. Nothing routes 10.100.0.0/16 between sites but the tunnel:
+ *   cloud <-> edge pairs go through it (the edge dials out), edge <-> edge pairs fail until hole punching and the
+ *   relay exist.
  * - The wan has no route into the edge LANs: an edge is reachable only through its router's NAT, as on the internet.
  */
 import { CLOUD_SITE, type LabSpec, type NatType, type UplinkConditions } from './spec.ts';
@@ -35,7 +36,7 @@ export const LAB_RELAY_RANGE = '203.0.113.0/24';
 /** Kubernetes namespace of the lab's pods. */
 export const LAB_POD_NAMESPACE = 'lab';
 /** Names the agent uses inside each node namespace (its configuration defaults, the lab's underlay). */
-export const NODE_DEVICES = Object.freeze({ underlay: 'eth0', bridge: 'atoll0', overlay: 'atoll.1' });
+export const NODE_DEVICES = Object.freeze({ underlay: 'eth0', bridge: 'atoll0', overlay: 'atoll.1', tunnel: 'atoll.tun' });
 /** The lab's nftables table in the NAT routers. */
 export const LAB_NFT_TABLE = 'atoll-lab';
 
@@ -289,6 +290,7 @@ export function planLab(input: LabPlanInput): LabPlan {
         nodeName: name, podCidrs: [], cniBinDir: paths.cniBinDir, cniConfDir: paths.cniConfDir, dataDir: paths.dataDir,
         socketPath: paths.socketPath, bridge: NODE_DEVICES.bridge, resyncPeriod: 5, site, community, underlayAddresses: [underlay],
         overlay: { device: NODE_DEVICES.overlay, directRouting: spec.sameSite === 'direct' ? 'auto' : 'never' }, clusterCidrs: [LAB_CLUSTER_CIDR],
+        tunnel: { device: NODE_DEVICES.tunnel, role: site === CLOUD_SITE ? 'cloud' : 'edge' },
         controller: { urls: [url], token: input.bootstrapToken, usagePeriod: 5 },
       },
     });
@@ -376,21 +378,24 @@ export function interfaceNames(plan: LabPlan): string[] {
 }
 
 /** The path a packet from a pod on `from` to a pod on `to` should take, by the topology and community rules. */
-export type LabPath = 'same node' | 'vxlan' | 'direct route' | 'tunnel direct' | 'tunnel relayed' | 'not allowed';
+export type LabPath = 'same node' | 'vxlan' | 'direct route' | 'tunnel direct' | 'tunnel hole-punched' | 'tunnel relayed' | 'not allowed';
 
-/** What the check expects of a path today: the same-site data plane exists, the tunnel does not yet. */
-export type LabExpectation = 'reachable' | 'tunnel (not built)' | 'blocked';
+/**
+ * What the check expects of a path today: the same-site data plane and the cloud <-> edge tunnel exist; edge <-> edge
+ * (hole punching, relay) does not yet.
+ */
+export type LabExpectation = 'reachable' | 'not built (hole punching/relay)' | 'blocked';
 
 export function expectationOf(path: LabPath): LabExpectation {
-  if (path === 'same node' || path === 'vxlan' || path === 'direct route') return 'reachable';
+  if (path === 'same node' || path === 'vxlan' || path === 'direct route' || path === 'tunnel direct') return 'reachable';
   if (path === 'not allowed') return 'blocked';
-  return 'tunnel (not built)';
+  return 'not built (hole punching/relay)';
 }
 
 /**
  * The expected path between two nodes of `plan`. Same node, then same site (VXLAN or direct routes, by the spec);
  * across sites the tunnel: direct when one end is in the cloud (public addresses: the edge dials out, any NAT
- * passes) or both edges share a community behind endpoint-independent NATs (hole punching), relayed when a
+ * passes), hole-punched when both edges share a community behind endpoint-independent NATs, relayed when a
  * symmetric NAT is on the way; edges without a common community are not allowed to talk.
  */
 export function expectedPath(plan: LabPlan, from: string, to: string): LabPath {
@@ -402,23 +407,25 @@ export function expectedPath(plan: LabPlan, from: string, to: string): LabPath {
   if (a.site === CLOUD_SITE || b.site === CLOUD_SITE) return 'tunnel direct';
   if (a.community === '' || a.community !== b.community) return 'not allowed';
   const natOf = (site: string) => plan.spec.edges.find((e) => e.name === site)?.nat;
-  return natOf(a.site) === 'symmetric' || natOf(b.site) === 'symmetric' ? 'tunnel relayed' : 'tunnel direct';
+  return natOf(a.site) === 'symmetric' || natOf(b.site) === 'symmetric' ? 'tunnel relayed' : 'tunnel hole-punched';
 }
 
 /** Where the source node's kernel sends a packet for a pod address, as `ip route get` reports it. */
-export type ObservedRoute = 'same node' | 'vxlan' | 'direct route' | 'default route' | 'no route';
+export type ObservedRoute = 'same node' | 'vxlan' | 'direct route' | 'tunnel' | 'default route' | 'no route';
 
 /** Classifies `ip -j route get <pod ip>` run in `node`'s namespace. */
 export function classifyRoute(node: Pick<LabNode, 'gateway'>, route: { readonly dev?: string; readonly gateway?: string; readonly type?: string } | undefined): ObservedRoute {
   if (!route?.dev || (route.type !== undefined && route.type !== 'unicast')) return 'no route';
   if (route.dev === NODE_DEVICES.bridge) return 'same node';
   if (route.dev === NODE_DEVICES.overlay) return 'vxlan';
+  if (route.dev === NODE_DEVICES.tunnel) return 'tunnel';
   if (route.dev === NODE_DEVICES.underlay && route.gateway && route.gateway !== node.gateway) return 'direct route';
   return 'default route';
 }
 
-/** The route a path needs in the source node's kernel; undefined for the tunnel's paths (not built yet). */
+/** The route a path needs in the source node's kernel; undefined for the paths not built yet. */
 export function routeFor(path: LabPath): ObservedRoute | undefined {
   if (path === 'same node' || path === 'vxlan' || path === 'direct route') return path;
+  if (path === 'tunnel direct') return 'tunnel';
   return undefined;
 }

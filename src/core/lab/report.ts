@@ -23,7 +23,7 @@ export interface TcpResult {
   readonly error?: string;
 }
 
-export type CellVerdict = 'ok' | 'FAIL' | 'no path yet (tunnel not built)' | 'blocked as expected' | 'reachable before the tunnel exists';
+export type CellVerdict = 'ok' | 'FAIL' | 'no path yet (hole punching/relay not built)' | 'blocked as expected' | 'reachable before hole punching/relay exists';
 
 export interface LabCell {
   readonly from: string;
@@ -56,7 +56,7 @@ export function judgeCell(path: LabPath, route: ObservedRoute, ping: PingResult,
   if (expect === 'blocked') {
     return works ? { verdict: 'FAIL', note: `reachable (${route}) although the communities do not allow it` } : { verdict: 'blocked as expected' };
   }
-  return works ? { verdict: 'reachable before the tunnel exists', note: `by ${route}` } : { verdict: 'no path yet (tunnel not built)' };
+  return works ? { verdict: 'reachable before hole punching/relay exists', note: `by ${route}` } : { verdict: 'no path yet (hole punching/relay not built)' };
 }
 
 export interface PathSummary {
@@ -73,15 +73,15 @@ export interface PathSummary {
 export interface LabVerdict {
   /** True when every cell that should work today works and nothing forbidden does. */
   readonly ok: boolean;
-  /** Cells expected to work today (same node, same site). */
+  /** Cells expected to work today (same node, same site, cloud <-> edge through the tunnel). */
   readonly shouldWork: number;
   readonly working: number;
-  /** Cells waiting for the tunnel. */
+  /** Cells waiting for hole punching or the relay (edge <-> edge across sites). */
   readonly waitingForTunnel: number;
   readonly failures: readonly LabCell[];
 }
 
-const PATH_ORDER: readonly LabPath[] = ['same node', 'vxlan', 'direct route', 'tunnel direct', 'tunnel relayed', 'not allowed'];
+const PATH_ORDER: readonly LabPath[] = ['same node', 'vxlan', 'direct route', 'tunnel direct', 'tunnel hole-punched', 'tunnel relayed', 'not allowed'];
 
 function median(values: readonly number[]): number | undefined {
   if (values.length === 0) return undefined;
@@ -111,7 +111,7 @@ export function verdictOf(cells: readonly LabCell[]): LabVerdict {
     ok: cells.every((c) => c.verdict !== 'FAIL'),
     shouldWork: should.length,
     working: should.filter((c) => c.verdict === 'ok').length,
-    waitingForTunnel: cells.filter((c) => c.expect === 'tunnel (not built)').length,
+    waitingForTunnel: cells.filter((c) => c.expect === 'not built (hole punching/relay)').length,
     failures: cells.filter((c) => c.verdict === 'FAIL'),
   };
 }
@@ -124,7 +124,7 @@ export function formatMs(ms: number | undefined): string {
   return String(Math.round(ms));
 }
 
-const LETTER: Record<LabPath, string> = { 'same node': 'N', vxlan: 'V', 'direct route': 'D', 'tunnel direct': 'T', 'tunnel relayed': 'R', 'not allowed': 'X' };
+const LETTER: Record<LabPath, string> = { 'same node': 'N', vxlan: 'V', 'direct route': 'D', 'tunnel direct': 'T', 'tunnel hole-punched': 'H', 'tunnel relayed': 'R', 'not allowed': 'X' };
 
 function cellText(c: LabCell): string {
   const letter = LETTER[c.path];
@@ -133,7 +133,7 @@ function cellText(c: LabCell): string {
       return `${letter} ${formatMs(c.ping.rttMs)}`;
     case 'FAIL':
       return `${letter} FAIL`;
-    case 'reachable before the tunnel exists':
+    case 'reachable before hole punching/relay exists':
       return `${letter}!${formatMs(c.ping.rttMs)}`;
     default:
       return `${letter}   --`;
@@ -154,9 +154,9 @@ export function renderMatrix(pods: readonly string[], cells: readonly LabCell[])
     }).join('');
     lines.push(`${index(i)} ${from.padEnd(nameWidth)}${row}`.trimEnd());
   });
-  lines.push('', 'N same node, V vxlan, D direct route, T tunnel direct, R tunnel relayed, X not allowed;',
-    'a number is the ping RTT in ms (ping and TCP both worked); -- no path yet (tunnel not built) or blocked as expected;',
-    'FAIL should work and does not; ! reachable before the tunnel exists; ? not checked.');
+  lines.push('', 'N same node, V vxlan, D direct route, T tunnel direct, H tunnel hole-punched, R tunnel relayed, X not allowed;',
+    'a number is the ping RTT in ms (ping and TCP both worked); -- no path yet (hole punching/relay not built) or blocked as expected;',
+    'FAIL should work and does not; ! reachable before hole punching/relay exists; ? not checked.');
   return lines;
 }
 

@@ -1,0 +1,126 @@
+/**
+ * The cross-site tunnel wired into the agent: a cloud node (role cloud) and an edge node (role edge) in different
+ * sites, joined to one controller. The edge dials the cloud node's underlay address with its pinned key; pods reach
+ * each other by PodIP through the TUN devices (ping, fragmented ping, TCP both ways); a client whose key is not a
+ * registered peer's is refused.
+ */
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn, spawnSync } from 'node:child_process';
+import { generateKeyPairSync } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { TestAgent } from '../support/agent.ts';
+import { type ControllerProc, TestCloud } from '../support/cloud.ts';
+import { leftoverNetns, rootSkipReason, RUN_PREFIX, sh } from '../support/netns.ts';
+import { PROJECT_NODE } from '../../src/lab/agent-process.ts';
+import { selfSignedTunnelCert, spkiPin } from '../../src/adapters/tunnel-stream.ts';
+import { until } from '../support/wait.ts';
+
+const PORT = 18475;
+
+interface Pod {
+  readonly node: TestAgent;
+  readonly ns: string;
+  readonly ip: string;
+}
+
+const nsName = (p: Pod) => p.ns.split('/').pop() as string;
+
+/** One TCP round trip from pod `from` to pod `to` (a one-shot echo server there); the echoed line, or undefined. */
+async function tcpEcho(from: Pod, to: Pod): Promise<string | undefined> {
+  const server = spawn('ip', ['netns', 'exec', nsName(to), PROJECT_NODE, '-e',
+    "require('net').createServer((s)=>{s.pipe(s);s.on('close',()=>process.exit(0))}).listen(7008);setTimeout(()=>process.exit(2),8000)"]);
+  try {
+    await new Promise((r) => setTimeout(r, 300));
+    // 256 KiB each way: many full-size segments (and superpackets) through the tunnel
+    const client = spawnSync('ip', ['netns', 'exec', nsName(from), PROJECT_NODE, '-e',
+      `const s=require('net').connect(7008,'${to.ip}');const out=Buffer.alloc(262144,120);let n=0;s.on('connect',()=>{s.end(out)});`
+      + `s.on('data',x=>n+=x.length);s.on('end',()=>{process.stdout.write(String(n),()=>process.exit(0))});s.on('error',(e)=>{console.error(e.message);process.exit(1)});setTimeout(()=>process.exit(3),6000)`],
+    { encoding: 'utf8', timeout: 10_000 });
+    return client.status === 0 ? client.stdout : undefined;
+  } finally {
+    server.kill('SIGKILL');
+  }
+}
+
+describe('cross-site tunnel in the agent: edge dials cloud', { skip: rootSkipReason(), timeout: 180_000 }, () => {
+  let cloud: TestCloud;
+  let controller: ControllerProc;
+  let cloudNode: TestAgent;
+  let edgeNode: TestAgent;
+  const pods: Pod[] = [];
+
+  before(async () => {
+    cloud = new TestCloud();
+    controller = await cloud.startController('ctl', { port: 17471 });
+    cloudNode = new TestAgent({ name: 'tc1', podCidrs: [] });
+    edgeNode = new TestAgent({ name: 'te1', podCidrs: [] });
+    for (const [agent, site, role] of [[cloudNode, 'cloud', 'cloud'], [edgeNode, 'edge-a', 'edge']] as const) {
+      const ip = cloud.connect(agent.netns);
+      agent.rewriteConfig({ controller: cloud.controllerConfig([controller]), underlayAddresses: [ip], site, tunnel: { role, port: PORT } });
+    }
+    await Promise.all([cloudNode.start(), edgeNode.start()]);
+    await until('both nodes to know each other with blocks and tunnel keys', () =>
+      [cloudNode, edgeNode].every((a) => a.clusterState().peers.filter((p) => p.blocks.length > 0 && p.tunnelKey).length === 2));
+    for (const a of [cloudNode, edgeNode]) {
+      const name = a === cloudNode ? 'tc1x' : 'te1x';
+      const ip = a.addPod(name);
+      pods.push({ node: a, ns: `/var/run/netns/${RUN_PREFIX}${name}-pod`, ip });
+    }
+  });
+
+  after(async () => {
+    for (const a of [cloudNode, edgeNode]) await a?.cleanup();
+    await cloud?.cleanup();
+    assert.deepEqual(leftoverNetns(), []);
+  });
+
+  const diag = () => [cloudNode, edgeNode].map((a) => a.dump()).join('\n');
+
+  test('each node publishes its tunnel pin and role, and routes the other\'s blocks into its TUN device', async () => {
+    const pin = spkiPin(readFileSync(join(edgeNode.dataDir, 'tunnel.crt'), 'utf8'));
+    const seen = cloudNode.clusterState().peers.find((p) => p.name === 'te1');
+    assert.equal(seen?.tunnelKey, pin);
+    assert.equal(seen?.annotations['atoll.dev/role'], 'edge');
+    for (const [a, b] of [[cloudNode, edgeNode], [edgeNode, cloudNode]] as const) {
+      await until(`${a.netns} to route ${b.netns}'s blocks into atoll.tun`, () => {
+        const routes = JSON.parse(sh('ip', ['-n', a.netns, '-j', 'route', 'show', 'proto', '44', 'dev', 'atoll.tun'])) as { dst: string }[];
+        const want = a.clusterState().peers.find((p) => p.name === (b === cloudNode ? 'tc1' : 'te1'))?.blocks ?? [];
+        return want.length > 0 && want.every((w) => routes.some((r) => r.dst === w));
+      }, 15_000).catch((e: Error) => assert.fail(`${e.message}\n${diag()}`));
+    }
+  });
+
+  test('pods reach each other by PodIP through the tunnel: ping (plain and fragmented) and TCP both ways', async () => {
+    const [c, e] = pods as [Pod, Pod];
+    await until('edge pod to ping the cloud pod', () => e.node.execIn(e.ns, 'ping', ['-c1', '-W1', c.ip]).code === 0, 20_000)
+      .catch((err: Error) => assert.fail(`${err.message}\n${diag()}`));
+    for (const [from, to] of [[c, e], [e, c]] as const) {
+      const r = from.node.execIn(from.ns, 'ping', ['-c3', '-i0.2', '-W2', to.ip]);
+      assert.equal(r.code, 0, `ping ${from.ip} -> ${to.ip}: ${r.out}\n${diag()}`);
+      const big = from.node.execIn(from.ns, 'ping', ['-c2', '-i0.2', '-W2', '-s', '3000', to.ip]);
+      assert.equal(big.code, 0, `fragmented ping ${from.ip} -> ${to.ip}: ${big.out}\n${diag()}`);
+      assert.equal(await tcpEcho(from, to), '262144', `TCP ${from.ip} -> ${to.ip}\n${diag()}`);
+    }
+  });
+
+  test('a client whose key is not a registered peer\'s is refused by the cloud node', async () => {
+    const { privateKey } = generateKeyPairSync('ed25519');
+    const keyPem = privateKey.export({ type: 'pkcs8', format: 'pem' }) as string;
+    const credentials = { keyPem, certPem: selfSignedTunnelCert(keyPem, 'intruder') };
+    const cloudPin = spkiPin(readFileSync(join(cloudNode.dataDir, 'tunnel.crt'), 'utf8'));
+    const cloudIp = cloudNode.clusterState().peers.find((p) => p.name === 'tc1')?.addresses[0] as string;
+    const code = `import('${join(import.meta.dirname, '..', '..', 'src', 'adapters', 'tunnel-stream.ts')}').then(async (m) => {
+      try { const s = await m.dialTunnel({ host: '${cloudIp}', port: ${PORT}, credentials: ${JSON.stringify(credentials)}, peerPin: '${cloudPin}', timeoutMs: 3000 });
+        s.on('close', () => { console.log('closed'); process.exit(0); }); setTimeout(() => { console.log('open'); process.exit(1); }, 3000);
+      } catch (e) { console.log('error ' + e.message); process.exit(0); } })`;
+    const r = spawnSync('ip', ['netns', 'exec', edgeNode.netns, PROJECT_NODE, '--no-warnings', '--input-type=module', '-e', code], { encoding: 'utf8', timeout: 15_000 });
+    assert.equal(r.status, 0, `the intruder's stream stayed open: ${r.stdout}${r.stderr}`);
+    await until('the cloud agent to log the refusal', () => readFileSync(cloudNode.logPath, 'utf8').includes('tunnel connection refused'), 5000)
+      .catch((e: Error) => assert.fail(`${e.message}\n${diag()}`));
+    // the real edge's stream is unaffected
+    const [c, e] = pods as [Pod, Pod];
+    assert.equal(e.node.execIn(e.ns, 'ping', ['-c1', '-W2', c.ip]).code, 0, diag());
+  });
+});
