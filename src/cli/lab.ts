@@ -6,6 +6,8 @@ import { writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { LAB_FLAG_OPTIONS, LAB_FLAGS_HELP, type LabFlags, labSpecFromFlags } from '../config/lab-spec.ts';
 import { LAB_RUN_ID } from '../core/lab/plan.ts';
+import { type LabFaultResult, parseFaultList, renderFaults } from '../core/lab/faults.ts';
+import { atollError } from '../core/errors.ts';
 import { type LabCell, renderFailures, renderMatrix, renderSummary, summarize, verdictOf } from '../core/lab/report.ts';
 
 export const LAB_USAGE = `usage: atoll lab <command> [flags]
@@ -13,9 +15,11 @@ export const LAB_USAGE = `usage: atoll lab <command> [flags]
   up [flags] [--detach] [--json FILE] [--keep-logs DIR]
                  build the lab: namespaces, NAT routers, the controller, an agent per node, pods (root);
                  stays up until Ctrl-C, or with --detach until \`atoll lab down\`
-  run [flags] [--json FILE] [--keep-logs DIR]
-                 up, then the connectivity matrix (every pod to every pod, ping and TCP, path and RTT), the
-                 report, down. Exit 0 only if every cell that should work today (same node, same site) works
+  run [flags] [--json FILE] [--keep-logs DIR] [--faults LIST|all|none]
+                 up, then the connectivity matrix (every pod to every pod, ping and TCP, path and RTT), then
+                 the faults (default all: controller-kill, agent-restart, pod-recreate, uplink-cut,
+                 uplink-flap, node-reboot), each with loss, convergence and the matrix after, the report, down.
+                 Exit 0 only if every cell that should work today works, before and after every fault
   down [RUNID] [--all]
                  remove a run; without RUNID every run whose lab process is gone or detached, and lab
                  namespaces without a state file; --all also live runs
@@ -34,12 +38,15 @@ function writeJson(path: string | undefined, report: unknown): void {
 }
 
 async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> {
-  const { values } = parseArgs({ args: [...argv], options: { ...LAB_FLAG_OPTIONS, json: { type: 'string' }, 'keep-logs': { type: 'string' }, detach: { type: 'boolean', default: false }, help: { type: 'boolean', short: 'h' } } });
+  const { values } = parseArgs({ args: [...argv], options: { ...LAB_FLAG_OPTIONS, json: { type: 'string' }, 'keep-logs': { type: 'string' }, faults: { type: 'string' }, detach: { type: 'boolean', default: false }, help: { type: 'boolean', short: 'h' } } });
   if (values.help) {
     process.stdout.write(LAB_USAGE);
     return 0;
   }
   const spec = labSpecFromFlags(values as LabFlags);
+  const faultList = parseFaultList(values.faults ?? (mode === 'run' ? 'all' : 'none'));
+  if (faultList.problems.length > 0) throw atollError('LAB_SPEC_INVALID', `--faults: ${faultList.problems.join('; ')}`, 'see `atoll lab --help`');
+  if (mode === 'up' && faultList.faults.length > 0) throw atollError('LAB_SPEC_INVALID', '--faults is for `atoll lab run`', 'use `atoll lab run --faults ...`');
   const lab = await import('../lab/lab.ts');
   const uninstall = lab.installCleanupHandlers();
   const t0 = performance.now();
@@ -67,6 +74,7 @@ async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> 
     return new Promise<number>(() => {});
   }
   let cells: LabCell[] = [];
+  let faults: LabFaultResult[] = [];
   let down: unknown;
   try {
     const tc = performance.now();
@@ -89,6 +97,18 @@ async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> 
       for (const l of renderFailures(cells)) say(`  ${l}`);
     }
     describe.timingsMs.checks = checksMs;
+    if (faultList.faults.length > 0) {
+      const tf = performance.now();
+      say('');
+      const { runFaults } = await import('../lab/faults.ts');
+      faults = await runFaults(running, faultList.faults, { ok: v.ok, shouldWork: v.shouldWork, working: v.working }, { say });
+      describe.timingsMs.faults = Math.round(performance.now() - tf);
+      say('');
+      say('faults (before/after: cells that should work and do; convergence from the heal; loss of the sample pings)');
+      for (const l of renderFaults(faults)) say(`  ${l}`);
+      const bad = faults.filter((f) => !f.ok);
+      say(bad.length === 0 ? `PASS: every fault healed, all cells that should work work again` : `FAIL: ${bad.map((f) => f.kind).join(', ')}`);
+    }
   } finally {
     if (keepLogs) lab.saveLogs(running.plan, keepLogs, say);
     down = await lab.destroyRun(running.store, running.state, say);
@@ -96,9 +116,9 @@ async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> 
   }
   const v = verdictOf(cells);
   const durationMs = Math.round(performance.now() - t0);
-  writeJson(values.json, { ...describe, durationMs, cells, summary: summarize(cells), verdict: { ...v, failures: v.failures.length }, cleanup: down });
+  writeJson(values.json, { ...describe, processes: running.state.processes, durationMs, cells, summary: summarize(cells), verdict: { ...v, failures: v.failures.length }, faults, cleanup: down });
   say(`done in ${(durationMs / 1000).toFixed(1)} s`);
-  return v.ok ? 0 : 1;
+  return v.ok && faults.every((f) => f.ok) ? 0 : 1;
 }
 
 async function downCmd(argv: readonly string[]): Promise<number> {

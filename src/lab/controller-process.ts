@@ -4,7 +4,7 @@
  * once it prints the CA pin agents need.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
-import { closeSync, openSync, readFileSync } from 'node:fs';
+import { closeSync, existsSync, openSync, readFileSync, statSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { ATOLL_BIN } from './agent-process.ts';
 
@@ -33,6 +33,8 @@ export class ControllerProcess {
    * @throws Error with the log tail when it exits or stays silent.
    */
   async start(launcher: readonly string[], timeoutMs = 30_000): Promise<string> {
+    // a restart appends to the same log: only a ready line printed after this point counts
+    const from = existsSync(this.#init.logPath) ? statSync(this.#init.logPath).size : 0;
     const out = openSync(this.#init.logPath, 'a');
     const argv = [...launcher, ATOLL_BIN, 'controller', '--config', this.#init.configPath];
     const proc = spawn(argv[0] as string, argv.slice(1), { stdio: ['ignore', out, out], detached: true });
@@ -41,12 +43,35 @@ export class ControllerProcess {
     this.#proc = proc;
     const deadline = Date.now() + timeoutMs;
     while (Date.now() < deadline) {
-      const m = READY.exec(this.logTail(200));
+      const m = READY.exec(this.#logSince(from));
       if (m) return m[1] as string;
       if (proc.exitCode !== null || proc.signalCode !== null) throw new Error(`the controller exited (${proc.exitCode ?? proc.signalCode}):\n${this.logTail()}`);
       await sleep(50);
     }
     throw new Error(`the controller did not print its CA pin within ${timeoutMs} ms:\n${this.logTail()}`);
+  }
+
+  get running(): boolean {
+    return this.#proc !== undefined && this.#proc.exitCode === null && this.#proc.signalCode === null;
+  }
+
+  /** Stops the controller by PID (SIGKILL for the lab's controller-kill fault); escalates to SIGKILL after 5 s. */
+  async stop(signal: 'SIGTERM' | 'SIGKILL' = 'SIGTERM'): Promise<void> {
+    const p = this.#proc;
+    if (!p || !this.running) return;
+    const exited = new Promise<void>((r) => p.once('exit', () => r()));
+    p.kill(signal);
+    const timer = setTimeout(() => p.kill('SIGKILL'), 5000);
+    await exited;
+    clearTimeout(timer);
+  }
+
+  #logSince(offset: number): string {
+    try {
+      return readFileSync(this.#init.logPath).subarray(offset).toString('utf8');
+    } catch {
+      return '';
+    }
   }
 
   logTail(lines = 30): string {

@@ -18,7 +18,7 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { AtollError, asAtollError, atollError } from '../core/errors.ts';
 import {
-  agentConfigFor, classifyRoute, expectationOf, expectedPath, LAB_NETNS_PREFIX, LAB_POD_NAMESPACE, labPrefix, type LabPlan, type LabSetupStep,
+  agentConfigFor, classifyRoute, expectationOf, expectedPath, LAB_NETNS_PREFIX, LAB_POD_NAMESPACE, labPrefix, type LabPlan, type LabPod, type LabSetupStep,
   type ObservedRoute, planLab, renderLabSetup, runIdOfNetns,
 } from '../core/lab/plan.ts';
 import { judgeCell, type LabCell, type PingResult, type TcpResult } from '../core/lab/report.ts';
@@ -49,6 +49,8 @@ export interface LabPodInfo {
   readonly node: string;
   readonly netns: string;
   readonly ip: string;
+  /** Wall time of its CNI ADD (pod start latency), ms. */
+  readonly addMs?: number;
 }
 
 export interface RunningLab {
@@ -59,6 +61,10 @@ export interface RunningLab {
   /** How the pods were created, for the report. */
   readonly podCreation: string;
   readonly timingsMs: Readonly<Record<string, number>>;
+  /** The running controller (the controller-kill fault replaces it). */
+  controller: ControllerProcess;
+  /** The agent of every node, by node name. */
+  readonly agents: ReadonlyMap<string, AgentProcess>;
   state: LabState;
 }
 
@@ -78,7 +84,8 @@ const TCP_TIMEOUT_MS = 2000;
 const CHECK_CONCURRENCY = 48;
 
 const ip = new IpRoute2();
-const nsPath = (name: string) => join(NETNS_DIR, name);
+/** The path of a lab namespace, for the adapters' `netns` option. */
+export const nsPath = (name: string): string => join(NETNS_DIR, name);
 const since = (t0: number) => Math.round(performance.now() - t0);
 const secs = (ms: number) => `${(ms / 1000).toFixed(1)} s`;
 
@@ -218,22 +225,48 @@ async function waitForSiteRoutes(plan: LabPlan): Promise<void> {
 
 /** Creates every pod by calling the node's installed atoll-cni with the conflist its agent wrote. */
 async function createPods(plan: LabPlan): Promise<LabPodInfo[]> {
-  return mapLimit(plan.pods, 8, async (pod) => {
-    const node = plan.nodes.find((n) => n.name === pod.node);
-    if (!node) throw new Error(`pod ${pod.name} names an unknown node ${pod.node}`);
-    const conflist = JSON.parse(readFileSync(join(node.cniConfDir, '10-atoll.conflist'), 'utf8')) as { cniVersion: string; name: string; plugins: Record<string, unknown>[] };
-    const plugin = conflist.plugins[0] as Record<string, unknown>;
-    const res = await invokeCni({
-      binDir: node.cniBinDir, type: String(plugin.type), command: 'ADD', containerId: pod.containerId, netns: nsPath(pod.netns), ifname: 'eth0',
-      args: { K8S_POD_NAMESPACE: LAB_POD_NAMESPACE, K8S_POD_NAME: pod.name, K8S_POD_INFRA_CONTAINER_ID: pod.containerId },
-      config: { cniVersion: conflist.cniVersion, name: conflist.name, ...plugin },
-    });
-    const address = (res.output?.ips as { address?: string }[] | undefined)?.[0]?.address;
-    if (res.code !== 0 || !address) {
-      throw atollError('LAB_STEP_FAILED', `CNI ADD of pod ${pod.name} on ${pod.node} failed (status ${res.code}): ${res.stdout.trim() || res.stderr.trim()}`, 'read the agent\'s log');
-    }
-    return { name: pod.name, node: pod.node, netns: pod.netns, ip: address.split('/')[0] as string };
+  return mapLimit(plan.pods, 8, (pod) => addPod(plan, pod));
+}
+
+async function cniCall(plan: LabPlan, pod: LabPod, command: 'ADD' | 'DEL', containerId: string) {
+  const node = plan.nodes.find((n) => n.name === pod.node);
+  if (!node) throw new Error(`pod ${pod.name} names an unknown node ${pod.node}`);
+  const conflist = JSON.parse(readFileSync(join(node.cniConfDir, '10-atoll.conflist'), 'utf8')) as { cniVersion: string; name: string; plugins: Record<string, unknown>[] };
+  const plugin = conflist.plugins[0] as Record<string, unknown>;
+  return invokeCni({
+    binDir: node.cniBinDir, type: String(plugin.type), command, containerId, netns: nsPath(pod.netns), ifname: 'eth0',
+    args: { K8S_POD_NAMESPACE: LAB_POD_NAMESPACE, K8S_POD_NAME: pod.name, K8S_POD_INFRA_CONTAINER_ID: containerId },
+    config: { cniVersion: conflist.cniVersion, name: conflist.name, ...plugin },
   });
+}
+
+/**
+ * Adds `pod` to its node's network through the node's atoll-cni, as a runtime would (`containerId` defaults to the
+ * planned one; a re-created pod gets a new one). @throws AtollError LAB_STEP_FAILED when the ADD fails.
+ */
+export async function addPod(plan: LabPlan, pod: LabPod, containerId = pod.containerId): Promise<LabPodInfo> {
+  const t = performance.now();
+  const res = await cniCall(plan, pod, 'ADD', containerId);
+  const addMs = since(t);
+  const address = (res.output?.ips as { address?: string }[] | undefined)?.[0]?.address;
+  if (res.code !== 0 || !address) {
+    throw atollError('LAB_STEP_FAILED', `CNI ADD of pod ${pod.name} on ${pod.node} failed (status ${res.code}): ${res.stdout.trim() || res.stderr.trim()}`, 'read the agent\'s log');
+  }
+  return { name: pod.name, node: pod.node, netns: pod.netns, ip: address.split('/')[0] as string, addMs };
+}
+
+/** Removes `pod` from its node's network (CNI DEL). @throws AtollError LAB_STEP_FAILED when the DEL fails. */
+export async function delPod(plan: LabPlan, pod: LabPod, containerId = pod.containerId): Promise<void> {
+  const res = await cniCall(plan, pod, 'DEL', containerId);
+  if (res.code !== 0) throw atollError('LAB_STEP_FAILED', `CNI DEL of pod ${pod.name} on ${pod.node} failed (status ${res.code}): ${res.stdout.trim() || res.stderr.trim()}`, 'read the agent\'s log');
+}
+
+/** Records a process the lab started after `labUp` (a restarted controller or agent) in the run's state, for clean-up. */
+export function recordProcess(lab: RunningLab, role: string, pid: number | undefined): void {
+  if (pid === undefined) return;
+  lab.state = { ...lab.state, processes: [...lab.state.processes, { role, pid }] };
+  lab.store.save(lab.state);
+  if (active?.state.runId === lab.state.runId) active.state = lab.state;
 }
 
 /** Removes runs whose `atoll lab` process is gone without detaching (it crashed or was killed). */
@@ -327,9 +360,10 @@ export async function labUp(spec: LabSpec, opts: LabOptions): Promise<RunningLab
     t = performance.now();
     const pods = await createPods(plan);
     timingsMs.pods = since(t);
-    say(`  pods: ${pods.length} created by ${POD_CREATION} (${secs(timingsMs.pods)})`);
+    const adds = pods.map((p) => p.addMs ?? 0).sort((a, b) => a - b);
+    say(`  pods: ${pods.length} created by ${POD_CREATION} (${secs(timingsMs.pods)}; CNI ADD median ${adds[Math.floor(adds.length / 2)]} ms, max ${adds.at(-1)} ms)`);
     timingsMs.up = since(t0);
-    return { plan, store, caCertHash, pods, podCreation: POD_CREATION, timingsMs, state };
+    return { plan, store, caCertHash, pods, podCreation: POD_CREATION, timingsMs, controller, agents, state };
   } catch (err) {
     const e = asAtollError(err);
     if (e.code === 'LAB_PREREQUISITE_MISSING') say('  refused: nothing was created');

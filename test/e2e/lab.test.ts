@@ -11,6 +11,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ATOLL_BIN } from '../../src/lab/agent-process.ts';
 import type { LabCell } from '../../src/core/lab/report.ts';
+import type { LabFaultResult } from '../../src/core/lab/faults.ts';
 import { rootSkipReason } from '../support/netns.ts';
 
 interface Report {
@@ -20,6 +21,7 @@ interface Report {
   readonly processes: readonly { role: string; pid: number }[];
   readonly cells: readonly LabCell[];
   readonly verdict: { ok: boolean; shouldWork: number; working: number; waitingForTunnel: number };
+  readonly faults: readonly LabFaultResult[];
   readonly cleanup: { leftovers: readonly string[] };
 }
 
@@ -50,12 +52,12 @@ function processesNaming(text: string): string[] {
   });
 }
 
-test('atoll lab run: cloud 1 node + edge a 2 nodes, 1 pod each: same-site cells over VXLAN, cloud <-> edge through the tunnel, nothing left', { skip: rootSkipReason(), timeout: 120_000 }, async () => {
+test('atoll lab run: cloud 1 node + edge a 2 nodes, 1 pod each: same-site cells over VXLAN, cloud <-> edge through the tunnel, faults healed, nothing left', { skip: rootSkipReason(), timeout: 120_000 }, async () => {
   const tmp = mkdtempSync(join(tmpdir(), 'atoll-lab-e2e-'));
   try {
     const json = join(tmp, 'report.json');
     const started = Date.now();
-    const res = await run(['lab', 'run', '--cloud-nodes', '1', '--edge-sites', '1', '--nodes-per-site', '2', '--pods-per-node', '1', '--json', json], 90_000);
+    const res = await run(['lab', 'run', '--cloud-nodes', '1', '--edge-sites', '1', '--nodes-per-site', '2', '--pods-per-node', '1', '--faults', 'controller-kill,agent-restart,pod-recreate', '--json', json], 90_000);
     assert.equal(res.code, 0, res.out);
     assert.ok(Date.now() - started < 60_000, `took ${Date.now() - started} ms`);
     assert.match(res.out, /pods: 3 created by direct CNI calls to atoll-cni/);
@@ -80,12 +82,28 @@ test('atoll lab run: cloud 1 node + edge a 2 nodes, 1 pod each: same-site cells 
       assert.ok(c.ping.ok && c.tcp.ok, JSON.stringify(c));
     }
 
+    // the faults: each healed, the whole matrix working before and after, loss and convergence measured
+    assert.deepEqual(report.faults.map((f) => f.kind), ['controller-kill', 'agent-restart', 'pod-recreate']);
+    for (const f of report.faults) {
+      assert.equal(f.ok, true, JSON.stringify(f));
+      assert.deepEqual([f.before, f.after], [{ ok: true, shouldWork: 6, working: 6 }, { ok: true, shouldWork: 6, working: 6 }], f.kind);
+      assert.ok(f.convergenceMs !== undefined && f.convergenceMs < 15_000, `${f.kind}: convergence ${f.convergenceMs}`);
+      assert.ok(f.lossPct !== undefined && (f.samples ?? []).length > 0 && (f.samples ?? []).every((s) => s.sent > 0), f.kind);
+    }
+    const [controllerKill, agentRestart, podRecreate] = report.faults as [LabFaultResult, LabFaultResult, LabFaultResult];
+    assert.ok((controllerKill.lossPct ?? 100) <= 5, `the agents work on while the controller is down: ${controllerKill.lossPct}% loss`);
+    assert.match(agentRestart.description, /agent of a-1 killed/);
+    assert.equal(podRecreate.podStartMs?.length, 1);
+    assert.match(res.out, /^PASS: every fault healed/m);
+    assert.equal(report.processes.filter((p) => p.role === 'controller (restarted)').length, 1);
+    assert.equal(report.processes.filter((p) => p.role === 'agent a-1 (restarted)').length, 1);
+
     // nothing of the run is left
     const runDir = `/run/atoll-lab/${report.runId}`;
     assert.deepEqual(report.cleanup.leftovers, []);
     assert.deepEqual(readdirSync('/var/run/netns').filter((n) => n.startsWith(report.prefix)), []);
     assert.deepEqual(processesNaming(runDir), []);
-    assert.ok(report.processes.length >= 4, 'controller and three agents were recorded');
+    assert.ok(report.processes.length >= 6, 'controller and three agents were recorded, and the restarted ones');
     for (const p of report.processes) assert.ok(!existsSync(`/proc/${p.pid}`) || !(readFileSync(`/proc/${p.pid}/cmdline`, 'utf8').includes(runDir)), `${p.role} (pid ${p.pid}) still runs`);
     const mounts = readFileSync('/proc/self/mountinfo', 'utf8').split('\n').filter((l) => l.includes(report.prefix) || l.includes(runDir));
     assert.deepEqual(mounts, []);
@@ -118,7 +136,7 @@ test('atoll lab refuses clearly when not root', { skip: rootSkipReason() || (exi
 });
 
 test('uplink delay: applied where the kernel has netem, else refused naming netem with nothing created', { skip: rootSkipReason(), timeout: 120_000 }, async () => {
-  const res = await run(['lab', 'run', '--cloud-nodes', '1', '--edge-sites', '1', '--nodes-per-site', '1', '--pods-per-node', '1', '--delay', '5'], 90_000);
+  const res = await run(['lab', 'run', '--cloud-nodes', '1', '--edge-sites', '1', '--nodes-per-site', '1', '--pods-per-node', '1', '--delay', '5', '--faults', 'none'], 90_000);
   if (res.code === 1 && /netem qdisc/.test(res.out)) {
     assert.match(res.out, /CONFIG_NET_SCH_NETEM/);
     assert.match(res.out, /refused: nothing was created/);

@@ -1,0 +1,64 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { judgeFault, LAB_FAULTS, parseFaultList, planFault, renderFaults, sampleStats, uplinkCutRuleset, type LabFaultTarget } from './faults.ts';
+import { planLab } from './plan.ts';
+import { DEFAULT_LAB_SPEC, type LabSpec } from './spec.ts';
+
+const plan = (spec: LabSpec) => planLab({ spec, runId: '0abc', dir: '/run/atoll-lab/0abc', bootstrapToken: 'bootstrap-token-0123456789', adminToken: 'admin-token-0123456789' });
+const pair = { from: 'x', to: 'y' };
+
+test('--faults: all, none, a list in the canonical order, unknown names named', () => {
+  assert.deepEqual(parseFaultList('all').faults, [...LAB_FAULTS]);
+  assert.deepEqual(parseFaultList('none').faults, []);
+  assert.deepEqual(parseFaultList('pod-recreate,controller-kill,pod-recreate'), { faults: ['controller-kill', 'pod-recreate'], problems: [] });
+  assert.match(parseFaultList('controller-kill,relay-kill').problems[0] ?? '', /unknown fault "relay-kill"/);
+});
+
+test('fault targets: the first edge site, its first node and pod; samples only pairs that should work', () => {
+  const p = plan(DEFAULT_LAB_SPEC);
+  const agent = planFault(p, 'agent-restart') as LabFaultTarget;
+  assert.equal(agent.node, 'a-1');
+  assert.deepEqual(agent.samples, [{ from: 'cloud-1-p1', to: 'a-1-p1' }, { from: 'a-1-p1', to: 'cloud-1-p1' }, { from: 'a-2-p1', to: 'a-1-p1' }, { from: 'a-1-p1', to: 'a-1-p2' }]);
+  const ctl = planFault(p, 'controller-kill') as LabFaultTarget;
+  assert.equal(ctl.lossless, true);
+  assert.ok(ctl.samples.every((s) => !(s.from.startsWith('a-') && s.to.startsWith('b-'))), 'no edge <-> edge samples (no path yet)');
+  assert.equal((planFault(p, 'pod-recreate') as LabFaultTarget).pod, 'a-1-p1');
+  assert.equal((planFault(p, 'uplink-cut') as LabFaultTarget).site, 'a');
+  const cloudOnly = plan({ ...DEFAULT_LAB_SPEC, edges: [] });
+  assert.deepEqual(planFault(cloudOnly, 'uplink-flap'), { kind: 'uplink-flap', skipped: 'no edge site' });
+  assert.equal((planFault(cloudOnly, 'agent-restart') as LabFaultTarget).node, 'cloud-2');
+});
+
+test('uplink cut ruleset: its own table, drops forwarding in and out of the uplink', () => {
+  assert.equal(uplinkCutRuleset('up0'), [
+    'table ip atoll-lab-fault', 'delete table ip atoll-lab-fault', 'table ip atoll-lab-fault {', '  comment "atoll lab: uplink cut (fault)"', '  chain forward {',
+    '    type filter hook forward priority filter - 10; policy accept;', '    iifname "up0" drop', '    oifname "up0" drop', '  }', '}', ''].join('\n'));
+});
+
+test('sample stats: loss, late replies, longest gap, convergence from the heal', () => {
+  const r = (seq: number, atMs: number, rttMs = 1) => ({ seq, atMs, rttMs });
+  assert.deepEqual(sampleStats(pair, [r(1, 100), r(2, 200), r(3, 300)], 4, 0), { ...pair, sent: 3, received: 3, lossPct: 0, late: 0, maxGapMs: 100, convergenceMs: 0 });
+  // 3 and 4 lost, healed at 450, 5 answered at 520
+  assert.deepEqual(sampleStats(pair, [r(1, 100), r(2, 200), r(5, 520), r(6, 600)], 6, 450), { ...pair, sent: 6, received: 4, lossPct: 33.3, late: 0, maxGapMs: 320, convergenceMs: 70 });
+  // queued through a cut: nothing lost, but 2 and 3 came back late
+  assert.deepEqual(sampleStats(pair, [r(1, 100), r(2, 3100, 2900), r(3, 3100, 2800), r(4, 3150)], 4, 3000), { ...pair, sent: 4, received: 4, lossPct: 0, late: 2, maxGapMs: 3000, convergenceMs: 150 });
+  // never answered again
+  assert.equal(sampleStats(pair, [r(1, 100)], 30, 450).convergenceMs, undefined);
+});
+
+test('judging a fault: ok when the matrix after works and every sample recovered; the table', () => {
+  const target: LabFaultTarget = { kind: 'controller-kill', description: 'd', samples: [pair], lossless: true };
+  const m = { ok: true, shouldWork: 6, working: 6 };
+  const stats = sampleStats(pair, [{ seq: 1, atMs: 0 }, { seq: 2, atMs: 100 }], 2, 0);
+  const ok = judgeFault(target, { before: m, after: m, samples: [stats], heldMs: 2000, durationMs: 3000, notes: [] });
+  assert.equal(ok.ok, true);
+  assert.equal(ok.convergenceMs, 0);
+  const bad = judgeFault(target, { before: m, after: { ok: false, shouldWork: 6, working: 4 }, samples: [sampleStats(pair, [{ seq: 1, atMs: 0 }], 20, 0)], heldMs: 2000, durationMs: 3000, notes: [] });
+  assert.equal(bad.ok, false);
+  assert.equal(bad.convergenceMs, undefined);
+  assert.match((bad.notes ?? []).join('; '), /no reply again from x -> y; 2 of 6 cells that should work fail after the fault; 94.7% loss/);
+  const table = renderFaults([ok, bad, { kind: 'uplink-cut', description: 'u', skipped: 'no edge site', ok: true }]);
+  assert.equal(table[0], 'fault            result   before  after     held  convergence   loss  longest gap  pod start  notes');
+  assert.match(table[1] ?? '', /^controller-kill  ok          6\/6    6\/6  2000 ms         0 ms     0%       100 ms          -$/);
+  assert.match(table[3] ?? '', /^uplink-cut\s+skipped .* no edge site$/);
+});

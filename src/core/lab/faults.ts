@@ -1,0 +1,252 @@
+/**
+ * The lab's faults as data: which faults exist, whom each one hits in a given {@link LabPlan}, which pod pairs are
+ * pinged continuously while it lasts, the nftables ruleset that cuts an edge uplink, how loss and convergence are
+ * computed from the ping replies, and the terminal table. Pure; `src/lab/faults.ts` applies the faults.
+ *
+ * A fault runs as: start the sample pings, apply the fault, hold it, heal it, wait (bounded) until every sample
+ * answers again, stop the pings, then the whole connectivity matrix again: every cell that should work must work.
+ * Convergence is measured from the moment the fault was healed (the controller restarted, the agent answering
+ * again, the uplink restored, the pod re-added) to the first reply after the last lost packet of the slowest sample.
+ */
+import { CLOUD_SITE } from './spec.ts';
+import { expectationOf, expectedPath, type LabPlan } from './plan.ts';
+
+export type LabFaultKind = 'controller-kill' | 'agent-restart' | 'pod-recreate' | 'uplink-cut' | 'uplink-flap' | 'node-reboot';
+
+/** Every fault, in the order `--faults all` runs them. */
+export const LAB_FAULTS: readonly LabFaultKind[] = Object.freeze(['controller-kill', 'agent-restart', 'pod-recreate', 'uplink-cut', 'uplink-flap', 'node-reboot']);
+
+/** nftables table the uplink faults add in an edge router (beside the NAT's `atoll-lab`). */
+export const LAB_FAULT_NFT_TABLE = 'atoll-lab-fault';
+
+/** Parses `--faults`: `all`, `none` or a comma-separated list of {@link LabFaultKind}. */
+export function parseFaultList(text: string): { faults: LabFaultKind[]; problems: string[] } {
+  const t = text.trim();
+  if (t === 'all') return { faults: [...LAB_FAULTS], problems: [] };
+  if (t === 'none' || t === '') return { faults: [], problems: [] };
+  const faults: LabFaultKind[] = [];
+  const problems: string[] = [];
+  for (const name of t.split(',').map((s) => s.trim()).filter(Boolean)) {
+    if (!(LAB_FAULTS as readonly string[]).includes(name)) problems.push(`unknown fault "${name}" (known: ${LAB_FAULTS.join(', ')}, or all, none)`);
+    else if (!faults.includes(name as LabFaultKind)) faults.push(name as LabFaultKind);
+  }
+  return { faults: LAB_FAULTS.filter((f) => faults.includes(f)), problems };
+}
+
+export interface LabPodPair {
+  readonly from: string;
+  readonly to: string;
+}
+
+/** Whom a fault hits and what is watched while it lasts. */
+export interface LabFaultTarget {
+  readonly kind: LabFaultKind;
+  /** One line for the terminal, e.g. `agent of a-1 killed (SIGKILL) and restarted`. */
+  readonly description: string;
+  readonly node?: string;
+  readonly site?: string;
+  readonly pod?: string;
+  /** Pod pairs pinged continuously (pairs that should work when the lab is healthy). */
+  readonly samples: readonly LabPodPair[];
+  /** Whether the samples are expected to keep answering while the fault lasts (the agents work offline). */
+  readonly lossless: boolean;
+}
+
+const MAX_SAMPLES = 4;
+
+/**
+ * The target of `kind` in `plan`, or the reason it cannot run there (e.g. an uplink fault without edge sites).
+ * Deterministic: the first edge site, its first node and that node's first pod.
+ */
+export function planFault(plan: LabPlan, kind: LabFaultKind): LabFaultTarget | { kind: LabFaultKind; skipped: string } {
+  const podsOf = (node: string) => plan.pods.filter((p) => p.node === node).map((p) => p.name);
+  const cloudPod = plan.pods.find((p) => plan.nodes.find((n) => n.name === p.node)?.site === CLOUD_SITE)?.name;
+  const edgeSite = plan.spec.edges[0]?.name;
+  const edgeNodes = plan.nodes.filter((n) => n.site === edgeSite);
+  const works = (a: string, b: string) => {
+    const na = plan.pods.find((p) => p.name === a)?.node;
+    const nb = plan.pods.find((p) => p.name === b)?.node;
+    return na !== undefined && nb !== undefined && a !== b && expectationOf(expectedPath(plan, na, nb)) === 'reachable';
+  };
+  const pairs = (list: readonly (readonly [string | undefined, string | undefined])[]): LabPodPair[] => {
+    const out: LabPodPair[] = [];
+    for (const [from, to] of list) {
+      if (from === undefined || to === undefined || !works(from, to) || out.some((p) => p.from === from && p.to === to)) continue;
+      out.push({ from, to });
+    }
+    return out.slice(0, MAX_SAMPLES);
+  };
+  // the node a node-level fault hits: the first edge node, or the last cloud node when there are no edge sites
+  const node = edgeNodes[0] ?? plan.nodes.filter((n) => n.site === CLOUD_SITE).at(-1);
+  const nodePods = node ? podsOf(node.name) : [];
+  const sameSitePod = node ? plan.nodes.filter((n) => n.site === node.site && n.name !== node.name).flatMap((n) => podsOf(n.name))[0] : undefined;
+  const sitePods = edgeNodes.map((n) => podsOf(n.name)[0]);
+  switch (kind) {
+    case 'controller-kill': {
+      const firstOfEach = plan.spec.edges.map((e) => plan.pods.find((p) => plan.nodes.find((n) => n.name === p.node)?.site === e.name)?.name);
+      const samples = pairs([...firstOfEach.map((p) => [cloudPod, p] as const), ...firstOfEach.map((p) => [p, cloudPod] as const), [nodePods[0], sameSitePod]]);
+      return { kind, description: 'controller killed (SIGKILL), restarted after a pause', samples, lossless: true };
+    }
+    case 'agent-restart':
+      if (!node) return { kind, skipped: 'no node' };
+      return { kind, node: node.name, description: `agent of ${node.name} killed (SIGKILL) and started again`, lossless: false,
+        samples: pairs([[cloudPod, nodePods[0]], [nodePods[0], cloudPod], [sameSitePod, nodePods[0]], [nodePods[0], nodePods[1]]]) };
+    case 'pod-recreate': {
+      const pod = nodePods[0];
+      if (!node || !pod) return { kind, skipped: 'no pod' };
+      return { kind, node: node.name, pod, description: `pod ${pod} deleted (CNI DEL) and added again under the same name (CNI ADD)`, lossless: false,
+        samples: pairs([[cloudPod, pod], [sameSitePod, pod], [nodePods[1], pod], [pod, cloudPod]]) };
+    }
+    case 'uplink-cut':
+    case 'uplink-flap':
+    case 'node-reboot': {
+      if (!edgeSite || !node) return { kind, skipped: 'no edge site' };
+      const samples = pairs([[cloudPod, sitePods[0]], [sitePods[0], cloudPod], [cloudPod, sitePods[1]], [sitePods[1], cloudPod]]);
+      const description = kind === 'uplink-cut' ? `uplink of edge site ${edgeSite} cut, then restored`
+        : kind === 'uplink-flap' ? `uplink of edge site ${edgeSite} flapping (down and up several times), then restored`
+          : `node ${node.name} rebooted while site ${edgeSite} is cut off: agent killed, its devices and nft table deleted, agent started offline, pods added again, uplink restored`;
+      return { kind, site: edgeSite, ...(kind === 'node-reboot' ? { node: node.name } : {}), description, samples, lossless: false };
+    }
+  }
+}
+
+/** The ruleset that cuts an edge router's uplink: nothing is forwarded in or out of it (the NAT's state stays). */
+export function uplinkCutRuleset(uplink: string): string {
+  return [
+    `table ip ${LAB_FAULT_NFT_TABLE}`,
+    `delete table ip ${LAB_FAULT_NFT_TABLE}`,
+    `table ip ${LAB_FAULT_NFT_TABLE} {`,
+    `  comment "atoll lab: uplink cut (fault)"`,
+    `  chain forward {`,
+    `    type filter hook forward priority filter - 10; policy accept;`,
+    `    iifname "${uplink}" drop`,
+    `    oifname "${uplink}" drop`,
+    `  }`,
+    `}`,
+    '',
+  ].join('\n');
+}
+
+/** The transaction that lifts {@link uplinkCutRuleset} (idempotent). */
+export function uplinkRestoreRuleset(): string {
+  return [`table ip ${LAB_FAULT_NFT_TABLE}`, `delete table ip ${LAB_FAULT_NFT_TABLE}`, ''].join('\n');
+}
+
+/** One reply of a continuous ping: its sequence number and when it arrived (ms, the same clock as `healAtMs`). */
+export interface PingReply {
+  readonly seq: number;
+  readonly atMs: number;
+  /** Round trip ping measured, ms. */
+  readonly rttMs?: number;
+}
+
+/** A reply slower than this counts as part of the outage (a TCP tunnel queues packets through a cut instead of losing them). */
+export const LATE_REPLY_MS = 1000;
+
+export interface SampleStats {
+  readonly from: string;
+  readonly to: string;
+  readonly sent: number;
+  readonly received: number;
+  readonly lossPct: number;
+  /** Replies that came back, but later than {@link LATE_REPLY_MS} (queued through the fault). */
+  readonly late: number;
+  /** Longest time between two replies arriving, ms: the outage as the pod sees it. */
+  readonly maxGapMs: number;
+  /** From the heal to the first reply after the last lost packet; 0 when nothing was lost; undefined when it never answered again. */
+  readonly convergenceMs?: number;
+}
+
+/**
+ * Loss and convergence of one continuous ping. `transmitted` is what ping reported sending (the last packet may be
+ * in flight when it is stopped, so packets after the last reply count as lost only when there is more than one).
+ */
+export function sampleStats(pair: LabPodPair, replies: readonly PingReply[], transmitted: number, healAtMs: number): SampleStats {
+  const seqs = new Set(replies.map((r) => r.seq));
+  const maxSeq = Math.max(0, ...seqs);
+  const sent = Math.max(maxSeq, transmitted - 1, 0);
+  const received = seqs.size;
+  const lossPct = sent === 0 ? 100 : Math.round(((sent - received) / sent) * 1000) / 10;
+  const isLate = (r: PingReply) => r.rttMs !== undefined && r.rttMs > LATE_REPLY_MS;
+  const late = replies.filter(isLate).length;
+  const arrivals = replies.map((r) => r.atMs).sort((a, b) => a - b);
+  const maxGapMs = Math.round(arrivals.reduce((g, t, i) => (i === 0 ? g : Math.max(g, t - (arrivals[i - 1] as number))), 0));
+  const base = { ...pair, sent, received, lossPct, late, maxGapMs };
+  // the last bad packet: lost (a gap in the sequence numbers) or answered late
+  let lastBad = 0;
+  for (let s = maxSeq; s >= 1; s--) {
+    if (!seqs.has(s)) {
+      lastBad = s;
+      break;
+    }
+  }
+  for (const r of replies) if (isLate(r) && r.seq > lastBad) lastBad = r.seq;
+  const tailLost = sent - maxSeq > 0;
+  if (received === 0 || tailLost) return base;
+  if (lastBad === 0) return { ...base, convergenceMs: 0 };
+  const first = replies.filter((r) => r.seq > lastBad).sort((a, b) => a.seq - b.seq)[0];
+  return { ...base, ...(first ? { convergenceMs: Math.max(0, Math.round(first.atMs - healAtMs)) } : {}) };
+}
+
+export interface MatrixCount {
+  readonly ok: boolean;
+  readonly shouldWork: number;
+  readonly working: number;
+}
+
+/** What a fault did, for the JSON report and the table. */
+export interface LabFaultResult {
+  readonly kind: LabFaultKind;
+  readonly description: string;
+  readonly skipped?: string;
+  readonly ok: boolean;
+  readonly before?: MatrixCount;
+  readonly after?: MatrixCount;
+  /** Slowest sample's convergence; undefined when a sample never answered again. */
+  readonly convergenceMs?: number;
+  /** Loss over all sample pings while the fault lasted and until recovery. */
+  readonly lossPct?: number;
+  /** Longest time a sample went without a reply, ms. */
+  readonly maxGapMs?: number;
+  readonly samples?: readonly SampleStats[];
+  /** Wall time of the CNI ADDs this fault made (pod start latency). */
+  readonly podStartMs?: readonly number[];
+  /** How long the fault was held (ms). */
+  readonly heldMs?: number;
+  readonly durationMs?: number;
+  readonly notes?: readonly string[];
+}
+
+/** The result of a fault from its parts: ok when the matrix after works, every sample recovered and nothing else broke. */
+export function judgeFault(target: LabFaultTarget, parts: { before: MatrixCount; after: MatrixCount; samples: readonly SampleStats[]; podStartMs?: readonly number[]; heldMs: number; durationMs: number; notes: readonly string[] }): LabFaultResult {
+  const sent = parts.samples.reduce((n, s) => n + s.sent, 0);
+  const received = parts.samples.reduce((n, s) => n + s.received, 0);
+  const lossPct = sent === 0 ? undefined : Math.round(((sent - received) / sent) * 1000) / 10;
+  const unrecovered = parts.samples.filter((s) => s.convergenceMs === undefined);
+  const notes = [...parts.notes];
+  if (unrecovered.length > 0) notes.push(`no reply again from ${unrecovered.map((s) => `${s.from} -> ${s.to}`).join(', ')}`);
+  if (!parts.after.ok) notes.push(`${parts.after.shouldWork - parts.after.working} of ${parts.after.shouldWork} cells that should work fail after the fault`);
+  if (target.lossless && lossPct !== undefined && lossPct > 5) notes.push(`${lossPct}% loss although the data plane should not notice this fault`);
+  const maxGapMs = parts.samples.length === 0 ? undefined : Math.max(...parts.samples.map((s) => s.maxGapMs));
+  const convergenceMs = unrecovered.length > 0 || parts.samples.length === 0 ? undefined : Math.max(...parts.samples.map((s) => s.convergenceMs ?? 0));
+  return {
+    kind: target.kind, description: target.description, ok: notes.length === 0, before: parts.before, after: parts.after,
+    ...(convergenceMs !== undefined ? { convergenceMs } : {}), ...(lossPct !== undefined ? { lossPct } : {}), ...(maxGapMs !== undefined ? { maxGapMs } : {}), samples: parts.samples,
+    ...(parts.podStartMs ? { podStartMs: parts.podStartMs } : {}), heldMs: parts.heldMs, durationMs: parts.durationMs, notes,
+  };
+}
+
+/** The fault table for the terminal. */
+export function renderFaults(results: readonly LabFaultResult[]): string[] {
+  const count = (m: MatrixCount | undefined) => (m ? `${m.working}/${m.shouldWork}` : '-');
+  const rows = [['fault', 'result', 'before', 'after', 'held', 'convergence', 'loss', 'longest gap', 'pod start', 'notes']];
+  for (const r of results) {
+    rows.push([
+      r.kind, r.skipped ? 'skipped' : r.ok ? 'ok' : 'FAIL', count(r.before), count(r.after), r.heldMs === undefined ? '-' : `${r.heldMs} ms`,
+      r.skipped ? '-' : r.convergenceMs === undefined ? 'never' : `${r.convergenceMs} ms`, r.lossPct === undefined ? '-' : `${r.lossPct}%`, r.maxGapMs === undefined ? '-' : `${r.maxGapMs} ms`,
+      r.podStartMs && r.podStartMs.length > 0 ? `${Math.max(...r.podStartMs)} ms` : '-', r.skipped ?? (r.notes ?? []).join('; '),
+    ]);
+  }
+  const widths = (rows[0] as string[]).map((_, i) => Math.max(...rows.map((r) => (r[i] as string).length)));
+  return rows.map((r) => r.map((v, i) => (i === 0 || i === 1 || i === r.length - 1 ? v.padEnd(widths[i] as number) : v.padStart(widths[i] as number))).join('  ').trimEnd());
+}

@@ -1,0 +1,247 @@
+/**
+ * The lab's faults, for real: kills and restarts the controller and agents by PID, cuts and flaps an edge router's
+ * uplink with an nftables table of its own, "reboots" a node (its agent killed, its devices and nft table deleted,
+ * the agent started again while its site is cut off) and re-creates pods through atoll-cni. What hits whom and how
+ * the results are judged is planned in src/core/lab/faults.ts.
+ *
+ * Safety: everything happens inside the run's namespaces; processes are stopped by PID (the ones the lab started);
+ * every wait is bounded; a fault that throws still restores the uplink it cut.
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { asAtollError } from '../core/errors.ts';
+import {
+  judgeFault, type LabFaultKind, type LabFaultResult, type LabFaultTarget, type LabPodPair, type MatrixCount, type PingReply,
+  planFault, sampleStats, type SampleStats, uplinkCutRuleset, uplinkRestoreRuleset,
+} from '../core/lab/faults.ts';
+import { NODE_DEVICES } from '../core/lab/plan.ts';
+import { verdictOf } from '../core/lab/report.ts';
+import { NFT_TABLE } from '../core/overlay/nft.ts';
+import { IpRoute2 } from '../adapters/iproute2.ts';
+import { Nft } from '../adapters/nft.ts';
+import { ControllerProcess } from './controller-process.ts';
+import { addPod, delPod, type LabOptions, type LabPodInfo, nsPath, recordProcess, runChecks, type RunningLab } from './lab.ts';
+
+/** How long a fault is held before it is healed. */
+const HOLD_MS: Record<LabFaultKind, number> = {
+  'controller-kill': 2000, 'agent-restart': 500, 'pod-recreate': 0, 'uplink-cut': 3000, 'uplink-flap': 0, 'node-reboot': 2000,
+};
+const FLAPS = 3;
+const FLAP_MS = 700;
+/** Bound on waiting for every sample to answer again after the heal (the edge re-dials with backoff of at most 30 s). */
+const RECOVERY_TIMEOUT_MS = 35_000;
+const WARMUP_TIMEOUT_MS = 5000;
+const PING_INTERVAL_S = '0.1';
+
+const ip = new IpRoute2();
+const nft = new Nft();
+
+/** A continuous ping from one pod to another, replies timestamped as they arrive. */
+class Pinger {
+  readonly pair: LabPodPair;
+  readonly replies: PingReply[] = [];
+  readonly #proc: ChildProcess;
+  #out = '';
+  #exited: Promise<void>;
+
+  constructor(pair: LabPodPair, from: LabPodInfo, to: LabPodInfo) {
+    this.pair = pair;
+    // -w bounds its life even if the lab forgets it; the lab stops it with SIGINT (ping then prints its statistics)
+    this.#proc = spawn('ip', ['netns', 'exec', from.netns, 'ping', '-n', '-i', PING_INTERVAL_S, '-W', '1', '-w', '300', to.ip], { stdio: ['ignore', 'pipe', 'pipe'] });
+    this.#exited = new Promise((r) => this.#proc.once('close', () => r()));
+    let partial = '';
+    this.#proc.stdout?.on('data', (d: Buffer) => {
+      const text = partial + d.toString();
+      const lines = text.split('\n');
+      partial = lines.pop() ?? '';
+      const at = performance.now();
+      for (const line of lines) {
+        this.#out += `${line}\n`;
+        const m = /bytes from .*icmp_seq=(\d+).*time=([\d.]+)/.exec(line);
+        if (m) this.replies.push({ seq: Number(m[1]), atMs: at, rttMs: Number(m[2]) });
+      }
+    });
+    this.#proc.stderr?.on('data', () => {});
+  }
+
+  /** Answering now: the last three packets sent got replies, the last one after `sinceMs`. */
+  healthy(sinceMs: number): boolean {
+    const last = this.replies.at(-1);
+    if (!last || last.atMs < sinceMs) return false;
+    const seqs = new Set(this.replies.map((r) => r.seq));
+    return seqs.has(last.seq) && seqs.has(last.seq - 1) && seqs.has(last.seq - 2);
+  }
+
+  /** Stops the ping by PID and returns what ping said it transmitted. */
+  async stop(): Promise<number> {
+    if (this.#proc.exitCode === null && this.#proc.signalCode === null) {
+      this.#proc.kill('SIGINT');
+      const timer = setTimeout(() => this.#proc.kill('SIGKILL'), 2000);
+      await this.#exited;
+      clearTimeout(timer);
+    }
+    return Number(/(\d+) packets transmitted/.exec(this.#out)?.[1] ?? 0);
+  }
+}
+
+async function waitUntil(check: () => boolean, timeoutMs: number): Promise<boolean> {
+  const deadline = performance.now() + timeoutMs;
+  while (performance.now() < deadline) {
+    if (check()) return true;
+    await sleep(50);
+  }
+  return check();
+}
+
+function routerOf(lab: RunningLab, site: string): string {
+  const ns = lab.plan.namespaces.find((n) => n.role === 'router' && n.site === site);
+  if (!ns) throw new Error(`edge site ${site} has no router`);
+  return ns.name;
+}
+
+const cutUplink = (lab: RunningLab, site: string) => nft.apply(uplinkCutRuleset('up0'), { netns: nsPath(routerOf(lab, site)) });
+const restoreUplink = (lab: RunningLab, site: string) => nft.apply(uplinkRestoreRuleset(), { netns: nsPath(routerOf(lab, site)) });
+
+async function restartController(lab: RunningLab, notes: string[]): Promise<void> {
+  await lab.controller.stop('SIGKILL');
+  await sleep(HOLD_MS['controller-kill']);
+  const controller = new ControllerProcess({ configPath: lab.plan.controller.configPath, logPath: lab.plan.controller.logPath });
+  const started = controller.start(['ip', 'netns', 'exec', lab.plan.controller.netns]);
+  recordProcess(lab, 'controller (restarted)', controller.pid);
+  lab.controller = controller;
+  const hash = await started;
+  if (hash !== lab.caCertHash) notes.push(`the restarted controller has another CA (${hash.slice(0, 23)}...): agents pinned the old one`);
+}
+
+async function restartAgent(lab: RunningLab, node: string, beforeStart?: () => Promise<void>): Promise<void> {
+  const agent = lab.agents.get(node);
+  const n = lab.plan.nodes.find((x) => x.name === node);
+  if (!agent || !n) throw new Error(`no agent for node ${node}`);
+  await agent.stop('SIGKILL');
+  await beforeStart?.();
+  const starting = agent.start(['ip', 'netns', 'exec', n.netns], 30_000);
+  recordProcess(lab, `agent ${node} (restarted)`, agent.pid);
+  await starting;
+}
+
+/** What a reboot takes from a node: its pods' veths, the pod bridge, the VXLAN and TUN devices, and the agent's nft table. */
+async function wipeNode(lab: RunningLab, node: string): Promise<void> {
+  const n = lab.plan.nodes.find((x) => x.name === node);
+  if (!n) throw new Error(`unknown node ${node}`);
+  const netns = nsPath(n.netns);
+  const ports = await ip.json<{ ifname: string }>(['link', 'show', 'master', NODE_DEVICES.bridge], { netns }).catch(() => []);
+  const present = new Set((await ip.json<{ ifname: string }>(['link', 'show'], { netns })).map((l) => l.ifname));
+  const lines = [...ports.map((p) => `link del ${p.ifname}`), ...[NODE_DEVICES.bridge, NODE_DEVICES.overlay, NODE_DEVICES.tunnel].filter((d) => present.has(d)).map((d) => `link del ${d}`)];
+  if (lines.length > 0) await ip.batch(lines, { netns });
+  await nft.apply(`table ip ${NFT_TABLE}\ndelete table ip ${NFT_TABLE}\n`, { netns });
+}
+
+function count(cells: Awaited<ReturnType<typeof runChecks>>): MatrixCount {
+  const v = verdictOf(cells);
+  return { ok: v.ok, shouldWork: v.shouldWork, working: v.working };
+}
+
+async function runFault(lab: RunningLab, target: LabFaultTarget, before: MatrixCount, say: (l: string) => void): Promise<{ result: LabFaultResult; after: MatrixCount }> {
+  const t0 = performance.now();
+  const notes: string[] = [];
+  const podStartMs: number[] = [];
+  const byName = new Map(lab.pods.map((p) => [p.name, p]));
+  const pingers = target.samples.map((s) => new Pinger(s, byName.get(s.from) as LabPodInfo, byName.get(s.to) as LabPodInfo));
+  let healAt = performance.now();
+  let heldMs = 0;
+  let cut: string | undefined;
+  try {
+    if (!(await waitUntil(() => pingers.every((p) => p.replies.length > 0), WARMUP_TIMEOUT_MS))) notes.push('some samples did not answer before the fault');
+    const tFault = performance.now();
+    switch (target.kind) {
+      case 'controller-kill':
+        await restartController(lab, notes);
+        break;
+      case 'agent-restart':
+        await restartAgent(lab, target.node as string, () => sleep(HOLD_MS['agent-restart']));
+        break;
+      case 'pod-recreate': {
+        const pod = lab.plan.pods.find((p) => p.name === target.pod);
+        if (!pod) throw new Error(`unknown pod ${target.pod}`);
+        await delPod(lab.plan, pod);
+        const again = await addPod(lab.plan, pod, `${pod.containerId}-r`);
+        podStartMs.push(again.addMs ?? 0);
+        const was = byName.get(pod.name)?.ip;
+        if (again.ip !== was) notes.push(`re-created with ${again.ip}, not its former ${was}`);
+        break;
+      }
+      case 'uplink-cut':
+        cut = target.site as string;
+        await cutUplink(lab, cut);
+        await sleep(HOLD_MS['uplink-cut']);
+        break;
+      case 'uplink-flap':
+        cut = target.site as string;
+        for (let i = 0; i < FLAPS; i++) {
+          await cutUplink(lab, cut);
+          await sleep(FLAP_MS);
+          if (i < FLAPS - 1) {
+            await restoreUplink(lab, cut);
+            await sleep(FLAP_MS);
+          }
+        }
+        break;
+      case 'node-reboot': {
+        cut = target.site as string;
+        const node = target.node as string;
+        await cutUplink(lab, cut);
+        await restartAgent(lab, node, () => wipeNode(lab, node));
+        for (const pod of lab.plan.pods.filter((p) => p.node === node)) {
+          const again = await addPod(lab.plan, pod);
+          podStartMs.push(again.addMs ?? 0);
+          const was = byName.get(pod.name)?.ip;
+          if (again.ip !== was) notes.push(`${pod.name} came back with ${again.ip}, not its former ${was}`);
+        }
+        await sleep(HOLD_MS['node-reboot']);
+        break;
+      }
+    }
+    if (cut) {
+      await restoreUplink(lab, cut);
+      cut = undefined;
+    }
+    healAt = performance.now();
+    heldMs = Math.round(healAt - tFault);
+    await waitUntil(() => pingers.every((p) => p.healthy(healAt)), RECOVERY_TIMEOUT_MS);
+  } catch (err) {
+    notes.push(`the fault failed: ${asAtollError(err).message.split('\n')[0]}`);
+  } finally {
+    if (cut) await restoreUplink(lab, cut).catch((e: unknown) => notes.push(`could not restore the uplink of ${cut}: ${asAtollError(e).message}`));
+  }
+  const samples: SampleStats[] = [];
+  for (const p of pingers) samples.push(sampleStats(p.pair, p.replies, await p.stop(), healAt));
+  const cells = await runChecks(lab, { say: () => {} });
+  const after = count(cells);
+  const result = judgeFault(target, { before, after, samples, ...(podStartMs.length ? { podStartMs } : {}), heldMs, durationMs: Math.round(performance.now() - t0), notes });
+  say(`    ${target.kind.padEnd(16)} ${result.ok ? 'ok  ' : 'FAIL'} convergence ${result.convergenceMs === undefined ? 'never' : `${result.convergenceMs} ms`}, loss ${result.lossPct ?? '-'}%, longest gap ${result.maxGapMs ?? '-'} ms, `
+    + `after ${after.working}/${after.shouldWork} (${((result.durationMs ?? 0) / 1000).toFixed(1)} s)`);
+  return { result, after };
+}
+
+/**
+ * Runs `faults` one after the other on a running lab, each with the matrix before (the previous fault's after, or
+ * `before` for the first) and after. Never throws for a fault that misbehaves: it is reported as FAIL.
+ */
+export async function runFaults(lab: RunningLab, faults: readonly LabFaultKind[], before: MatrixCount, opts: LabOptions): Promise<LabFaultResult[]> {
+  const say = opts.say;
+  say(`  faults: ${faults.join(', ')} (samples pinged every ${Number(PING_INTERVAL_S) * 1000} ms; the whole matrix after each)`);
+  const results: LabFaultResult[] = [];
+  let prev = before;
+  for (const kind of faults) {
+    const target = planFault(lab.plan, kind);
+    if ('skipped' in target) {
+      results.push({ kind, description: kind, skipped: target.skipped, ok: true });
+      say(`    ${kind.padEnd(16)} skipped: ${target.skipped}`);
+      continue;
+    }
+    const { result, after } = await runFault(lab, target, prev, say);
+    results.push(result);
+    prev = after;
+  }
+  return results;
+}
