@@ -14,7 +14,6 @@
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { cpus, loadavg, release, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -27,6 +26,7 @@ import { type EtcdCluster, etcdSkipReason, startEtcdCluster } from '../test/supp
 import { simulateJoins, type SimulationReport } from '../test/support/join-simulator.ts';
 import { delNetns, isRoot, leftoverNetns, RUN_PREFIX } from '../test/support/netns.ts';
 import { intOption, removeRunTempDirs } from './common.ts';
+import { freePort } from '../test/support/ports.ts';
 
 const BOOTSTRAP_TOKEN = 'atoll-bench-bootstrap-0123456789';
 const ADMIN_TOKEN = 'atoll-bench-admin-0123456789abcdef';
@@ -176,16 +176,6 @@ interface Controller {
   readonly log: string;
 }
 
-async function freePort(): Promise<number> {
-  const s = createServer();
-  await new Promise<void>((resolve, reject) => {
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => resolve());
-  });
-  const port = (s.address() as { port: number }).port;
-  await new Promise((r) => s.close(r));
-  return port;
-}
 
 /** Starts `bin/atoll controller` (the bundle users run) with a fresh data directory; resolves once it serves. */
 async function startController(fx: Fixture, name: string, store: Record<string, unknown>): Promise<Controller> {

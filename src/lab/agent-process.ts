@@ -3,11 +3,12 @@
  * `ip netns exec NS` or `nsenter ...`), ready once its socket answers a VERSION request, stopped by PID.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
-import { closeSync, openSync, readFileSync, rmSync } from 'node:fs';
+import { closeSync, openSync, rmSync } from 'node:fs';
 import { connect } from 'node:net';
 import { join } from 'node:path';
 import { encodeRequest } from '../cni/protocol.ts';
 import { installRoot } from '../adapters/install-root.ts';
+import { isRunning, logTail, stopChild } from './child-process.ts';
 
 export const REPO_ROOT = installRoot();
 /** The `atoll` command as users run it (the bundle, rebuilt when the sources changed). */
@@ -55,7 +56,7 @@ export class AgentProcess {
   }
 
   get running(): boolean {
-    return this.#proc !== undefined && this.#proc.exitCode === null && this.#proc.signalCode === null;
+    return isRunning(this.#proc);
   }
 
   /** Starts the agent behind `launcher` and waits (bounded) until it serves. @throws Error with the log tail. */
@@ -78,21 +79,11 @@ export class AgentProcess {
   }
 
   /** Stops the agent by PID: SIGTERM (graceful) or SIGKILL; escalates to SIGKILL after 5 s. */
-  async stop(signal: 'SIGTERM' | 'SIGKILL' = 'SIGTERM'): Promise<void> {
-    const p = this.#proc;
-    if (!p || !this.running) return;
-    const exited = new Promise<void>((r) => p.once('exit', () => r()));
-    p.kill(signal);
-    const timer = setTimeout(() => p.kill('SIGKILL'), 5000);
-    await exited;
-    clearTimeout(timer);
+  stop(signal: 'SIGTERM' | 'SIGKILL' = 'SIGTERM'): Promise<void> {
+    return stopChild(this.#proc, signal);
   }
 
   logTail(lines = 40): string {
-    try {
-      return readFileSync(this.#init.logPath, 'utf8').trimEnd().split('\n').slice(-lines).join('\n');
-    } catch {
-      return '(no log)';
-    }
+    return logTail(this.#init.logPath, lines);
   }
 }

@@ -7,6 +7,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { closeSync, existsSync, openSync, readFileSync, statSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { ATOLL_BIN } from './agent-process.ts';
+import { isRunning, logTail, stopChild } from './child-process.ts';
 
 export interface ControllerProcessInit {
   readonly configPath: string;
@@ -52,18 +53,12 @@ export class ControllerProcess {
   }
 
   get running(): boolean {
-    return this.#proc !== undefined && this.#proc.exitCode === null && this.#proc.signalCode === null;
+    return isRunning(this.#proc);
   }
 
   /** Stops the controller by PID (SIGKILL for the lab's controller-kill fault); escalates to SIGKILL after 5 s. */
-  async stop(signal: 'SIGTERM' | 'SIGKILL' = 'SIGTERM'): Promise<void> {
-    const p = this.#proc;
-    if (!p || !this.running) return;
-    const exited = new Promise<void>((r) => p.once('exit', () => r()));
-    p.kill(signal);
-    const timer = setTimeout(() => p.kill('SIGKILL'), 5000);
-    await exited;
-    clearTimeout(timer);
+  stop(signal: 'SIGTERM' | 'SIGKILL' = 'SIGTERM'): Promise<void> {
+    return stopChild(this.#proc, signal);
   }
 
   #logSince(offset: number): string {
@@ -75,10 +70,6 @@ export class ControllerProcess {
   }
 
   logTail(lines = 30): string {
-    try {
-      return readFileSync(this.#init.logPath, 'utf8').trimEnd().split('\n').slice(-lines).join('\n');
-    } catch {
-      return '(no log)';
-    }
+    return logTail(this.#init.logPath, lines);
   }
 }

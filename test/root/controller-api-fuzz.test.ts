@@ -14,7 +14,6 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomInt } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { connect } from 'node:tls';
@@ -25,6 +24,7 @@ import { type NodeIdentity, signRequest } from '../../src/adapters/node-identity
 import { Controller } from '../../src/controller/controller.ts';
 import { memoryIdentity } from '../support/join-simulator.ts';
 import { RUN_PREFIX } from '../support/netns.ts';
+import { freePort } from '../support/ports.ts';
 
 const SEED = process.env.ATOLL_FUZZ_SEED !== undefined ? Number(process.env.ATOLL_FUZZ_SEED) : randomInt(2 ** 31);
 const CASES = Number(process.env.ATOLL_FUZZ_CASES ?? '3000');
@@ -484,16 +484,6 @@ function generateCases(rng: Rng, n: number, t: Target): Case[] {
 // ---------------------------------------------------------------------------------------------------------------
 // The test
 
-async function freePort(): Promise<number> {
-  const s = createServer();
-  await new Promise<void>((resolve, reject) => {
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => resolve());
-  });
-  const port = (s.address() as { port: number }).port;
-  await new Promise((r) => s.close(r));
-  return port;
-}
 
 interface StoreView {
   readonly revision: number;

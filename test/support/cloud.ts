@@ -7,6 +7,7 @@ import { mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ATOLL_BIN, PROJECT_NODE } from '../../src/lab/agent-process.ts';
+import { stopChild } from '../../src/lab/child-process.ts';
 import { addNetns, delNetns, RUN_PREFIX, sh } from './netns.ts';
 
 export const BOOTSTRAP_TOKEN = 'atoll-test-bootstrap-0123456789';
@@ -87,14 +88,8 @@ export class TestCloud {
     });
   }
 
-  async stopController(c: ControllerProc, signal: 'SIGTERM' | 'SIGKILL' = 'SIGTERM'): Promise<void> {
-    const p = c.proc;
-    if (!p || p.exitCode !== null || p.signalCode !== null) return;
-    const exited = new Promise<void>((r) => p.once('exit', () => r()));
-    p.kill(signal);
-    const t = setTimeout(() => p.kill('SIGKILL'), 5000);
-    await exited;
-    clearTimeout(t);
+  stopController(c: ControllerProc, signal: 'SIGTERM' | 'SIGKILL' = 'SIGTERM'): Promise<void> {
+    return stopChild(c.proc, signal);
   }
 
   /** The agent configuration keys that point at the controllers. */
