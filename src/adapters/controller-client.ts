@@ -12,8 +12,11 @@ import { type NodeIdentity, signRequest } from './node-identity.ts';
 export interface ControllerClientInit {
   readonly urls: readonly string[];
   readonly caPem: string;
-  readonly identity: NodeIdentity;
+  /** A node signs every request with its key... */
+  readonly identity?: NodeIdentity;
   readonly nodeName: string;
+  /** ...a relay sends its relay token instead (it may only watch). */
+  readonly bearerToken?: string;
   readonly timeoutMs?: number;
 }
 
@@ -22,6 +25,15 @@ export type WatchLine =
   | { type: 'put'; node: NodeRecord; revision: number }
   | { type: 'delete'; name: string; revision: number }
   | { type: 'ping' };
+
+/** The node list after a watch line (a snapshot replaces it; a put or delete changes one node), sorted by name. */
+export function applyWatchLine(nodes: readonly NodeRecord[], line: Exclude<WatchLine, { type: 'ping' }>): NodeRecord[] {
+  let out: NodeRecord[];
+  if (line.type === 'snapshot') out = [...line.nodes];
+  else if (line.type === 'put') out = [...nodes.filter((p) => p.name !== line.node.name), line.node];
+  else out = nodes.filter((p) => p.name !== line.name);
+  return out.sort((a, b) => a.name.localeCompare(b.name));
+}
 
 interface Answer {
   readonly status: number;
@@ -102,10 +114,12 @@ export class ControllerClient {
   }
 
   #headers(method: string, path: string, payload: Buffer): Record<string, string> {
+    const { identity, bearerToken } = this.#init;
+    if (!identity && bearerToken === undefined) throw new Error('a controller client needs a node identity or a bearer token');
     return {
       'content-type': 'application/json',
       'content-length': String(payload.length),
-      ...signRequest(this.#init.identity, { method, path, node: this.#init.nodeName, body: payload, now: Date.now() }),
+      ...(identity ? signRequest(identity, { method, path, node: this.#init.nodeName, body: payload, now: Date.now() }) : { authorization: `Bearer ${bearerToken}` }),
     };
   }
 

@@ -18,10 +18,10 @@ import { EventEmitter } from 'node:events';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { type AddressInfo } from 'node:net';
-import { connect, createServer, type Server, type TLSSocket } from 'node:tls';
+import { type AddressInfo, connect as netConnect, type Socket } from 'node:net';
+import { connect, createSecureContext, createServer, type Server, TLSSocket } from 'node:tls';
 import { atollError } from '../core/errors.ts';
-import { FRAME_HEADER, FrameDecoder, writeFrameHeader } from '../core/tunnel/frame.ts';
+import { encodeFrame, FRAME_HEADER, FRAME_HEADROOM, FRAME_KIND, FrameDecoder, FrameError, type FrameKind, PEER_ID_LEN, writeFrameHeader } from '../core/tunnel/frame.ts';
 import { writeFileDurably } from './durable-file.ts';
 
 /** A node's tunnel credentials: its private key and the self-signed certificate of its public key (both PEM). */
@@ -71,6 +71,10 @@ const TLS_BASE = {
 const HIGH_WATER = 1024 * 1024;
 /** Bytes queued on a stream above which packets are dropped rather than queued. */
 const DROP_ABOVE = 8 * 1024 * 1024;
+/** A stream sends a keepalive ping this often (it also measures the round-trip time)... */
+export const KEEPALIVE_MS = 5000;
+/** ...and is declared dead when nothing at all arrived for this long (a cut link, a peer gone without a FIN). */
+export const DEAD_AFTER_MS = 20_000;
 
 export interface TunnelStreamStats {
   framesSent: number;
@@ -81,30 +85,47 @@ export interface TunnelStreamStats {
   droppedQueueFull: number;
 }
 
+/** A control message: a small JSON object with a type tag `t`. */
+export interface ControlMessage {
+  readonly t: string;
+  readonly [key: string]: unknown;
+}
+
+export interface TunnelStreamOptions {
+  readonly keepaliveMs?: number;
+  readonly deadAfterMs?: number;
+}
+
 /**
  * An established, pinned stream to one peer. Events: `frame` (payload: Uint8Array, a view valid during the call),
- * `drain` (the queue fell below the high-water mark), `close` (err?: Error; the stream is dead).
+ * `control` (msg: ControlMessage), `relayed` (peerId, payload: views valid during the call; a packet through the
+ * relay), `relayed-control` (peerId, msg, its bytes), `drain` (the queue fell below the high-water mark), `close` (err?: Error;
+ * the stream is dead). Keepalive pings and their answers are handled here; {@link rttMs} is the last round trip.
  */
 export class TunnelStream extends EventEmitter {
   readonly peerPin: string;
   readonly stats: TunnelStreamStats = { framesSent: 0, bytesSent: 0, framesReceived: 0, bytesReceived: 0, droppedQueueFull: 0 };
+  /** Round-trip time of the last keepalive, ms; undefined until one came back. */
+  rttMs: number | undefined;
+  /** The peer's address as this end sees it. */
+  readonly remote: { readonly host: string; readonly port: number };
   private readonly socket: TLSSocket;
   private readonly decoder = new FrameDecoder();
+  private readonly keepalive: NodeJS.Timeout;
+  private lastHeard = performance.now();
   private corked = false;
   private dead = false;
 
-  constructor(socket: TLSSocket, peerPin: string) {
+  constructor(socket: TLSSocket, peerPin: string, opts: TunnelStreamOptions = {}) {
     super();
     this.socket = socket;
     this.peerPin = peerPin;
+    this.remote = { host: (socket.remoteAddress ?? '').replace(/^::ffff:/, ''), port: socket.remotePort ?? 0 };
     socket.setNoDelay(true);
     socket.on('data', (chunk: Buffer) => {
+      this.lastHeard = performance.now();
       try {
-        this.decoder.push(chunk, (payload) => {
-          this.stats.framesReceived++;
-          this.stats.bytesReceived += payload.length;
-          this.emit('frame', payload);
-        });
+        this.decoder.push(chunk, (payload, kind) => this.onFrame(payload, kind));
       } catch (err) {
         this.close(err instanceof Error ? err : new Error(String(err)));
       }
@@ -112,6 +133,37 @@ export class TunnelStream extends EventEmitter {
     socket.on('drain', () => this.emit('drain'));
     socket.on('error', (err) => this.close(err));
     socket.on('close', () => this.close());
+    const deadAfter = opts.deadAfterMs ?? DEAD_AFTER_MS;
+    this.keepalive = setInterval(() => {
+      if (performance.now() - this.lastHeard > deadAfter) this.close(new Error(`nothing heard from the peer for ${deadAfter} ms`));
+      else this.sendControl({ t: 'ping', at: performance.now() });
+    }, opts.keepaliveMs ?? KEEPALIVE_MS);
+    this.keepalive.unref();
+  }
+
+  private onFrame(payload: Uint8Array, kind: FrameKind): void {
+    switch (kind) {
+      case FRAME_KIND.packet:
+        this.stats.framesReceived++;
+        this.stats.bytesReceived += payload.length;
+        this.emit('frame', payload);
+        return;
+      case FRAME_KIND.relayedPacket:
+        this.stats.framesReceived++;
+        this.stats.bytesReceived += payload.length - PEER_ID_LEN;
+        this.emit('relayed', payload.subarray(0, PEER_ID_LEN), payload.subarray(PEER_ID_LEN));
+        return;
+      case FRAME_KIND.control: {
+        const msg = parseControl(payload);
+        if (msg.t === 'ping') this.sendControl({ t: 'pong', at: msg.at });
+        else if (msg.t === 'pong' && typeof msg.at === 'number') this.rttMs = Math.max(0, performance.now() - msg.at);
+        else this.emit('control', msg);
+        return;
+      }
+      case FRAME_KIND.relayedControl:
+        this.emit('relayed-control', payload.subarray(0, PEER_ID_LEN), parseControl(payload.subarray(PEER_ID_LEN)), payload.subarray(PEER_ID_LEN));
+        return;
+    }
   }
 
   /** Whether the queue is over the high-water mark: the owner should pause its source until `drain`. */
@@ -125,19 +177,78 @@ export class TunnelStream extends EventEmitter {
 
   /**
    * Queues one packet. `pkt` must have {@link FRAME_HEADER} writable bytes in front of it in its buffer (the TUN
-   * reader leaves that headroom), and must not be changed afterwards: it is written without a copy. Writes of one
-   * event-loop turn leave together.
+   * reader leaves {@link FRAME_HEADROOM}), and must not be changed afterwards: it is written without a copy. Writes
+   * of one event-loop turn leave together.
    * @returns false when the packet was dropped (stream dead or its queue full).
    */
   send(pkt: Buffer): boolean {
+    return this.sendInPlace(pkt, FRAME_HEADER, FRAME_KIND.packet);
+  }
+
+  /**
+   * Queues one packet for the relay to carry to the peer `peerId` (on a stream to the relay). `pkt` must have
+   * {@link FRAME_HEADROOM} writable bytes in front of it; otherwise as {@link send}.
+   */
+  sendRelayed(peerId: Uint8Array, pkt: Buffer): boolean {
+    if (pkt.byteOffset < FRAME_HEADROOM) throw new RangeError('tunnel packet has no headroom for a relayed frame header');
+    new Uint8Array(pkt.buffer, pkt.byteOffset - PEER_ID_LEN, PEER_ID_LEN).set(peerId);
+    return this.sendInPlace(pkt, FRAME_HEADROOM, FRAME_KIND.relayedPacket);
+  }
+
+  private sendInPlace(pkt: Buffer, headroom: number, kind: FrameKind): boolean {
     if (this.dead) return false;
     if (this.socket.writableLength > DROP_ABOVE) {
       this.stats.droppedQueueFull++;
       return false;
     }
-    if (pkt.byteOffset < FRAME_HEADER) throw new RangeError('tunnel packet has no headroom for its frame header');
-    const frame = Buffer.from(pkt.buffer, pkt.byteOffset - FRAME_HEADER, pkt.length + FRAME_HEADER);
-    writeFrameHeader(frame, 0, pkt.length);
+    if (pkt.byteOffset < headroom) throw new RangeError('tunnel packet has no headroom for its frame header');
+    const frame = Buffer.from(pkt.buffer, pkt.byteOffset - headroom, pkt.length + headroom);
+    writeFrameHeader(frame, 0, pkt.length + headroom - FRAME_HEADER, kind);
+    this.write(frame);
+    this.stats.framesSent++;
+    this.stats.bytesSent += pkt.length;
+    return true;
+  }
+
+  /**
+   * Queues a relayed frame from the peer `fromId` (a relay delivering what another peer sent: `body` is copied, so
+   * it may be a view that dies after the call). @returns false when dropped (stream dead or its queue full).
+   */
+  relay(kind: typeof FRAME_KIND.relayedPacket | typeof FRAME_KIND.relayedControl, fromId: Uint8Array, body: Uint8Array): boolean {
+    if (this.dead) return false;
+    if (this.socket.writableLength > DROP_ABOVE) {
+      this.stats.droppedQueueFull++;
+      return false;
+    }
+    const frame = Buffer.allocUnsafe(FRAME_HEADROOM + body.length);
+    writeFrameHeader(frame, 0, PEER_ID_LEN + body.length, kind);
+    frame.set(fromId, FRAME_HEADER);
+    frame.set(body, FRAME_HEADROOM);
+    this.write(frame);
+    this.stats.framesSent++;
+    this.stats.bytesSent += body.length;
+    return true;
+  }
+
+  /** Sends a control message to the peer at the other end of this stream. */
+  sendControl(msg: ControlMessage): boolean {
+    if (this.dead) return false;
+    this.write(Buffer.from(encodeFrame(Buffer.from(JSON.stringify(msg)), FRAME_KIND.control).buffer));
+    return true;
+  }
+
+  /** Sends a control message through the relay (this stream goes to it) to the peer `peerId`. */
+  sendRelayedControl(peerId: Uint8Array, msg: ControlMessage): boolean {
+    if (this.dead) return false;
+    const body = Buffer.from(JSON.stringify(msg));
+    const payload = new Uint8Array(PEER_ID_LEN + body.length);
+    payload.set(peerId);
+    payload.set(body, PEER_ID_LEN);
+    this.write(Buffer.from(encodeFrame(payload, FRAME_KIND.relayedControl).buffer));
+    return true;
+  }
+
+  private write(frame: Buffer): void {
     if (!this.corked) {
       this.corked = true;
       this.socket.cork();
@@ -147,18 +258,28 @@ export class TunnelStream extends EventEmitter {
       });
     }
     this.socket.write(frame);
-    this.stats.framesSent++;
-    this.stats.bytesSent += pkt.length;
-    return true;
   }
 
   /** Ends the stream (idempotent); `close` is emitted once. */
   close(err?: Error): void {
     if (this.dead) return;
     this.dead = true;
+    clearInterval(this.keepalive);
     this.socket.destroy();
     this.emit('close', err);
   }
+}
+
+/** A control payload as a message. @throws FrameError when it is not a JSON object with a string `t`. */
+function parseControl(payload: Uint8Array): ControlMessage {
+  let v: unknown;
+  try {
+    v = JSON.parse(Buffer.from(payload.buffer, payload.byteOffset, payload.length).toString('utf8'));
+  } catch {
+    throw new FrameError('a control frame is not JSON');
+  }
+  if (typeof v !== 'object' || v === null || typeof (v as { t?: unknown }).t !== 'string') throw new FrameError('a control frame has no type');
+  return v as ControlMessage;
 }
 
 function peerPinOf(socket: TLSSocket): string | undefined {
@@ -173,19 +294,22 @@ export interface DialTunnelOptions {
   /** The pin (`sha256:<hex>`) the peer's key must have; anything else is refused. */
   readonly peerPin: string;
   readonly timeoutMs?: number;
+  /** Bind the connection to this local port (hole punching observes and reuses it). */
+  readonly localPort?: number;
+  readonly streamOptions?: TunnelStreamOptions;
 }
 
 /**
  * Connects to a peer's tunnel listener and checks its key against `peerPin` before anything is sent.
  * Rejects with an Error naming the address when the connection or handshake fails, times out, or the key differs
- * from the pin (the catalogue gets tunnel error codes when the agent wires this in).
+ * from the pin.
  */
 export function dialTunnel(opts: DialTunnelOptions): Promise<TunnelStream> {
   const where = `${opts.host}:${opts.port}`;
   return new Promise((resolve, reject) => {
     const socket = connect({
       ...TLS_BASE, host: opts.host, port: opts.port, key: opts.credentials.keyPem, cert: opts.credentials.certPem,
-      rejectUnauthorized: false, checkServerIdentity: () => undefined,
+      rejectUnauthorized: false, checkServerIdentity: () => undefined, ...(opts.localPort ? { localPort: opts.localPort } : {}),
     });
     const timer = setTimeout(() => fail(new Error(`tunnel to ${where}: no TLS handshake within ${opts.timeoutMs ?? 10_000} ms`)), opts.timeoutMs ?? 10_000);
     const fail = (err: Error) => {
@@ -202,7 +326,89 @@ export function dialTunnel(opts: DialTunnelOptions): Promise<TunnelStream> {
         return;
       }
       socket.removeAllListeners('error');
-      resolve(new TunnelStream(socket, pin));
+      resolve(new TunnelStream(socket, pin, opts.streamOptions));
+    });
+  });
+}
+
+export interface PunchTunnelOptions {
+  /** The peer's address as the relay observed it (its NAT's public side). */
+  readonly host: string;
+  readonly port: number;
+  /** Our local port whose public mapping the peer was told (see {@link observeAddress}). */
+  readonly localPort: number;
+  readonly credentials: TunnelCredentials;
+  readonly peerPin: string;
+  /** Which end runs TLS as the client: the initiator; the other end is the TLS server. */
+  readonly tlsRole: 'client' | 'server';
+  /** Give up after this long. */
+  readonly deadlineMs: number;
+  readonly streamOptions?: TunnelStreamOptions;
+}
+
+/** Pause between connection attempts while punching (a refused or reset attempt is retried until the deadline). */
+const PUNCH_RETRY_MS = 150;
+
+/**
+ * TCP hole punching by simultaneous open: both ends connect to each other's observed public address from the local
+ * port that mapping belongs to, at about the same time, so each NAT has seen an outgoing SYN before the other's
+ * arrives. Attempts the far NAT refuses or resets (its mapping not there yet) are repeated until `deadlineMs`. The
+ * one TCP connection that results carries TLS 1.3 with both keys pinned, as any tunnel stream.
+ * Rejects when no connection comes up in time (a symmetric NAT: the peer's mapping for us is not the observed one).
+ */
+export async function punchTunnel(opts: PunchTunnelOptions): Promise<TunnelStream> {
+  const where = `${opts.host}:${opts.port}`;
+  const deadline = performance.now() + opts.deadlineMs;
+  let last = 'no attempt';
+  while (performance.now() < deadline) {
+    const socket = await new Promise<Socket | undefined>((resolve) => {
+      const s = netConnect({ host: opts.host, port: opts.port, localPort: opts.localPort });
+      const timer = setTimeout(() => {
+        last = 'timed out';
+        s.destroy();
+        resolve(undefined);
+      }, Math.max(1, deadline - performance.now()));
+      s.once('connect', () => {
+        clearTimeout(timer);
+        s.removeAllListeners('error');
+        resolve(s);
+      });
+      s.once('error', (err) => {
+        clearTimeout(timer);
+        last = err.message;
+        s.destroy();
+        resolve(undefined);
+      });
+    });
+    if (socket) return secure(socket, opts, where, Math.max(1000, deadline - performance.now()));
+    await new Promise((r) => setTimeout(r, PUNCH_RETRY_MS));
+  }
+  throw new Error(`hole punching to ${where} from local port ${opts.localPort} failed within ${opts.deadlineMs} ms (${last})`);
+}
+
+/** TLS on an established TCP connection, in the given role, with the peer's key pinned. */
+function secure(socket: Socket, opts: PunchTunnelOptions, where: string, timeoutMs: number): Promise<TunnelStream> {
+  return new Promise((resolve, reject) => {
+    const tlsOpts = { ...TLS_BASE, key: opts.credentials.keyPem, cert: opts.credentials.certPem, rejectUnauthorized: false };
+    const tls = opts.tlsRole === 'client'
+      ? connect({ ...tlsOpts, socket, checkServerIdentity: () => undefined })
+      : new TLSSocket(socket, { isServer: true, requestCert: true, secureContext: createSecureContext(tlsOpts), rejectUnauthorized: false });
+    const timer = setTimeout(() => fail(new Error(`punched tunnel to ${where}: no TLS handshake within ${timeoutMs} ms`)), timeoutMs);
+    const fail = (err: Error) => {
+      clearTimeout(timer);
+      tls.destroy();
+      reject(err);
+    };
+    tls.once('error', (err) => fail(new Error(`punched tunnel to ${where} failed: ${err.message}`, { cause: err })));
+    tls.once(opts.tlsRole === 'client' ? 'secureConnect' : 'secure', () => {
+      clearTimeout(timer);
+      const pin = peerPinOf(tls);
+      if (pin !== opts.peerPin) {
+        fail(new Error(`punched tunnel to ${where}: the peer's key ${pin ?? '(none)'} is not the pinned ${opts.peerPin}; refused`));
+        return;
+      }
+      tls.removeAllListeners('error');
+      resolve(new TunnelStream(tls, pin, opts.streamOptions));
     });
   });
 }
@@ -218,6 +424,7 @@ export interface ListenTunnelOptions {
   readonly onStream: (stream: TunnelStream) => void;
   /** A connection was refused (unknown key, no certificate, failed handshake). */
   readonly onRefused?: (reason: string) => void;
+  readonly streamOptions?: TunnelStreamOptions;
 }
 
 /** Listens for peers' tunnel streams, accepting only clients whose key is pinned by `acceptPin`. */
@@ -233,7 +440,7 @@ export async function listenTunnel(opts: ListenTunnelOptions): Promise<{ server:
       socket.destroy();
       return;
     }
-    opts.onStream(new TunnelStream(socket, pin));
+    opts.onStream(new TunnelStream(socket, pin, opts.streamOptions));
   });
   server.on('tlsClientError', (err, socket) => {
     opts.onRefused?.(`TLS handshake from ${socket.remoteAddress} failed: ${err.message}`);

@@ -25,7 +25,9 @@ import { BridgeFdb } from '../adapters/bridge-fdb.ts';
 import { Nft } from '../adapters/nft.ts';
 import { loadOrCreateVtepMac } from '../adapters/vtep-state.ts';
 import { PodNetwork } from './pod-network.ts';
+import type { Server } from 'node:http';
 import { Tunnel } from './tunnel.ts';
+import { startStatusServer, statusSocketOf } from './status-socket.ts';
 import { loadOrCreateTunnelCredentials, spkiPin, type TunnelCredentials } from '../adapters/tunnel-stream.ts';
 import { ROLE_ANNOTATION, TUNNEL_PORT_ANNOTATION } from '../core/tunnel/plan.ts';
 
@@ -48,6 +50,7 @@ export class Agent {
   readonly #cfg: AgentConfig;
   #pods: PodNetwork | undefined;
   #server: CniServer | undefined;
+  #status: Server | undefined;
   #timer: NodeJS.Timeout | undefined;
   #link: ControllerLink | undefined;
   #overlay: Overlay | undefined;
@@ -99,7 +102,10 @@ export class Agent {
       this.#tunnelCredentials = loadOrCreateTunnelCredentials(cfg.dataDir, cfg.nodeName);
       this.#tunnel = new Tunnel(
         { ip: this.#c.ip, log: log.child('tunnel') },
-        { nodeName: cfg.nodeName, ...cfg.tunnel, listenHost: cfg.underlayAddresses[0] ?? '0.0.0.0', mtu, credentials: this.#tunnelCredentials },
+        {
+          nodeName: cfg.nodeName, role: cfg.tunnel.role, port: cfg.tunnel.port, device: cfg.tunnel.device, community: cfg.community,
+          listenHost: cfg.underlayAddresses[0] ?? '0.0.0.0', mtu, credentials: this.#tunnelCredentials, relay: relayOf(cfg.tunnel.relay),
+        },
       );
       await this.#tunnel.start();
     }
@@ -107,6 +113,7 @@ export class Agent {
     await this.#syncPeers(saved.peers); // from local state: works with the controller unreachable
     if (cfg.controller) this.#startLink(cfg.controller, stateFile, vtepMac);
     this.#server = await startCniServer(cfg.socketPath, this.#pods, log.child('cni'));
+    this.#status = await startStatusServer(statusSocketOf(cfg.socketPath), () => this.#tunnel?.status());
     const changed = installCni({
       binDir: cfg.cniBinDir,
       confDir: cfg.cniConfDir,
@@ -231,6 +238,7 @@ export class Agent {
     if (this.#timer) clearInterval(this.#timer);
     this.#pods?.stop();
     await this.#server?.close();
+    this.#status?.close();
     this.#c.log.info('atoll agent stopped');
   }
 
@@ -272,4 +280,11 @@ export class Agent {
       throw problems[0] as AtollError;
     }
   }
+}
+
+/** The relay's address and pin from the configuration (`host:port`, validated there). */
+function relayOf(r: { address: string; pin: string } | undefined): { host: string; port: number; pin: string } | undefined {
+  if (!r) return undefined;
+  const colon = r.address.lastIndexOf(':');
+  return { host: r.address.slice(0, colon), port: Number(r.address.slice(colon + 1)), pin: r.pin };
 }

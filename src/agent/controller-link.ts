@@ -10,7 +10,7 @@ import type { NodeFields, NodeRecord } from '../core/cluster/model.ts';
 import type { IpamUsage } from '../core/ipam/sticky-pool.ts';
 import type { Clock, Logger } from '../core/ports.ts';
 import type { ClusterState, ClusterStateFile } from '../adapters/cluster-state-file.ts';
-import { ControllerClient, type WatchLine } from '../adapters/controller-client.ts';
+import { applyWatchLine, ControllerClient, type WatchLine } from '../adapters/controller-client.ts';
 import { writeFileDurably } from '../adapters/durable-file.ts';
 import type { NodeIdentity } from '../adapters/node-identity.ts';
 import { discoverPinnedCa } from '../adapters/pki.ts';
@@ -143,11 +143,7 @@ export class ControllerLink {
 
   #onLine(line: WatchLine): void {
     if (line.type === 'ping') return;
-    let peers = [...this.#state.peers];
-    if (line.type === 'snapshot') peers = line.nodes;
-    else if (line.type === 'put') peers = [...peers.filter((p) => p.name !== line.node.name), line.node];
-    else peers = peers.filter((p) => p.name !== line.name);
-    this.#save({ ...this.#state, peers: peers.sort((a, b) => a.name.localeCompare(b.name)), revision: line.revision });
+    this.#save({ ...this.#state, peers: applyWatchLine(this.#state.peers, line), revision: line.revision });
     this.#c.onPeers?.(this.#state.peers);
   }
 

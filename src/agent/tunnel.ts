@@ -2,8 +2,17 @@
  * The agent's cross-site tunnel: the TUN device, the tunnel endpoint (packets to and from peers' streams, with the
  * source check), the routes of the peers' blocks into the TUN device, and the streams themselves: an edge node dials
  * every cloud peer (reconnecting with backoff), a cloud node listens and accepts only peers whose key matches a
- * registered peer's `tunnelKey`. What to do comes from the pure plan (src/core/tunnel/plan.ts) on every peer change
- * and every resync.
+ * registered peer's `tunnelKey`; edge peers of one community reach each other through the relay and hole-punch a
+ * direct stream (below). What to do comes from the pure plan (src/core/tunnel/plan.ts) on every peer change and
+ * every resync.
+ *
+ * Hole punching (DCUtR's idea over TCP simultaneous open): an edge node keeps one stream to the relay. For each punch
+ * peer, the initiator (the name sorting first) opens a short connection to the relay from a fresh local port and
+ * learns that port's public mapping; it sends it to the peer through the relay (`punch`); the peer does the same and
+ * answers (`punch-ack`); both then connect to each other's public address from those ports until one TCP connection
+ * comes up through both NATs, and run TLS on it with both keys pinned (the initiator as TLS client). Until then, and
+ * whenever the direct stream breaks, packets go through the relay. A failed punch (symmetric NAT) is retried with
+ * backoff up to {@link PUNCH_RETRY_MAX_MS}.
  *
  * MTU: the TUN device gets the pods' MTU, so no packet a pod sends is too big for it; the stream is TCP, so the
  * underlay's MTU does not limit the tunnel's packets (TCP superpackets pass whole, GSO on both TUN devices).
@@ -16,7 +25,9 @@ import type { Logger } from '../core/ports.ts';
 import type { IpRoute2 } from '../adapters/iproute2.ts';
 import { openTun } from '../adapters/tun.ts';
 import { TunnelEndpoint } from '../adapters/tunnel-endpoint.ts';
-import { dialTunnel, listenTunnel, type TunnelCredentials, type TunnelStream } from '../adapters/tunnel-stream.ts';
+import type { PeerPath, TunnelStatus } from '../core/tunnel/status.ts';
+import { type ControlMessage, dialTunnel, listenTunnel, punchTunnel, type TunnelCredentials, type TunnelStream } from '../adapters/tunnel-stream.ts';
+import { peerIdOfPin, pinOfPeerId } from '../core/tunnel/frame.ts';
 
 export interface TunnelComponents {
   readonly ip: IpRoute2;
@@ -32,8 +43,20 @@ export interface TunnelInit {
   readonly listenHost: string;
   readonly mtu: number;
   readonly credentials: TunnelCredentials;
+  /** This node's community ('' for none): edge <-> edge paths only inside one. */
+  readonly community: string;
+  /** The relay (edge nodes): where it listens and its key pin. */
+  readonly relay?: { readonly host: string; readonly port: number; readonly pin: string };
   readonly retryMinMs?: number;
   readonly retryMaxMs?: number;
+  /** How long one hole-punching attempt may take. */
+  readonly punchTimeoutMs?: number;
+}
+
+interface PunchState {
+  attempts: number;
+  successes: number;
+  lastError: string;
 }
 
 interface Dialer {
@@ -50,6 +73,16 @@ export class Tunnel {
   readonly #dialers = new Map<string, Dialer>();
   #chain: Promise<void> = Promise.resolve();
   #refused = 0;
+  readonly #abort = new AbortController();
+  #relayStream: TunnelStream | undefined;
+  readonly #punchers = new Map<string, Dialer>();
+  readonly #punch = new Map<string, PunchState>();
+  /** Punch answers awaited, by nonce. */
+  readonly #acks = new Map<string, (msg: ControlMessage) => void>();
+  /** End-to-end round trips through the relay, by peer name. */
+  readonly #relayedRtt = new Map<string, number>();
+  readonly #pathSince = new Map<string, { path: PeerPath; since: number }>();
+  #pinger: NodeJS.Timeout | undefined;
 
   constructor(components: TunnelComponents, init: TunnelInit) {
     this.#c = components;
@@ -87,18 +120,34 @@ export class Tunnel {
       });
       this.#server = server;
     }
-    this.#c.log.info('tunnel started', { device, mtu, role, ...(role === 'cloud' ? { listen: `${listenHost}:${port}` } : {}) });
+    if (role === 'edge' && this.#init.relay) void this.#relayLoop(this.#init.relay, this.#abort.signal);
+    this.#pinger = setInterval(() => this.#pingRelayed(), 5000);
+    this.#pinger.unref();
+    this.#c.log.info('tunnel started', { device, mtu, role, ...(role === 'cloud' ? { listen: `${listenHost}:${port}` } : {}), ...(this.#init.relay ? { relay: `${this.#init.relay.host}:${this.#init.relay.port}` } : {}) });
   }
 
   /** A peer that dials us (an edge peer of a cloud node) with this pin. */
   #acceptable(pin: string): TunnelPeerPlan | undefined {
-    return this.#plan.peers.find((p) => p.pin === pin && p.dial === undefined);
+    return this.#plan.peers.find((p) => p.pin === pin && p.mode === 'accept');
   }
 
   #attach(peer: TunnelPeerPlan, stream: TunnelStream): void {
     this.#endpoint?.attach(peer.name, stream);
-    this.#c.log.info('tunnel stream up', { peer: peer.name, pin: peer.pin });
-    stream.once('close', (err?: Error) => this.#c.log.info('tunnel stream closed', { peer: peer.name, ...(err ? { err: err.message } : {}) }));
+    this.#c.log.info('tunnel stream up', { peer: peer.name, pin: peer.pin, mode: peer.mode, remote: `${stream.remote.host}:${stream.remote.port}` });
+    this.#notePath(peer.name);
+    stream.once('close', (err?: Error) => {
+      this.#c.log.info('tunnel stream closed', { peer: peer.name, ...(err ? { err: err.message } : {}) });
+      this.#notePath(peer.name);
+    });
+  }
+
+  /** Logs a peer's path when it changed (direct, relayed, down) and remembers since when. */
+  #notePath(name: string): void {
+    const path = this.#endpoint?.pathOf(name) ?? 'down';
+    const was = this.#pathSince.get(name);
+    if (was?.path === path) return;
+    this.#pathSince.set(name, { path, since: Date.now() });
+    if (was) this.#c.log.info('tunnel path changed', { peer: name, from: was.path, to: path });
   }
 
   /**
@@ -115,14 +164,17 @@ export class Tunnel {
   async #sync(peers: readonly NodeRecord[], remote: ReadonlySet<string>): Promise<void> {
     const endpoint = this.#endpoint;
     if (!endpoint) return;
-    const plan = planTunnel({ name: this.#init.nodeName, role: this.#init.role, port: this.#init.port }, peers, remote);
+    const { nodeName: name, role, port, community } = this.#init;
+    const plan = planTunnel({ name, role, port, community, relay: this.#init.relay !== undefined }, peers, remote);
     const changed = JSON.stringify(plan) !== JSON.stringify(this.#plan);
     this.#plan = plan;
     if (changed) {
-      endpoint.setPeers(plan.peers.map((p) => ({ id: p.name, blocks: p.blocks })));
-      this.#c.log.info('tunnel peers', { peers: plan.peers.map((p) => `${p.name} (${p.dial ? `dial ${p.dial.host}:${p.dial.port}` : 'accept'})`), skipped: plan.skipped });
+      endpoint.setPeers(plan.peers.map((p) => ({ id: p.name, pin: p.pin, blocks: p.blocks, viaRelay: p.mode === 'punch' })));
+      this.#c.log.info('tunnel peers', { peers: plan.peers.map((p) => `${p.name} (${p.dial ? `dial ${p.dial.host}:${p.dial.port}` : p.mode})`), skipped: plan.skipped });
+      for (const p of plan.peers) this.#notePath(p.name);
     }
     this.#syncDialers(plan);
+    this.#syncPunchers(plan);
     const device = this.#init.device;
     const have = (await this.#c.ip.json<{ dst: string; gateway?: string }>(['route', 'show', 'proto', String(ROUTE_PROTO), 'dev', device]))
       .filter((r) => !r.gateway).map((r) => (r.dst.includes('/') ? r.dst : `${r.dst}/32`));
@@ -134,20 +186,11 @@ export class Tunnel {
   }
 
   #syncDialers(plan: TunnelPlan): void {
-    const want = new Map(plan.peers.filter((p) => p.dial).map((p) => [p.name, p]));
-    for (const [name, d] of this.#dialers) {
-      const p = want.get(name);
-      if (!p || dialKey(p) !== d.key) {
-        d.abort.abort();
-        this.#dialers.delete(name);
-      }
-    }
-    for (const [name, p] of want) {
-      if (this.#dialers.has(name)) continue;
-      const d: Dialer = { key: dialKey(p), abort: new AbortController() };
-      this.#dialers.set(name, d);
-      void this.#dialLoop(p, d.abort.signal);
-    }
+    syncLoops(this.#dialers, plan.peers.filter((p) => p.mode === 'dial'), (p, signal) => this.#dialLoop(p, signal));
+  }
+
+  #syncPunchers(plan: TunnelPlan): void {
+    syncLoops(this.#punchers, plan.peers.filter((p) => p.mode === 'punch' && p.initiator), (p, signal) => this.#punchLoop(p, signal));
   }
 
   /** Keeps one stream to `peer` up: dial, wait for it to close, dial again; backoff while dials fail. */
@@ -167,11 +210,7 @@ export class Tunnel {
         this.#attach(peer, stream);
         lastError = '';
         const upAt = Date.now();
-        const closed = new Promise<void>((resolve) => stream.once('close', () => resolve()));
-        const onAbort = () => stream.close();
-        signal.addEventListener('abort', onAbort, { once: true });
-        await closed;
-        signal.removeEventListener('abort', onAbort);
+        await untilClosed(stream, signal);
         // a stream the peer drops at once (it does not know our key yet, say) counts as a failed dial: back off
         if (Date.now() - upAt >= STABLE_STREAM_MS) backoff = min;
         await sleep(backoff, signal);
@@ -186,10 +225,203 @@ export class Tunnel {
     }
   }
 
-  /** Stops dialling and listening, closes every stream and the TUN device (its routes go with it). */
+  /** Keeps one stream to the relay up (an edge node): packets for punch peers without a direct stream, and punching. */
+  async #relayLoop(relay: { host: string; port: number; pin: string }, signal: AbortSignal): Promise<void> {
+    const min = this.#init.retryMinMs ?? 500;
+    const max = this.#init.retryMaxMs ?? 30_000;
+    let backoff = min;
+    let lastError = '';
+    while (!signal.aborted) {
+      try {
+        const stream = await dialTunnel({ host: relay.host, port: relay.port, credentials: this.#init.credentials, peerPin: relay.pin, timeoutMs: 10_000 });
+        if (signal.aborted) {
+          stream.close();
+          return;
+        }
+        stream.sendControl({ t: 'hello' });
+        this.#relayStream = stream;
+        this.#endpoint?.setRelay(stream);
+        stream.on('relayed-control', (id: Uint8Array, msg: ControlMessage) => this.#onRelayedControl(pinOfPeerId(id), msg));
+        this.#c.log.info('relay stream up', { relay: `${relay.host}:${relay.port}` });
+        for (const p of this.#plan.peers) this.#notePath(p.name);
+        lastError = '';
+        const upAt = Date.now();
+        await untilClosed(stream, signal);
+        this.#relayStream = undefined;
+        for (const p of this.#plan.peers) this.#notePath(p.name);
+        this.#c.log.warn('relay stream closed; reconnecting', { relay: `${relay.host}:${relay.port}` });
+        if (Date.now() - upAt >= STABLE_STREAM_MS) backoff = min;
+      } catch (err) {
+        const message = err instanceof Error ? err.message : String(err);
+        if (message !== lastError) this.#c.log.warn('relay dial failed; retrying with backoff', { err: message, retryInMs: backoff });
+        lastError = message;
+      }
+      await sleep(backoff, signal);
+      backoff = Math.min(max, backoff * 2);
+    }
+  }
+
+  #onRelayedControl(fromPin: string, msg: ControlMessage): void {
+    const peer = this.#plan.peers.find((p) => p.pin === fromPin && p.mode === 'punch');
+    if (!peer) return; // not (or no longer) a peer we may reach: the relay should not have sent it
+    const relay = this.#relayStream;
+    if (msg.t === 'ping') relay?.sendRelayedControl(peerIdOfPin(fromPin), { t: 'pong', at: msg.at });
+    else if (msg.t === 'pong' && typeof msg.at === 'number') this.#relayedRtt.set(peer.name, Math.max(0, performance.now() - msg.at));
+    else if (msg.t === 'punch-ack' && typeof msg.n === 'string') this.#acks.get(msg.n)?.(msg);
+    else if (msg.t === 'punch' && !peer.initiator) void this.#answerPunch(peer, msg);
+  }
+
+  /** Round trips through the relay to every relayed peer, for `atoll peers`. */
+  #pingRelayed(): void {
+    const relay = this.#relayStream;
+    if (!relay || !this.#endpoint) return;
+    for (const p of this.#plan.peers) {
+      if (this.#endpoint.pathOf(p.name) === 'relayed') relay.sendRelayedControl(peerIdOfPin(p.pin), { t: 'ping', at: performance.now() });
+    }
+  }
+
+  /**
+   * Our public address for a fresh local port, as the relay sees it: a short connection from that port. Under an
+   * endpoint-independent NAT the peer can reach us there from now on (once we send to it).
+   */
+  async #observe(): Promise<{ localPort: number; host: string; port: number }> {
+    const relay = this.#init.relay as { host: string; port: number; pin: string };
+    let last: unknown;
+    for (let i = 0; i < 3; i++) {
+      const localPort = 20_000 + Math.floor(Math.random() * 40_000);
+      try {
+        const stream = await dialTunnel({ host: relay.host, port: relay.port, credentials: this.#init.credentials, peerPin: relay.pin, timeoutMs: 3000, localPort });
+        try {
+          const msg = await new Promise<ControlMessage>((resolve, reject) => {
+            const t = setTimeout(() => reject(new Error('the relay did not say our address within 3 s')), 3000);
+            stream.once('control', (m: ControlMessage) => {
+              clearTimeout(t);
+              resolve(m);
+            });
+          });
+          if (msg.t !== 'observed' || typeof msg.host !== 'string' || typeof msg.port !== 'number') throw new Error(`the relay answered ${msg.t}, not observed`);
+          return { localPort, host: msg.host, port: msg.port };
+        } finally {
+          stream.close();
+        }
+      } catch (err) {
+        last = err;
+      }
+    }
+    throw last;
+  }
+
+  #punchState(name: string): PunchState {
+    let st = this.#punch.get(name);
+    if (!st) this.#punch.set(name, (st = { attempts: 0, successes: 0, lastError: '' }));
+    return st;
+  }
+
+  /** The initiator's side: while the peer has no direct stream, punch (through the relay's help), with backoff. */
+  async #punchLoop(peer: TunnelPeerPlan, signal: AbortSignal): Promise<void> {
+    let backoff = PUNCH_RETRY_MIN_MS;
+    while (!signal.aborted) {
+      const direct = this.#endpoint?.streamOf(peer.name);
+      if (direct) {
+        await untilClosed(direct, signal);
+        backoff = PUNCH_RETRY_MIN_MS;
+        await sleep(PUNCH_AFTER_CLOSE_MS, signal);
+        continue;
+      }
+      const relay = this.#relayStream;
+      if (!relay) {
+        await sleep(500, signal);
+        continue;
+      }
+      const st = this.#punchState(peer.name);
+      st.attempts++;
+      try {
+        const me = await this.#observe();
+        const n = Math.random().toString(16).slice(2, 14);
+        const answered = new Promise<ControlMessage>((resolve, reject) => {
+          const t = setTimeout(() => {
+            this.#acks.delete(n);
+            reject(new Error('the peer did not answer the punch request through the relay within 5 s'));
+          }, 5000);
+          this.#acks.set(n, (m) => {
+            clearTimeout(t);
+            this.#acks.delete(n);
+            resolve(m);
+          });
+        });
+        relay.sendRelayedControl(peerIdOfPin(peer.pin), { t: 'punch', n, host: me.host, port: me.port });
+        const ack = await answered;
+        if (typeof ack.host !== 'string' || typeof ack.port !== 'number') throw new Error('the peer\'s punch answer has no address');
+        const stream = await punchTunnel({ host: ack.host, port: ack.port, localPort: me.localPort, credentials: this.#init.credentials, peerPin: peer.pin, tlsRole: 'client', deadlineMs: this.#init.punchTimeoutMs ?? PUNCH_TIMEOUT_MS });
+        if (signal.aborted) {
+          stream.close();
+          return;
+        }
+        st.successes++;
+        st.lastError = '';
+        this.#attach(peer, stream);
+      } catch (err) {
+        const message = err instanceof Error ? err.message : String(err);
+        if (message !== st.lastError) this.#c.log.info('hole punching failed; the relay carries the traffic meanwhile', { peer: peer.name, err: message, retryInMs: backoff });
+        st.lastError = message;
+        await sleep(backoff, signal);
+        backoff = Math.min(PUNCH_RETRY_MAX_MS, backoff * 2);
+      }
+    }
+  }
+
+  /** The responder's side of a punch request: learn our public address, answer, and connect at the same time. */
+  async #answerPunch(peer: TunnelPeerPlan, msg: ControlMessage): Promise<void> {
+    const st = this.#punchState(peer.name);
+    st.attempts++;
+    try {
+      if (typeof msg.host !== 'string' || typeof msg.port !== 'number' || typeof msg.n !== 'string') throw new Error('a punch request without an address');
+      const me = await this.#observe();
+      this.#relayStream?.sendRelayedControl(peerIdOfPin(peer.pin), { t: 'punch-ack', n: msg.n, host: me.host, port: me.port });
+      const stream = await punchTunnel({ host: msg.host, port: msg.port, localPort: me.localPort, credentials: this.#init.credentials, peerPin: peer.pin, tlsRole: 'server', deadlineMs: this.#init.punchTimeoutMs ?? PUNCH_TIMEOUT_MS });
+      if (this.#abort.signal.aborted || !this.#plan.peers.some((p) => p.name === peer.name)) {
+        stream.close();
+        return;
+      }
+      st.successes++;
+      st.lastError = '';
+      this.#attach(peer, stream);
+    } catch (err) {
+      st.lastError = err instanceof Error ? err.message : String(err);
+    }
+  }
+
+  /** Path, round trip and traffic of every peer, for `atoll peers`. */
+  status(): TunnelStatus {
+    const endpoint = this.#endpoint;
+    const relay = this.#init.relay;
+    return {
+      role: this.#init.role,
+      ...(relay ? { relay: { address: `${relay.host}:${relay.port}`, connected: this.#relayStream?.alive ?? false, rttMs: this.#relayStream?.rttMs } } : {}),
+      peers: this.#plan.peers.map((p) => {
+        const path = endpoint?.pathOf(p.name) ?? 'down';
+        const t = endpoint?.trafficOf(p.name);
+        const punch = this.#punch.get(p.name);
+        return {
+          name: p.name, role: p.role, mode: p.mode, path,
+          rttMs: path === 'direct' ? endpoint?.streamOf(p.name)?.rttMs : path === 'relayed' ? this.#relayedRtt.get(p.name) : undefined,
+          txBytes: t?.txBytes ?? 0, rxBytes: t?.rxBytes ?? 0, txPackets: t?.txPackets ?? 0, rxPackets: t?.rxPackets ?? 0,
+          since: this.#pathSince.get(p.name)?.since ?? 0,
+          ...(punch ? { punch: { ...punch } } : {}),
+        };
+      }),
+      skipped: this.#plan.skipped,
+      dropped: endpoint ? { noPeer: endpoint.stats.droppedNoPeer, noPath: endpoint.stats.droppedNoStream, badSource: endpoint.stats.droppedBadSource, unknownRelayed: endpoint.stats.droppedUnknownRelayed, tunWrite: endpoint.stats.droppedTunWrite } : {},
+    };
+  }
+
+  /** Stops dialling, punching and listening, closes every stream and the TUN device (its routes go with it). */
   stop(): void {
-    for (const d of this.#dialers.values()) d.abort.abort();
+    this.#abort.abort();
+    clearInterval(this.#pinger);
+    for (const d of [...this.#dialers.values(), ...this.#punchers.values()]) d.abort.abort();
     this.#dialers.clear();
+    this.#punchers.clear();
     this.#server?.close();
     this.#endpoint?.close();
     this.#endpoint = undefined;
@@ -198,8 +430,43 @@ export class Tunnel {
 
 /** A stream that lived this long resets the dial backoff. */
 const STABLE_STREAM_MS = 5000;
+/** One hole-punching attempt: both ends connecting to each other until this deadline. */
+const PUNCH_TIMEOUT_MS = 5000;
+const PUNCH_RETRY_MIN_MS = 2000;
+/** A pair that cannot punch (symmetric NAT) tries again this often at most; meanwhile the relay carries it. */
+export const PUNCH_RETRY_MAX_MS = 60_000;
+/** After a direct stream closed, wait this long before punching again (the relay carries packets meanwhile). */
+const PUNCH_AFTER_CLOSE_MS = 1000;
 
-const dialKey = (p: TunnelPeerPlan) => `${p.pin}|${p.dial?.host}|${p.dial?.port}`;
+const loopKey = (p: TunnelPeerPlan) => `${p.pin}|${p.mode}|${p.dial?.host}|${p.dial?.port}`;
+
+/** Runs `loop` once per peer in `want`, restarting it when the peer's key, mode or address changes; stops the rest. */
+function syncLoops(loops: Map<string, Dialer>, want: readonly TunnelPeerPlan[], loop: (p: TunnelPeerPlan, signal: AbortSignal) => Promise<void>): void {
+  const byName = new Map(want.map((p) => [p.name, p]));
+  for (const [name, d] of loops) {
+    const p = byName.get(name);
+    if (!p || loopKey(p) !== d.key) {
+      d.abort.abort();
+      loops.delete(name);
+    }
+  }
+  for (const [name, p] of byName) {
+    if (loops.has(name)) continue;
+    const d: Dialer = { key: loopKey(p), abort: new AbortController() };
+    loops.set(name, d);
+    void loop(p, d.abort.signal);
+  }
+}
+
+/** Resolves when `stream` closes; closes it when `signal` aborts first. */
+async function untilClosed(stream: TunnelStream, signal: AbortSignal): Promise<void> {
+  if (!stream.alive) return;
+  const closed = new Promise<void>((resolve) => stream.once('close', () => resolve()));
+  const onAbort = () => stream.close();
+  signal.addEventListener('abort', onAbort, { once: true });
+  await closed;
+  signal.removeEventListener('abort', onAbort);
+}
 
 function sleep(ms: number, signal: AbortSignal): Promise<void> {
   return new Promise((resolve) => {

@@ -90,10 +90,10 @@ async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> 
     say('');
     const v = verdictOf(cells);
     if (v.ok) {
-      say(`PASS: all ${v.shouldWork} cells that should work today (same node, same site, cloud <-> edge tunnel) work over their expected path; `
-        + `${v.waitingForTunnel} edge <-> edge cells have no path yet (hole punching/relay not built)`);
+      say(`PASS: all ${v.shouldWork} allowed cells work over their expected path (same node, same site, tunnel direct, hole-punched or relayed); `
+        + `${v.blocked} cells the communities forbid are blocked`);
     } else {
-      say(`FAIL: ${v.failures.length} cell${v.failures.length === 1 ? '' : 's'} failed (${v.working} of ${v.shouldWork} that should work today do):`);
+      say(`FAIL: ${v.failures.length} cell${v.failures.length === 1 ? '' : 's'} failed (${v.working} of ${v.shouldWork} allowed cells work):`);
       for (const l of renderFailures(cells)) say(`  ${l}`);
     }
     describe.timingsMs.checks = checksMs;

@@ -14,6 +14,9 @@ commands:
   agent --config FILE     run the node agent (root)
   controller --config FILE
                           run the cloud controller; prints the CA pin agents need
+  relay --config FILE     run the relay edge nodes meet at (hole punching, relayed traffic); prints its pin
+  peers [--json] [--config FILE | --socket PATH]
+                          this node's tunnel peers: path (direct, relayed, down), round trip, traffic
   ipam show|check         blocks per node and their use; find leaks and conflicts (exit 1 leaks, 2 conflicts)
   node deregister NAME    release a node's blocks (ipam and node take --controller-config FILE)
   demo                    single-node demo: an agent, two pods through containerd, a ping
@@ -61,6 +64,25 @@ async function runController(argv: string[]): Promise<number> {
   return 0;
 }
 
+async function runRelay(argv: string[]): Promise<number> {
+  const { values } = parseArgs({ args: argv, options: { config: { type: 'string' }, 'log-level': { type: 'string', default: 'info' } } });
+  if (!values.config) {
+    process.stderr.write('atoll relay: --config FILE is required (see docs/configuration.md)\n');
+    return 2;
+  }
+  const { loadRelayConfig } = await import('../config/relay-config.ts');
+  const { Relay } = await import('../relay/relay.ts');
+  const relay = new Relay(loadRelayConfig(values.config), jsonLogger({ level: values['log-level'] as 'info' }).child('relay'));
+  await relay.start();
+  process.stdout.write(`relay ready; agents pin it with relayPin ${relay.pin}\n`);
+  await new Promise<void>((resolve) => {
+    process.once('SIGTERM', () => resolve());
+    process.once('SIGINT', () => resolve());
+  });
+  relay.stop();
+  return 0;
+}
+
 async function main(argv: string[]): Promise<number> {
   const [cmd, ...rest] = argv;
   switch (cmd) {
@@ -68,6 +90,12 @@ async function main(argv: string[]): Promise<number> {
       return runAgent(rest);
     case 'controller':
       return runController(rest);
+    case 'relay':
+      return runRelay(rest);
+    case 'peers': {
+      const { runPeers } = await import('./peers.ts');
+      return runPeers(rest);
+    }
     case 'ipam': {
       const { runIpam } = await import('./admin.ts');
       return runIpam(rest);

@@ -77,12 +77,20 @@ export const agentConfigSchema = z.strictObject({
   }).optional(),
   /**
    * The cross-site tunnel (TUN device and pinned TLS streams); off when absent. Edge nodes dial cloud nodes at their
-   * first underlay address; cloud nodes listen on `port`. Edge <-> edge pairs are not built yet.
+   * first underlay address; cloud nodes listen on `port`. Edge nodes of one community reach each other through the
+   * relay and hole-punch direct streams; edge <-> edge needs `relay`.
    */
   tunnel: z.strictObject({
     port: z.number().int().min(1).max(65535).default(8475),
     device: z.string().regex(IFNAME, 'must be a Linux interface name of at most 15 characters').default('atoll.tun'),
     role: z.enum(['cloud', 'edge']),
+    relay: z.strictObject({
+      address: z.string().regex(/^[^\s:]+:\d{1,5}$/, 'must be host:port, as the relay listens').refine((a) => {
+        const port = Number(a.slice(a.lastIndexOf(':') + 1));
+        return port >= 1 && port <= 65535;
+      }, { message: 'port must be 1 to 65535' }),
+      pin: z.string().regex(/^sha256:[0-9a-f]{64}$/, 'must be sha256:<64 hex digits>, as `atoll relay` prints it'),
+    }).optional(),
   }).optional(),
   /** Cluster pod ranges: pod traffic to them is never masqueraded (every known block is included anyway). */
   clusterCidrs: z.array(cidr).default([]),

@@ -40,6 +40,8 @@ export const controllerConfigSchema = z.strictObject({
   pkiDir: z.string().regex(SAFE_PATH).optional(),
   bootstrapTokens: z.array(secret).min(1),
   adminToken: secret,
+  /** Tokens relays (`atoll relay`) present to watch the nodes; a relay can do nothing else with them. */
+  relayTokens: z.array(secret).default([]),
   store: storeSchema.default({ type: 'embedded' }),
   maxBodyBytes: z.number().int().min(1024).max(1 << 20).default(64 * 1024),
 });

@@ -7,7 +7,7 @@
  *   PUT    /v1/nodes/:name           signed by :name                            -> { node }
  *   POST   /v1/nodes/:name/usage     signed by :name                            -> { blocks }
  *   GET    /v1/nodes/:name/blocks    signed by :name                            -> { blocks }
- *   GET    /v1/watch?after=REV       signed by any node: NDJSON, a snapshot (unless resuming) then changes
+ *   GET    /v1/watch?after=REV       signed by any node, or a relay's token: NDJSON, a snapshot (unless resuming) then changes
  *   DELETE /v1/nodes/:name           admin                                      -> { released }
  *   GET    /v1/ipam                  admin                                      -> report
  *   GET    /v1/health                anyone                                     -> { leader }
@@ -43,6 +43,8 @@ export interface ApiServerInit {
   readonly certChain: string;
   readonly bootstrapTokens: readonly string[];
   readonly adminToken: string;
+  /** Tokens a relay presents to watch the nodes (and do nothing else). */
+  readonly relayTokens: readonly string[];
   readonly maxBodyBytes: number;
 }
 
@@ -199,9 +201,15 @@ export class ApiServer {
   }
 
   async #watch(req: IncomingMessage, res: ServerResponse, url: URL, body: Buffer): Promise<void> {
-    const node = req.headers['x-atoll-node'];
-    if (typeof node !== 'string') throw unauthenticated('missing x-atoll-node');
-    await this.#verifySelf(req, node, body);
+    const auth = req.headers.authorization;
+    if (auth !== undefined) {
+      // a relay: its token lets it watch and do nothing else
+      if (!auth.startsWith('Bearer ') || !tokenMatches(auth.slice(7), this.#init.relayTokens)) throw unauthenticated('relay token missing or wrong');
+    } else {
+      const node = req.headers['x-atoll-node'];
+      if (typeof node !== 'string') throw unauthenticated('missing x-atoll-node');
+      await this.#verifySelf(req, node, body);
+    }
     const afterText = url.searchParams.get('after') ?? '0';
     if (!/^\d{1,15}$/.test(afterText)) throw bad(`after=${afterText} is not a revision`);
     let after = Number(afterText);

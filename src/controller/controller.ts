@@ -54,7 +54,7 @@ export class Controller {
   async start(): Promise<void> {
     const cfg = this.#cfg;
     const log = this.#c.log;
-    log.info('atoll controller starting', { config: { ...cfg, bootstrapTokens: '(redacted)', adminToken: '(redacted)' } });
+    log.info('atoll controller starting', { config: { ...cfg, bootstrapTokens: '(redacted)', adminToken: '(redacted)', relayTokens: '(redacted)' } });
     mkdirSync(cfg.dataDir, { recursive: true, mode: 0o700 });
     const advertiseHost = new URL(cfg.advertiseUrl).hostname.replace(/^\[|\]$/g, '');
     const hosts = [...new Set([advertiseHost, ...cfg.tlsHosts, ...(cfg.listenHost === '0.0.0.0' ? [] : [cfg.listenHost])])];
@@ -79,7 +79,7 @@ export class Controller {
     const leadership: Leadership = { isLeader: () => this.#leading, leaderUrl: () => election.leader().catch(() => undefined) };
     this.#api = new ApiServer(
       { registry: this.#registry, log: log.child('api'), clock: this.#c.clock, leadership },
-      { host: cfg.listenHost, port: cfg.listenPort, key: pki.keyPem, certChain: pki.certChainPem, bootstrapTokens: cfg.bootstrapTokens, adminToken: cfg.adminToken, maxBodyBytes: cfg.maxBodyBytes },
+      { host: cfg.listenHost, port: cfg.listenPort, key: pki.keyPem, certChain: pki.certChainPem, bootstrapTokens: cfg.bootstrapTokens, adminToken: cfg.adminToken, relayTokens: cfg.relayTokens, maxBodyBytes: cfg.maxBodyBytes },
     );
     this.#port = await this.#api.start();
     this.#campaign = this.#campaignLoop();

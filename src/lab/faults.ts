@@ -19,7 +19,7 @@ import { verdictOf } from '../core/lab/report.ts';
 import { NFT_TABLE } from '../core/overlay/nft.ts';
 import { IpRoute2 } from '../adapters/iproute2.ts';
 import { Nft } from '../adapters/nft.ts';
-import { ControllerProcess } from './controller-process.ts';
+import { ServiceProcess } from './service-process.ts';
 import { addPod, delPod, type LabOptions, type LabPodInfo, nsPath, recordProcess, runChecks, type RunningLab } from './lab.ts';
 
 /** How long a fault is held before it is healed. */
@@ -105,7 +105,7 @@ const restoreUplink = (lab: RunningLab, site: string) => nft.apply(uplinkRestore
 async function restartController(lab: RunningLab, notes: string[]): Promise<void> {
   await lab.controller.stop('SIGKILL');
   await sleep(HOLD_MS['controller-kill']);
-  const controller = new ControllerProcess({ configPath: lab.plan.controller.configPath, logPath: lab.plan.controller.logPath });
+  const controller = new ServiceProcess({ kind: 'controller', configPath: lab.plan.controller.configPath, logPath: lab.plan.controller.logPath });
   const started = controller.start(['ip', 'netns', 'exec', lab.plan.controller.netns]);
   recordProcess(lab, 'controller (restarted)', controller.pid);
   lab.controller = controller;

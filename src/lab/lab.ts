@@ -18,7 +18,7 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { AtollError, asAtollError, atollError } from '../core/errors.ts';
 import {
-  agentConfigFor, classifyRoute, expectationOf, expectedPath, LAB_NETNS_PREFIX, LAB_POD_NAMESPACE, labPrefix, type LabPlan, type LabPod, type LabSetupStep,
+  agentConfigFor, classifyRoute, type LabPath, relayConfigFor, expectationOf, expectedPath, LAB_NETNS_PREFIX, LAB_POD_NAMESPACE, labPrefix, type LabPlan, type LabPod, type LabSetupStep,
   type ObservedRoute, planLab, renderLabSetup, runIdOfNetns,
 } from '../core/lab/plan.ts';
 import { judgeCell, type LabCell, type PingResult, type TcpResult } from '../core/lab/report.ts';
@@ -32,7 +32,9 @@ import { commandLine, isAlive, listNetns, NETNS_DIR, pidsInNetns, stopPid } from
 import { writeSysctl } from '../adapters/sysctl.ts';
 import { Tc } from '../adapters/tc.ts';
 import { AgentProcess } from './agent-process.ts';
-import { ControllerProcess } from './controller-process.ts';
+import { ServiceProcess } from './service-process.ts';
+import { readTunnelStatus, statusSocketOf } from '../agent/status-socket.ts';
+import type { PeerPath } from '../core/tunnel/status.ts';
 import { labPreflight, requireRoot } from './lab-preflight.ts';
 import { ProbeClient } from './probe.ts';
 
@@ -62,7 +64,11 @@ export interface RunningLab {
   readonly podCreation: string;
   readonly timingsMs: Readonly<Record<string, number>>;
   /** The running controller (the controller-kill fault replaces it). */
-  controller: ControllerProcess;
+  controller: ServiceProcess;
+  /** The running relay (the relay-kill fault replaces it). */
+  relay: ServiceProcess;
+  /** The relay's key pin, as the edge agents have it. */
+  readonly relayPin: string;
   /** The agent of every node, by node name. */
   readonly agents: ReadonlyMap<string, AgentProcess>;
   state: LabState;
@@ -79,6 +85,7 @@ export interface DownSummary {
 export const POD_CREATION = 'direct CNI calls to atoll-cni (the lab does not drive containerd\'s CRI yet)';
 const BLOCKS_TIMEOUT_MS = 60_000;
 const ROUTES_TIMEOUT_MS = 30_000;
+const TUNNEL_PATHS_TIMEOUT_MS = 40_000;
 const PING_ARGS = ['-n', '-q', '-c', '3', '-i', '0.2', '-W', '1', '-w', '2'];
 const TCP_TIMEOUT_MS = 2000;
 const CHECK_CONCURRENCY = 48;
@@ -205,13 +212,13 @@ async function waitForBlocksAndPeers(plan: LabPlan, agents: ReadonlyMap<string, 
   }
 }
 
-/** Waits until every node routes (protocol 44) every block of the peers in its site and of its tunnel peers (cloud <-> edge). */
+/** Waits until every node routes (protocol 44) every block of the peers in its site and of its tunnel peers. */
 async function waitForSiteRoutes(plan: LabPlan): Promise<void> {
   const deadline = Date.now() + ROUTES_TIMEOUT_MS;
   for (;;) {
     const lacking: string[] = [];
     for (const n of plan.nodes) {
-      const sitePeers = new Set(plan.nodes.filter((p) => p.name !== n.name && (p.site === n.site || expectedPath(plan, n.name, p.name) === 'tunnel direct')).map((p) => p.name));
+      const sitePeers = new Set(plan.nodes.filter((p) => p.name !== n.name && expectationOf(expectedPath(plan, n.name, p.name)) === 'reachable').map((p) => p.name));
       const want = nodeState(n.dataDir).peers.filter((p) => sitePeers.has(p.name)).flatMap((p) => p.blocks);
       const have = new Set((await ip.json<{ dst: string }>(['route', 'show', 'proto', '44'], { netns: nsPath(n.netns) })).map((r) => r.dst));
       const absent = want.filter((b) => !have.has(b));
@@ -220,6 +227,47 @@ async function waitForSiteRoutes(plan: LabPlan): Promise<void> {
     if (lacking.length === 0) return;
     if (Date.now() > deadline) throw atollError('LAB_STEP_FAILED', `same-site or tunnel routes missing after ${ROUTES_TIMEOUT_MS / 1000} s: ${lacking.join('; ')}`, 'read the agents\' logs (overlay updated / tunnel routes updated / ... sync failed)');
     await sleep(200);
+  }
+}
+
+/** The tunnel path the agent of node `from` uses to node `to` now (`atoll peers`), or 'down' when it cannot say. */
+async function tunnelPath(plan: LabPlan, from: string, to: string): Promise<PeerPath> {
+  const n = plan.nodes.find((x) => x.name === from);
+  if (!n) return 'down';
+  try {
+    const st = await readTunnelStatus(statusSocketOf(n.socketPath), 2000);
+    return st?.peers.find((p) => p.name === to)?.path ?? 'down';
+  } catch {
+    return 'down';
+  }
+}
+
+/** The agent path a tunnel pair should have: hole-punched and cloud pairs a direct stream, the rest the relay. */
+const wantedTunnelPath = (path: LabPath): PeerPath | undefined =>
+  path === 'tunnel direct' || path === 'tunnel hole-punched' ? 'direct' : path === 'tunnel relayed' ? 'relayed' : undefined;
+
+/**
+ * Waits until every tunnel pair runs over its expected path: a direct stream (cloud <-> edge, and edge pairs that
+ * hole-punched through endpoint-independent NATs) or the relay (a symmetric NAT on the way).
+ * @returns how many node pairs of each path came up.
+ */
+export async function waitForTunnelPaths(plan: LabPlan, timeoutMs = TUNNEL_PATHS_TIMEOUT_MS): Promise<Record<string, number>> {
+  const pairs = plan.nodes.flatMap((a) => plan.nodes.filter((b) => b !== a).map((b) => ({ a: a.name, b: b.name, path: expectedPath(plan, a.name, b.name) })))
+    .filter((p) => wantedTunnelPath(p.path) !== undefined);
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const seen = await mapLimit(pairs, 8, async (p) => ({ ...p, now: await tunnelPath(plan, p.a, p.b) }));
+    const wrong = seen.filter((p) => p.now !== wantedTunnelPath(p.path));
+    if (wrong.length === 0) {
+      const counts: Record<string, number> = {};
+      for (const p of seen) counts[p.path] = (counts[p.path] ?? 0) + 1;
+      return counts;
+    }
+    if (Date.now() > deadline) {
+      throw atollError('LAB_STEP_FAILED', `tunnel paths not as expected after ${timeoutMs / 1000} s: ${wrong.slice(0, 6).map((p) => `${p.a} -> ${p.b} is ${p.now}, expected ${p.path}`).join('; ')}`,
+        'read the agents\' logs (hole punching failed / relay stream / tunnel stream) and `atoll peers` on those nodes');
+    }
+    await sleep(250);
   }
 }
 
@@ -298,7 +346,8 @@ export async function labUp(spec: LabSpec, opts: LabOptions): Promise<RunningLab
   const runId = newRunId(store);
   const prefix = labPrefix(runId);
   const dir = store.runDir(runId);
-  const plan = planLab({ spec, runId, dir, bootstrapToken: randomBytes(18).toString('base64url'), adminToken: randomBytes(18).toString('base64url') });
+  const token = () => randomBytes(18).toString('base64url');
+  const plan = planLab({ spec, runId, dir, bootstrapToken: token(), adminToken: token(), relayToken: token() });
   let state: LabState = {
     runId, prefix, dir, labPid: process.pid, detached: false, startedAt: new Date().toISOString(),
     namespaces: [...plan.namespaces.map((n) => n.name), `${prefix}probe`], processes: [],
@@ -331,18 +380,29 @@ export async function labUp(spec: LabSpec, opts: LabOptions): Promise<RunningLab
 
     step = 'starting the controller';
     t = performance.now();
-    const controller = new ControllerProcess({ configPath: plan.controller.configPath, logPath: plan.controller.logPath });
+    const controller = new ServiceProcess({ kind: 'controller', configPath: plan.controller.configPath, logPath: plan.controller.logPath });
     const started = controller.start(['ip', 'netns', 'exec', plan.controller.netns]);
     record('controller', controller.pid);
     const caCertHash = await started;
     timingsMs.controller = since(t);
     say(`  controller: ${plan.controller.url} in ${plan.controller.netns} (pid ${controller.pid}), CA pin ${caCertHash.slice(0, 23)}... (${secs(timingsMs.controller)})`);
 
+    step = 'starting the relay';
+    t = performance.now();
+    mkdirSync(plan.relay.dir, { recursive: true, mode: 0o700 });
+    writeFileSync(plan.relay.configPath, JSON.stringify(relayConfigFor(plan.relay, caCertHash), null, 2));
+    const relay = new ServiceProcess({ kind: 'relay', configPath: plan.relay.configPath, logPath: plan.relay.logPath });
+    const relayStarted = relay.start(['ip', 'netns', 'exec', plan.relay.netns]);
+    record('relay', relay.pid);
+    const relayPin = await relayStarted;
+    timingsMs.relay = since(t);
+    say(`  relay: ${plan.relay.address}:${plan.relay.port} in ${plan.relay.netns} (pid ${relay.pid}), key pin ${relayPin.slice(0, 23)}... (${secs(timingsMs.relay)})`);
+
     step = 'starting the agents';
     t = performance.now();
     await mapLimit(plan.nodes, 8, async (n) => {
       mkdirSync(n.dir, { recursive: true, mode: 0o700 });
-      writeFileSync(n.configPath, JSON.stringify(agentConfigFor(n, caCertHash), null, 2));
+      writeFileSync(n.configPath, JSON.stringify(agentConfigFor(n, caCertHash, { plan: plan.relay, pin: relayPin }), null, 2));
       const agent = new AgentProcess({ configPath: n.configPath, socketPath: n.socketPath, logPath: n.logPath, detached: true });
       agents.set(n.name, agent);
       const starting = agent.start(['ip', 'netns', 'exec', n.netns], 30_000);
@@ -356,6 +416,12 @@ export async function labUp(spec: LabSpec, opts: LabOptions): Promise<RunningLab
     timingsMs.agents = since(t);
     say(`  agents: ${plan.nodes.length} up; each holds a block, knows all ${plan.nodes.length} nodes and routes its site's and its tunnel peers' blocks (${secs(timingsMs.agents)})`);
 
+    step = 'waiting for tunnel paths (hole punching, relay)';
+    t = performance.now();
+    const paths = await waitForTunnelPaths(plan);
+    timingsMs.tunnelPaths = since(t);
+    say(`  tunnel paths: ${Object.entries(paths).map(([p, n]) => `${n} ${p}`).join(', ') || 'none'} node pairs up (${secs(timingsMs.tunnelPaths)})`);
+
     step = 'creating pods';
     t = performance.now();
     const pods = await createPods(plan);
@@ -363,7 +429,7 @@ export async function labUp(spec: LabSpec, opts: LabOptions): Promise<RunningLab
     const adds = pods.map((p) => p.addMs ?? 0).sort((a, b) => a - b);
     say(`  pods: ${pods.length} created by ${POD_CREATION} (${secs(timingsMs.pods)}; CNI ADD median ${adds[Math.floor(adds.length / 2)]} ms, max ${adds.at(-1)} ms)`);
     timingsMs.up = since(t0);
-    return { plan, store, caCertHash, pods, podCreation: POD_CREATION, timingsMs, controller, agents, state };
+    return { plan, store, caCertHash, pods, podCreation: POD_CREATION, timingsMs, controller, relay, relayPin, agents, state };
   } catch (err) {
     const e = asAtollError(err);
     if (e.code === 'LAB_PREREQUISITE_MISSING') say('  refused: nothing was created');
@@ -414,15 +480,19 @@ async function pingFrom(netns: string, target: string): Promise<PingResult> {
   return parsePing(res.stdout + res.stderr, res.code);
 }
 
-async function observedRoute(plan: LabPlan, node: string, target: string): Promise<ObservedRoute> {
+async function observedRoute(plan: LabPlan, node: string, target: string, targetNode: string): Promise<ObservedRoute> {
   const n = plan.nodes.find((x) => x.name === node);
   if (!n) return 'no route';
+  let route: ObservedRoute;
   try {
-    const [route] = await ip.json<{ dev?: string; gateway?: string; type?: string }>(['route', 'get', target], { netns: nsPath(n.netns) });
-    return classifyRoute(n, route);
+    const [r] = await ip.json<{ dev?: string; gateway?: string; type?: string }>(['route', 'get', target], { netns: nsPath(n.netns) });
+    route = classifyRoute(n, r);
   } catch {
     return 'no route';
   }
+  if (route !== 'tunnel') return route;
+  const path = await tunnelPath(plan, node, targetNode);
+  return path === 'direct' ? 'tunnel' : path === 'relayed' ? 'tunnel relayed' : 'tunnel down';
 }
 
 /**
@@ -437,10 +507,10 @@ export async function runChecks(lab: RunningLab, opts: LabOptions): Promise<LabC
   const probes = new Map(pods.map((p) => [p.name, new ProbeClient(p.netns, lab.state.dir)]));
   try {
     await Promise.all([...probes.values()].map((p) => p.ready()));
-    const routeKeys = [...new Set(pairs.map(({ a, b }) => `${a.node}>${b.ip}`))];
+    const routeKeys = [...new Set(pairs.map(({ a, b }) => `${a.node}>${b.ip}>${b.node}`))];
     const routes = new Map(await mapLimit(routeKeys, 8, async (k) => {
-      const [node, target] = k.split('>') as [string, string];
-      return [k, await observedRoute(plan, node, target)] as const;
+      const [node, target, targetNode] = k.split('>') as [string, string, string];
+      return [`${node}>${target}`, await observedRoute(plan, node, target, targetNode)] as const;
     }));
     const remaining = new Map(pods.map((p) => [p.name, pods.length - 1]));
     const rows = new Map<string, LabCell[]>();

@@ -10,7 +10,7 @@ import { judgeCell, renderFailures, renderMatrix, renderSummary, summarize, verd
 const GOLDEN = new URL('./testdata/small-lab.golden.txt', import.meta.url);
 const edge = (name: string, over: Partial<EdgeSiteSpec> = {}): EdgeSiteSpec => ({ name, nodes: 2, community: 'edge', nat: 'endpoint-independent', uplink: {}, ...over });
 const plan = (spec: LabSpec, runId = '0abc'): LabPlan =>
-  planLab({ spec, runId, dir: `/run/atoll-lab/${runId}`, bootstrapToken: 'bootstrap-token-0123456789', adminToken: 'admin-token-0123456789' });
+  planLab({ spec, runId, dir: `/run/atoll-lab/${runId}`, bootstrapToken: 'bootstrap-token-0123456789', adminToken: 'admin-token-0123456789', relayToken: 'relay-token-0123456789' });
 
 function renderText(p: LabPlan): string {
   return renderLabSetup(p).flatMap((phase, i) => phase.map((s) => `# phase ${i}: ${s.tool} in ${s.netns ?? '(host)'}\n${s.lines.join('\n')}\n`)).join('');
@@ -93,13 +93,16 @@ test('uplink qdiscs: netem for delay, tbf for rate, tbf under netem for both, no
 const ping = (ok: boolean, rttMs?: number) => ({ ok, sent: 3, received: ok ? 3 : 0, rttMs });
 const tcp = (ok: boolean, connectMs?: number) => ({ ok, connectMs, error: ok ? undefined : 'ETIMEDOUT' });
 
-test('cells: what should work must work over its path; hole punching/relay are honestly not there; forbidden must fail', () => {
+test('cells: what should work must work over its path (a tunnel pair over the right one: direct stream or relay); forbidden must fail', () => {
   assert.deepEqual(judgeCell('vxlan', 'vxlan', ping(true, 0.1), tcp(true, 0.2)), { verdict: 'ok' });
   assert.deepEqual(judgeCell('vxlan', 'default route', ping(true, 0.1), tcp(true, 0.2)), { verdict: 'FAIL', note: 'the node routes it by default route, expected vxlan' });
   assert.deepEqual(judgeCell('same node', 'same node', ping(false), tcp(true)), { verdict: 'FAIL', note: 'ping: 0/3 replies' });
   assert.deepEqual(judgeCell('tunnel direct', 'tunnel', ping(true, 0.5), tcp(true, 0.6)), { verdict: 'ok' });
   assert.equal(judgeCell('tunnel direct', 'default route', ping(false), tcp(false)).verdict, 'FAIL');
-  assert.deepEqual(judgeCell('tunnel hole-punched', 'default route', ping(false), tcp(false)), { verdict: 'no path yet (hole punching/relay not built)' });
+  assert.deepEqual(judgeCell('tunnel hole-punched', 'tunnel', ping(true, 0.9), tcp(true, 1)), { verdict: 'ok' });
+  assert.deepEqual(judgeCell('tunnel hole-punched', 'tunnel relayed', ping(true, 0.9), tcp(true, 1)), { verdict: 'FAIL', note: 'the node routes it by tunnel relayed, expected tunnel' });
+  assert.deepEqual(judgeCell('tunnel relayed', 'tunnel relayed', ping(true, 2), tcp(true, 3)), { verdict: 'ok' });
+  assert.equal(judgeCell('tunnel relayed', 'tunnel down', ping(false), tcp(false)).verdict, 'FAIL');
   assert.deepEqual(judgeCell('not allowed', 'default route', ping(false), tcp(false)), { verdict: 'blocked as expected' });
   assert.equal(judgeCell('not allowed', 'default route', ping(true, 1), tcp(false)).verdict, 'FAIL');
 });
@@ -109,22 +112,22 @@ test('summary, verdict and matrix rendering', () => {
     const p = ping(ok, ok ? 0.123 : undefined);
     const t = tcp(ok, ok ? 0.3 : undefined);
     const route = path === 'vxlan' || path === 'same node' ? path : 'default route';
-    return { from, to, fromNode: from.slice(0, 3), toNode: to.slice(0, 3), fromIp: '10.100.0.2', toIp: '10.100.0.66', path, expect: path === 'vxlan' || path === 'same node' ? 'reachable' : 'not built (hole punching/relay)', route, ping: p, tcp: t, ...judgeCell(path, route, p, t) };
+    return { from, to, fromNode: from.slice(0, 3), toNode: to.slice(0, 3), fromIp: '10.100.0.2', toIp: '10.100.0.66', path, expect: path === 'not allowed' ? 'blocked' : 'reachable', route, ping: p, tcp: t, ...judgeCell(path, route, p, t) };
   };
-  const cells = [cell('a-1-p1', 'a-2-p1', 'vxlan', true), cell('a-2-p1', 'a-1-p1', 'vxlan', true), cell('a-1-p1', 'c-1-p1', 'tunnel hole-punched', false),
-    cell('c-1-p1', 'a-1-p1', 'tunnel hole-punched', false), cell('a-2-p1', 'c-1-p1', 'tunnel hole-punched', false), cell('c-1-p1', 'a-2-p1', 'tunnel hole-punched', false)];
+  const cells = [cell('a-1-p1', 'a-2-p1', 'vxlan', true), cell('a-2-p1', 'a-1-p1', 'vxlan', true), cell('a-1-p1', 'c-1-p1', 'not allowed', false),
+    cell('c-1-p1', 'a-1-p1', 'not allowed', false), cell('a-2-p1', 'c-1-p1', 'not allowed', false), cell('c-1-p1', 'a-2-p1', 'not allowed', false)];
   const v = verdictOf(cells);
-  assert.deepEqual({ ok: v.ok, should: v.shouldWork, working: v.working, waiting: v.waitingForTunnel }, { ok: true, should: 2, working: 2, waiting: 4 });
+  assert.deepEqual({ ok: v.ok, should: v.shouldWork, working: v.working, blocked: v.blocked }, { ok: true, should: 2, working: 2, blocked: 4 });
   assert.deepEqual(renderSummary(summarize(cells)), [
-    'path                 expected today                   pairs  ping ok  tcp ok  failed  ping RTT (median)  tcp connect (median)',
-    'vxlan                reachable                            2        2       2       0            0.12 ms               0.30 ms',
-    'tunnel hole-punched  not built (hole punching/relay)      4        0       0       0                  -                     -',
+    'path         expected   pairs  ping ok  tcp ok  failed  ping RTT (median)  tcp connect (median)',
+    'vxlan        reachable      2        2       2       0            0.12 ms               0.30 ms',
+    'not allowed  blocked        4        0       0       0                  -                     -',
   ]);
   assert.deepEqual(renderMatrix(['a-1-p1', 'a-2-p1', 'c-1-p1'], cells).slice(0, 4), [
     '                1      2      3',
-    '  1 a-1-p1        V 0.12 H   --',
-    '  2 a-2-p1 V 0.12        H   --',
-    '  3 c-1-p1 H   -- H   --',
+    '  1 a-1-p1        V 0.12 X   --',
+    '  2 a-2-p1 V 0.12        X   --',
+    '  3 c-1-p1 X   -- X   --',
   ]);
 });
 

@@ -16,11 +16,10 @@
  * - Every namespace's name starts with the run's prefix `atl-lab-<runid>-`, so a run's leftovers can be found by name
  *   even without its state file. Namespace names are file names; interface names (at most 15 characters) are short
  *   and only unique inside their namespace: `eth0` in every node, `p-<peer>` for bridge ports, `up0` for uplinks.
- * - "Public" links use TEST-NET ranges: 198.51.100.0/24 between the routers, 192.0.2.0/24 in the cloud site;
- *   203.0.113.0/24 is kept for the relay's public address (the tunnel issue). Edge LANs are 172.16.<n>.0/24; pod
- *   blocks come from the controller's 10.100.0.0/16. Nothing routes 10.100.0.0/16 between sites but the tunnel:
- *   cloud <-> edge pairs go through it (the edge dials out), edge <-> edge pairs fail until hole punching and the
- *   relay exist.
+ * - "Public" links use TEST-NET ranges: 198.51.100.0/24 between the routers, 192.0.2.0/24 in the cloud site. The
+ *   relay runs beside the controller (192.0.2.2, port 8476). Edge LANs are 172.16.<n>.0/24; pod blocks come from the
+ *   controller's 10.100.0.0/16. Nothing routes 10.100.0.0/16 between sites but the tunnel: cloud <-> edge pairs go
+ *   through it (the edge dials out), edge <-> edge pairs of one community hole-punch or go through the relay.
  * - The wan has no route into the edge LANs: an edge is reachable only through its router's NAT, as on the internet.
  */
 import { CLOUD_SITE, type LabSpec, type NatType, type UplinkConditions } from './spec.ts';
@@ -31,8 +30,7 @@ export const LAB_RUN_ID = /^[0-9a-f]{4}$/;
 export const LAB_CLUSTER_CIDR = '10.100.0.0/16';
 export const LAB_BLOCK_BITS = 26;
 export const LAB_CONTROLLER_PORT = 7443;
-/** Address of the relay-to-be (the tunnel issue); reserved, nothing uses it yet. */
-export const LAB_RELAY_RANGE = '203.0.113.0/24';
+export const LAB_RELAY_PORT = 8476;
 /** Kubernetes namespace of the lab's pods. */
 export const LAB_POD_NAMESPACE = 'lab';
 /** Names the agent uses inside each node namespace (its configuration defaults, the lab's underlay). */
@@ -46,6 +44,8 @@ const NODE_HOST_BASE = 10;
 const EDGE_ROUTER_BASE = 10;
 
 export type LabNamespaceRole = 'wan' | 'router' | 'controller' | 'node' | 'pod';
+
+/** A cloud service of the lab (the controller, the relay) run as its own process. */
 
 export interface LabNamespace {
   /** Full namespace name (the run prefix included). */
@@ -100,15 +100,22 @@ export interface LabQdisc {
   readonly tc: readonly string[];
 }
 
-export interface LabController {
+export interface LabService {
   readonly netns: string;
   readonly address: string;
-  readonly url: string;
   readonly dir: string;
   readonly configPath: string;
   readonly logPath: string;
-  /** The controller's configuration file, as JSON. */
+  /** Its configuration file, as JSON (the relay's without `controller.caCertHash`, which the controller prints). */
   readonly config: Readonly<Record<string, unknown>>;
+}
+
+export interface LabController extends LabService {
+  readonly url: string;
+}
+
+export interface LabRelay extends LabService {
+  readonly port: number;
 }
 
 export interface LabNode {
@@ -152,6 +159,7 @@ export interface LabPlan {
   readonly nat: readonly LabNat[];
   readonly qdiscs: readonly LabQdisc[];
   readonly controller: LabController;
+  readonly relay: LabRelay;
   readonly nodes: readonly LabNode[];
   readonly pods: readonly LabPod[];
 }
@@ -163,6 +171,7 @@ export interface LabPlanInput {
   readonly dir: string;
   readonly bootstrapToken: string;
   readonly adminToken: string;
+  readonly relayToken: string;
 }
 
 /** The namespace prefix of a run: `atl-lab-<runid>-`. */
@@ -214,6 +223,13 @@ export function natRuleset(opts: { site: string; type: NatType; lan: string; upl
     `    type filter hook forward priority filter; policy accept;`,
     `    iifname "${opts.uplink}" oifname "${opts.lanDev}" ct state established,related accept`,
     `    iifname "${opts.uplink}" oifname "${opts.lanDev}" drop`,
+    `  }`,
+    // like home and carrier NAT gateways: unsolicited packets to the router itself are dropped, not answered with a
+    // reset (a reset would also leave a conntrack entry that makes the NAT pick another port for a punching SYN)
+    `  chain input {`,
+    `    type filter hook input priority filter; policy accept;`,
+    `    iifname "${opts.uplink}" ct state established,related accept`,
+    `    iifname "${opts.uplink}" drop`,
     `  }`,
     `}`,
     '',
@@ -267,8 +283,17 @@ export function planLab(input: LabPlanInput): LabPlan {
     config: {
       listenHost: ctlAddress, listenPort: LAB_CONTROLLER_PORT, advertiseUrl: url, clusterCidrs: [LAB_CLUSTER_CIDR],
       blockBits: LAB_BLOCK_BITS, maxBlocksPerNode: 8, refillBelow: 8, dataDir: `${dir}/controller/data`,
-      bootstrapTokens: [input.bootstrapToken], adminToken: input.adminToken, store: { type: 'embedded' },
+      bootstrapTokens: [input.bootstrapToken], adminToken: input.adminToken, relayTokens: [input.relayToken], store: { type: 'embedded' },
     },
+  };
+  const relay: LabRelay = {
+    netns: ctl,
+    address: ctlAddress,
+    port: LAB_RELAY_PORT,
+    dir: `${dir}/relay`,
+    configPath: `${dir}/relay/relay.json`,
+    logPath: `${dir}/relay/relay.log`,
+    config: { listenHost: ctlAddress, listenPort: LAB_RELAY_PORT, dataDir: `${dir}/relay/data`, controller: { urls: [url], token: input.relayToken } },
   };
 
   const addNode = (site: string, community: string, index: number, router: string, lanNet: string) => {
@@ -321,13 +346,20 @@ export function planLab(input: LabPlanInput): LabPlan {
     for (let i = 1; i <= e.nodes; i++) addNode(e.name, e.community, i, router, lanNet);
   });
 
-  return { runId, prefix, dir, spec, namespaces, bridges, veths, routes, forwarding, nat, qdiscs, controller, nodes, pods };
+  return { runId, prefix, dir, spec, namespaces, bridges, veths, routes, forwarding, nat, qdiscs, controller, relay, nodes, pods };
 }
 
-/** The agent configuration of `node`, pinned to the controller's CA. */
-export function agentConfigFor(node: LabNode, caCertHash: string): Record<string, unknown> {
+/** The relay's configuration, pinned to the controller's CA. */
+export function relayConfigFor(relay: LabRelay, caCertHash: string): Record<string, unknown> {
+  return { ...relay.config, controller: { ...(relay.config.controller as Record<string, unknown>), caCertHash } };
+}
+
+/** The agent configuration of `node`, pinned to the controller's CA; edge nodes also to the relay's key. */
+export function agentConfigFor(node: LabNode, caCertHash: string, relay: { plan: LabRelay; pin: string }): Record<string, unknown> {
   const controller = node.agentConfig.controller as Record<string, unknown>;
-  return { ...node.agentConfig, controller: { ...controller, caCertHash } };
+  const tunnel = node.agentConfig.tunnel as Record<string, unknown>;
+  const relayRef = tunnel.role === 'edge' ? { relay: { address: `${relay.plan.address}:${relay.plan.port}`, pin: relay.pin } } : {};
+  return { ...node.agentConfig, controller: { ...controller, caCertHash }, tunnel: { ...tunnel, ...relayRef } };
 }
 
 /** One step of setting up the lab: a tool fed `input` on stdin, in a namespace (the host's when absent). */
@@ -380,16 +412,11 @@ export function interfaceNames(plan: LabPlan): string[] {
 /** The path a packet from a pod on `from` to a pod on `to` should take, by the topology and community rules. */
 export type LabPath = 'same node' | 'vxlan' | 'direct route' | 'tunnel direct' | 'tunnel hole-punched' | 'tunnel relayed' | 'not allowed';
 
-/**
- * What the check expects of a path today: the same-site data plane and the cloud <-> edge tunnel exist; edge <-> edge
- * (hole punching, relay) does not yet.
- */
-export type LabExpectation = 'reachable' | 'not built (hole punching/relay)' | 'blocked';
+/** What the check expects of a path: every path but 'not allowed' must carry ping and TCP. */
+export type LabExpectation = 'reachable' | 'blocked';
 
 export function expectationOf(path: LabPath): LabExpectation {
-  if (path === 'same node' || path === 'vxlan' || path === 'direct route' || path === 'tunnel direct') return 'reachable';
-  if (path === 'not allowed') return 'blocked';
-  return 'not built (hole punching/relay)';
+  return path === 'not allowed' ? 'blocked' : 'reachable';
 }
 
 /**
@@ -410,8 +437,11 @@ export function expectedPath(plan: LabPlan, from: string, to: string): LabPath {
   return natOf(a.site) === 'symmetric' || natOf(b.site) === 'symmetric' ? 'tunnel relayed' : 'tunnel hole-punched';
 }
 
-/** Where the source node's kernel sends a packet for a pod address, as `ip route get` reports it. */
-export type ObservedRoute = 'same node' | 'vxlan' | 'direct route' | 'tunnel' | 'default route' | 'no route';
+/**
+ * Where the source node sends a packet for a pod address: as `ip route get` reports it, and for the tunnel device
+ * how the agent carries it to that peer now (`atoll peers`: a direct stream, or through the relay).
+ */
+export type ObservedRoute = 'same node' | 'vxlan' | 'direct route' | 'tunnel' | 'tunnel relayed' | 'tunnel down' | 'default route' | 'no route';
 
 /** Classifies `ip -j route get <pod ip>` run in `node`'s namespace. */
 export function classifyRoute(node: Pick<LabNode, 'gateway'>, route: { readonly dev?: string; readonly gateway?: string; readonly type?: string } | undefined): ObservedRoute {
@@ -423,9 +453,9 @@ export function classifyRoute(node: Pick<LabNode, 'gateway'>, route: { readonly 
   return 'default route';
 }
 
-/** The route a path needs in the source node's kernel; undefined for the paths not built yet. */
+/** The route a path needs at the source node; undefined for pairs that are not allowed (no route is right). */
 export function routeFor(path: LabPath): ObservedRoute | undefined {
-  if (path === 'same node' || path === 'vxlan' || path === 'direct route') return path;
-  if (path === 'tunnel direct') return 'tunnel';
+  if (path === 'same node' || path === 'vxlan' || path === 'direct route' || path === 'tunnel relayed') return path;
+  if (path === 'tunnel direct' || path === 'tunnel hole-punched') return 'tunnel';
   return undefined;
 }

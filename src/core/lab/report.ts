@@ -23,7 +23,7 @@ export interface TcpResult {
   readonly error?: string;
 }
 
-export type CellVerdict = 'ok' | 'FAIL' | 'no path yet (hole punching/relay not built)' | 'blocked as expected' | 'reachable before hole punching/relay exists';
+export type CellVerdict = 'ok' | 'FAIL' | 'blocked as expected';
 
 export interface LabCell {
   readonly from: string;
@@ -53,10 +53,7 @@ export function judgeCell(path: LabPath, route: ObservedRoute, ping: PingResult,
     if (route !== routeFor(path)) problems.push(`the node routes it by ${route}, expected ${routeFor(path)}`);
     return problems.length === 0 ? { verdict: 'ok' } : { verdict: 'FAIL', note: problems.join('; ') };
   }
-  if (expect === 'blocked') {
-    return works ? { verdict: 'FAIL', note: `reachable (${route}) although the communities do not allow it` } : { verdict: 'blocked as expected' };
-  }
-  return works ? { verdict: 'reachable before hole punching/relay exists', note: `by ${route}` } : { verdict: 'no path yet (hole punching/relay not built)' };
+  return works ? { verdict: 'FAIL', note: `reachable (${route}) although the communities do not allow it` } : { verdict: 'blocked as expected' };
 }
 
 export interface PathSummary {
@@ -71,13 +68,13 @@ export interface PathSummary {
 }
 
 export interface LabVerdict {
-  /** True when every cell that should work today works and nothing forbidden does. */
+  /** True when every allowed cell works over its expected path and no forbidden cell works. */
   readonly ok: boolean;
-  /** Cells expected to work today (same node, same site, cloud <-> edge through the tunnel). */
+  /** Cells that must work (every pair but those the communities forbid). */
   readonly shouldWork: number;
   readonly working: number;
-  /** Cells waiting for hole punching or the relay (edge <-> edge across sites). */
-  readonly waitingForTunnel: number;
+  /** Cells the communities forbid (edges of different or no communities), all of which must fail. */
+  readonly blocked: number;
   readonly failures: readonly LabCell[];
 }
 
@@ -111,7 +108,7 @@ export function verdictOf(cells: readonly LabCell[]): LabVerdict {
     ok: cells.every((c) => c.verdict !== 'FAIL'),
     shouldWork: should.length,
     working: should.filter((c) => c.verdict === 'ok').length,
-    waitingForTunnel: cells.filter((c) => c.expect === 'not built (hole punching/relay)').length,
+    blocked: cells.filter((c) => c.verdict === 'blocked as expected').length,
     failures: cells.filter((c) => c.verdict === 'FAIL'),
   };
 }
@@ -133,8 +130,6 @@ function cellText(c: LabCell): string {
       return `${letter} ${formatMs(c.ping.rttMs)}`;
     case 'FAIL':
       return `${letter} FAIL`;
-    case 'reachable before hole punching/relay exists':
-      return `${letter}!${formatMs(c.ping.rttMs)}`;
     default:
       return `${letter}   --`;
   }
@@ -155,14 +150,14 @@ export function renderMatrix(pods: readonly string[], cells: readonly LabCell[])
     lines.push(`${index(i)} ${from.padEnd(nameWidth)}${row}`.trimEnd());
   });
   lines.push('', 'N same node, V vxlan, D direct route, T tunnel direct, H tunnel hole-punched, R tunnel relayed, X not allowed;',
-    'a number is the ping RTT in ms (ping and TCP both worked); -- no path yet (hole punching/relay not built) or blocked as expected;',
-    'FAIL should work and does not; ! reachable before hole punching/relay exists; ? not checked.');
+    'a number is the ping RTT in ms (ping and TCP both worked); -- blocked as expected;',
+    'FAIL should work and does not (or is not allowed and does); ? not checked.');
   return lines;
 }
 
 /** The per-path summary table. */
 export function renderSummary(summary: readonly PathSummary[]): string[] {
-  const rows = [['path', 'expected today', 'pairs', 'ping ok', 'tcp ok', 'failed', 'ping RTT (median)', 'tcp connect (median)']];
+  const rows = [['path', 'expected', 'pairs', 'ping ok', 'tcp ok', 'failed', 'ping RTT (median)', 'tcp connect (median)']];
   for (const s of summary) {
     rows.push([s.path, s.expect, String(s.cells), String(s.pingOk), String(s.tcpOk), String(s.failed),
       s.medianPingMs === undefined ? '-' : `${formatMs(s.medianPingMs)} ms`, s.medianTcpConnectMs === undefined ? '-' : `${formatMs(s.medianTcpConnectMs)} ms`]);

@@ -1,6 +1,6 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { encodeFrame, FRAME_HEADER, FrameDecoder, FrameError, MAX_FRAME_PAYLOAD, writeFrameHeader } from './frame.ts';
+import { encodeFrame, FRAME_HEADER, FRAME_KIND, FrameDecoder, FrameError, MAX_FRAME_PAYLOAD, PEER_ID_LEN, peerIdOfPin, pinOfPeerId, writeFrameHeader } from './frame.ts';
 
 function payload(n: number, seed: number): Uint8Array {
   const p = new Uint8Array(n);
@@ -25,10 +25,30 @@ function concat(parts: Uint8Array[]): Uint8Array {
 
 describe('tunnel framing', () => {
   const frames = [payload(1, 1), payload(60, 2), payload(1510, 3), payload(MAX_FRAME_PAYLOAD, 4), payload(300, 5)];
-  const stream = concat(frames.map(encodeFrame));
+  const stream = concat(frames.map((f) => encodeFrame(f)));
 
-  test('a 4-byte big-endian length then the payload', () => {
+  test('kinds come out with their payloads; a relayed frame too short for its peer id or an unknown kind is refused', () => {
+    const parts = [encodeFrame(payload(5, 1), FRAME_KIND.control), encodeFrame(payload(PEER_ID_LEN + 1, 2), FRAME_KIND.relayedPacket), encodeFrame(payload(9, 3))];
+    const got: [number, number][] = [];
+    new FrameDecoder().push(concat(parts), (p, kind) => got.push([kind, p.length]));
+    assert.deepEqual(got, [[FRAME_KIND.control, 5], [FRAME_KIND.relayedPacket, PEER_ID_LEN + 1], [FRAME_KIND.packet, 9]]);
+    assert.throws(() => new FrameDecoder().push(encodeFrame(payload(PEER_ID_LEN, 0), FRAME_KIND.relayedControl), () => undefined), FrameError);
+    assert.throws(() => new FrameDecoder().push(new Uint8Array([4, 0, 0, 1, 0]), () => undefined), /kind 4/);
+  });
+
+  test('a peer id is the pin\'s digest, and back', () => {
+    const pin = `sha256:${'0f'.repeat(31)}a1`;
+    const id = peerIdOfPin(pin);
+    assert.equal(id.length, PEER_ID_LEN);
+    assert.equal(id[0], 0x0f);
+    assert.equal(id[31], 0xa1);
+    assert.equal(pinOfPeerId(id), pin);
+    assert.throws(() => peerIdOfPin('sha256:abc'), /not a key pin/);
+  });
+
+  test('kind byte, 3-byte big-endian length, then the payload', () => {
     assert.deepEqual([...encodeFrame(new Uint8Array([9, 8]))], [0, 0, 0, 2, 9, 8]);
+    assert.deepEqual([...encodeFrame(new Uint8Array([7]), FRAME_KIND.control)], [1, 0, 0, 1, 7]);
     const b = new Uint8Array(4);
     writeFrameHeader(b, 0, 65_545);
     assert.deepEqual([...b], [0, 1, 0, 9]);
@@ -45,7 +65,7 @@ describe('tunnel framing', () => {
   });
 
   test('byte by byte and in odd-sized chunks', () => {
-    const small = concat(frames.slice(0, 3).map(encodeFrame));
+    const small = concat(frames.slice(0, 3).map((f) => encodeFrame(f)));
     assert.deepEqual(decodeAll([...small].map((b) => new Uint8Array([b]))), frames.slice(0, 3));
     const chunks: Uint8Array[] = [];
     for (let i = 0; i < stream.length; i += 997) chunks.push(stream.subarray(i, i + 997));
@@ -53,7 +73,7 @@ describe('tunnel framing', () => {
   });
 
   test('a zero or oversized length is a framing error, and the decoder stays broken', () => {
-    for (const len of [0, MAX_FRAME_PAYLOAD + 1, 0xffffffff]) {
+    for (const len of [0, MAX_FRAME_PAYLOAD + 1, 0x00ffffff]) {
       const d = new FrameDecoder();
       const h = new Uint8Array([len >>> 24, (len >>> 16) & 255, (len >>> 8) & 255, len & 255]);
       assert.throws(() => d.push(h, () => assert.fail('no frame')), FrameError);

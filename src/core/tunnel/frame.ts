@@ -1,31 +1,61 @@
 /**
- * Framing of tunnel packets on a byte stream: a 4-byte big-endian length, then the packet (its 10-byte virtio-net
- * header and the IP packet, as read from the TUN device). Pure: no I/O, no `node:` imports.
+ * Framing of tunnel traffic on a byte stream. Pure: no I/O, no `node:` imports.
  *
- * Why 4 bytes: with GSO offloads a TUN read returns superpackets of up to 64 KB (GUIDE 3.1), which 2 bytes cannot
- * length.
+ *   frame = kind (1 byte) | length (3 bytes, big-endian) | payload (length bytes)
+ *
+ * Kinds: a packet (its 10-byte virtio-net header and the IP packet, as read from the TUN device); a control message
+ * (JSON: keepalive pings, the relay's hello and observed address); and, on a stream to the relay, a relayed packet
+ * or relayed control message, whose payload starts with the 32-byte id (sha256 of the public key, the pin's digest)
+ * of the other end: the destination when a node sends it, the origin when the relay delivers it.
+ *
+ * Why 3 length bytes: with GSO offloads a TUN read returns superpackets of up to 64 KB (GUIDE 3.1), which 2 bytes
+ * cannot length, and 24 bits hold any frame.
  */
 
-/** Bytes of the length prefix. */
-export const FRAME_HEADER = 4;
-/** The largest payload a frame may carry: a 64 KB IP packet plus its virtio-net header. */
-export const MAX_FRAME_PAYLOAD = 65_535 + 10;
+export const FRAME_KIND = Object.freeze({ packet: 0, control: 1, relayedPacket: 2, relayedControl: 3 });
+export type FrameKind = (typeof FRAME_KIND)[keyof typeof FRAME_KIND];
 
-/** Writes the length prefix for a payload of `length` bytes into `buf` at `offset`. */
-export function writeFrameHeader(buf: Uint8Array, offset: number, length: number): void {
+/** Bytes of the kind and length prefix. */
+export const FRAME_HEADER = 4;
+/** Bytes of a peer id (sha256 digest of its public key) at the front of a relayed frame's payload. */
+export const PEER_ID_LEN = 32;
+/** Headroom a packet needs in front of it to be framed in place, relayed or not. */
+export const FRAME_HEADROOM = FRAME_HEADER + PEER_ID_LEN;
+/** The largest payload a frame may carry: a 64 KB IP packet plus its virtio-net header, plus a relay's peer id. */
+export const MAX_FRAME_PAYLOAD = 65_535 + 10 + PEER_ID_LEN;
+
+/** Writes the prefix for a `kind` frame of `length` payload bytes into `buf` at `offset`. */
+export function writeFrameHeader(buf: Uint8Array, offset: number, length: number, kind: FrameKind = FRAME_KIND.packet): void {
   if (!Number.isInteger(length) || length < 1 || length > MAX_FRAME_PAYLOAD) throw new RangeError(`frame payload of ${length} bytes is outside 1..${MAX_FRAME_PAYLOAD}`);
-  buf[offset] = length >>> 24;
+  buf[offset] = kind;
   buf[offset + 1] = (length >>> 16) & 255;
   buf[offset + 2] = (length >>> 8) & 255;
   buf[offset + 3] = length & 255;
 }
 
 /** One frame (prefix and payload) in a new array. */
-export function encodeFrame(payload: Uint8Array): Uint8Array {
+export function encodeFrame(payload: Uint8Array, kind: FrameKind = FRAME_KIND.packet): Uint8Array {
   const out = new Uint8Array(FRAME_HEADER + payload.length);
-  writeFrameHeader(out, 0, payload.length);
+  writeFrameHeader(out, 0, payload.length, kind);
   out.set(payload, FRAME_HEADER);
   return out;
+}
+
+/** The peer id (32 bytes) of a pin `sha256:<64 hex>`. @throws RangeError on anything else. */
+export function peerIdOfPin(pin: string): Uint8Array {
+  const m = /^sha256:([0-9a-f]{64})$/.exec(pin);
+  if (!m) throw new RangeError(`"${pin}" is not a key pin (sha256:<64 hex digits>)`);
+  const hex = m[1] as string;
+  const out = new Uint8Array(PEER_ID_LEN);
+  for (let i = 0; i < PEER_ID_LEN; i++) out[i] = Number.parseInt(hex.slice(2 * i, 2 * i + 2), 16);
+  return out;
+}
+
+/** The pin (`sha256:<hex>`) of a peer id. */
+export function pinOfPeerId(id: Uint8Array): string {
+  let hex = '';
+  for (let i = 0; i < PEER_ID_LEN; i++) hex += (id[i] as number).toString(16).padStart(2, '0');
+  return `sha256:${hex}`;
 }
 
 /** A stream that breaks the framing: the peer is broken or hostile, and its stream must be closed. */
@@ -37,16 +67,18 @@ export class FrameError extends Error {
 }
 
 /**
- * Incremental decoder: feed it the stream's chunks in order; it calls `onFrame` once per whole payload, in order.
+ * Incremental decoder: feed it the stream's chunks in order; it calls `onFrame` once per whole frame, in order,
+ * with its kind and payload.
  * A payload lying wholly inside one chunk is handed out as a view of that chunk (no copy), so `onFrame` must be done
  * with it before the chunk's memory is reused; a payload split across chunks is assembled in a fresh array.
- * @throws FrameError on a zero or oversized length; the decoder is then unusable.
+ * @throws FrameError on an unknown kind or a zero or oversized length; the decoder is then unusable.
  */
 export class FrameDecoder {
   private readonly header = new Uint8Array(FRAME_HEADER);
   private headerHave = 0;
   private partial: Uint8Array | undefined;
   private partialHave = 0;
+  private partialKind: FrameKind = FRAME_KIND.packet;
   private broken = false;
 
   /** Bytes received but not yet handed out as a frame. */
@@ -54,7 +86,7 @@ export class FrameDecoder {
     return this.headerHave + this.partialHave + (this.partial ? FRAME_HEADER : 0);
   }
 
-  push(chunk: Uint8Array, onFrame: (payload: Uint8Array) => void): void {
+  push(chunk: Uint8Array, onFrame: (payload: Uint8Array, kind: FrameKind) => void): void {
     if (this.broken) throw new FrameError('frame decoder used after a framing error');
     let pos = 0;
     const end = chunk.length;
@@ -68,31 +100,39 @@ export class FrameDecoder {
           const done = this.partial;
           this.partial = undefined;
           this.partialHave = 0;
-          onFrame(done);
+          onFrame(done, this.partialKind);
         }
         continue;
       }
       let length: number;
+      let kind: number;
       if (this.headerHave === 0 && end - pos >= FRAME_HEADER) {
-        length = ((chunk[pos]! << 24) >>> 0) + (chunk[pos + 1]! << 16) + (chunk[pos + 2]! << 8) + chunk[pos + 3]!;
+        kind = chunk[pos]!;
+        length = (chunk[pos + 1]! << 16) + (chunk[pos + 2]! << 8) + chunk[pos + 3]!;
         pos += FRAME_HEADER;
       } else {
         while (this.headerHave < FRAME_HEADER && pos < end) this.header[this.headerHave++] = chunk[pos++]!;
         if (this.headerHave < FRAME_HEADER) return;
         const h = this.header;
-        length = ((h[0]! << 24) >>> 0) + (h[1]! << 16) + (h[2]! << 8) + h[3]!;
+        kind = h[0]!;
+        length = (h[1]! << 16) + (h[2]! << 8) + h[3]!;
         this.headerHave = 0;
       }
       if (length < 1 || length > MAX_FRAME_PAYLOAD) {
         this.broken = true;
         throw new FrameError(`frame length ${length} is outside 1..${MAX_FRAME_PAYLOAD}`);
       }
+      if (kind > FRAME_KIND.relayedControl || (kind >= FRAME_KIND.relayedPacket && length <= PEER_ID_LEN)) {
+        this.broken = true;
+        throw new FrameError(`frame kind ${kind} of ${length} bytes is not one this decoder knows`);
+      }
       if (end - pos >= length) {
-        onFrame(chunk.subarray(pos, pos + length));
+        onFrame(chunk.subarray(pos, pos + length), kind as FrameKind);
         pos += length;
       } else {
         this.partial = new Uint8Array(length);
         this.partialHave = 0;
+        this.partialKind = kind as FrameKind;
       }
     }
   }

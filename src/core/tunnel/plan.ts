@@ -3,9 +3,13 @@
  * that send the peers' pod blocks into the TUN device. Pure: src/agent/tunnel.ts applies it.
  *
  * Design notes (why):
- * - Only cloud <-> edge pairs for now: a cloud node has a public underlay address, so the edge node dials it through
- *   its NAT and the cloud node answers over the same stream. Edge <-> edge pairs need hole punching or a relay and get
- *   no routes (cloud <-> cloud pairs in different sites neither: not built).
+ * - Cloud <-> edge: a cloud node has a public underlay address, so the edge node dials it through its NAT and the
+ *   cloud node answers over the same stream.
+ * - Edge <-> edge only inside one community (a node label; FabEdge's semantics): both ends hole-punch a direct stream,
+ *   coordinated through the relay, and use the relay's stream until (and whenever) they have none. The name that
+ *   sorts first initiates. Edge nodes without a community, or of different communities, get no path and no routes
+ *   (their packets leave by the default route, where nothing routes pod addresses); the relay refuses such pairs too.
+ * - Cloud <-> cloud pairs in different sites: not built (one cloud site).
  * - A peer takes part only once it has published its tunnel key (the pin both ends check), its role and its blocks.
  * - Routes carry ROUTE_PROTO like the overlay's, but have no gateway: `<block> dev <tun> proto 44`. The overlay's diff
  *   only handles routes with a gateway, so the two never touch each other's routes.
@@ -26,7 +30,14 @@ export interface TunnelSelf {
   readonly role: TunnelRole;
   /** The port this node listens on (cloud) and assumes for peers that publish none. */
   readonly port: number;
+  /** This node's community ('' for none). */
+  readonly community: string;
+  /** Whether a relay is configured (edge <-> edge paths need one to coordinate punching). */
+  readonly relay: boolean;
 }
+
+/** How the stream to a peer comes up: we dial it, it dials us, or both punch through NAT (edge <-> edge). */
+export type TunnelPeerMode = 'dial' | 'accept' | 'punch';
 
 export interface TunnelPeerPlan {
   readonly name: string;
@@ -34,13 +45,16 @@ export interface TunnelPeerPlan {
   readonly pin: string;
   readonly role: TunnelRole;
   readonly blocks: readonly Cidr[];
-  /** Where to dial the peer; undefined when the peer dials us. */
+  readonly mode: TunnelPeerMode;
+  /** Where to dial the peer (mode 'dial'). */
   readonly dial: { readonly host: string; readonly port: number } | undefined;
+  /** For mode 'punch': whether this node starts the punching (and is the TLS client). */
+  readonly initiator: boolean;
 }
 
 export interface TunnelPlan {
   readonly peers: readonly TunnelPeerPlan[];
-  /** Remote peers left out, with why (edge <-> edge, no key yet...). */
+  /** Remote peers left out, with why (another community, no key yet...). */
   readonly skipped: readonly { readonly name: string; readonly reason: string }[];
 }
 
@@ -63,15 +77,50 @@ export function planTunnel(self: TunnelSelf, peers: readonly NodeRecord[], remot
     const blocks = p.blocks.map((b) => parseCidr(b)).filter((b): b is Cidr => b !== undefined);
     if (!role || !p.tunnelKey) skipped.push({ name: p.name, reason: 'runs no tunnel (no role or key published)' });
     else if (blocks.length === 0) skipped.push({ name: p.name, reason: 'has no block yet' });
-    else if (role === self.role) skipped.push({ name: p.name, reason: `${role} <-> ${role} across sites is not built (hole punching/relay)` });
-    else if (role === 'cloud' && !p.addresses[0]) skipped.push({ name: p.name, reason: 'cloud peer publishes no address to dial' });
-    else {
+    else if (role === 'cloud' && self.role === 'cloud') skipped.push({ name: p.name, reason: 'cloud <-> cloud across sites is not built' });
+    else if (role === 'edge' && self.role === 'edge') {
+      const why = edgePairRefusal(self, p.community);
+      if (why) skipped.push({ name: p.name, reason: why });
+      else out.push({ name: p.name, pin: p.tunnelKey, role, blocks, mode: 'punch', dial: undefined, initiator: self.name < p.name });
+    } else if (role === 'cloud' && !p.addresses[0]) skipped.push({ name: p.name, reason: 'cloud peer publishes no address to dial' });
+    else if (role === 'cloud') {
       const port = Number(p.annotations[TUNNEL_PORT_ANNOTATION] ?? self.port);
-      const dial = role === 'cloud' ? { host: p.addresses[0] as string, port: Number.isInteger(port) && port > 0 && port < 65536 ? port : self.port } : undefined;
-      out.push({ name: p.name, pin: p.tunnelKey, role, blocks, dial });
-    }
+      const dial = { host: p.addresses[0] as string, port: Number.isInteger(port) && port > 0 && port < 65536 ? port : self.port };
+      out.push({ name: p.name, pin: p.tunnelKey, role, blocks, mode: 'dial', dial, initiator: true });
+    } else out.push({ name: p.name, pin: p.tunnelKey, role, blocks, mode: 'accept', dial: undefined, initiator: false });
   }
   return { peers: out, skipped };
+}
+
+/** Why an edge node may not have a path to an edge peer of `community`, or undefined when it may. */
+function edgePairRefusal(self: TunnelSelf, community: string): string | undefined {
+  if (self.community === '') return 'edge <-> edge needs a community, and this node has none (not allowed)';
+  if (community !== self.community) return `edge in ${community === '' ? 'no community' : `community ${community}`}, not ours (${self.community}): not allowed`;
+  if (!self.relay) return 'edge <-> edge needs a relay to coordinate hole punching, and none is configured';
+  return undefined;
+}
+
+/** What a relay knows of a node: enough to decide which pairs it may carry. */
+export interface RelayMember {
+  readonly name: string;
+  readonly pin: string;
+  readonly role: TunnelRole;
+  readonly community: string;
+}
+
+/** The relay's members among the registered nodes: those that run a tunnel (a role and a key published). */
+export function relayMembers(nodes: readonly NodeRecord[]): RelayMember[] {
+  return nodes.flatMap((n) => {
+    const role = roleOf(n);
+    return role && n.tunnelKey ? [{ name: n.name, pin: n.tunnelKey, role, community: n.community }] : [];
+  });
+}
+
+/** Whether the relay may carry traffic between `a` and `b`: an edge pair of one community, or any pair with a cloud node. */
+export function relayAllows(a: RelayMember, b: RelayMember): boolean {
+  if (a.name === b.name) return false;
+  if (a.role === 'cloud' || b.role === 'cloud') return true;
+  return a.community !== '' && a.community === b.community;
 }
 
 /** The routes the plan needs, as prefixes (each `<prefix> dev <device> proto ROUTE_PROTO`). */

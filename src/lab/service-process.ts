@@ -1,7 +1,7 @@
 /**
- * An `atoll controller` as a real child process for the lab: started behind a launcher (`ip netns exec NS`) in its
- * own process group with its output in a log file (so it outlives nothing but is never tied to a terminal), ready
- * once it prints the CA pin agents need.
+ * A cloud service of the lab, `atoll controller` or `atoll relay`, as a real child process: started behind a launcher
+ * (`ip netns exec NS`) in its own process group with its output in a log file (so it outlives nothing but is never
+ * tied to a terminal), ready once it prints the pin agents need (the controller's CA, the relay's key).
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { closeSync, existsSync, openSync, readFileSync, statSync } from 'node:fs';
@@ -9,18 +9,21 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { ATOLL_BIN } from './agent-process.ts';
 import { isRunning, logTail, stopChild } from './child-process.ts';
 
-export interface ControllerProcessInit {
+export type ServiceKind = 'controller' | 'relay';
+
+export interface ServiceProcessInit {
+  readonly kind: ServiceKind;
   readonly configPath: string;
   readonly logPath: string;
 }
 
-const READY = /caCertHash (sha256:[0-9a-f]{64})/;
+const READY: Record<ServiceKind, RegExp> = { controller: /caCertHash (sha256:[0-9a-f]{64})/, relay: /relayPin (sha256:[0-9a-f]{64})/ };
 
-export class ControllerProcess {
-  readonly #init: ControllerProcessInit;
+export class ServiceProcess {
+  readonly #init: ServiceProcessInit;
   #proc: ChildProcess | undefined;
 
-  constructor(init: ControllerProcessInit) {
+  constructor(init: ServiceProcessInit) {
     this.#init = init;
   }
 
@@ -29,34 +32,35 @@ export class ControllerProcess {
   }
 
   /**
-   * Starts the controller and waits (bounded) for its ready line.
-   * @returns the CA pin (`sha256:<hex>`) it printed.
+   * Starts the service and waits (bounded) for its ready line.
+   * @returns the pin (`sha256:<hex>`) it printed.
    * @throws Error with the log tail when it exits or stays silent.
    */
   async start(launcher: readonly string[], timeoutMs = 30_000): Promise<string> {
     // a restart appends to the same log: only a ready line printed after this point counts
     const from = existsSync(this.#init.logPath) ? statSync(this.#init.logPath).size : 0;
     const out = openSync(this.#init.logPath, 'a');
-    const argv = [...launcher, ATOLL_BIN, 'controller', '--config', this.#init.configPath];
+    const { kind } = this.#init;
+    const argv = [...launcher, ATOLL_BIN, kind, '--config', this.#init.configPath];
     const proc = spawn(argv[0] as string, argv.slice(1), { stdio: ['ignore', out, out], detached: true });
     closeSync(out);
     proc.unref();
     this.#proc = proc;
     const deadline = Date.now() + timeoutMs;
     while (Date.now() < deadline) {
-      const m = READY.exec(this.#logSince(from));
+      const m = READY[kind].exec(this.#logSince(from));
       if (m) return m[1] as string;
-      if (proc.exitCode !== null || proc.signalCode !== null) throw new Error(`the controller exited (${proc.exitCode ?? proc.signalCode}):\n${this.logTail()}`);
+      if (proc.exitCode !== null || proc.signalCode !== null) throw new Error(`the ${kind} exited (${proc.exitCode ?? proc.signalCode}):\n${this.logTail()}`);
       await sleep(50);
     }
-    throw new Error(`the controller did not print its CA pin within ${timeoutMs} ms:\n${this.logTail()}`);
+    throw new Error(`the ${kind} did not print its pin within ${timeoutMs} ms:\n${this.logTail()}`);
   }
 
   get running(): boolean {
     return isRunning(this.#proc);
   }
 
-  /** Stops the controller by PID (SIGKILL for the lab's controller-kill fault); escalates to SIGKILL after 5 s. */
+  /** Stops the service by PID (SIGKILL for the lab's kill faults); escalates to SIGKILL after 5 s. */
   stop(signal: 'SIGTERM' | 'SIGKILL' = 'SIGTERM'): Promise<void> {
     return stopChild(this.#proc, signal);
   }

@@ -1,0 +1,62 @@
+/**
+ * The agent's status socket: HTTP on a unix socket beside the CNI socket (root only, mode 0600), read by
+ * `atoll peers` and the lab. `GET /v1/peers` answers the tunnel's {@link TunnelStatus} as JSON (`{"tunnel": null}`
+ * on a node without a tunnel).
+ */
+import { chmodSync, unlinkSync } from 'node:fs';
+import { createServer, request, type Server } from 'node:http';
+import { atollError } from '../core/errors.ts';
+import { dirname, join } from 'node:path';
+import type { TunnelStatus } from '../core/tunnel/status.ts';
+
+/** Where the status socket of the agent whose CNI socket is `socketPath` listens. */
+export function statusSocketOf(socketPath: string): string {
+  return join(dirname(socketPath), 'atoll-status.sock');
+}
+
+export async function startStatusServer(path: string, tunnel: () => TunnelStatus | undefined): Promise<Server> {
+  try {
+    unlinkSync(path);
+  } catch {
+    // no stale socket
+  }
+  const server = createServer((req, res) => {
+    if (req.method === 'GET' && req.url === '/v1/peers') {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ tunnel: tunnel() ?? null }));
+      return;
+    }
+    res.writeHead(404, { 'content-type': 'application/json' });
+    res.end(JSON.stringify({ error: `no such status path ${req.method} ${req.url}; try GET /v1/peers` }));
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(path, () => resolve());
+  });
+  chmodSync(path, 0o600);
+  return server;
+}
+
+/**
+ * Reads the tunnel status from the agent's status socket at `socketPath` (null: the node runs no tunnel).
+ * @throws AtollError AGENT_UNREACHABLE when nothing answers there, or not with JSON.
+ */
+export function readTunnelStatus(socketPath: string, timeoutMs = 5000): Promise<TunnelStatus | null> {
+  return new Promise((resolve, reject) => {
+    const req = request({ socketPath, path: '/v1/peers', method: 'GET', timeout: timeoutMs }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (d: Buffer) => chunks.push(d));
+      res.on('end', () => {
+        try {
+          resolve((JSON.parse(Buffer.concat(chunks).toString('utf8')) as { tunnel: TunnelStatus | null }).tunnel);
+        } catch (cause) {
+          reject(atollError('AGENT_UNREACHABLE', `the agent's status socket ${socketPath} answered something that is not JSON`, 'check that an atoll agent owns that socket', cause));
+        }
+      });
+    });
+    req.on('timeout', () => req.destroy(new Error(`no answer within ${timeoutMs} ms`)));
+    req.on('error', (cause) => reject(atollError('AGENT_UNREACHABLE', `cannot read the agent's status at ${socketPath}: ${cause.message}`,
+      'start the agent, or point at its socket with --config AGENT_CONFIG or --socket PATH (run as root)', cause)));
+    req.end();
+  });
+}

@@ -1,0 +1,25 @@
+/**
+ * `atoll peers [--json] [--config FILE | --socket PATH]`: this node's tunnel peers, read from the agent's status
+ * socket (src/agent/status-server.ts): the path each takes now (direct, relayed, down), its round trip, the traffic,
+ * hole punching, the peers left out with why, and the tunnel's drop counters.
+ */
+import { parseArgs } from 'node:util';
+import { renderPeers } from '../core/tunnel/status.ts';
+import { loadAgentConfig } from '../config/agent-config.ts';
+import { readTunnelStatus, statusSocketOf } from '../agent/status-socket.ts';
+
+export async function runPeers(argv: string[]): Promise<number> {
+  const { values } = parseArgs({ args: argv, options: { json: { type: 'boolean', default: false }, config: { type: 'string' }, socket: { type: 'string' } } });
+  const socket = values.socket ?? statusSocketOf(values.config ? loadAgentConfig(values.config).socketPath : '/run/atoll/atoll.sock');
+  const tunnel = await readTunnelStatus(socket);
+  if (values.json) {
+    process.stdout.write(`${JSON.stringify(tunnel, null, 2)}\n`);
+    return 0;
+  }
+  if (!tunnel) {
+    process.stdout.write('this node runs no tunnel (no `tunnel` section in its agent configuration)\n');
+    return 0;
+  }
+  for (const line of renderPeers(tunnel, Date.now())) process.stdout.write(`${line}\n`);
+  return 0;
+}

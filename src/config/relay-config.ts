@@ -1,0 +1,41 @@
+/**
+ * The relay's configuration file (JSON): where it listens, where it keeps its key and its copy of the registry,
+ * and how it reaches the controller. Every key is in docs/configuration.md.
+ */
+import { readFileSync } from 'node:fs';
+import { z } from 'zod';
+import { atollError } from '../core/errors.ts';
+
+const absPath = z.string().regex(/^\/[A-Za-z0-9._/-]*$/, 'must be an absolute path of safe characters');
+
+export const relayConfigSchema = z.strictObject({
+  listenHost: z.string().default('0.0.0.0'),
+  listenPort: z.number().int().min(1).max(65535).default(8476),
+  /** Its tunnel key (the pin agents configure) and its copy of the registry, so it works while the controller is down. */
+  dataDir: absPath.default('/var/lib/atoll-relay'),
+  controller: z.strictObject({
+    urls: z.array(z.url()).min(1),
+    /** The controller CA's pin, as agents have it. */
+    caCertHash: z.string().regex(/^sha256:[0-9a-f]{64}$/, 'must be sha256:<64 hex digits>, as the controller prints it'),
+    /** One of the controller's `relayTokens`. */
+    token: z.string().min(16),
+  }),
+});
+
+export type RelayConfig = Readonly<z.output<typeof relayConfigSchema>>;
+
+/** Reads and validates the relay configuration at `path`. @throws AtollError CONFIG_FILE_INVALID naming every bad key. */
+export function loadRelayConfig(path: string): RelayConfig {
+  let raw: unknown;
+  try {
+    raw = JSON.parse(readFileSync(path, 'utf8'));
+  } catch (cause) {
+    throw atollError('CONFIG_FILE_INVALID', `cannot read the relay configuration ${path} as JSON`, 'pass an existing JSON file with --config', cause);
+  }
+  const res = relayConfigSchema.safeParse(raw);
+  if (!res.success) {
+    const problems = res.error.issues.map((i) => `${i.path.join('.') || '(top)'}: ${i.message}`).join('; ');
+    throw atollError('CONFIG_FILE_INVALID', `the relay configuration ${path} is invalid: ${problems}`, 'fix the keys named; docs/configuration.md lists them all');
+  }
+  return Object.freeze(res.data);
+}

@@ -1,0 +1,74 @@
+/**
+ * The tunnel's state as `atoll peers` shows it: the shape the agent's status socket answers, and its rendering as
+ * a table. Pure.
+ */
+import type { TunnelRole } from './plan.ts';
+
+export type PeerPath = 'direct' | 'relayed' | 'down';
+
+export interface TunnelPeerStatus {
+  readonly name: string;
+  readonly role: TunnelRole;
+  /** How the stream comes up: 'dial', 'accept' or 'punch'. */
+  readonly mode: string;
+  readonly path: PeerPath;
+  /** Round trip over the current path, ms (relayed: end to end through the relay). */
+  readonly rttMs?: number | undefined;
+  readonly txBytes: number;
+  readonly rxBytes: number;
+  readonly txPackets: number;
+  readonly rxPackets: number;
+  /** Since when the path is what it is (ms since epoch; 0 when unknown). */
+  readonly since: number;
+  readonly punch?: { readonly attempts: number; readonly successes: number; readonly lastError: string };
+}
+
+export interface TunnelStatus {
+  readonly role: TunnelRole;
+  readonly relay?: { readonly address: string; readonly connected: boolean; readonly rttMs?: number | undefined };
+  readonly peers: readonly TunnelPeerStatus[];
+  readonly skipped: readonly { readonly name: string; readonly reason: string }[];
+  /** Packets the tunnel dropped, by reason (spoofed sources under `badSource`). */
+  readonly dropped: Readonly<Record<string, number>>;
+}
+
+function bytes(n: number): string {
+  if (n < 1024) return `${n} B`;
+  const units = ['KiB', 'MiB', 'GiB', 'TiB'];
+  let v = n / 1024;
+  let i = 0;
+  while (v >= 1024 && i < units.length - 1) {
+    v /= 1024;
+    i++;
+  }
+  return `${v.toFixed(1)} ${units[i]}`;
+}
+
+function age(ms: number): string {
+  const s = Math.max(0, Math.round(ms / 1000));
+  if (s < 120) return `${s}s`;
+  if (s < 7200) return `${Math.round(s / 60)}m`;
+  return `${Math.round(s / 3600)}h`;
+}
+
+/** `atoll peers` as a table, then the relay and the peers left out with why. `now` in ms since epoch. */
+export function renderPeers(st: TunnelStatus, now: number): string[] {
+  const rows = [['PEER', 'ROLE', 'PATH', 'RTT', 'SENT', 'RECEIVED', 'FOR', 'PUNCHED']];
+  for (const p of st.peers) {
+    rows.push([
+      p.name, p.role, p.path, p.rttMs === undefined ? '-' : `${p.rttMs.toFixed(1)} ms`, bytes(p.txBytes), bytes(p.rxBytes),
+      p.since > 0 ? age(now - p.since) : '-', p.punch ? `${p.punch.successes}/${p.punch.attempts}` : '-',
+    ]);
+  }
+  const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));
+  const out = rows.map((r) => r.map((c, i) => c.padEnd(widths[i]!)).join('  ').trimEnd());
+  if (st.peers.length === 0) out.push('(no tunnel peers)');
+  if (st.relay) out.push(`relay ${st.relay.address}: ${st.relay.connected ? `connected${st.relay.rttMs === undefined ? '' : `, rtt ${st.relay.rttMs.toFixed(1)} ms`}` : 'NOT connected'}`);
+  for (const p of st.peers) {
+    if (p.punch?.lastError && p.path !== 'direct') out.push(`${p.name}: last hole punch failed: ${p.punch.lastError}`);
+  }
+  for (const s of st.skipped) out.push(`no path to ${s.name}: ${s.reason}`);
+  const drops = Object.entries(st.dropped).filter(([, n]) => n > 0);
+  if (drops.length > 0) out.push(`dropped packets: ${drops.map(([k, n]) => `${k} ${n}`).join(', ')}`);
+  return out;
+}
