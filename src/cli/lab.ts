@@ -19,7 +19,7 @@ export const LAB_USAGE = `usage: atoll lab <command> [flags]
   run [flags] [--json FILE] [--svg FILE] [--keep-logs DIR] [--faults LIST|all|none]
                  up, then the connectivity matrix (every pod to every pod, ping and TCP, path and RTT), then
                  the faults (default all: controller-kill, agent-restart, pod-recreate, uplink-cut,
-                 uplink-flap, node-reboot), each with loss, convergence and the matrix after, the report, down.
+                 uplink-flap, node-reboot), each with loss, convergence and the matrix before and after, the report, down.
                  Exit 0 only if every cell that should work today works, before and after every fault
   down [RUNID] [--all]
                  remove a run; without RUNID every run whose lab process is gone or detached, and lab
@@ -113,10 +113,10 @@ async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> 
       const tf = performance.now();
       say('');
       const { runFaults } = await import('../lab/faults.ts');
-      faults = await runFaults(running, faultList.faults, { ok: v.ok, shouldWork: v.shouldWork, working: v.working }, { say });
+      faults = await runFaults(running, faultList.faults, { say });
       describe.timingsMs.faults = Math.round(performance.now() - tf);
       say('');
-      say('faults (before/after: cells that should work and do; convergence from the heal; loss of the sample pings)');
+      say('faults (before/after: cells that should work and do, in the matrix right before and after each fault; convergence from the heal; loss of the sample pings)');
       for (const l of renderFaults(faults)) say(`  ${l}`);
       const bad = faults.filter((f) => !f.ok);
       say(bad.length === 0 ? `PASS: every fault healed, all cells that should work work again` : `FAIL: ${bad.map((f) => f.kind).join(', ')}`);
