@@ -523,7 +523,7 @@ export function renderLabSvg(input: LabSvgInput): string {
   }
 
   // legend and failures
-  let ly = arcsBottom + 30;
+  let ly = arcsBottom + (bottomArcs > 0 ? 20 : 36);
   const legend: string[] = [text(MARGIN, ly, cells ? (perNode ? 'Paths (one line per node pair, all pod pairs in both directions)' : 'Paths (cloud <-> edge: the line from the wan to each edge router; the rest summed up in each site)') : 'Paths (not checked)', { size: 12, weight: 'bold' })];
   ly += 8;
   const present = new Set((cells ?? []).map((c) => c.path));
