@@ -11,10 +11,11 @@
  * pairs as arcs below the nodes, cloud <-> edge through the edge's router, relayed pairs through the relay, edge <->
  * edge pairs as arcs below the edge sites. A pair with a failed cell is red; a pair whose path is not built yet is
  * faded; a pair that is not allowed is a faint grey dotted arc. Bigger labs (more than {@link NODE_LINK_LIMITS})
- * degrade to one line per cloud <-> edge site pair, per-site summaries for the rest, and red lines only for site
- * pairs with failures; nodes with many pods show them as dots, their names in tooltips (`<title>`).
+ * degrade: edge sites wrap into rows, each row on its own wan line; cloud <-> edge is the line from the wan to each
+ * edge router (per site pair, red when a cell failed); the rest is summed up as text in each site, with a red line
+ * between the routers of edge site pairs that failed. Nodes with many pods show them as dots, names in tooltips.
  */
-import { type CellVerdict, formatMs, type LabCell } from './report.ts';
+import { type CellVerdict, formatMs, type LabCell, median, PATH_ORDER } from './report.ts';
 import { describeLabSpec, type NatType } from './spec.ts';
 import type { LabPath, LabPlan } from './plan.ts';
 
@@ -81,13 +82,6 @@ export interface LabSvgLink {
 }
 
 const WORKING: readonly CellVerdict[] = ['ok', 'reachable before hole punching/relay exists'];
-
-function median(values: readonly number[]): number | undefined {
-  if (values.length === 0) return undefined;
-  const s = [...values].sort((x, y) => x - y);
-  const mid = Math.floor(s.length / 2);
-  return s.length % 2 === 1 ? (s[mid] as number) : ((s[mid - 1] as number) + (s[mid] as number)) / 2;
-}
 
 function statusOf(cells: readonly LabSvgCell[]): LinkStatus {
   if (cells.some((c) => c.verdict === 'FAIL')) return 'failed';
@@ -172,7 +166,6 @@ export const PATH_STYLE: Readonly<Record<LabPath, { readonly color: string; read
 const FAIL_COLOR = '#d32f2f';
 const OK_POD = '#43a047';
 const IDLE_POD = '#9e9e9e';
-const PATH_ORDER: readonly LabPath[] = ['same node', 'vxlan', 'direct route', 'tunnel direct', 'tunnel hole-punched', 'tunnel relayed', 'not allowed'];
 
 const FONT = 'font-family="DejaVu Sans, Verdana, Arial, sans-serif"';
 const MARGIN = 20;
@@ -229,7 +222,7 @@ function wire(d: string, l: LabSvgLink): string {
   return `<path class="link ${l.path.replace(/ /g, '-')}${failed ? ' failed' : ''}" d="${d}" fill="none" stroke="${color}" stroke-width="${width}" stroke-opacity="${opacity}"${dash}><title>${escapeXml(describeLink(l))}</title></path>`;
 }
 
-interface NodeBox extends Box { readonly node: LabSvgNode; readonly site: LabSvgSite; readonly col: number; readonly row: number }
+interface NodeBox extends Box { readonly node: LabSvgNode }
 interface SiteBox extends Box { readonly site: LabSvgSite; readonly nodes: readonly NodeBox[]; readonly router?: Box; readonly arcBand: number; /** Its row's wan line. */ readonly wanY?: number }
 
 /** Endpoints on a box's top or bottom edge, spread so that lines meeting one box do not start at one point. */
@@ -356,7 +349,7 @@ export function renderLabSvg(input: LabSvgInput): string {
 
   function placeNodes(site: LabSvgSite, x0: number, y0: number): NodeBox[] {
     const c = Math.max(1, cols(site));
-    return site.nodes.map((node, i) => ({ node, site, col: i % c, row: Math.floor(i / c), x: x0 + (i % c) * (nodeW + NODE_GAP), y: y0 + Math.floor(i / c) * (nodeH + NODE_GAP), w: nodeW, h: nodeH }));
+    return site.nodes.map((node, i) => ({ node, x: x0 + (i % c) * (nodeW + NODE_GAP), y: y0 + Math.floor(i / c) * (nodeH + NODE_GAP), w: nodeW, h: nodeH }));
   }
 
   // links
