@@ -1,6 +1,6 @@
 /**
  * `atoll lab up | run | down`: parses flags, wires src/lab/lab.ts, prints the terminal report and writes the JSON
- * one. (`atoll lab probe` is the lab's own helper inside each pod.)
+ * one and the picture. (`atoll lab probe` is the lab's own helper inside each pod.)
  */
 import { writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
@@ -9,21 +9,26 @@ import { LAB_RUN_ID } from '../core/lab/plan.ts';
 import { type LabFaultResult, parseFaultList, renderFaults } from '../core/lab/faults.ts';
 import { atollError } from '../core/errors.ts';
 import { type LabCell, renderFailures, renderMatrix, renderSummary, summarize, verdictOf } from '../core/lab/report.ts';
+import { labSvgInputOf, renderLabSvg } from '../core/lab/svg.ts';
 
 export const LAB_USAGE = `usage: atoll lab <command> [flags]
 
-  up [flags] [--detach] [--json FILE] [--keep-logs DIR]
+  up [flags] [--detach] [--json FILE] [--svg FILE] [--keep-logs DIR]
                  build the lab: namespaces, NAT routers, the controller, an agent per node, pods (root);
                  stays up until Ctrl-C, or with --detach until \`atoll lab down\`
-  run [flags] [--json FILE] [--keep-logs DIR] [--faults LIST|all|none]
+  run [flags] [--json FILE] [--svg FILE] [--keep-logs DIR] [--faults LIST|all|none]
                  up, then the connectivity matrix (every pod to every pod, ping and TCP, path and RTT), then
                  the faults (default all: controller-kill, agent-restart, pod-recreate, uplink-cut,
-                 uplink-flap, node-reboot), each with loss, convergence and the matrix after, the report, down.
+                 uplink-flap, node-reboot), each with loss, convergence and the matrix before and after, the report, down.
                  Exit 0 only if every cell that should work today works, before and after every fault
   down [RUNID] [--all]
                  remove a run; without RUNID every run whose lab process is gone or detached, and lab
                  namespaces without a state file; --all also live runs
 
+--json FILE writes the report as JSON (spec, nodes, pods and their IPs, timings; for run every cell, the summary,
+the verdict and the faults).
+--svg FILE draws the lab as SVG: sites, NAT routers, nodes, pods, and for run the path of every node pair
+(VXLAN, direct route, tunnel direct, hole-punched, relayed) with failures in red; for up the topology only.
 --keep-logs DIR copies the controller's and agents' logs there before the run is removed (run, or a failed up).
 
 flags for up and run:
@@ -37,8 +42,14 @@ function writeJson(path: string | undefined, report: unknown): void {
   say(`  report written to ${path}`);
 }
 
+function writeSvg(path: string | undefined, svg: () => string): void {
+  if (!path) return;
+  writeFileSync(path, svg());
+  say(`  picture written to ${path}`);
+}
+
 async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> {
-  const { values } = parseArgs({ args: [...argv], options: { ...LAB_FLAG_OPTIONS, json: { type: 'string' }, 'keep-logs': { type: 'string' }, faults: { type: 'string' }, detach: { type: 'boolean', default: false }, help: { type: 'boolean', short: 'h' } } });
+  const { values } = parseArgs({ args: [...argv], options: { ...LAB_FLAG_OPTIONS, json: { type: 'string' }, svg: { type: 'string' }, 'keep-logs': { type: 'string' }, faults: { type: 'string' }, detach: { type: 'boolean', default: false }, help: { type: 'boolean', short: 'h' } } });
   if (values.help) {
     process.stdout.write(LAB_USAGE);
     return 0;
@@ -62,6 +73,7 @@ async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> 
     say(`  pod addresses:`);
     for (const p of running.pods) say(`    ${p.name.padEnd(14)} ${p.ip.padEnd(15)} ip netns exec ${p.netns} ...`);
     writeJson(values.json, describe);
+    writeSvg(values.svg, () => renderLabSvg(labSvgInputOf(running.plan, running.pods)));
     if (values.detach) {
       lab.detachLab(running);
       uninstall();
@@ -101,10 +113,10 @@ async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> 
       const tf = performance.now();
       say('');
       const { runFaults } = await import('../lab/faults.ts');
-      faults = await runFaults(running, faultList.faults, { ok: v.ok, shouldWork: v.shouldWork, working: v.working }, { say });
+      faults = await runFaults(running, faultList.faults, { say });
       describe.timingsMs.faults = Math.round(performance.now() - tf);
       say('');
-      say('faults (before/after: cells that should work and do; convergence from the heal; loss of the sample pings)');
+      say('faults (before/after: cells that should work and do, in the matrix right before and after each fault; convergence from the heal; loss of the sample pings)');
       for (const l of renderFaults(faults)) say(`  ${l}`);
       const bad = faults.filter((f) => !f.ok);
       say(bad.length === 0 ? `PASS: every fault healed, all cells that should work work again` : `FAIL: ${bad.map((f) => f.kind).join(', ')}`);
@@ -117,6 +129,7 @@ async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> 
   const v = verdictOf(cells);
   const durationMs = Math.round(performance.now() - t0);
   writeJson(values.json, { ...describe, processes: running.state.processes, durationMs, cells, summary: summarize(cells), verdict: { ...v, failures: v.failures.length }, faults, cleanup: down });
+  writeSvg(values.svg, () => renderLabSvg(labSvgInputOf(running.plan, running.pods, cells)));
   say(`done in ${(durationMs / 1000).toFixed(1)} s`);
   return v.ok && faults.every((f) => f.ok) ? 0 : 1;
 }

@@ -141,8 +141,17 @@ function count(cells: Awaited<ReturnType<typeof runChecks>>): MatrixCount {
   return { ok: v.ok, shouldWork: v.shouldWork, working: v.working };
 }
 
-async function runFault(lab: RunningLab, target: LabFaultTarget, before: MatrixCount, say: (l: string) => void): Promise<{ result: LabFaultResult; after: MatrixCount }> {
+/** The whole matrix, quietly, counted; and how long it took. */
+async function measure(lab: RunningLab): Promise<{ count: MatrixCount; ms: number }> {
+  const t = performance.now();
+  const cells = await runChecks(lab, { say: () => {} });
+  return { count: count(cells), ms: Math.round(performance.now() - t) };
+}
+
+async function runFault(lab: RunningLab, target: LabFaultTarget, say: (l: string) => void): Promise<LabFaultResult> {
   const t0 = performance.now();
+  // the matrix right before the fault, so that "before" is this fault's own and not the previous fault's "after"
+  const before = await measure(lab);
   const notes: string[] = [];
   const podStartMs: number[] = [];
   const byName = new Map(lab.pods.map((p) => [p.name, p]));
@@ -215,23 +224,24 @@ async function runFault(lab: RunningLab, target: LabFaultTarget, before: MatrixC
   }
   const samples: SampleStats[] = [];
   for (const p of pingers) samples.push(sampleStats(p.pair, p.replies, await p.stop(), healAt));
-  const cells = await runChecks(lab, { say: () => {} });
-  const after = count(cells);
-  const result = judgeFault(target, { before, after, samples, ...(podStartMs.length ? { podStartMs } : {}), heldMs, durationMs: Math.round(performance.now() - t0), notes });
+  const after = await measure(lab);
+  const result = judgeFault(target, {
+    before: before.count, after: after.count, matrixMs: { before: before.ms, after: after.ms }, samples, ...(podStartMs.length ? { podStartMs } : {}), heldMs,
+    durationMs: Math.round(performance.now() - t0), notes,
+  });
   say(`    ${target.kind.padEnd(16)} ${result.ok ? 'ok  ' : 'FAIL'} convergence ${result.convergenceMs === undefined ? 'never' : `${result.convergenceMs} ms`}, loss ${result.lossPct ?? '-'}%, longest gap ${result.maxGapMs ?? '-'} ms, `
-    + `after ${after.working}/${after.shouldWork} (${((result.durationMs ?? 0) / 1000).toFixed(1)} s)`);
-  return { result, after };
+    + `before ${before.count.working}/${before.count.shouldWork}, after ${after.count.working}/${after.count.shouldWork} (${((result.durationMs ?? 0) / 1000).toFixed(1)} s, matrices ${(before.ms / 1000).toFixed(1)} + ${(after.ms / 1000).toFixed(1)} s)`);
+  return result;
 }
 
 /**
- * Runs `faults` one after the other on a running lab, each with the matrix before (the previous fault's after, or
- * `before` for the first) and after. Never throws for a fault that misbehaves: it is reported as FAIL.
+ * Runs `faults` one after the other on a running lab, each with its own matrix right before it and the matrix after
+ * it. Never throws for a fault that misbehaves: it is reported as FAIL.
  */
-export async function runFaults(lab: RunningLab, faults: readonly LabFaultKind[], before: MatrixCount, opts: LabOptions): Promise<LabFaultResult[]> {
+export async function runFaults(lab: RunningLab, faults: readonly LabFaultKind[], opts: LabOptions): Promise<LabFaultResult[]> {
   const say = opts.say;
-  say(`  faults: ${faults.join(', ')} (samples pinged every ${Number(PING_INTERVAL_S) * 1000} ms; the whole matrix after each)`);
+  say(`  faults: ${faults.join(', ')} (samples pinged every ${Number(PING_INTERVAL_S) * 1000} ms; the whole matrix right before and after each)`);
   const results: LabFaultResult[] = [];
-  let prev = before;
   for (const kind of faults) {
     const target = planFault(lab.plan, kind);
     if ('skipped' in target) {
@@ -239,9 +249,7 @@ export async function runFaults(lab: RunningLab, faults: readonly LabFaultKind[]
       say(`    ${kind.padEnd(16)} skipped: ${target.skipped}`);
       continue;
     }
-    const { result, after } = await runFault(lab, target, prev, say);
-    results.push(result);
-    prev = after;
+    results.push(await runFault(lab, target, say));
   }
   return results;
 }

@@ -56,8 +56,9 @@ test('atoll lab run: cloud 1 node + edge a 2 nodes, 1 pod each: same-site cells 
   const tmp = mkdtempSync(join(tmpdir(), 'atoll-lab-e2e-'));
   try {
     const json = join(tmp, 'report.json');
+    const svg = join(tmp, 'lab.svg');
     const started = Date.now();
-    const res = await run(['lab', 'run', '--cloud-nodes', '1', '--edge-sites', '1', '--nodes-per-site', '2', '--pods-per-node', '1', '--faults', 'controller-kill,agent-restart,pod-recreate', '--json', json], 90_000);
+    const res = await run(['lab', 'run', '--cloud-nodes', '1', '--edge-sites', '1', '--nodes-per-site', '2', '--pods-per-node', '1', '--faults', 'controller-kill,agent-restart,pod-recreate', '--json', json, '--svg', svg], 90_000);
     assert.equal(res.code, 0, res.out);
     assert.ok(Date.now() - started < 60_000, `took ${Date.now() - started} ms`);
     assert.match(res.out, /pods: 3 created by direct CNI calls to atoll-cni/);
@@ -89,6 +90,7 @@ test('atoll lab run: cloud 1 node + edge a 2 nodes, 1 pod each: same-site cells 
       assert.deepEqual([f.before, f.after], [{ ok: true, shouldWork: 6, working: 6 }, { ok: true, shouldWork: 6, working: 6 }], f.kind);
       assert.ok(f.convergenceMs !== undefined && f.convergenceMs < 15_000, `${f.kind}: convergence ${f.convergenceMs}`);
       assert.ok(f.lossPct !== undefined && (f.samples ?? []).length > 0 && (f.samples ?? []).every((s) => s.sent > 0), f.kind);
+      assert.ok(f.matrixMs && f.matrixMs.before > 0 && f.matrixMs.after > 0, `${f.kind}: its own matrix before and after`);
     }
     const [controllerKill, agentRestart, podRecreate] = report.faults as [LabFaultResult, LabFaultResult, LabFaultResult];
     assert.ok((controllerKill.lossPct ?? 100) <= 5, `the agents work on while the controller is down: ${controllerKill.lossPct}% loss`);
@@ -97,6 +99,15 @@ test('atoll lab run: cloud 1 node + edge a 2 nodes, 1 pod each: same-site cells 
     assert.match(res.out, /^PASS: every fault healed/m);
     assert.equal(report.processes.filter((p) => p.role === 'controller (restarted)').length, 1);
     assert.equal(report.processes.filter((p) => p.role === 'agent a-1 (restarted)').length, 1);
+
+    // the picture: every node and pod, one line per node pair, nothing failed
+    const picture = readFileSync(svg, 'utf8');
+    assert.match(picture, /^<\?xml [^>]*>\n<svg /);
+    assert.match(picture, /Atoll lab [0-9a-f]{4}: 6\/6 cells ok, 0 FAIL/);
+    for (const name of ['cloud-1', 'a-1', 'a-2', 'cloud-1-p1', 'a-1-p1', 'a-2-p1']) assert.ok(picture.includes(`>${name}`), name);
+    assert.equal((picture.match(/<path class="link vxlan"/g) ?? []).length, 1);
+    assert.equal((picture.match(/<path class="link tunnel-direct"/g) ?? []).length, 2);
+    assert.ok(!picture.includes(' failed"'), 'no pair drawn as failed');
 
     // nothing of the run is left
     const runDir = `/run/atoll-lab/${report.runId}`;

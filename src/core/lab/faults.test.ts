@@ -61,3 +61,15 @@ test('judging a fault: ok when the matrix after works and every sample recovered
   assert.match(table[1] ?? '', /^controller-kill  ok          6\/6    6\/6  2000 ms         0 ms     0%       100 ms          -$/);
   assert.match(table[3] ?? '', /^uplink-cut\s+skipped .* no edge site$/);
 });
+
+test('judging a fault: its own matrix before is reported as measured, and a broken one is named', () => {
+  const target: LabFaultTarget = { kind: 'agent-restart', description: 'd', samples: [pair], lossless: false };
+  const stats = sampleStats(pair, [{ seq: 1, atMs: 0 }, { seq: 2, atMs: 100 }], 2, 0);
+  const before = { ok: false, shouldWork: 100, working: 97 };
+  const after = { ok: true, shouldWork: 100, working: 100 };
+  const r = judgeFault(target, { before, after, matrixMs: { before: 2100, after: 2300 }, samples: [stats], heldMs: 500, durationMs: 9000, notes: [] });
+  assert.deepEqual([r.before, r.after, r.matrixMs], [before, after, { before: 2100, after: 2300 }]);
+  assert.equal(r.ok, false);
+  assert.deepEqual(r.notes, ['3 of 100 cells that should work failed already before the fault']);
+  assert.match(renderFaults([r])[1] ?? '', /^agent-restart\s+FAIL\s+97\/100\s+100\/100 /);
+});

@@ -200,8 +200,11 @@ export interface LabFaultResult {
   readonly description: string;
   readonly skipped?: string;
   readonly ok: boolean;
+  /** The whole matrix measured right before the fault (after the previous fault's matrix, never copied from it). */
   readonly before?: MatrixCount;
   readonly after?: MatrixCount;
+  /** How long the matrices before and after took, ms. */
+  readonly matrixMs?: { readonly before: number; readonly after: number };
   /** Slowest sample's convergence; undefined when a sample never answered again. */
   readonly convergenceMs?: number;
   /** Loss over all sample pings while the fault lasted and until recovery. */
@@ -218,19 +221,23 @@ export interface LabFaultResult {
 }
 
 /** The result of a fault from its parts: ok when the matrix after works, every sample recovered and nothing else broke. */
-export function judgeFault(target: LabFaultTarget, parts: { before: MatrixCount; after: MatrixCount; samples: readonly SampleStats[]; podStartMs?: readonly number[]; heldMs: number; durationMs: number; notes: readonly string[] }): LabFaultResult {
+export function judgeFault(target: LabFaultTarget, parts: {
+  before: MatrixCount; after: MatrixCount; matrixMs?: { before: number; after: number }; samples: readonly SampleStats[]; podStartMs?: readonly number[]; heldMs: number; durationMs: number;
+  notes: readonly string[];
+}): LabFaultResult {
   const sent = parts.samples.reduce((n, s) => n + s.sent, 0);
   const received = parts.samples.reduce((n, s) => n + s.received, 0);
   const lossPct = sent === 0 ? undefined : Math.round(((sent - received) / sent) * 1000) / 10;
   const unrecovered = parts.samples.filter((s) => s.convergenceMs === undefined);
   const notes = [...parts.notes];
+  if (!parts.before.ok) notes.push(`${parts.before.shouldWork - parts.before.working} of ${parts.before.shouldWork} cells that should work failed already before the fault`);
   if (unrecovered.length > 0) notes.push(`no reply again from ${unrecovered.map((s) => `${s.from} -> ${s.to}`).join(', ')}`);
   if (!parts.after.ok) notes.push(`${parts.after.shouldWork - parts.after.working} of ${parts.after.shouldWork} cells that should work fail after the fault`);
   if (target.lossless && lossPct !== undefined && lossPct > 5) notes.push(`${lossPct}% loss although the data plane should not notice this fault`);
   const maxGapMs = parts.samples.length === 0 ? undefined : Math.max(...parts.samples.map((s) => s.maxGapMs));
   const convergenceMs = unrecovered.length > 0 || parts.samples.length === 0 ? undefined : Math.max(...parts.samples.map((s) => s.convergenceMs ?? 0));
   return {
-    kind: target.kind, description: target.description, ok: notes.length === 0, before: parts.before, after: parts.after,
+    kind: target.kind, description: target.description, ok: notes.length === 0, before: parts.before, after: parts.after, ...(parts.matrixMs ? { matrixMs: parts.matrixMs } : {}),
     ...(convergenceMs !== undefined ? { convergenceMs } : {}), ...(lossPct !== undefined ? { lossPct } : {}), ...(maxGapMs !== undefined ? { maxGapMs } : {}), samples: parts.samples,
     ...(parts.podStartMs ? { podStartMs: parts.podStartMs } : {}), heldMs: parts.heldMs, durationMs: parts.durationMs, notes,
   };

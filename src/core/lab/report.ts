@@ -78,9 +78,11 @@ export interface LabVerdict {
   readonly failures: readonly LabCell[];
 }
 
-const PATH_ORDER: readonly LabPath[] = ['same node', 'vxlan', 'direct route', 'tunnel direct', 'tunnel hole-punched', 'tunnel relayed', 'not allowed'];
+/** Every path, in the order reports list them. */
+export const PATH_ORDER: readonly LabPath[] = ['same node', 'vxlan', 'direct route', 'tunnel direct', 'tunnel hole-punched', 'tunnel relayed', 'not allowed'];
 
-function median(values: readonly number[]): number | undefined {
+/** The median of `values`; undefined when empty. */
+export function median(values: readonly number[]): number | undefined {
   if (values.length === 0) return undefined;
   const s = [...values].sort((a, b) => a - b);
   const mid = Math.floor(s.length / 2);
