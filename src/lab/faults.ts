@@ -1,5 +1,5 @@
 /**
- * The lab's faults, for real: kills and restarts the controller and agents by PID, cuts and flaps an edge router's
+ * The lab's faults, for real: kills and restarts the controller, the relay and agents by PID, cuts and flaps an edge router's
  * uplink with an nftables table of its own, "reboots" a node (its agent killed, its devices and nft table deleted,
  * the agent started again while its site is cut off) and re-creates pods through atoll-cni. What hits whom and how
  * the results are judged is planned in src/core/lab/faults.ts.
@@ -11,7 +11,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { asAtollError } from '../core/errors.ts';
 import {
-  judgeFault, type LabFaultKind, type LabFaultResult, type LabFaultTarget, type LabPodPair, type MatrixCount, type PingReply,
+  type FlowResult, judgeFault, type LabFaultKind, type LabFaultResult, type LabFaultTarget, type LabPodPair, type MatrixCount, type PingReply,
   planFault, sampleStats, type SampleStats, uplinkCutRuleset, uplinkRestoreRuleset,
 } from '../core/lab/faults.ts';
 import { NODE_DEVICES } from '../core/lab/plan.ts';
@@ -20,11 +20,12 @@ import { NFT_TABLE } from '../core/overlay/nft.ts';
 import { IpRoute2 } from '../adapters/iproute2.ts';
 import { Nft } from '../adapters/nft.ts';
 import { ServiceProcess } from './service-process.ts';
+import { PROJECT_NODE } from './agent-process.ts';
 import { addPod, delPod, type LabOptions, type LabPodInfo, nsPath, recordProcess, runChecks, type RunningLab } from './lab.ts';
 
 /** How long a fault is held before it is healed. */
 const HOLD_MS: Record<LabFaultKind, number> = {
-  'controller-kill': 2000, 'agent-restart': 500, 'pod-recreate': 0, 'uplink-cut': 3000, 'uplink-flap': 0, 'node-reboot': 2000,
+  'controller-kill': 2000, 'relay-kill': 2000, 'agent-restart': 500, 'pod-recreate': 0, 'uplink-cut': 3000, 'uplink-flap': 0, 'node-reboot': 2000,
 };
 const FLAPS = 3;
 const FLAP_MS = 700;
@@ -84,6 +85,77 @@ class Pinger {
   }
 }
 
+/** Port of the flows' echo server in the destination pod (the probe's port is 7777). */
+const FLOW_PORT = 7778;
+/** Bound on a flow's processes, whatever happens to the lab. */
+const FLOW_MAX_S = 300;
+
+/**
+ * A TCP connection from one pod to another held open through a fault: an echo server in the destination pod, a
+ * client in the source pod writing a line every 100 ms and timing the echoes. Both are bounded in time and stopped
+ * by PID.
+ */
+class Flow {
+  readonly pair: LabPodPair;
+  readonly #from: LabPodInfo;
+  readonly #to: LabPodInfo;
+  readonly #server: ChildProcess;
+  #client: ChildProcess | undefined;
+  /** The client's last report. */
+  #last = '';
+
+  constructor(pair: LabPodPair, from: LabPodInfo, to: LabPodInfo) {
+    this.pair = pair;
+    this.#server = spawn('ip', ['netns', 'exec', to.netns, PROJECT_NODE, '-e',
+      `require('net').createServer((s)=>{s.on('error',()=>{});s.pipe(s)}).listen(${FLOW_PORT});setTimeout(()=>process.exit(0),${FLOW_MAX_S * 1000})`], { stdio: 'ignore' });
+    this.#from = from;
+    this.#to = to;
+  }
+
+  /** Connects and starts the 100 ms beat; the client reports `sent echoed longest-gap error` every beat. */
+  start(): void {
+    const script = `const s=require('net').connect(${FLOW_PORT},'${this.#to.ip}');let sent=0,echoed=0,last=0,gap=0,err='';s.setNoDelay(true);`
+      + `s.on('connect',()=>{last=Date.now();setInterval(()=>{s.write('atoll-lab-flow-beat\\n');sent+=20},100)});`
+      + `s.on('data',(d)=>{const n=Date.now();gap=Math.max(gap,n-last);last=n;echoed+=d.length});`
+      + `s.on('error',(e)=>{err=e.code||e.message});s.on('close',()=>{err=err||'closed-by-peer'});`
+      + `setInterval(()=>process.stdout.write(sent+' '+echoed+' '+Math.max(gap,last?Date.now()-last:0)+' '+err+'\\n'),100);`
+      + `setTimeout(()=>process.exit(3),${FLOW_MAX_S * 1000})`;
+    this.#client = spawn('ip', ['netns', 'exec', this.#from.netns, PROJECT_NODE, '-e', script], { stdio: ['ignore', 'pipe', 'ignore'] });
+    let partial = '';
+    this.#client.stdout?.on('data', (d: Buffer) => {
+      const lines = (partial + d.toString()).split('\n');
+      partial = lines.pop() ?? '';
+      if (lines.length > 0) this.#last = lines.at(-1) as string;
+    });
+  }
+
+  #state(): { sent: number; echoed: number; gap: number; err: string } {
+    const [sent, echoed, gap, err] = this.#last.split(' ');
+    return { sent: Number(sent ?? 0), echoed: Number(echoed ?? 0), gap: Number(gap ?? 0), err: err ?? '' };
+  }
+
+  /** Every line sent so far came back (give or take the beat in flight), and the connection is open. */
+  caughtUp(): boolean {
+    const st = this.#state();
+    return st.err === '' && st.sent > 0 && st.echoed >= st.sent - 40;
+  }
+
+  /** Stops both ends by PID and says whether the connection lived through and caught up. */
+  async stop(): Promise<FlowResult> {
+    const st = this.#last ? this.#state() : { sent: 0, echoed: 0, gap: 0, err: 'the flow client said nothing' };
+    const caughtUp = this.caughtUp();
+    for (const p of [this.#client, this.#server]) {
+      if (p && p.exitCode === null && p.signalCode === null) {
+        const exited = new Promise((r) => p.once('close', r));
+        p.kill('SIGKILL');
+        await exited;
+      }
+    }
+    const error = st.err || (caughtUp ? undefined : `${st.sent - st.echoed} bytes never echoed`);
+    return { ...this.pair, survived: error === undefined, sentBytes: st.sent, echoedBytes: st.echoed, maxGapMs: st.gap, ...(error ? { error } : {}) };
+  }
+}
+
 async function waitUntil(check: () => boolean, timeoutMs: number): Promise<boolean> {
   const deadline = performance.now() + timeoutMs;
   while (performance.now() < deadline) {
@@ -111,6 +183,17 @@ async function restartController(lab: RunningLab, notes: string[]): Promise<void
   lab.controller = controller;
   const hash = await started;
   if (hash !== lab.caCertHash) notes.push(`the restarted controller has another CA (${hash.slice(0, 23)}...): agents pinned the old one`);
+}
+
+async function restartRelay(lab: RunningLab, notes: string[]): Promise<void> {
+  await lab.relay.stop('SIGKILL');
+  await sleep(HOLD_MS['relay-kill']);
+  const relay = new ServiceProcess({ kind: 'relay', configPath: lab.plan.relay.configPath, logPath: lab.plan.relay.logPath });
+  const started = relay.start(['ip', 'netns', 'exec', lab.plan.relay.netns]);
+  recordProcess(lab, 'relay (restarted)', relay.pid);
+  lab.relay = relay;
+  const pin = await started;
+  if (pin !== lab.relayPin) notes.push(`the restarted relay has another key (${pin.slice(0, 23)}...): agents pinned the old one`);
 }
 
 async function restartAgent(lab: RunningLab, node: string, beforeStart?: () => Promise<void>): Promise<void> {
@@ -156,15 +239,21 @@ async function runFault(lab: RunningLab, target: LabFaultTarget, say: (l: string
   const podStartMs: number[] = [];
   const byName = new Map(lab.pods.map((p) => [p.name, p]));
   const pingers = target.samples.map((s) => new Pinger(s, byName.get(s.from) as LabPodInfo, byName.get(s.to) as LabPodInfo));
+  const flows = target.flows.map((f) => new Flow(f, byName.get(f.from) as LabPodInfo, byName.get(f.to) as LabPodInfo));
   let healAt = performance.now();
   let heldMs = 0;
   let cut: string | undefined;
   try {
     if (!(await waitUntil(() => pingers.every((p) => p.replies.length > 0), WARMUP_TIMEOUT_MS))) notes.push('some samples did not answer before the fault');
+    for (const f of flows) f.start();
+    await sleep(flows.length > 0 ? 500 : 0);
     const tFault = performance.now();
     switch (target.kind) {
       case 'controller-kill':
         await restartController(lab, notes);
+        break;
+      case 'relay-kill':
+        await restartRelay(lab, notes);
         break;
       case 'agent-restart':
         await restartAgent(lab, target.node as string, () => sleep(HOLD_MS['agent-restart']));
@@ -216,7 +305,7 @@ async function runFault(lab: RunningLab, target: LabFaultTarget, say: (l: string
     }
     healAt = performance.now();
     heldMs = Math.round(healAt - tFault);
-    await waitUntil(() => pingers.every((p) => p.healthy(healAt)), RECOVERY_TIMEOUT_MS);
+    await waitUntil(() => pingers.every((p) => p.healthy(healAt)) && flows.every((f) => f.caughtUp()), RECOVERY_TIMEOUT_MS);
   } catch (err) {
     notes.push(`the fault failed: ${asAtollError(err).message.split('\n')[0]}`);
   } finally {
@@ -224,9 +313,11 @@ async function runFault(lab: RunningLab, target: LabFaultTarget, say: (l: string
   }
   const samples: SampleStats[] = [];
   for (const p of pingers) samples.push(sampleStats(p.pair, p.replies, await p.stop(), healAt));
+  const flowResults: FlowResult[] = [];
+  for (const f of flows) flowResults.push(await f.stop());
   const after = await measure(lab);
   const result = judgeFault(target, {
-    before: before.count, after: after.count, matrixMs: { before: before.ms, after: after.ms }, samples, ...(podStartMs.length ? { podStartMs } : {}), heldMs,
+    before: before.count, after: after.count, matrixMs: { before: before.ms, after: after.ms }, samples, flows: flowResults, ...(podStartMs.length ? { podStartMs } : {}), heldMs,
     durationMs: Math.round(performance.now() - t0), notes,
   });
   say(`    ${target.kind.padEnd(16)} ${result.ok ? 'ok  ' : 'FAIL'} convergence ${result.convergenceMs === undefined ? 'never' : `${result.convergenceMs} ms`}, loss ${result.lossPct ?? '-'}%, longest gap ${result.maxGapMs ?? '-'} ms, `

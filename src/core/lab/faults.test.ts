@@ -11,7 +11,7 @@ test('--faults: all, none, a list in the canonical order, unknown names named', 
   assert.deepEqual(parseFaultList('all').faults, [...LAB_FAULTS]);
   assert.deepEqual(parseFaultList('none').faults, []);
   assert.deepEqual(parseFaultList('pod-recreate,controller-kill,pod-recreate'), { faults: ['controller-kill', 'pod-recreate'], problems: [] });
-  assert.match(parseFaultList('controller-kill,relay-kill').problems[0] ?? '', /unknown fault "relay-kill"/);
+  assert.match(parseFaultList('controller-kill,relay-restart').problems[0] ?? '', /unknown fault "relay-restart"/);
 });
 
 test('fault targets: the first edge site, its first node and pod; samples only pairs that should work', () => {
@@ -22,6 +22,11 @@ test('fault targets: the first edge site, its first node and pod; samples only p
   const ctl = planFault(p, 'controller-kill') as LabFaultTarget;
   assert.equal(ctl.lossless, true);
   assert.equal((planFault(p, 'pod-recreate') as LabFaultTarget).pod, 'a-1-p1');
+  const relay = planFault(p, 'relay-kill') as LabFaultTarget;
+  assert.deepEqual(relay.flows, [{ from: 'a-1-p1', to: 'b-1-p1' }], 'a hole-punched pair keeps a TCP flow through the relay kill');
+  const mixed = planFault(plan({ ...DEFAULT_LAB_SPEC, edges: [...DEFAULT_LAB_SPEC.edges, { name: 'c', nodes: 1, community: 'edge', nat: 'symmetric', uplink: {} }] }), 'relay-kill') as LabFaultTarget;
+  assert.deepEqual(mixed.flows, [{ from: 'a-1-p1', to: 'b-1-p1' }, { from: 'a-1-p1', to: 'c-1-p1' }], 'and a relayed pair');
+  assert.deepEqual(planFault(plan({ ...DEFAULT_LAB_SPEC, edges: DEFAULT_LAB_SPEC.edges.slice(0, 1) }), 'relay-kill'), { kind: 'relay-kill', skipped: 'no edge <-> edge pair: nothing uses the relay' });
   assert.equal((planFault(p, 'uplink-cut') as LabFaultTarget).site, 'a');
   const cloudOnly = plan({ ...DEFAULT_LAB_SPEC, edges: [] });
   assert.deepEqual(planFault(cloudOnly, 'uplink-flap'), { kind: 'uplink-flap', skipped: 'no edge site' });
@@ -46,7 +51,7 @@ test('sample stats: loss, late replies, longest gap, convergence from the heal',
 });
 
 test('judging a fault: ok when the matrix after works and every sample recovered; the table', () => {
-  const target: LabFaultTarget = { kind: 'controller-kill', description: 'd', samples: [pair], lossless: true };
+  const target: LabFaultTarget = { kind: 'controller-kill', description: 'd', samples: [pair], flows: [], lossless: true };
   const m = { ok: true, shouldWork: 6, working: 6 };
   const stats = sampleStats(pair, [{ seq: 1, atMs: 0 }, { seq: 2, atMs: 100 }], 2, 0);
   const ok = judgeFault(target, { before: m, after: m, samples: [stats], heldMs: 2000, durationMs: 3000, notes: [] });
@@ -56,6 +61,10 @@ test('judging a fault: ok when the matrix after works and every sample recovered
   assert.equal(bad.ok, false);
   assert.equal(bad.convergenceMs, undefined);
   assert.match((bad.notes ?? []).join('; '), /no reply again from x -> y; 2 of 6 cells that should work fail after the fault; 94.7% loss/);
+  const broken = judgeFault(target, { before: m, after: m, samples: [stats], heldMs: 2000, durationMs: 3000, notes: [],
+    flows: [{ ...pair, survived: true, sentBytes: 400, echoedBytes: 400, maxGapMs: 120 }, { from: 'y', to: 'x', survived: false, sentBytes: 200, echoedBytes: 100, maxGapMs: 3000, error: 'ECONNRESET' }] });
+  assert.equal(broken.ok, false);
+  assert.deepEqual(broken.notes, ['the TCP flow y -> x broke (ECONNRESET)']);
   const table = renderFaults([ok, bad, { kind: 'uplink-cut', description: 'u', skipped: 'no edge site', ok: true }]);
   assert.equal(table[0], 'fault            result   before  after     held  convergence   loss  longest gap  pod start  notes');
   assert.match(table[1] ?? '', /^controller-kill  ok          6\/6    6\/6  2000 ms         0 ms     0%       100 ms          -$/);
@@ -63,7 +72,7 @@ test('judging a fault: ok when the matrix after works and every sample recovered
 });
 
 test('judging a fault: its own matrix before is reported as measured, and a broken one is named', () => {
-  const target: LabFaultTarget = { kind: 'agent-restart', description: 'd', samples: [pair], lossless: false };
+  const target: LabFaultTarget = { kind: 'agent-restart', description: 'd', samples: [pair], flows: [], lossless: false };
   const stats = sampleStats(pair, [{ seq: 1, atMs: 0 }, { seq: 2, atMs: 100 }], 2, 0);
   const before = { ok: false, shouldWork: 100, working: 97 };
   const after = { ok: true, shouldWork: 100, working: 100 };

@@ -9,12 +9,12 @@
  * again, the uplink restored, the pod re-added) to the first reply after the last lost packet of the slowest sample.
  */
 import { CLOUD_SITE } from './spec.ts';
-import { expectationOf, expectedPath, type LabPlan } from './plan.ts';
+import { expectationOf, expectedPath, type LabPath, type LabPlan } from './plan.ts';
 
-export type LabFaultKind = 'controller-kill' | 'agent-restart' | 'pod-recreate' | 'uplink-cut' | 'uplink-flap' | 'node-reboot';
+export type LabFaultKind = 'controller-kill' | 'relay-kill' | 'agent-restart' | 'pod-recreate' | 'uplink-cut' | 'uplink-flap' | 'node-reboot';
 
 /** Every fault, in the order `--faults all` runs them. */
-export const LAB_FAULTS: readonly LabFaultKind[] = Object.freeze(['controller-kill', 'agent-restart', 'pod-recreate', 'uplink-cut', 'uplink-flap', 'node-reboot']);
+export const LAB_FAULTS: readonly LabFaultKind[] = Object.freeze(['controller-kill', 'relay-kill', 'agent-restart', 'pod-recreate', 'uplink-cut', 'uplink-flap', 'node-reboot']);
 
 /** nftables table the uplink faults add in an edge router (beside the NAT's `atoll-lab`). */
 export const LAB_FAULT_NFT_TABLE = 'atoll-lab-fault';
@@ -48,6 +48,8 @@ export interface LabFaultTarget {
   readonly pod?: string;
   /** Pod pairs pinged continuously (pairs that should work when the lab is healthy). */
   readonly samples: readonly LabPodPair[];
+  /** Pod pairs with a TCP connection held open through the fault, exchanging a line every 100 ms: none may break. */
+  readonly flows: readonly LabPodPair[];
   /** Whether the samples are expected to keep answering while the fault lasts (the agents work offline). */
   readonly lossless: boolean;
 }
@@ -85,16 +87,26 @@ export function planFault(plan: LabPlan, kind: LabFaultKind): LabFaultTarget | {
     case 'controller-kill': {
       const firstOfEach = plan.spec.edges.map((e) => plan.pods.find((p) => plan.nodes.find((n) => n.name === p.node)?.site === e.name)?.name);
       const samples = pairs([...firstOfEach.map((p) => [cloudPod, p] as const), ...firstOfEach.map((p) => [p, cloudPod] as const), [nodePods[0], sameSitePod]]);
-      return { kind, description: 'controller killed (SIGKILL), restarted after a pause', samples, lossless: true };
+      return { kind, description: 'controller killed (SIGKILL), restarted after a pause', samples, flows: samples.slice(0, 1), lossless: true };
+    }
+    case 'relay-kill': {
+      const byPath = (path: LabPath) => plan.pods.flatMap((a) => plan.pods.filter((b) => b.node !== a.node && expectedPath(plan, a.node, b.node) === path).map((b) => [a.name, b.name] as const));
+      const punched = byPath('tunnel hole-punched')[0];
+      const relayed = byPath('tunnel relayed')[0];
+      if (!punched && !relayed) return { kind, skipped: 'no edge <-> edge pair: nothing uses the relay' };
+      const list = [punched, relayed].filter((p): p is readonly [string, string] => p !== undefined);
+      const samples = pairs(list.flatMap(([a, b]) => [[a, b], [b, a]] as const));
+      return { kind, description: 'relay killed (SIGKILL), restarted after a pause: hole-punched pairs must not notice, relayed pairs must come back', lossless: false,
+        samples, flows: pairs(list) };
     }
     case 'agent-restart':
       if (!node) return { kind, skipped: 'no node' };
-      return { kind, node: node.name, description: `agent of ${node.name} killed (SIGKILL) and started again`, lossless: false,
+      return { kind, node: node.name, description: `agent of ${node.name} killed (SIGKILL) and started again`, lossless: false, flows: [],
         samples: pairs([[cloudPod, nodePods[0]], [nodePods[0], cloudPod], [sameSitePod, nodePods[0]], [nodePods[0], nodePods[1]]]) };
     case 'pod-recreate': {
       const pod = nodePods[0];
       if (!node || !pod) return { kind, skipped: 'no pod' };
-      return { kind, node: node.name, pod, description: `pod ${pod} deleted (CNI DEL) and added again under the same name (CNI ADD)`, lossless: false,
+      return { kind, node: node.name, pod, description: `pod ${pod} deleted (CNI DEL) and added again under the same name (CNI ADD)`, lossless: false, flows: [],
         samples: pairs([[cloudPod, pod], [sameSitePod, pod], [nodePods[1], pod], [pod, cloudPod]]) };
     }
     case 'uplink-cut':
@@ -105,7 +117,8 @@ export function planFault(plan: LabPlan, kind: LabFaultKind): LabFaultTarget | {
       const description = kind === 'uplink-cut' ? `uplink of edge site ${edgeSite} cut, then restored`
         : kind === 'uplink-flap' ? `uplink of edge site ${edgeSite} flapping (down and up several times), then restored`
           : `node ${node.name} rebooted while site ${edgeSite} is cut off: agent killed, its devices and nft table deleted, agent started offline, pods added again, uplink restored`;
-      return { kind, site: edgeSite, ...(kind === 'node-reboot' ? { node: node.name } : {}), description, samples, lossless: false };
+      // a TCP flow across a cut uplink survives (it pauses and resumes); one into a rebooted node does not (its pods are new)
+      return { kind, site: edgeSite, ...(kind === 'node-reboot' ? { node: node.name } : {}), description, samples, lossless: false, flows: kind === 'node-reboot' ? [] : samples.slice(0, 1) };
     }
   }
 }
@@ -194,6 +207,16 @@ export interface MatrixCount {
   readonly working: number;
 }
 
+/** A TCP connection held open through a fault: whether it survived, and the longest wait for an echo. */
+export interface FlowResult extends LabPodPair {
+  readonly survived: boolean;
+  readonly sentBytes: number;
+  readonly echoedBytes: number;
+  readonly maxGapMs: number;
+  /** Why it broke (the socket error), when it did. */
+  readonly error?: string;
+}
+
 /** What a fault did, for the JSON report and the table. */
 export interface LabFaultResult {
   readonly kind: LabFaultKind;
@@ -212,6 +235,8 @@ export interface LabFaultResult {
   /** Longest time a sample went without a reply, ms. */
   readonly maxGapMs?: number;
   readonly samples?: readonly SampleStats[];
+  /** The TCP flows held open through the fault. */
+  readonly flows?: readonly FlowResult[];
   /** Wall time of the CNI ADDs this fault made (pod start latency). */
   readonly podStartMs?: readonly number[];
   /** How long the fault was held (ms). */
@@ -222,8 +247,8 @@ export interface LabFaultResult {
 
 /** The result of a fault from its parts: ok when the matrix after works, every sample recovered and nothing else broke. */
 export function judgeFault(target: LabFaultTarget, parts: {
-  before: MatrixCount; after: MatrixCount; matrixMs?: { before: number; after: number }; samples: readonly SampleStats[]; podStartMs?: readonly number[]; heldMs: number; durationMs: number;
-  notes: readonly string[];
+  before: MatrixCount; after: MatrixCount; matrixMs?: { before: number; after: number }; samples: readonly SampleStats[]; flows?: readonly FlowResult[]; podStartMs?: readonly number[];
+  heldMs: number; durationMs: number; notes: readonly string[];
 }): LabFaultResult {
   const sent = parts.samples.reduce((n, s) => n + s.sent, 0);
   const received = parts.samples.reduce((n, s) => n + s.received, 0);
@@ -234,12 +259,13 @@ export function judgeFault(target: LabFaultTarget, parts: {
   if (unrecovered.length > 0) notes.push(`no reply again from ${unrecovered.map((s) => `${s.from} -> ${s.to}`).join(', ')}`);
   if (!parts.after.ok) notes.push(`${parts.after.shouldWork - parts.after.working} of ${parts.after.shouldWork} cells that should work fail after the fault`);
   if (target.lossless && lossPct !== undefined && lossPct > 5) notes.push(`${lossPct}% loss although the data plane should not notice this fault`);
+  for (const f of parts.flows ?? []) if (!f.survived) notes.push(`the TCP flow ${f.from} -> ${f.to} broke (${f.error ?? 'no echo'})`);
   const maxGapMs = parts.samples.length === 0 ? undefined : Math.max(...parts.samples.map((s) => s.maxGapMs));
   const convergenceMs = unrecovered.length > 0 || parts.samples.length === 0 ? undefined : Math.max(...parts.samples.map((s) => s.convergenceMs ?? 0));
   return {
     kind: target.kind, description: target.description, ok: notes.length === 0, before: parts.before, after: parts.after, ...(parts.matrixMs ? { matrixMs: parts.matrixMs } : {}),
     ...(convergenceMs !== undefined ? { convergenceMs } : {}), ...(lossPct !== undefined ? { lossPct } : {}), ...(maxGapMs !== undefined ? { maxGapMs } : {}), samples: parts.samples,
-    ...(parts.podStartMs ? { podStartMs: parts.podStartMs } : {}), heldMs: parts.heldMs, durationMs: parts.durationMs, notes,
+    ...(parts.flows ? { flows: parts.flows } : {}), ...(parts.podStartMs ? { podStartMs: parts.podStartMs } : {}), heldMs: parts.heldMs, durationMs: parts.durationMs, notes,
   };
 }
 
