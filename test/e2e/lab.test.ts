@@ -1,12 +1,12 @@
 /**
- * `atoll lab run` end to end, as a user runs it: a small cloud and one NATed edge site from namespaces, a real
- * controller and agents, pods through the real atoll-cni, the connectivity matrix, and nothing of the run left
- * afterwards (namespace, process, mount, file).
+ * `atoll lab run` end to end, as a user runs it: a small cloud and four NATed edge sites from namespaces, a real
+ * controller, relay and agents, pods through the real atoll-cni, the connectivity matrix, faults, and nothing of the
+ * run left afterwards (namespace, process, mount, file).
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ATOLL_BIN } from '../../src/lab/agent-process.ts';
@@ -20,7 +20,7 @@ interface Report {
   readonly podCreation: string;
   readonly processes: readonly { role: string; pid: number }[];
   readonly cells: readonly LabCell[];
-  readonly verdict: { ok: boolean; shouldWork: number; working: number; waitingForTunnel: number };
+  readonly verdict: { ok: boolean; shouldWork: number; working: number; blocked: number };
   readonly faults: readonly LabFaultResult[];
   readonly cleanup: { leftovers: readonly string[] };
 }
@@ -52,61 +52,80 @@ function processesNaming(text: string): string[] {
   });
 }
 
-test('atoll lab run: cloud 1 node + edge a 2 nodes, 1 pod each: same-site cells over VXLAN, cloud <-> edge through the tunnel, faults healed, nothing left', { skip: rootSkipReason(), timeout: 120_000 }, async () => {
+/**
+ * Every kind of path in one small lab: cloud 1 node; edge a (2 nodes, VXLAN between them) and b behind
+ * endpoint-independent NATs in community "x" (a <-> b hole-punched); c behind a symmetric NAT in "x" (relayed);
+ * d in no community (blocked from the other edges, reaches the cloud).
+ */
+const SPEC = {
+  cloudNodes: 1, podsPerNode: 1, sameSite: 'vxlan',
+  edges: [
+    { name: 'a', nodes: 2, community: 'x', nat: 'endpoint-independent', uplink: {} },
+    { name: 'b', nodes: 1, community: 'x', nat: 'endpoint-independent', uplink: {} },
+    { name: 'c', nodes: 1, community: 'x', nat: 'symmetric', uplink: {} },
+    { name: 'd', nodes: 1, community: '', nat: 'endpoint-independent', uplink: {} },
+  ],
+};
+
+test('atoll lab run: every path (VXLAN, tunnel direct, hole-punched, relayed, not allowed) over its route, faults incl. the relay kill healed, nothing left', { skip: rootSkipReason(), timeout: 150_000 }, async () => {
   const tmp = mkdtempSync(join(tmpdir(), 'atoll-lab-e2e-'));
   try {
     const json = join(tmp, 'report.json');
     const svg = join(tmp, 'lab.svg');
+    const specFile = join(tmp, 'spec.json');
+    writeFileSync(specFile, JSON.stringify(SPEC));
     const started = Date.now();
-    const res = await run(['lab', 'run', '--cloud-nodes', '1', '--edge-sites', '1', '--nodes-per-site', '2', '--pods-per-node', '1', '--faults', 'controller-kill,agent-restart,pod-recreate', '--json', json, '--svg', svg], 90_000);
+    const res = await run(['lab', 'run', '--spec', specFile, '--faults', 'controller-kill,relay-kill,agent-restart,pod-recreate', '--json', json, '--svg', svg], 120_000);
     assert.equal(res.code, 0, res.out);
-    assert.ok(Date.now() - started < 60_000, `took ${Date.now() - started} ms`);
-    assert.match(res.out, /pods: 3 created by direct CNI calls to atoll-cni/);
+    assert.ok(Date.now() - started < 100_000, `took ${Date.now() - started} ms`);
+    assert.match(res.out, /pods: 6 created by /);
     assert.match(res.out, /^PASS: /m);
     const report = JSON.parse(readFileSync(json, 'utf8')) as Report;
-    assert.equal(report.cells.length, 6);
-    assert.deepEqual(report.verdict, { ...report.verdict, ok: true, shouldWork: 6, working: 6, waitingForTunnel: 0 });
+    assert.equal(report.cells.length, 30);
+    const blocked = 8; // d <-> a-1, a-2, b-1, c-1, both ways
+    assert.deepEqual(report.verdict, { ...report.verdict, ok: true, shouldWork: 30 - blocked, working: 30 - blocked, blocked });
 
-    const sameSite = report.cells.filter((c) => c.fromNode.startsWith('a-') && c.toNode.startsWith('a-'));
-    assert.equal(sameSite.length, 2);
-    for (const c of sameSite) {
-      assert.equal(c.path, 'vxlan', `${c.from} -> ${c.to}`);
-      assert.equal(c.route, 'vxlan', `${c.from} -> ${c.to}: the node's kernel routes it over the VXLAN device`);
-      assert.equal(c.verdict, 'ok', JSON.stringify(c));
-      assert.ok(c.ping.ok && c.ping.rttMs !== undefined && c.tcp.ok && c.tcp.connectMs !== undefined, JSON.stringify(c));
-    }
-    const crossSite = report.cells.filter((c) => !sameSite.includes(c));
-    for (const c of crossSite) {
-      assert.equal(c.path, 'tunnel direct', `${c.from} -> ${c.to}`);
-      assert.equal(c.route, 'tunnel', `${c.from} -> ${c.to}: the node's kernel routes it into the TUN device`);
-      assert.equal(c.verdict, 'ok', JSON.stringify(c));
-      assert.ok(c.ping.ok && c.tcp.ok, JSON.stringify(c));
+    const want: Record<string, [string, string]> = {
+      'a-1>a-2': ['vxlan', 'vxlan'], 'cloud-1>a-1': ['tunnel direct', 'tunnel'], 'd-1>cloud-1': ['tunnel direct', 'tunnel'],
+      'a-1>b-1': ['tunnel hole-punched', 'tunnel'], 'b-1>a-2': ['tunnel hole-punched', 'tunnel'],
+      'a-2>c-1': ['tunnel relayed', 'tunnel relayed'], 'c-1>b-1': ['tunnel relayed', 'tunnel relayed'],
+      'd-1>a-1': ['not allowed', 'default route'], 'c-1>d-1': ['not allowed', 'default route'],
+    };
+    for (const [pair, [path, route]] of Object.entries(want)) {
+      const [from, to] = pair.split('>');
+      const c = report.cells.find((x) => x.fromNode === from && x.toNode === to) ?? assert.fail(`no cell ${pair}`);
+      assert.deepEqual([c.path, c.route], [path, route], `${pair}: ${JSON.stringify(c)}`);
+      if (path === 'not allowed') assert.ok(!c.ping.ok && !c.tcp.ok && c.verdict === 'blocked as expected', JSON.stringify(c));
+      else assert.ok(c.verdict === 'ok' && c.ping.ok && c.tcp.ok, JSON.stringify(c));
     }
 
     // the faults: each healed, the whole matrix working before and after, loss and convergence measured
-    assert.deepEqual(report.faults.map((f) => f.kind), ['controller-kill', 'agent-restart', 'pod-recreate']);
+    assert.deepEqual(report.faults.map((f) => f.kind), ['controller-kill', 'relay-kill', 'agent-restart', 'pod-recreate']);
+    const all = { ok: true, shouldWork: 22, working: 22 };
     for (const f of report.faults) {
       assert.equal(f.ok, true, JSON.stringify(f));
-      assert.deepEqual([f.before, f.after], [{ ok: true, shouldWork: 6, working: 6 }, { ok: true, shouldWork: 6, working: 6 }], f.kind);
+      assert.deepEqual([f.before, f.after], [all, all], f.kind);
       assert.ok(f.convergenceMs !== undefined && f.convergenceMs < 15_000, `${f.kind}: convergence ${f.convergenceMs}`);
       assert.ok(f.lossPct !== undefined && (f.samples ?? []).length > 0 && (f.samples ?? []).every((s) => s.sent > 0), f.kind);
       assert.ok(f.matrixMs && f.matrixMs.before > 0 && f.matrixMs.after > 0, `${f.kind}: its own matrix before and after`);
     }
-    const [controllerKill, agentRestart, podRecreate] = report.faults as [LabFaultResult, LabFaultResult, LabFaultResult];
+    const [controllerKill, relayKill, agentRestart, podRecreate] = report.faults as [LabFaultResult, LabFaultResult, LabFaultResult, LabFaultResult];
     assert.ok((controllerKill.lossPct ?? 100) <= 5, `the agents work on while the controller is down: ${controllerKill.lossPct}% loss`);
+    // the relay killed: the hole-punched flow does not notice; the relayed one pauses, survives and catches up
+    const [punched, relayed] = relayKill.flows ?? [];
+    assert.deepEqual([punched?.from, punched?.to, relayed?.from, relayed?.to], ['a-1-p1', 'b-1-p1', 'a-1-p1', 'c-1-p1']);
+    assert.ok(punched?.survived && punched.maxGapMs < 1000, `hole-punched flow: ${JSON.stringify(punched)}`);
+    assert.ok(relayed?.survived && relayed.maxGapMs >= 1000, `relayed flow (it waits out the relay's absence, then catches up): ${JSON.stringify(relayed)}`);
     assert.match(agentRestart.description, /agent of a-1 killed/);
     assert.equal(podRecreate.podStartMs?.length, 1);
     assert.match(res.out, /^PASS: every fault healed/m);
-    assert.equal(report.processes.filter((p) => p.role === 'controller (restarted)').length, 1);
-    assert.equal(report.processes.filter((p) => p.role === 'agent a-1 (restarted)').length, 1);
+    for (const role of ['controller (restarted)', 'relay (restarted)', 'agent a-1 (restarted)']) assert.equal(report.processes.filter((p) => p.role === role).length, 1, role);
 
-    // the picture: every node and pod, one line per node pair, nothing failed
+    // the picture: every node and pod, nothing failed
     const picture = readFileSync(svg, 'utf8');
     assert.match(picture, /^<\?xml [^>]*>\n<svg /);
-    assert.match(picture, /Atoll lab [0-9a-f]{4}: 6\/6 cells ok, 0 FAIL/);
-    for (const name of ['cloud-1', 'a-1', 'a-2', 'cloud-1-p1', 'a-1-p1', 'a-2-p1']) assert.ok(picture.includes(`>${name}`), name);
-    assert.equal((picture.match(/<path class="link vxlan"/g) ?? []).length, 1);
-    assert.equal((picture.match(/<path class="link tunnel-direct"/g) ?? []).length, 2);
+    assert.match(picture, /Atoll lab [0-9a-f]{4}: 22\/22 cells ok, 0 FAIL, 8 blocked as expected/);
+    for (const name of ['cloud-1', 'a-1', 'a-2', 'b-1', 'c-1', 'd-1', 'cloud-1-p1', 'a-1-p1', 'c-1-p1']) assert.ok(picture.includes(`>${name}`), name);
     assert.ok(!picture.includes(' failed"'), 'no pair drawn as failed');
 
     // nothing of the run is left
@@ -114,7 +133,7 @@ test('atoll lab run: cloud 1 node + edge a 2 nodes, 1 pod each: same-site cells 
     assert.deepEqual(report.cleanup.leftovers, []);
     assert.deepEqual(readdirSync('/var/run/netns').filter((n) => n.startsWith(report.prefix)), []);
     assert.deepEqual(processesNaming(runDir), []);
-    assert.ok(report.processes.length >= 6, 'controller and three agents were recorded, and the restarted ones');
+    assert.ok(report.processes.length >= 10, 'controller, relay and six agents were recorded, and the restarted ones');
     for (const p of report.processes) assert.ok(!existsSync(`/proc/${p.pid}`) || !(readFileSync(`/proc/${p.pid}/cmdline`, 'utf8').includes(runDir)), `${p.role} (pid ${p.pid}) still runs`);
     const mounts = readFileSync('/proc/self/mountinfo', 'utf8').split('\n').filter((l) => l.includes(report.prefix) || l.includes(runDir));
     assert.deepEqual(mounts, []);

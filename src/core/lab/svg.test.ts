@@ -5,16 +5,15 @@ import { expectationOf, expectedPath, planLab, type LabPath, type LabPlan } from
 import { DEFAULT_LAB_SPEC, type LabSpec } from './spec.ts';
 import type { CellVerdict } from './report.ts';
 
-const plan = (spec: LabSpec): LabPlan => planLab({ spec, runId: '0abc', dir: '/run/atoll-lab/0abc', bootstrapToken: 'bootstrap-token-0123456789', adminToken: 'admin-token-0123456789' });
+const plan = (spec: LabSpec): LabPlan => planLab({ spec, runId: '0abc', dir: '/run/atoll-lab/0abc', bootstrapToken: 'bootstrap-token-0123456789', adminToken: 'admin-token-0123456789', relayToken: 'relay-token-0123456789' });
 const podsOf = (p: LabPlan) => p.pods.map((x, i) => ({ name: x.name, node: x.node, ip: `10.100.${Math.floor(i / 60)}.${(i % 60) + 2}` }));
 
-/** Every cell of `p` as today's lab judges a healthy run: what should work works, the rest has no path or is blocked. */
+/** Every cell of `p` as the lab judges a healthy run: what should work works, what is not allowed is blocked. */
 function cellsOf(p: LabPlan, fail: (from: string, to: string) => boolean = () => false): LabSvgCell[] {
   const pods = podsOf(p);
   return pods.flatMap((a) => pods.filter((b) => b !== a).map((b): LabSvgCell => {
     const path = expectedPath(p, a.node, b.node);
-    const e = expectationOf(path);
-    const verdict: CellVerdict = fail(a.name, b.name) ? 'FAIL' : e === 'reachable' ? 'ok' : e === 'blocked' ? 'blocked as expected' : 'no path yet (hole punching/relay not built)';
+    const verdict: CellVerdict = fail(a.name, b.name) ? 'FAIL' : expectationOf(path) === 'reachable' ? 'ok' : 'blocked as expected';
     return { from: a.name, to: b.name, fromNode: a.node, toNode: b.node, path, verdict, ping: { rttMs: path === 'tunnel direct' ? 1.5 : 0.1 } };
   }));
 }
@@ -41,19 +40,44 @@ function assertWellFormed(svg: string): void {
 
 const defaultPlan = plan(DEFAULT_LAB_SPEC);
 const defaultInput = (cells?: LabSvgCell[]): LabSvgInput => labSvgInputOf(defaultPlan, podsOf(defaultPlan), cells);
-const linksOf = (svg: string, kind: LabPath) => [...svg.matchAll(new RegExp(`<path class="link ${kind.replace(/ /g, '-')}( failed)?" d="[^"]*" fill="none" stroke="([^"]*)" stroke-width="([^"]*)" stroke-opacity="([^"]*)"(?: stroke-dasharray="([^"]*)")?>`, 'g'))]
-  .map((m) => ({ failed: m[1] !== undefined, stroke: m[2], width: m[3], opacity: m[4], dash: m[5] ?? '' }));
+const linksOf = (svg: string, kind: LabPath) => [...svg.matchAll(new RegExp(`<path class="link ${kind.replace(/ /g, '-')}( failed)?" d="([^"]*)" fill="none" stroke="([^"]*)" stroke-width="([^"]*)" stroke-opacity="([^"]*)"(?: stroke-dasharray="([^"]*)")?>`, 'g'))]
+  .map((m) => ({ failed: m[1] !== undefined, d: m[2] as string, stroke: m[3], width: m[4], opacity: m[5], dash: m[6] ?? '' }));
 
-test('svg of the default lab: well-formed, every node and pod with its IP, the verdict in the title', () => {
+interface Rect { x: number; y: number; w: number; h: number }
+/** The box whose tooltip starts with `title` (a node: `node a-1 `, the relay: `relay `). */
+function boxOf(svg: string, title: string): Rect {
+  const m = new RegExp(`<rect x="([\\d.]+)" y="([\\d.]+)" width="([\\d.]+)" height="([\\d.]+)"[^>]*><title>${title.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}`).exec(svg);
+  assert.ok(m, `a box titled ${title}`);
+  return { x: Number(m[1]), y: Number(m[2]), w: Number(m[3]), h: Number(m[4]) };
+}
+/** The points where the pieces of a path start (after M) and where it ends (its last point). */
+const startsOf = (d: string) => [...d.matchAll(/M([\d.]+) ([\d.]+)/g)].map((m) => ({ x: Number(m[1]), y: Number(m[2]) }));
+function endOf(d: string): { x: number; y: number } {
+  const nums = d.match(/[\d.]+/g) ?? [];
+  return { x: Number(nums.at(-2)), y: Number(nums.at(-1)) };
+}
+const onBottom = (p: { x: number; y: number }, b: Rect) => p.y === b.y + b.h && p.x > b.x && p.x < b.x + b.w;
+const onTop = (p: { x: number; y: number }, b: Rect) => p.y === b.y && p.x > b.x && p.x < b.x + b.w;
+/** A lab whose edge b is behind a symmetric NAT (so a <-> b is relayed) and whose edge c has no community. */
+const symmetricPlan = (sameSite: LabSpec['sameSite'] = 'vxlan') => plan({ ...DEFAULT_LAB_SPEC, sameSite, edges: [
+  { name: 'a', nodes: 1, community: 'x', nat: 'endpoint-independent', uplink: {} }, { name: 'b', nodes: 1, community: 'x', nat: 'symmetric', uplink: {} },
+  { name: 'c', nodes: 1, community: '', nat: 'endpoint-independent', uplink: {} }] });
+const NOT_BUILT = /not built|no path yet|pending|faded|reachable before/;
+
+test('svg of the default lab: well-formed, every node and pod with its IP, the relay with its address, the verdict in the title', () => {
   const svg = renderLabSvg(defaultInput(cellsOf(defaultPlan)));
   assertWellFormed(svg);
   for (const node of defaultPlan.nodes) assert.ok(svg.includes(`>${node.name}</text>`), `node ${node.name}`);
   for (const pod of podsOf(defaultPlan)) assert.ok(svg.includes(`>${pod.name}  ${pod.ip}</text>`), `pod ${pod.name}`);
-  for (const r of ['a-router 198.51.100.11', 'b-router 198.51.100.12', 'endpoint-independent NAT', 'controller', 'relay (not built yet)']) assert.ok(svg.includes(`>${r}</text>`), r);
-  assert.match(svg, /<title>Atoll lab 0abc: 100\/132 cells ok, 0 FAIL, 32 no path yet<\/title>/);
+  for (const r of ['a-router 198.51.100.11', 'b-router 198.51.100.12', 'endpoint-independent NAT', 'controller', '192.0.2.2:7443', 'relay', '192.0.2.2:8476']) {
+    assert.ok(svg.includes(`>${r}</text>`), r);
+  }
+  assert.match(svg, /<title>Atoll lab 0abc: 132\/132 cells ok, 0 FAIL<\/title>/, 'every pair is allowed: no blocked count');
+  assert.doesNotMatch(svg, NOT_BUILT);
+  assert.doesNotMatch(svg, /<rect [^>]*stroke-dasharray/, 'no box is drawn as not there');
 });
 
-test('svg: one line per node pair, styled by path kind; edge <-> edge not built yet is faded', () => {
+test('svg: one line per node pair, styled by path kind; hole-punched pairs as solid arcs between the edge nodes', () => {
   const svg = renderLabSvg(defaultInput(cellsOf(defaultPlan)));
   const vxlan = linksOf(svg, 'vxlan');
   const direct = linksOf(svg, 'tunnel direct');
@@ -63,33 +87,62 @@ test('svg: one line per node pair, styled by path kind; edge <-> edge not built 
   assert.equal(punched.length, 4, '2 a nodes x 2 b nodes');
   assert.ok(vxlan.every((l) => l.stroke === PATH_STYLE.vxlan.color && l.dash === '' && !l.failed));
   assert.ok(direct.every((l) => l.stroke === PATH_STYLE['tunnel direct'].color && l.opacity === '0.9'));
-  assert.ok(punched.every((l) => l.stroke === PATH_STYLE['tunnel hole-punched'].color && l.dash === '7 4' && l.opacity === '0.35'));
+  assert.ok(punched.every((l) => l.stroke === PATH_STYLE['tunnel hole-punched'].color && l.dash === '' && l.opacity === '0.9' && l.width === '2' && !l.failed));
+  const a = ['a-1', 'a-2'].map((x) => boxOf(svg, `node ${x} (`));
+  const b = ['b-1', 'b-2'].map((x) => boxOf(svg, `node ${x} (`));
+  for (const l of punched) {
+    const [from, to] = [startsOf(l.d), endOf(l.d)];
+    assert.equal(from.length, 1, 'one arc, straight from node to node (not through a router or the relay)');
+    assert.ok(a.some((x) => onBottom(from[0] as { x: number; y: number }, x)), `starts below an a node: ${l.d}`);
+    assert.ok(b.some((x) => onBottom(to, x)), `ends below a b node: ${l.d}`);
+  }
   assert.equal(linksOf(svg, 'tunnel relayed').length + linksOf(svg, 'not allowed').length, 0);
+  assert.match(svg, />tunnel hole-punched \([^<]*\): 32 cells, 32 ok; median ping 0\.10 ms<\/text>/);
 });
 
-test('svg: relayed pairs go through the relay, not-allowed pairs are faint grey dots, same-site direct routes', () => {
-  const p = plan({ ...DEFAULT_LAB_SPEC, sameSite: 'direct', edges: [
-    { name: 'a', nodes: 1, community: 'x', nat: 'symmetric', uplink: {} }, { name: 'b', nodes: 1, community: 'x', nat: 'endpoint-independent', uplink: {} },
-    { name: 'c', nodes: 1, community: '', nat: 'endpoint-independent', uplink: {} }] });
+test('svg: with a symmetric NAT, relayed pairs go from the relay through both routers; not-allowed pairs are faint grey dots', () => {
+  const p = symmetricPlan('direct');
   const svg = renderLabSvg(labSvgInputOf(p, podsOf(p), cellsOf(p)));
   assertWellFormed(svg);
+  // 10 pods, 90 cells; c's 2 pods and the 4 pods of a and b are not allowed to talk: 2 x 2 x 4 = 16 cells
+  assert.match(svg, /<title>Atoll lab 0abc: 74\/74 cells ok, 0 FAIL, 16 blocked as expected<\/title>/);
+  assert.doesNotMatch(svg, NOT_BUILT);
   assert.equal(linksOf(svg, 'direct route').length, 1);
   assert.ok(linksOf(svg, 'direct route').every((l) => l.stroke === PATH_STYLE['direct route'].color));
+  assert.equal(linksOf(svg, 'tunnel hole-punched').length, 0, 'a <-> b cannot punch through b\'s symmetric NAT');
   const relayed = linksOf(svg, 'tunnel relayed');
-  assert.equal(relayed.length, 1);
-  assert.equal(relayed[0]?.dash, PATH_STYLE['tunnel relayed'].dash);
-  const relay = /<rect x="([\d.]+)" y="([\d.]+)" width="([\d.]+)" height="([\d.]+)"[^>]*stroke-dasharray="4 3"/.exec(svg);
-  assert.ok(relay, 'the relay box, dashed while not built');
-  const relayBottom = Number(relay[2]) + Number(relay[4]);
-  const d = /<path class="link tunnel-relayed" d="([^"]*)"/.exec(svg)?.[1] ?? '';
-  assert.equal(d.match(/M/g)?.length, 2, 'two legs, one to each edge node');
-  for (const start of d.matchAll(/M([\d.]+) ([\d.]+)/g)) {
-    assert.equal(Number(start[2]), relayBottom, 'both legs start at the relay');
-    assert.ok(Number(start[1]) > Number(relay[1]) && Number(start[1]) < Number(relay[1]) + Number(relay[3]));
+  assert.equal(relayed.length, 1, 'a-1 <-> b-1');
+  const [l] = relayed as [(typeof relayed)[number]];
+  assert.ok(l.stroke === PATH_STYLE['tunnel relayed'].color && l.dash === PATH_STYLE['tunnel relayed'].dash && l.opacity === '0.9' && !l.failed);
+  const relay = boxOf(svg, 'relay 192.0.2.2:8476');
+  const starts = startsOf(l.d);
+  assert.equal(starts.length, 2, 'two legs, one to each edge node');
+  for (const start of starts) assert.ok(onBottom(start, relay), `both legs start at the relay: ${l.d}`);
+  const legs = l.d.split(' M').map((x, i) => (i === 0 ? x : `M${x}`));
+  assert.ok(onTop(endOf(legs[0] as string), boxOf(svg, 'node a-1 (')), 'the first leg ends at a-1');
+  assert.ok(onTop(endOf(legs[1] as string), boxOf(svg, 'node b-1 (')), 'the second leg ends at b-1');
+  for (const [leg, site] of [[legs[0], 'a'], [legs[1], 'b']] as const) {
+    const router = boxOf(svg, `${site}-router `);
+    assert.ok([...(leg as string).matchAll(/([\d.]+) ([\d.]+)/g)].some((m) => onTop({ x: Number(m[1]), y: Number(m[2]) }, router)), `through ${site}-router`);
   }
   const blocked = linksOf(svg, 'not allowed');
   assert.equal(blocked.length, 2, 'c to a and c to b');
-  assert.ok(blocked.every((l) => l.stroke === PATH_STYLE['not allowed'].color && l.dash === '1 4' && Number(l.opacity) < 1));
+  assert.ok(blocked.every((l) => l.stroke === PATH_STYLE['not allowed'].color && l.dash === '1 4' && Number(l.opacity) < 1 && Number(l.width) < 2));
+  assert.match(svg, />tunnel relayed \([^<]*\): 8 cells, 8 ok; median ping 0\.10 ms<\/text>/);
+  assert.match(svg, />not allowed \([^<]*\): 16 cells, 16 blocked as expected<\/text>/);
+});
+
+test('svg: a failed relayed pair and a forbidden pair that is reachable are solid red, drawn last, and counted', () => {
+  const p = symmetricPlan();
+  const svg = renderLabSvg(labSvgInputOf(p, podsOf(p), cellsOf(p, (from, to) => (from === 'a-1-p1' && to === 'b-1-p2') || (from === 'c-1-p1' && to === 'a-1-p1'))));
+  assertWellFormed(svg);
+  assert.match(svg, /<title>Atoll lab 0abc: 73\/74 cells ok, 2 FAIL, 15 blocked as expected<\/title>/);
+  assert.deepEqual(linksOf(svg, 'tunnel relayed').map((l) => [l.failed, l.stroke, l.width, l.dash]), [[true, '#d32f2f', '3', '']]);
+  assert.deepEqual(linksOf(svg, 'not allowed').map((l) => [l.failed, l.stroke]), [[false, PATH_STYLE['not allowed'].color], [true, '#d32f2f']], 'b-1 <-> c-1 blocked, then the failed a-1 <-> c-1');
+  const links = svg.slice(svg.indexOf('<g class="links">'), svg.indexOf('<g class="boxes">'));
+  assert.match(links, /failed"[^\n]*\n(<path class="link [^"]*failed"[^\n]*\n)*<\/g>/, 'the failed pairs come last');
+  assert.match(svg, />a-1 &lt;-&gt; b-1 \(tunnel relayed\): 1 cells FAIL<\/text>/);
+  assert.match(svg, />a-1 &lt;-&gt; c-1 \(not allowed\): 1 cells FAIL<\/text>/);
 });
 
 test('svg: a failed node pair is drawn red, its pods and nodes marked, and listed', () => {
@@ -101,7 +154,7 @@ test('svg: a failed node pair is drawn red, its pods and nodes marked, and liste
   assert.match(svg, /<title>cloud-2 &lt;-&gt; b-2: tunnel direct, 1 of 8 cells FAIL/);
   assert.match(svg, />cloud-2 &lt;-&gt; b-2 \(tunnel direct\): 1 cells FAIL<\/text>/);
   assert.match(svg, /<circle class="pod" [^>]*fill="#d32f2f"><title>pod b-2-p2 /);
-  assert.match(svg, /100\/132|99\/132/);
+  assert.match(svg, /<title>Atoll lab 0abc: 131\/132 cells ok, 1 FAIL<\/title>/);
 });
 
 test('svg: text is escaped for XML', () => {
@@ -149,10 +202,12 @@ test('svg of a big lab: lines per site pair, pods as dots with their names in to
 });
 
 test('aggregateLinks: both directions of a node pair in one link, in node order, with the median RTT', () => {
-  const cell = (from: string, to: string, verdict: CellVerdict, rttMs: number): LabSvgCell => ({ from: `${from}-p`, to: `${to}-p`, fromNode: from, toNode: to, path: 'vxlan', verdict, ping: { rttMs } });
-  const links = aggregateLinks([cell('y', 'x', 'ok', 3), cell('x', 'y', 'ok', 1), cell('x', 'x', 'ok', 9), cell('z', 'x', 'FAIL', 100)], ['x', 'y', 'z']);
+  const cell = (from: string, to: string, verdict: CellVerdict, rttMs: number, path: LabPath = 'vxlan'): LabSvgCell => ({ from: `${from}-p`, to: `${to}-p`, fromNode: from, toNode: to, path, verdict, ping: { rttMs } });
+  const links = aggregateLinks([cell('y', 'x', 'ok', 3), cell('x', 'y', 'ok', 1), cell('x', 'x', 'ok', 9), cell('z', 'x', 'FAIL', 100),
+    cell('w', 'y', 'blocked as expected', 1, 'not allowed'), cell('y', 'w', 'blocked as expected', 1, 'not allowed')], ['x', 'y', 'z', 'w']);
   assert.deepEqual(links, [
     { a: 'x', b: 'y', path: 'vxlan', cells: 2, ok: 2, failed: 0, medianRttMs: 2, status: 'ok' },
     { a: 'x', b: 'z', path: 'vxlan', cells: 1, ok: 0, failed: 1, status: 'failed' },
+    { a: 'y', b: 'w', path: 'not allowed', cells: 2, ok: 0, failed: 0, status: 'blocked' },
   ]);
 });

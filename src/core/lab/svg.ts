@@ -8,16 +8,17 @@
  * failed, grey: not checked), with name and IP while a node has few pods.
  *
  * Paths are drawn between nodes, one line per node pair (both directions and all pod pairs aggregated): same-site
- * pairs as arcs below the nodes, cloud <-> edge through the edge's router, relayed pairs through the relay, edge <->
- * edge pairs as arcs below the edge sites. A pair with a failed cell is red; a pair whose path is not built yet is
- * faded; a pair that is not allowed is a faint grey dotted arc. Bigger labs (more than {@link NODE_LINK_LIMITS})
- * degrade: edge sites wrap into rows, each row on its own wan line; cloud <-> edge is the line from the wan to each
- * edge router (per site pair, red when a cell failed); the rest is summed up as text in each site, with a red line
- * between the routers of edge site pairs that failed. Nodes with many pods show them as dots, names in tooltips.
+ * pairs as arcs below the nodes, cloud <-> edge through the edge's router, relayed pairs (a symmetric NAT on the way)
+ * from the relay in the cloud site down through both edge routers, hole-punched pairs (a direct stream between the
+ * edges) as arcs below the edge sites. A pair with a failed cell is solid red, drawn over the others; a pair that is
+ * not allowed is a faint grey dotted arc. Bigger labs (more than {@link NODE_LINK_LIMITS}) degrade: edge sites wrap
+ * into rows, each row on its own wan line; cloud <-> edge is the line from the wan to each edge router (per site pair,
+ * red when a cell failed); the rest is summed up as text in each site, with a red line between the routers of edge
+ * site pairs that failed. Nodes with many pods show them as dots, names in tooltips.
  */
 import { type CellVerdict, formatMs, type LabCell, median, PATH_ORDER } from './report.ts';
 import { describeLabSpec, type NatType } from './spec.ts';
-import type { LabPath, LabPlan } from './plan.ts';
+import { expectationOf, type LabPath, type LabPlan } from './plan.ts';
 
 export interface LabSvgPod {
   readonly name: string;
@@ -52,8 +53,8 @@ export interface LabSvgInput {
   readonly description?: string;
   /** The controller's address or URL. */
   readonly controller?: string;
-  /** The relay in the cloud site; drawn dashed while it is not built. */
-  readonly relay?: { readonly address?: string; readonly built: boolean };
+  /** The relay in the cloud site (beside the controller); `address` as host:port. */
+  readonly relay?: { readonly address?: string };
   /** Cloud site first, then the edge sites. */
   readonly sites: readonly LabSvgSite[];
   /** The connectivity matrix; without it the picture is the topology only. */
@@ -66,7 +67,7 @@ export const NODE_LINK_LIMITS = Object.freeze({ nodes: 16, cloudNodes: 6, nodesP
 export const POD_LIST_LIMIT = 6;
 
 /** How a node pair's cells came out. */
-export type LinkStatus = 'ok' | 'failed' | 'pending' | 'blocked';
+export type LinkStatus = 'ok' | 'failed' | 'blocked';
 
 /** The cells of one unordered node pair (or site pair), both directions. */
 export interface LabSvgLink {
@@ -81,13 +82,10 @@ export interface LabSvgLink {
   readonly status: LinkStatus;
 }
 
-const WORKING: readonly CellVerdict[] = ['ok', 'reachable before hole punching/relay exists'];
-
+/** Failed when one cell failed; blocked when every cell is blocked as expected (pairs that are not allowed); else ok. */
 function statusOf(cells: readonly LabSvgCell[]): LinkStatus {
   if (cells.some((c) => c.verdict === 'FAIL')) return 'failed';
-  if (cells.some((c) => WORKING.includes(c.verdict))) return 'ok';
-  if (cells.some((c) => c.verdict === 'blocked as expected')) return 'blocked';
-  return 'pending';
+  return cells.every((c) => c.verdict === 'blocked as expected') ? 'blocked' : 'ok';
 }
 
 /**
@@ -107,10 +105,10 @@ export function aggregateLinks(cells: readonly LabSvgCell[], order: readonly str
     byPair.set(key, entry);
   }
   const links = [...byPair.values()].map(({ a, b, cells: of }) => {
-    const rtts = of.flatMap((c) => (WORKING.includes(c.verdict) && c.ping?.rttMs !== undefined ? [c.ping.rttMs] : []));
+    const rtts = of.flatMap((c) => (c.verdict === 'ok' && c.ping?.rttMs !== undefined ? [c.ping.rttMs] : []));
     const m = median(rtts);
     return {
-      a, b, path: (of[0] as LabSvgCell).path, cells: of.length, ok: of.filter((c) => WORKING.includes(c.verdict)).length,
+      a, b, path: (of[0] as LabSvgCell).path, cells: of.length, ok: of.filter((c) => c.verdict === 'ok').length,
       failed: of.filter((c) => c.verdict === 'FAIL').length, ...(m !== undefined ? { medianRttMs: m } : {}), status: statusOf(of),
     };
   });
@@ -141,7 +139,7 @@ export function labSvgInputOf(plan: LabPlan, pods: readonly { readonly name: str
   });
   return {
     runId: plan.runId, description: describeLabSpec(plan.spec), controller: plan.controller.url.replace(/^https:\/\//, ''),
-    relay: { built: false }, sites, ...(cells ? { cells } : {}),
+    relay: { address: `${plan.relay.address}:${plan.relay.port}` }, sites, ...(cells ? { cells } : {}),
   };
 }
 
@@ -159,8 +157,8 @@ export const PATH_STYLE: Readonly<Record<LabPath, { readonly color: string; read
   vxlan: { color: '#1565c0', dash: '', label: 'VXLAN (same site)' },
   'direct route': { color: '#00897b', dash: '', label: 'direct route (same site)' },
   'tunnel direct': { color: '#6a1b9a', dash: '', label: 'tunnel direct (cloud <-> edge, through the NAT)' },
-  'tunnel hole-punched': { color: '#ef6c00', dash: '7 4', label: 'tunnel hole-punched (edge <-> edge)' },
-  'tunnel relayed': { color: '#ad1457', dash: '10 3 2 3', label: 'tunnel relayed (edge <-> edge, via the relay)' },
+  'tunnel hole-punched': { color: '#ef6c00', dash: '', label: 'tunnel hole-punched (edge <-> edge, a direct stream through both NATs)' },
+  'tunnel relayed': { color: '#ad1457', dash: '10 3 2 3', label: 'tunnel relayed (edge <-> edge through the relay: a symmetric NAT on the way)' },
   'not allowed': { color: '#9e9e9e', dash: '1 4', label: 'not allowed (no common community)' },
 });
 const FAIL_COLOR = '#d32f2f';
@@ -208,7 +206,7 @@ function rect(b: Box, attrs: { fill: string; stroke: string; width?: number; das
 
 function describeLink(l: LabSvgLink): string {
   const rtt = l.medianRttMs !== undefined ? `, median ping ${formatMs(l.medianRttMs)} ms` : '';
-  const what = l.status === 'failed' ? `${l.failed} of ${l.cells} cells FAIL` : l.status === 'pending' ? `${l.cells} cells, no path yet` : l.status === 'blocked' ? `${l.cells} cells blocked as expected` : `${l.ok}/${l.cells} cells ok`;
+  const what = l.status === 'failed' ? `${l.failed} of ${l.cells} cells FAIL` : l.status === 'blocked' ? `${l.cells} cells blocked as expected` : `${l.ok}/${l.cells} cells ok`;
   return `${l.a} <-> ${l.b}: ${l.path}, ${what}${rtt}`;
 }
 
@@ -217,8 +215,8 @@ function wire(d: string, l: LabSvgLink): string {
   const failed = l.status === 'failed';
   const color = failed ? FAIL_COLOR : style.color;
   const width = failed ? 3 : l.status === 'blocked' ? 1.2 : 2;
-  const opacity = l.status === 'pending' ? 0.35 : l.status === 'blocked' ? 0.6 : 0.9;
-  const dash = style.dash ? ` stroke-dasharray="${style.dash}"` : '';
+  const opacity = l.status === 'blocked' ? 0.6 : 0.9;
+  const dash = style.dash && !failed ? ` stroke-dasharray="${style.dash}"` : '';
   return `<path class="link ${l.path.replace(/ /g, '-')}${failed ? ' failed' : ''}" d="${d}" fill="none" stroke="${color}" stroke-width="${width}" stroke-opacity="${opacity}"${dash}><title>${escapeXml(describeLink(l))}</title></path>`;
 }
 
@@ -436,7 +434,9 @@ export function renderLabSvg(input: LabSvgInput): string {
   }
 
   const points = slots.resolve(slotBoxes);
-  for (const d of draws) layers.links.push(d(points));
+  // failed pairs last, so that no other line hides them
+  const wires = draws.map((d) => d(points));
+  layers.links.push(...wires.filter((w) => !w.includes(' failed"')), ...wires.filter((w) => w.includes(' failed"')));
   const arcsBottom = bottomArcs > 0 ? belowEdges + 18 + 7 * (bottomArcs - 1) + 10 : rowsBottom;
 
   // boxes: sites, routers, infra, nodes, pods
@@ -465,12 +465,11 @@ export function renderLabSvg(input: LabSvgInput): string {
   }
   for (const [k, b] of infra) {
     const isRelay = k === 'relay';
-    const built = !isRelay || input.relay?.built === true;
     if (isRelay && !input.relay) continue;
-    layers.boxes.push(rect(b, { fill: built ? '#ffffff' : '#fafafa', stroke: isRelay ? PATH_STYLE['tunnel relayed'].color : '#1565c0', dash: built ? '' : '4 3', rx: 4 }));
-    const name = isRelay ? (built ? 'relay' : 'relay (not built yet)') : 'controller';
-    const addr = isRelay ? (input.relay?.address ?? '203.0.113.0/24 reserved') : (input.controller ?? '');
-    layers.boxes.push(text(b.x + 8, b.y + 14, fit(name, b.w - 16, 11), { size: 11, weight: 'bold', fill: built ? '#212121' : '#757575' }));
+    const addr = isRelay ? (input.relay?.address ?? '') : (input.controller ?? '');
+    const tip = isRelay ? `relay ${addr}: carries edge <-> edge tunnels that cannot punch through (a symmetric NAT on the way)` : `controller ${addr}`;
+    layers.boxes.push(rect(b, { fill: '#ffffff', stroke: isRelay ? PATH_STYLE['tunnel relayed'].color : '#1565c0', width: 1.5, rx: 4, title: tip }));
+    layers.boxes.push(text(b.x + 8, b.y + 14, fit(isRelay ? 'relay' : 'controller', b.w - 16, 11), { size: 11, weight: 'bold' }));
     layers.boxes.push(text(b.x + 8, b.y + 27, fit(addr, b.w - 16, 10), { size: 10, fill: '#616161' }));
   }
 
@@ -478,7 +477,7 @@ export function renderLabSvg(input: LabSvgInput): string {
     const x = b.node;
     const bad = failedNodes.has(x.name);
     const same = sameNode.get(x.name);
-    const sameNote = same ? `; same node: ${same.filter((c) => WORKING.includes(c.verdict)).length}/${same.length} cells ok` : '';
+    const sameNote = same ? `; same node: ${same.filter((c) => c.verdict === 'ok').length}/${same.length} cells ok` : '';
     const parts = [rect(b, { fill: '#ffffff', stroke: bad ? FAIL_COLOR : '#78909c', width: bad ? 2.5 : 1, rx: 5, title: `node ${x.name}${x.address ? ` (${x.address})` : ''}, ${x.pods.length} pods${sameNote}` })];
     parts.push(text(b.x + 8, b.y + 15, fit(x.name, b.w - 16, 12), { size: 12, weight: 'bold' }));
     const right = `${x.address ?? ''}${listPods ? '' : `  ${x.pods.length} pods`}`;
@@ -534,7 +533,7 @@ export function renderLabSvg(input: LabSvgInput): string {
   }
   ly += 22;
   legend.push(`<line x1="${MARGIN}" y1="${ly - 4}" x2="${MARGIN + 40}" y2="${ly - 4}" stroke="${FAIL_COLOR}" stroke-width="3"/>`,
-    text(MARGIN + 50, ly, 'red: a pair (node, pod) with a failed cell;  faded: no path yet (hole punching/relay not built);  pods: green checked, grey not checked', { size: 11 }));
+    text(MARGIN + 50, ly, 'red: a pair (node, pod) with a failed cell;  pods: green checked, grey not checked', { size: 11 }));
   const failed = cells ? aggregateLinks(cells.filter((c) => c.verdict === 'FAIL'), nodeOrder) : [];
   const failedSame = [...sameNode].filter(([, c]) => c.some((x) => x.verdict === 'FAIL'));
   if (failed.length + failedSame.length > 0) {
@@ -574,27 +573,25 @@ function routerLabel(s: LabSvgSite): string {
   return s.nat === 'symmetric' ? 'symmetric NAT' : s.nat ? 'endpoint-independent NAT' : 'NAT';
 }
 
-/** E.g. `128/132 cells ok, 0 FAIL, 4 no path yet`. */
+/**
+ * E.g. `116/116 cells ok, 0 FAIL, 16 blocked as expected`, as the terminal counts: ok of the cells that should work,
+ * every failed cell, and the forbidden cells that are blocked (that part only when the lab has forbidden pairs).
+ */
 function verdictLine(cells: readonly LabSvgCell[]): string {
   const count = (v: CellVerdict) => cells.filter((c) => c.verdict === v).length;
-  const parts = [`${count('ok')}/${cells.length} cells ok`, `${count('FAIL')} FAIL`];
-  if (count('no path yet (hole punching/relay not built)')) parts.push(`${count('no path yet (hole punching/relay not built)')} no path yet`);
-  if (count('blocked as expected')) parts.push(`${count('blocked as expected')} blocked as expected`);
-  if (count('reachable before hole punching/relay exists')) parts.push(`${count('reachable before hole punching/relay exists')} reachable before the tunnel path exists`);
+  const allowed = cells.filter((c) => expectationOf(c.path) === 'reachable').length;
+  const parts = [`${count('ok')}/${allowed} cells ok`, `${count('FAIL')} FAIL`];
+  if (allowed < cells.length) parts.push(`${count('blocked as expected')} blocked as expected`);
   return parts.join(', ');
 }
 
 /** The non-zero counts of `of` by outcome, e.g. `['62 ok', '2 FAIL']`. */
 function verdictCounts(of: readonly LabSvgCell[]): string[] {
-  const count = (test: (v: CellVerdict) => boolean) => of.filter((c) => test(c.verdict)).length;
-  const parts: [number, string][] = [
-    [count((v) => WORKING.includes(v)), 'ok'], [count((v) => v === 'FAIL'), 'FAIL'],
-    [count((v) => v === 'no path yet (hole punching/relay not built)'), 'no path yet'], [count((v) => v === 'blocked as expected'), 'blocked as expected'],
-  ];
-  return parts.filter(([k]) => k > 0).map(([k, what]) => `${k} ${what}`);
+  const verdicts: readonly CellVerdict[] = ['ok', 'FAIL', 'blocked as expected'];
+  return verdicts.map((v) => [of.filter((c) => c.verdict === v).length, v] as const).filter(([k]) => k > 0).map(([k, v]) => `${k} ${v}`);
 }
 
 function legendStats(of: readonly LabSvgCell[]): string {
-  const m = median(of.flatMap((c) => (WORKING.includes(c.verdict) && c.ping?.rttMs !== undefined ? [c.ping.rttMs] : [])));
+  const m = median(of.flatMap((c) => (c.verdict === 'ok' && c.ping?.rttMs !== undefined ? [c.ping.rttMs] : [])));
   return `${[`${of.length} cells`, ...verdictCounts(of)].join(', ')}${m !== undefined ? `; median ping ${formatMs(m)} ms` : ''}`;
 }
