@@ -3,7 +3,8 @@ import assert from 'node:assert/strict';
 import { generateKeyPairSync } from 'node:crypto';
 import type { Server } from 'node:tls';
 import { FRAME_HEADER } from '../core/tunnel/frame.ts';
-import { dialTunnel, listenTunnel, selfSignedTunnelCert, spkiPin, type TunnelCredentials, type TunnelStream } from './tunnel-stream.ts';
+import { dialTunnel, listenTunnel, punchTunnel, selfSignedTunnelCert, spkiPin, type TunnelCredentials, type TunnelStream } from './tunnel-stream.ts';
+import { freePort } from '../../test/support/ports.ts';
 
 function credentials(name: string): TunnelCredentials & { pin: string } {
   const keyPem = generateKeyPairSync('ed25519').privateKey.export({ type: 'pkcs8', format: 'pem' }) as string;
@@ -64,5 +65,31 @@ describe('pinned TLS tunnel stream', () => {
 
   test('the dialler refuses a listener whose key is not the pinned one', async () => {
     await assert.rejects(dialTunnel({ host: '127.0.0.1', port, credentials: a, peerPin: a.pin }), /is not the pinned/);
+  });
+
+  // Simultaneous open itself needs two NATs that drop early SYNs (on loopback each SYN meets a closed port and a
+  // reset); the lab's edge <-> edge cells prove it (test/e2e/lab.test.ts). Here: the TLS part and the deadline.
+  test('a punched connection runs TLS with the peer pinned (here against a listener), keepalive gives the RTT', async () => {
+    const accepted: TunnelStream[] = [];
+    const l = await listenTunnel({ host: '127.0.0.1', port: 0, credentials: b, acceptPin: () => true, onStream: (st) => accepted.push(st), streamOptions: { keepaliveMs: 50 } });
+    servers.push(l.server);
+    const common = { host: '127.0.0.1', port: l.port, credentials: a, tlsRole: 'client', deadlineMs: 3000, streamOptions: { keepaliveMs: 50 } } as const;
+    const st = await punchTunnel({ ...common, localPort: await freePort(), peerPin: b.pin });
+    try {
+      assert.equal(st.peerPin, b.pin);
+      await new Promise((r) => setTimeout(r, 200));
+      assert.ok(st.rttMs !== undefined && st.rttMs < 100, `keepalive round trip ${st.rttMs}`);
+      assert.equal(accepted[0]?.peerPin, a.pin);
+    } finally {
+      st.close();
+      for (const x of accepted) x.close();
+    }
+    await assert.rejects(punchTunnel({ ...common, localPort: await freePort(), peerPin: a.pin }), /is not the pinned/);
+  });
+
+  test('hole punching gives up at its deadline when nobody answers', async () => {
+    const t0 = performance.now();
+    await assert.rejects(punchTunnel({ host: '127.0.0.1', port: await freePort(), localPort: await freePort(), credentials: a, peerPin: b.pin, tlsRole: 'client', deadlineMs: 600 }), /failed within 600 ms/);
+    assert.ok(performance.now() - t0 < 2000);
   });
 });
