@@ -18,9 +18,10 @@ export const LAB_USAGE = `usage: atoll lab <command> [flags]
                  stays up until Ctrl-C, or with --detach until \`atoll lab down\`
   run [flags] [--json FILE] [--svg FILE] [--keep-logs DIR] [--faults LIST|all|none]
                  up, then the connectivity matrix (every pod to every pod, ping and TCP, path and RTT), then
-                 the faults (default all: controller-kill, agent-restart, pod-recreate, uplink-cut,
-                 uplink-flap, node-reboot), each with loss, convergence and the matrix before and after, the report, down.
-                 Exit 0 only if every cell that should work today works, before and after every fault
+                 the faults (default all: controller-kill, relay-kill, agent-restart, offline-restart,
+                 pod-recreate, uplink-cut, uplink-flap, node-reboot), each with loss, convergence, TCP flows
+                 held across it and the matrix before and after, the report, down. Exit 0 only if every
+                 allowed cell works over its path and no forbidden one does, before and after every fault
   down [RUNID] [--all]
                  remove a run; without RUNID every run whose lab process is gone or detached, and lab
                  namespaces without a state file; --all also live runs

@@ -25,7 +25,7 @@ import { addPod, delPod, type LabOptions, type LabPodInfo, nsPath, recordProcess
 
 /** How long a fault is held before it is healed. */
 const HOLD_MS: Record<LabFaultKind, number> = {
-  'controller-kill': 2000, 'relay-kill': 2000, 'agent-restart': 500, 'pod-recreate': 0, 'uplink-cut': 3000, 'uplink-flap': 0, 'node-reboot': 2000,
+  'controller-kill': 2000, 'relay-kill': 2000, 'agent-restart': 500, 'offline-restart': 500, 'pod-recreate': 0, 'uplink-cut': 3000, 'uplink-flap': 0, 'node-reboot': 2000,
 };
 const FLAPS = 3;
 const FLAP_MS = 700;
@@ -174,9 +174,10 @@ function routerOf(lab: RunningLab, site: string): string {
 const cutUplink = (lab: RunningLab, site: string) => nft.apply(uplinkCutRuleset('up0'), { netns: nsPath(routerOf(lab, site)) });
 const restoreUplink = (lab: RunningLab, site: string) => nft.apply(uplinkRestoreRuleset(), { netns: nsPath(routerOf(lab, site)) });
 
-async function restartController(lab: RunningLab, notes: string[]): Promise<void> {
+async function restartController(lab: RunningLab, notes: string[], whileDown?: () => Promise<void>): Promise<void> {
   await lab.controller.stop('SIGKILL');
   await sleep(HOLD_MS['controller-kill']);
+  await whileDown?.();
   const controller = new ServiceProcess({ kind: 'controller', configPath: lab.plan.controller.configPath, logPath: lab.plan.controller.logPath });
   const started = controller.start(['ip', 'netns', 'exec', lab.plan.controller.netns]);
   recordProcess(lab, 'controller (restarted)', controller.pid);
@@ -258,6 +259,14 @@ async function runFault(lab: RunningLab, target: LabFaultTarget, say: (l: string
       case 'agent-restart':
         await restartAgent(lab, target.node as string, () => sleep(HOLD_MS['agent-restart']));
         break;
+      case 'offline-restart':
+        await restartController(lab, notes, async () => {
+          await restartAgent(lab, target.node as string, () => sleep(HOLD_MS['offline-restart']));
+          // the heal is the agent's start: its samples must answer again while the controller is still down
+          healAt = performance.now();
+          if (!(await waitUntil(() => pingers.every((p) => p.healthy(healAt)), RECOVERY_TIMEOUT_MS))) notes.push('the restarted agent did not rebuild its paths while the controller was down');
+        });
+        break;
       case 'pod-recreate': {
         const pod = lab.plan.pods.find((p) => p.name === target.pod);
         if (!pod) throw new Error(`unknown pod ${target.pod}`);
@@ -303,7 +312,7 @@ async function runFault(lab: RunningLab, target: LabFaultTarget, say: (l: string
       await restoreUplink(lab, cut);
       cut = undefined;
     }
-    healAt = performance.now();
+    if (target.kind !== 'offline-restart') healAt = performance.now();
     heldMs = Math.round(healAt - tFault);
     await waitUntil(() => pingers.every((p) => p.healthy(healAt)) && flows.every((f) => f.caughtUp()), RECOVERY_TIMEOUT_MS);
   } catch (err) {

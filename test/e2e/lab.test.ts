@@ -75,7 +75,7 @@ test('atoll lab run: every path (VXLAN, tunnel direct, hole-punched, relayed, no
     const specFile = join(tmp, 'spec.json');
     writeFileSync(specFile, JSON.stringify(SPEC));
     const started = Date.now();
-    const res = await run(['lab', 'run', '--spec', specFile, '--faults', 'controller-kill,relay-kill,agent-restart,pod-recreate', '--json', json, '--svg', svg], 120_000);
+    const res = await run(['lab', 'run', '--spec', specFile, '--faults', 'controller-kill,relay-kill,agent-restart,offline-restart,pod-recreate', '--json', json, '--svg', svg], 120_000);
     assert.equal(res.code, 0, res.out);
     assert.ok(Date.now() - started < 100_000, `took ${Date.now() - started} ms`);
     assert.match(res.out, /pods: 6 created by /);
@@ -100,7 +100,7 @@ test('atoll lab run: every path (VXLAN, tunnel direct, hole-punched, relayed, no
     }
 
     // the faults: each healed, the whole matrix working before and after, loss and convergence measured
-    assert.deepEqual(report.faults.map((f) => f.kind), ['controller-kill', 'relay-kill', 'agent-restart', 'pod-recreate']);
+    assert.deepEqual(report.faults.map((f) => f.kind), ['controller-kill', 'relay-kill', 'agent-restart', 'offline-restart', 'pod-recreate']);
     const all = { ok: true, shouldWork: 22, working: 22 };
     for (const f of report.faults) {
       assert.equal(f.ok, true, JSON.stringify(f));
@@ -109,7 +109,7 @@ test('atoll lab run: every path (VXLAN, tunnel direct, hole-punched, relayed, no
       assert.ok(f.lossPct !== undefined && (f.samples ?? []).length > 0 && (f.samples ?? []).every((s) => s.sent > 0), f.kind);
       assert.ok(f.matrixMs && f.matrixMs.before > 0 && f.matrixMs.after > 0, `${f.kind}: its own matrix before and after`);
     }
-    const [controllerKill, relayKill, agentRestart, podRecreate] = report.faults as [LabFaultResult, LabFaultResult, LabFaultResult, LabFaultResult];
+    const [controllerKill, relayKill, agentRestart, offlineRestart, podRecreate] = report.faults as [LabFaultResult, LabFaultResult, LabFaultResult, LabFaultResult, LabFaultResult];
     assert.ok((controllerKill.lossPct ?? 100) <= 5, `the agents work on while the controller is down: ${controllerKill.lossPct}% loss`);
     // the relay killed: the hole-punched flow does not notice; the relayed one pauses, survives and catches up
     const [punched, relayed] = relayKill.flows ?? [];
@@ -117,9 +117,12 @@ test('atoll lab run: every path (VXLAN, tunnel direct, hole-punched, relayed, no
     assert.ok(punched?.survived && punched.maxGapMs < 1000, `hole-punched flow: ${JSON.stringify(punched)}`);
     assert.ok(relayed?.survived && relayed.maxGapMs >= 1000, `relayed flow (it waits out the relay's absence, then catches up): ${JSON.stringify(relayed)}`);
     assert.match(agentRestart.description, /agent of a-1 killed/);
+    // an agent restarted while the controller is down rebuilds its tunnels (cloud, hole-punched, relayed) from local state
+    assert.deepEqual(offlineRestart.samples?.map((x) => x.to), ['cloud-1-p1', 'b-1-p1', 'c-1-p1', 'a-2-p1']);
+    assert.ok(offlineRestart.samples?.every((x) => x.convergenceMs !== undefined), JSON.stringify(offlineRestart));
     assert.equal(podRecreate.podStartMs?.length, 1);
     assert.match(res.out, /^PASS: every fault healed/m);
-    for (const role of ['controller (restarted)', 'relay (restarted)', 'agent a-1 (restarted)']) assert.equal(report.processes.filter((p) => p.role === role).length, 1, role);
+    for (const [role, n] of [['controller (restarted)', 2], ['relay (restarted)', 1], ['agent a-1 (restarted)', 2]] as const) assert.equal(report.processes.filter((p) => p.role === role).length, n, role);
 
     // the picture: every node and pod, nothing failed
     const picture = readFileSync(svg, 'utf8');

@@ -26,6 +26,9 @@ test('fault targets: the first edge site, its first node and pod; samples only p
   assert.deepEqual(relay.flows, [{ from: 'a-1-p1', to: 'b-1-p1' }], 'a hole-punched pair keeps a TCP flow through the relay kill');
   const mixed = planFault(plan({ ...DEFAULT_LAB_SPEC, edges: [...DEFAULT_LAB_SPEC.edges, { name: 'c', nodes: 1, community: 'edge', nat: 'symmetric', uplink: {} }] }), 'relay-kill') as LabFaultTarget;
   assert.deepEqual(mixed.flows, [{ from: 'a-1-p1', to: 'b-1-p1' }, { from: 'a-1-p1', to: 'c-1-p1' }], 'and a relayed pair');
+  const offline = planFault(plan({ ...DEFAULT_LAB_SPEC, edges: [...DEFAULT_LAB_SPEC.edges, { name: 'c', nodes: 1, community: 'edge', nat: 'symmetric', uplink: {} }] }), 'offline-restart') as LabFaultTarget;
+  assert.equal(offline.node, 'a-1');
+  assert.deepEqual(offline.samples.map((s) => s.to), ['cloud-1-p1', 'b-1-p1', 'c-1-p1', 'a-2-p1'], 'a tunnel pair of every kind, and its site');
   assert.deepEqual(planFault(plan({ ...DEFAULT_LAB_SPEC, edges: DEFAULT_LAB_SPEC.edges.slice(0, 1) }), 'relay-kill'), { kind: 'relay-kill', skipped: 'no edge <-> edge pair: nothing uses the relay' });
   assert.equal((planFault(p, 'uplink-cut') as LabFaultTarget).site, 'a');
   const cloudOnly = plan({ ...DEFAULT_LAB_SPEC, edges: [] });

@@ -11,10 +11,10 @@
 import { CLOUD_SITE } from './spec.ts';
 import { expectationOf, expectedPath, type LabPath, type LabPlan } from './plan.ts';
 
-export type LabFaultKind = 'controller-kill' | 'relay-kill' | 'agent-restart' | 'pod-recreate' | 'uplink-cut' | 'uplink-flap' | 'node-reboot';
+export type LabFaultKind = 'controller-kill' | 'relay-kill' | 'agent-restart' | 'offline-restart' | 'pod-recreate' | 'uplink-cut' | 'uplink-flap' | 'node-reboot';
 
 /** Every fault, in the order `--faults all` runs them. */
-export const LAB_FAULTS: readonly LabFaultKind[] = Object.freeze(['controller-kill', 'relay-kill', 'agent-restart', 'pod-recreate', 'uplink-cut', 'uplink-flap', 'node-reboot']);
+export const LAB_FAULTS: readonly LabFaultKind[] = Object.freeze(['controller-kill', 'relay-kill', 'agent-restart', 'offline-restart', 'pod-recreate', 'uplink-cut', 'uplink-flap', 'node-reboot']);
 
 /** nftables table the uplink faults add in an edge router (beside the NAT's `atoll-lab`). */
 export const LAB_FAULT_NFT_TABLE = 'atoll-lab-fault';
@@ -103,6 +103,14 @@ export function planFault(plan: LabPlan, kind: LabFaultKind): LabFaultTarget | {
       if (!node) return { kind, skipped: 'no node' };
       return { kind, node: node.name, description: `agent of ${node.name} killed (SIGKILL) and started again`, lossless: false, flows: [],
         samples: pairs([[cloudPod, nodePods[0]], [nodePods[0], cloudPod], [sameSitePod, nodePods[0]], [nodePods[0], nodePods[1]]]) };
+    case 'offline-restart': {
+      if (!node) return { kind, skipped: 'no node' };
+      // its tunnel pairs of every kind: to the cloud, hole-punched, relayed (whichever the lab has)
+      const firstTo = (path: LabPath) => plan.pods.find((p) => p.node !== node.name && expectedPath(plan, node.name, p.node) === path)?.name;
+      const peers = [cloudPod, firstTo('tunnel hole-punched'), firstTo('tunnel relayed'), sameSitePod];
+      return { kind, node: node.name, description: `controller stopped; while it is down the agent of ${node.name} is killed and started again, and must rebuild its tunnels from its local state; then the controller comes back`,
+        lossless: false, flows: [], samples: pairs(peers.map((p) => [nodePods[0], p] as const)) };
+    }
     case 'pod-recreate': {
       const pod = nodePods[0];
       if (!node || !pod) return { kind, skipped: 'no pod' };
