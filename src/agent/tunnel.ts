@@ -194,66 +194,59 @@ export class Tunnel {
   }
 
   /** Keeps one stream to `peer` up: dial, wait for it to close, dial again; backoff while dials fail. */
-  async #dialLoop(peer: TunnelPeerPlan, signal: AbortSignal): Promise<void> {
-    const min = this.#init.retryMinMs ?? 500;
-    const max = this.#init.retryMaxMs ?? 30_000;
+  #dialLoop(peer: TunnelPeerPlan, signal: AbortSignal): Promise<void> {
     const dial = peer.dial as { host: string; port: number };
-    let backoff = min;
-    let lastError = '';
-    while (!signal.aborted) {
-      try {
-        const stream = await dialTunnel({ host: dial.host, port: dial.port, credentials: this.#init.credentials, peerPin: peer.pin, timeoutMs: 10_000 });
-        if (signal.aborted) {
-          stream.close();
-          return;
-        }
-        this.#attach(peer, stream);
-        lastError = '';
-        const upAt = Date.now();
-        await untilClosed(stream, signal);
-        // a stream the peer drops at once (it does not know our key yet, say) counts as a failed dial: back off
-        if (Date.now() - upAt >= STABLE_STREAM_MS) backoff = min;
-        await sleep(backoff, signal);
-        backoff = Math.min(max, backoff * 2);
-      } catch (err) {
-        const message = err instanceof Error ? err.message : String(err);
-        if (message !== lastError) this.#c.log.warn('tunnel dial failed; retrying with backoff', { peer: peer.name, err: message, retryInMs: backoff });
-        lastError = message;
-        await sleep(backoff, signal);
-        backoff = Math.min(max, backoff * 2);
-      }
-    }
+    return this.#keepUp({ what: 'tunnel', peer: peer.name }, { ...dial, pin: peer.pin }, signal, (stream) => {
+      this.#attach(peer, stream);
+      return () => {};
+    });
   }
 
   /** Keeps one stream to the relay up (an edge node): packets for punch peers without a direct stream, and punching. */
-  async #relayLoop(relay: { host: string; port: number; pin: string }, signal: AbortSignal): Promise<void> {
+  #relayLoop(relay: { host: string; port: number; pin: string }, signal: AbortSignal): Promise<void> {
+    const notePaths = () => {
+      for (const p of this.#plan.peers) this.#notePath(p.name);
+    };
+    return this.#keepUp({ what: 'relay', relay: `${relay.host}:${relay.port}` }, relay, signal, (stream) => {
+      stream.sendControl({ t: 'hello' });
+      this.#relayStream = stream;
+      this.#endpoint?.setRelay(stream);
+      stream.on('relayed-control', (id: Uint8Array, msg: ControlMessage) => this.#onRelayedControl(pinOfPeerId(id), msg));
+      this.#c.log.info('relay stream up', { relay: `${relay.host}:${relay.port}` });
+      notePaths();
+      return () => {
+        this.#relayStream = undefined;
+        notePaths();
+        this.#c.log.warn('relay stream closed; reconnecting', { relay: `${relay.host}:${relay.port}` });
+      };
+    });
+  }
+
+  /**
+   * Dials `to` (its key pinned), hands the stream to `up` (which returns what to do when it closes), waits for it to
+   * close, and dials again; backoff while dials fail or streams die at once (the far end does not know our key yet).
+   */
+  async #keepUp(label: Record<string, string>, to: { host: string; port: number; pin: string }, signal: AbortSignal, up: (stream: TunnelStream) => () => void): Promise<void> {
     const min = this.#init.retryMinMs ?? 500;
     const max = this.#init.retryMaxMs ?? 30_000;
     let backoff = min;
     let lastError = '';
     while (!signal.aborted) {
       try {
-        const stream = await dialTunnel({ host: relay.host, port: relay.port, credentials: this.#init.credentials, peerPin: relay.pin, timeoutMs: 10_000 });
+        const stream = await dialTunnel({ host: to.host, port: to.port, credentials: this.#init.credentials, peerPin: to.pin, timeoutMs: 10_000 });
         if (signal.aborted) {
           stream.close();
           return;
         }
-        stream.sendControl({ t: 'hello' });
-        this.#relayStream = stream;
-        this.#endpoint?.setRelay(stream);
-        stream.on('relayed-control', (id: Uint8Array, msg: ControlMessage) => this.#onRelayedControl(pinOfPeerId(id), msg));
-        this.#c.log.info('relay stream up', { relay: `${relay.host}:${relay.port}` });
-        for (const p of this.#plan.peers) this.#notePath(p.name);
+        const down = up(stream);
         lastError = '';
         const upAt = Date.now();
         await untilClosed(stream, signal);
-        this.#relayStream = undefined;
-        for (const p of this.#plan.peers) this.#notePath(p.name);
-        this.#c.log.warn('relay stream closed; reconnecting', { relay: `${relay.host}:${relay.port}` });
+        down();
         if (Date.now() - upAt >= STABLE_STREAM_MS) backoff = min;
       } catch (err) {
         const message = err instanceof Error ? err.message : String(err);
-        if (message !== lastError) this.#c.log.warn('relay dial failed; retrying with backoff', { err: message, retryInMs: backoff });
+        if (message !== lastError) this.#c.log.warn(`${label.what} dial failed; retrying with backoff`, { ...label, err: message, retryInMs: backoff });
         lastError = message;
       }
       await sleep(backoff, signal);
