@@ -72,9 +72,13 @@ const HIGH_WATER = 1024 * 1024;
 /** Bytes queued on a stream above which packets are dropped rather than queued. */
 const DROP_ABOVE = 8 * 1024 * 1024;
 /** A stream sends a keepalive ping this often (it also measures the round-trip time)... */
-export const KEEPALIVE_MS = 5000;
-/** ...and is declared dead when nothing at all arrived for this long (a cut link, a peer gone without a FIN). */
-export const DEAD_AFTER_MS = 20_000;
+export const KEEPALIVE_MS = 1000;
+/**
+ * ...and is declared dead when nothing at all arrived for this long (a cut link, a NAT mapping gone, a peer gone
+ * without a FIN), so a relayed peer's packets move to the relay within this time instead of queueing into a dead
+ * connection. Short cuts (a few seconds) pass: TCP queues and retransmits.
+ */
+export const DEAD_AFTER_MS = 3000;
 
 export interface TunnelStreamStats {
   framesSent: number;

@@ -196,7 +196,7 @@ export class Tunnel {
   /** Keeps one stream to `peer` up: dial, wait for it to close, dial again; backoff while dials fail. */
   #dialLoop(peer: TunnelPeerPlan, signal: AbortSignal): Promise<void> {
     const dial = peer.dial as { host: string; port: number };
-    return this.#keepUp({ what: 'tunnel', peer: peer.name }, { ...dial, pin: peer.pin }, signal, (stream) => {
+    return this.#keepUp({ what: 'tunnel', peer: peer.name }, { ...dial, pin: peer.pin }, signal, this.#init.retryMaxMs ?? 30_000, (stream) => {
       this.#attach(peer, stream);
       return () => {};
     });
@@ -207,7 +207,7 @@ export class Tunnel {
     const notePaths = () => {
       for (const p of this.#plan.peers) this.#notePath(p.name);
     };
-    return this.#keepUp({ what: 'relay', relay: `${relay.host}:${relay.port}` }, relay, signal, (stream) => {
+    return this.#keepUp({ what: 'relay', relay: `${relay.host}:${relay.port}` }, relay, signal, RELAY_RETRY_MAX_MS, (stream) => {
       stream.sendControl({ t: 'hello' });
       this.#relayStream = stream;
       this.#endpoint?.setRelay(stream);
@@ -226,9 +226,10 @@ export class Tunnel {
    * Dials `to` (its key pinned), hands the stream to `up` (which returns what to do when it closes), waits for it to
    * close, and dials again; backoff while dials fail or streams die at once (the far end does not know our key yet).
    */
-  async #keepUp(label: Record<string, string>, to: { host: string; port: number; pin: string }, signal: AbortSignal, up: (stream: TunnelStream) => () => void): Promise<void> {
+  async #keepUp(label: Record<string, string>, to: { host: string; port: number; pin: string }, signal: AbortSignal, maxBackoffMs: number,
+    up: (stream: TunnelStream) => () => void): Promise<void> {
     const min = this.#init.retryMinMs ?? 500;
-    const max = this.#init.retryMaxMs ?? 30_000;
+    const max = Math.min(maxBackoffMs, this.#init.retryMaxMs ?? maxBackoffMs);
     let backoff = min;
     let lastError = '';
     while (!signal.aborted) {
@@ -421,6 +422,8 @@ export class Tunnel {
   }
 }
 
+/** The relay carries every relayed pair and coordinates punching: an edge retries it at least this often. */
+const RELAY_RETRY_MAX_MS = 5000;
 /** A stream that lived this long resets the dial backoff. */
 const STABLE_STREAM_MS = 5000;
 /** One hole-punching attempt: both ends connecting to each other until this deadline. */

@@ -12,7 +12,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { asAtollError } from '../core/errors.ts';
 import {
   type FlowResult, judgeFault, type LabFaultKind, type LabFaultResult, type LabFaultTarget, type LabPodPair, type MatrixCount, type PingReply,
-  planFault, sampleStats, type SampleStats, uplinkCutRuleset, uplinkRestoreRuleset,
+  peerCutRuleset, planFault, sampleStats, type SampleStats, uplinkCutRuleset, uplinkRestoreRuleset,
 } from '../core/lab/faults.ts';
 import { NODE_DEVICES } from '../core/lab/plan.ts';
 import { verdictOf } from '../core/lab/report.ts';
@@ -21,16 +21,18 @@ import { IpRoute2 } from '../adapters/iproute2.ts';
 import { Nft } from '../adapters/nft.ts';
 import { ServiceProcess } from './service-process.ts';
 import { PROJECT_NODE } from './agent-process.ts';
-import { addPod, delPod, type LabOptions, type LabPodInfo, nsPath, recordProcess, runChecks, type RunningLab } from './lab.ts';
+import { addPod, delPod, type LabOptions, type LabPodInfo, nsPath, recordProcess, runChecks, type RunningLab, waitForTunnelPaths } from './lab.ts';
 
 /** How long a fault is held before it is healed. */
 const HOLD_MS: Record<LabFaultKind, number> = {
-  'controller-kill': 2000, 'relay-kill': 2000, 'agent-restart': 500, 'offline-restart': 500, 'pod-recreate': 0, 'uplink-cut': 3000, 'uplink-flap': 0, 'node-reboot': 2000,
+  'controller-kill': 2000, 'relay-kill': 2000, 'direct-path-cut': 8000, 'agent-restart': 500, 'offline-restart': 500, 'pod-recreate': 0, 'uplink-cut': 3000, 'uplink-flap': 0, 'node-reboot': 2000,
 };
 const FLAPS = 3;
 const FLAP_MS = 700;
 /** Bound on waiting for every sample to answer again after the heal (the edge re-dials with backoff of at most 30 s). */
 const RECOVERY_TIMEOUT_MS = 35_000;
+/** Bound on waiting, after that, for every tunnel pair to be back on its expected path (hole punching retries with backoff). */
+const PATHS_TIMEOUT_MS = 40_000;
 const WARMUP_TIMEOUT_MS = 5000;
 const PING_INTERVAL_S = '0.1';
 
@@ -87,6 +89,8 @@ class Pinger {
 
 /** Port of the flows' echo server in the destination pod (the probe's port is 7777). */
 const FLOW_PORT = 7778;
+/** Bound on waiting for the flows to connect and echo before the fault. */
+const FLOW_START_TIMEOUT_MS = 15_000;
 /** Bound on a flow's processes, whatever happens to the lab. */
 const FLOW_MAX_S = 300;
 
@@ -112,14 +116,21 @@ class Flow {
     this.#to = to;
   }
 
-  /** Connects and starts the 100 ms beat; the client reports `sent echoed longest-gap error` every beat. */
+  /**
+   * Connects (retrying while the server is not listening yet, at most 10 s) and starts the 100 ms beat; the client
+   * reports `sent echoed longest-gap error` every beat.
+   */
   start(): void {
-    const script = `const s=require('net').connect(${FLOW_PORT},'${this.#to.ip}');let sent=0,echoed=0,last=0,gap=0,err='';s.setNoDelay(true);`
-      + `s.on('connect',()=>{last=Date.now();setInterval(()=>{s.write('atoll-lab-flow-beat\\n');sent+=20},100)});`
-      + `s.on('data',(d)=>{const n=Date.now();gap=Math.max(gap,n-last);last=n;echoed+=d.length});`
-      + `s.on('error',(e)=>{err=e.code||e.message});s.on('close',()=>{err=err||'closed-by-peer'});`
-      + `setInterval(()=>process.stdout.write(sent+' '+echoed+' '+Math.max(gap,last?Date.now()-last:0)+' '+err+'\\n'),100);`
-      + `setTimeout(()=>process.exit(3),${FLOW_MAX_S * 1000})`;
+    const script = [
+      `const net=require('net');let s,sent=0,echoed=0,last=0,gap=0,err='',tries=0;`,
+      `const go=()=>{s=net.connect(${FLOW_PORT},'${this.#to.ip}');s.setNoDelay(true);`,
+      `s.on('connect',()=>{last=Date.now();setInterval(()=>{s.write('atoll-lab-flow-beat\\n');sent+=20},100)});`,
+      `s.on('data',(d)=>{const n=Date.now();gap=Math.max(gap,n-last);last=n;echoed+=d.length});`,
+      `s.on('error',(e)=>{if(!last&&e.code==='ECONNREFUSED'&&tries++<100){setTimeout(go,100);return}err=e.code||e.message});`,
+      `s.on('close',()=>{if(last)err=err||'closed-by-peer'})};go();`,
+      `setInterval(()=>process.stdout.write(sent+' '+echoed+' '+Math.max(gap,last?Date.now()-last:0)+' '+err+'\\n'),100);`,
+      `setTimeout(()=>process.exit(3),${FLOW_MAX_S * 1000})`,
+    ].join('');
     this.#client = spawn('ip', ['netns', 'exec', this.#from.netns, PROJECT_NODE, '-e', script], { stdio: ['ignore', 'pipe', 'ignore'] });
     let partial = '';
     this.#client.stdout?.on('data', (d: Buffer) => {
@@ -127,6 +138,12 @@ class Flow {
       partial = lines.pop() ?? '';
       if (lines.length > 0) this.#last = lines.at(-1) as string;
     });
+  }
+
+  /** The connection is up and the first echo came back. */
+  flowing(): boolean {
+    const st = this.#state();
+    return st.err === '' && st.echoed > 0;
   }
 
   #state(): { sent: number; echoed: number; gap: number; err: string } {
@@ -243,11 +260,12 @@ async function runFault(lab: RunningLab, target: LabFaultTarget, say: (l: string
   const flows = target.flows.map((f) => new Flow(f, byName.get(f.from) as LabPodInfo, byName.get(f.to) as LabPodInfo));
   let healAt = performance.now();
   let heldMs = 0;
+  let pathsBackMs: number | undefined;
   let cut: string | undefined;
   try {
     if (!(await waitUntil(() => pingers.every((p) => p.replies.length > 0), WARMUP_TIMEOUT_MS))) notes.push('some samples did not answer before the fault');
     for (const f of flows) f.start();
-    await sleep(flows.length > 0 ? 500 : 0);
+    if (!(await waitUntil(() => flows.every((f) => f.flowing()), FLOW_START_TIMEOUT_MS))) notes.push('a TCP flow did not start before the fault');
     const tFault = performance.now();
     switch (target.kind) {
       case 'controller-kill':
@@ -255,6 +273,11 @@ async function runFault(lab: RunningLab, target: LabFaultTarget, say: (l: string
         break;
       case 'relay-kill':
         await restartRelay(lab, notes);
+        break;
+      case 'direct-path-cut':
+        cut = target.site as string;
+        await nft.apply(peerCutRuleset(target.peerAddress as string), { netns: nsPath(routerOf(lab, cut)) });
+        await sleep(HOLD_MS['direct-path-cut']);
         break;
       case 'agent-restart':
         await restartAgent(lab, target.node as string, () => sleep(HOLD_MS['agent-restart']));
@@ -314,7 +337,13 @@ async function runFault(lab: RunningLab, target: LabFaultTarget, say: (l: string
     }
     if (target.kind !== 'offline-restart') healAt = performance.now();
     heldMs = Math.round(healAt - tFault);
+    // meanwhile, every tunnel pair back on its expected path (hole-punched pairs punched again)
+    const pathsBack = waitForTunnelPaths(lab.plan, PATHS_TIMEOUT_MS).then(
+      () => (pathsBackMs = Math.round(performance.now() - healAt)),
+      (err: unknown) => notes.push(asAtollError(err).message.split('\n')[0] as string),
+    );
     await waitUntil(() => pingers.every((p) => p.healthy(healAt)) && flows.every((f) => f.caughtUp()), RECOVERY_TIMEOUT_MS);
+    await pathsBack;
   } catch (err) {
     notes.push(`the fault failed: ${asAtollError(err).message.split('\n')[0]}`);
   } finally {
@@ -327,9 +356,9 @@ async function runFault(lab: RunningLab, target: LabFaultTarget, say: (l: string
   const after = await measure(lab);
   const result = judgeFault(target, {
     before: before.count, after: after.count, matrixMs: { before: before.ms, after: after.ms }, samples, flows: flowResults, ...(podStartMs.length ? { podStartMs } : {}), heldMs,
-    durationMs: Math.round(performance.now() - t0), notes,
+    ...(pathsBackMs !== undefined ? { pathsBackMs } : {}), durationMs: Math.round(performance.now() - t0), notes,
   });
-  say(`    ${target.kind.padEnd(16)} ${result.ok ? 'ok  ' : 'FAIL'} convergence ${result.convergenceMs === undefined ? 'never' : `${result.convergenceMs} ms`}, loss ${result.lossPct ?? '-'}%, longest gap ${result.maxGapMs ?? '-'} ms, `
+  say(`    ${target.kind.padEnd(16)} ${result.ok ? 'ok  ' : 'FAIL'} convergence ${result.convergenceMs === undefined ? 'never' : `${result.convergenceMs} ms`}, paths back ${pathsBackMs === undefined ? 'never' : `${pathsBackMs} ms`}, loss ${result.lossPct ?? '-'}%, longest gap ${result.maxGapMs ?? '-'} ms, `
     + `before ${before.count.working}/${before.count.shouldWork}, after ${after.count.working}/${after.count.shouldWork} (${((result.durationMs ?? 0) / 1000).toFixed(1)} s, matrices ${(before.ms / 1000).toFixed(1)} + ${(after.ms / 1000).toFixed(1)} s)`);
   return result;
 }

@@ -67,7 +67,7 @@ const SPEC = {
   ],
 };
 
-test('atoll lab run: every path (VXLAN, tunnel direct, hole-punched, relayed, not allowed) over its route, faults incl. the relay kill healed, nothing left', { skip: rootSkipReason(), timeout: 150_000 }, async () => {
+test('atoll lab run: every path (VXLAN, tunnel direct, hole-punched, relayed, not allowed) over its route, faults incl. the relay kill healed, nothing left', { skip: rootSkipReason(), timeout: 200_000 }, async () => {
   const tmp = mkdtempSync(join(tmpdir(), 'atoll-lab-e2e-'));
   try {
     const json = join(tmp, 'report.json');
@@ -75,9 +75,9 @@ test('atoll lab run: every path (VXLAN, tunnel direct, hole-punched, relayed, no
     const specFile = join(tmp, 'spec.json');
     writeFileSync(specFile, JSON.stringify(SPEC));
     const started = Date.now();
-    const res = await run(['lab', 'run', '--spec', specFile, '--faults', 'controller-kill,relay-kill,agent-restart,offline-restart,pod-recreate', '--json', json, '--svg', svg], 120_000);
+    const res = await run(['lab', 'run', '--spec', specFile, '--faults', 'controller-kill,relay-kill,direct-path-cut,agent-restart,offline-restart,pod-recreate', '--json', json, '--svg', svg], 170_000);
     assert.equal(res.code, 0, res.out);
-    assert.ok(Date.now() - started < 100_000, `took ${Date.now() - started} ms`);
+    assert.ok(Date.now() - started < 170_000, `took ${Date.now() - started} ms`);
     assert.match(res.out, /pods: 6 created by /);
     assert.match(res.out, /^PASS: /m);
     const report = JSON.parse(readFileSync(json, 'utf8')) as Report;
@@ -100,7 +100,7 @@ test('atoll lab run: every path (VXLAN, tunnel direct, hole-punched, relayed, no
     }
 
     // the faults: each healed, the whole matrix working before and after, loss and convergence measured
-    assert.deepEqual(report.faults.map((f) => f.kind), ['controller-kill', 'relay-kill', 'agent-restart', 'offline-restart', 'pod-recreate']);
+    assert.deepEqual(report.faults.map((f) => f.kind), ['controller-kill', 'relay-kill', 'direct-path-cut', 'agent-restart', 'offline-restart', 'pod-recreate']);
     const all = { ok: true, shouldWork: 22, working: 22 };
     for (const f of report.faults) {
       assert.equal(f.ok, true, JSON.stringify(f));
@@ -109,13 +109,18 @@ test('atoll lab run: every path (VXLAN, tunnel direct, hole-punched, relayed, no
       assert.ok(f.lossPct !== undefined && (f.samples ?? []).length > 0 && (f.samples ?? []).every((s) => s.sent > 0), f.kind);
       assert.ok(f.matrixMs && f.matrixMs.before > 0 && f.matrixMs.after > 0, `${f.kind}: its own matrix before and after`);
     }
-    const [controllerKill, relayKill, agentRestart, offlineRestart, podRecreate] = report.faults as [LabFaultResult, LabFaultResult, LabFaultResult, LabFaultResult, LabFaultResult];
+    const [controllerKill, relayKill, pathCut, agentRestart, offlineRestart, podRecreate] = report.faults as [LabFaultResult, LabFaultResult, LabFaultResult, LabFaultResult, LabFaultResult, LabFaultResult];
     assert.ok((controllerKill.lossPct ?? 100) <= 5, `the agents work on while the controller is down: ${controllerKill.lossPct}% loss`);
     // the relay killed: the hole-punched flow does not notice; the relayed one pauses, survives and catches up
     const [punched, relayed] = relayKill.flows ?? [];
     assert.deepEqual([punched?.from, punched?.to, relayed?.from, relayed?.to], ['a-1-p1', 'b-1-p1', 'a-1-p1', 'c-1-p1']);
     assert.ok(punched?.survived && punched.maxGapMs < 1000, `hole-punched flow: ${JSON.stringify(punched)}`);
     assert.ok(relayed?.survived && relayed.maxGapMs >= 1000, `relayed flow (it waits out the relay's absence, then catches up): ${JSON.stringify(relayed)}`);
+    // the direct path cut: the hole-punched pair moves to the relay and back to direct; its TCP flow rides it out
+    const cutFlow = pathCut.flows?.[0];
+    assert.ok(cutFlow?.survived && cutFlow.maxGapMs >= 1000 && cutFlow.maxGapMs < 8000, `flow across the cut: ${JSON.stringify(cutFlow)}`);
+    assert.ok(pathCut.pathsBackMs !== undefined, 'direct again after the heal');
+    for (const f of report.faults) assert.ok(f.pathsBackMs !== undefined, `${f.kind}: every tunnel pair back on its path`);
     assert.match(agentRestart.description, /agent of a-1 killed/);
     // an agent restarted while the controller is down rebuilds its tunnels (cloud, hole-punched, relayed) from local state
     assert.deepEqual(offlineRestart.samples?.map((x) => x.to), ['cloud-1-p1', 'b-1-p1', 'c-1-p1', 'a-2-p1']);

@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { judgeFault, LAB_FAULTS, parseFaultList, planFault, renderFaults, sampleStats, uplinkCutRuleset, type LabFaultTarget } from './faults.ts';
+import { judgeFault, LAB_FAULTS, parseFaultList, peerCutRuleset, planFault, renderFaults, sampleStats, uplinkCutRuleset, type LabFaultTarget } from './faults.ts';
 import { planLab } from './plan.ts';
 import { DEFAULT_LAB_SPEC, type LabSpec } from './spec.ts';
 
@@ -26,6 +26,9 @@ test('fault targets: the first edge site, its first node and pod; samples only p
   assert.deepEqual(relay.flows, [{ from: 'a-1-p1', to: 'b-1-p1' }], 'a hole-punched pair keeps a TCP flow through the relay kill');
   const mixed = planFault(plan({ ...DEFAULT_LAB_SPEC, edges: [...DEFAULT_LAB_SPEC.edges, { name: 'c', nodes: 1, community: 'edge', nat: 'symmetric', uplink: {} }] }), 'relay-kill') as LabFaultTarget;
   assert.deepEqual(mixed.flows, [{ from: 'a-1-p1', to: 'b-1-p1' }, { from: 'a-1-p1', to: 'c-1-p1' }], 'and a relayed pair');
+  const cut = planFault(p, 'direct-path-cut') as LabFaultTarget;
+  assert.deepEqual([cut.site, cut.peerAddress, cut.flows], ['a', '198.51.100.12', [{ from: 'a-1-p1', to: 'b-1-p1' }]]);
+  assert.match(peerCutRuleset('198.51.100.12'), /ip saddr 198\.51\.100\.12 drop\n {4}ip daddr 198\.51\.100\.12 drop/);
   const offline = planFault(plan({ ...DEFAULT_LAB_SPEC, edges: [...DEFAULT_LAB_SPEC.edges, { name: 'c', nodes: 1, community: 'edge', nat: 'symmetric', uplink: {} }] }), 'offline-restart') as LabFaultTarget;
   assert.equal(offline.node, 'a-1');
   assert.deepEqual(offline.samples.map((s) => s.to), ['cloud-1-p1', 'b-1-p1', 'c-1-p1', 'a-2-p1'], 'a tunnel pair of every kind, and its site');

@@ -11,10 +11,10 @@
 import { CLOUD_SITE } from './spec.ts';
 import { expectationOf, expectedPath, type LabPath, type LabPlan } from './plan.ts';
 
-export type LabFaultKind = 'controller-kill' | 'relay-kill' | 'agent-restart' | 'offline-restart' | 'pod-recreate' | 'uplink-cut' | 'uplink-flap' | 'node-reboot';
+export type LabFaultKind = 'controller-kill' | 'relay-kill' | 'direct-path-cut' | 'agent-restart' | 'offline-restart' | 'pod-recreate' | 'uplink-cut' | 'uplink-flap' | 'node-reboot';
 
 /** Every fault, in the order `--faults all` runs them. */
-export const LAB_FAULTS: readonly LabFaultKind[] = Object.freeze(['controller-kill', 'relay-kill', 'agent-restart', 'offline-restart', 'pod-recreate', 'uplink-cut', 'uplink-flap', 'node-reboot']);
+export const LAB_FAULTS: readonly LabFaultKind[] = Object.freeze(['controller-kill', 'relay-kill', 'direct-path-cut', 'agent-restart', 'offline-restart', 'pod-recreate', 'uplink-cut', 'uplink-flap', 'node-reboot']);
 
 /** nftables table the uplink faults add in an edge router (beside the NAT's `atoll-lab`). */
 export const LAB_FAULT_NFT_TABLE = 'atoll-lab-fault';
@@ -46,6 +46,8 @@ export interface LabFaultTarget {
   readonly node?: string;
   readonly site?: string;
   readonly pod?: string;
+  /** For direct-path-cut: the public address whose traffic `site`'s router drops. */
+  readonly peerAddress?: string;
   /** Pod pairs pinged continuously (pairs that should work when the lab is healthy). */
   readonly samples: readonly LabPodPair[];
   /** Pod pairs with a TCP connection held open through the fault, exchanging a line every 100 ms: none may break. */
@@ -99,6 +101,18 @@ export function planFault(plan: LabPlan, kind: LabFaultKind): LabFaultTarget | {
       return { kind, description: 'relay killed (SIGKILL), restarted after a pause: hole-punched pairs must not notice, relayed pairs must come back', lossless: false,
         samples, flows: pairs(list) };
     }
+    case 'direct-path-cut': {
+      const punched = plan.pods.flatMap((a) => plan.pods.filter((b) => expectedPath(plan, a.node, b.node) === 'tunnel hole-punched').map((b) => [a, b] as const))[0];
+      if (!punched) return { kind, skipped: 'no hole-punched pair' };
+      const [from, to] = punched;
+      const siteOf = (n: string) => plan.nodes.find((x) => x.name === n)?.site as string;
+      const [site, peerSite] = [siteOf(from.node), siteOf(to.node)];
+      const peerAddress = routerAddress(plan, peerSite);
+      if (!peerAddress) return { kind, skipped: `edge site ${peerSite} has no router address` };
+      return { kind, site, peerAddress, lossless: false,
+        description: `the direct path between edge sites ${site} and ${peerSite} cut (${site}-router drops packets to and from ${peerAddress}) for a while; the relay stays reachable`,
+        samples: pairs([[from.name, to.name], [to.name, from.name]]), flows: pairs([[from.name, to.name]]) };
+    }
     case 'agent-restart':
       if (!node) return { kind, skipped: 'no node' };
       return { kind, node: node.name, description: `agent of ${node.name} killed (SIGKILL) and started again`, lossless: false, flows: [],
@@ -129,6 +143,29 @@ export function planFault(plan: LabPlan, kind: LabFaultKind): LabFaultTarget | {
       return { kind, site: edgeSite, ...(kind === 'node-reboot' ? { node: node.name } : {}), description, samples, lossless: false, flows: kind === 'node-reboot' ? [] : samples.slice(0, 1) };
     }
   }
+}
+
+/** The public (wan) address of `site`'s router. */
+function routerAddress(plan: LabPlan, site: string): string | undefined {
+  const router = `${plan.prefix}${site}-router`;
+  return plan.veths.find((v) => v.b.netns === router && v.b.ifname === 'up0')?.b.address?.split('/')[0];
+}
+
+/** The ruleset that makes an edge router drop everything forwarded to or from `peer` (a public address). */
+export function peerCutRuleset(peer: string): string {
+  return [
+    `table ip ${LAB_FAULT_NFT_TABLE}`,
+    `delete table ip ${LAB_FAULT_NFT_TABLE}`,
+    `table ip ${LAB_FAULT_NFT_TABLE} {`,
+    `  comment "atoll lab: direct path cut (fault)"`,
+    `  chain forward {`,
+    `    type filter hook forward priority filter - 10; policy accept;`,
+    `    ip saddr ${peer} drop`,
+    `    ip daddr ${peer} drop`,
+    `  }`,
+    `}`,
+    '',
+  ].join('\n');
 }
 
 /** The ruleset that cuts an edge router's uplink: nothing is forwarded in or out of it (the NAT's state stays). */
@@ -242,6 +279,8 @@ export interface LabFaultResult {
   readonly lossPct?: number;
   /** Longest time a sample went without a reply, ms. */
   readonly maxGapMs?: number;
+  /** From the heal until every tunnel pair was on its expected path again (hole-punched pairs direct again), ms. */
+  readonly pathsBackMs?: number;
   readonly samples?: readonly SampleStats[];
   /** The TCP flows held open through the fault. */
   readonly flows?: readonly FlowResult[];
@@ -256,7 +295,7 @@ export interface LabFaultResult {
 /** The result of a fault from its parts: ok when the matrix after works, every sample recovered and nothing else broke. */
 export function judgeFault(target: LabFaultTarget, parts: {
   before: MatrixCount; after: MatrixCount; matrixMs?: { before: number; after: number }; samples: readonly SampleStats[]; flows?: readonly FlowResult[]; podStartMs?: readonly number[];
-  heldMs: number; durationMs: number; notes: readonly string[];
+  heldMs: number; pathsBackMs?: number; durationMs: number; notes: readonly string[];
 }): LabFaultResult {
   const sent = parts.samples.reduce((n, s) => n + s.sent, 0);
   const received = parts.samples.reduce((n, s) => n + s.received, 0);
@@ -273,7 +312,8 @@ export function judgeFault(target: LabFaultTarget, parts: {
   return {
     kind: target.kind, description: target.description, ok: notes.length === 0, before: parts.before, after: parts.after, ...(parts.matrixMs ? { matrixMs: parts.matrixMs } : {}),
     ...(convergenceMs !== undefined ? { convergenceMs } : {}), ...(lossPct !== undefined ? { lossPct } : {}), ...(maxGapMs !== undefined ? { maxGapMs } : {}), samples: parts.samples,
-    ...(parts.flows ? { flows: parts.flows } : {}), ...(parts.podStartMs ? { podStartMs: parts.podStartMs } : {}), heldMs: parts.heldMs, durationMs: parts.durationMs, notes,
+    ...(parts.flows ? { flows: parts.flows } : {}), ...(parts.podStartMs ? { podStartMs: parts.podStartMs } : {}), heldMs: parts.heldMs,
+    ...(parts.pathsBackMs !== undefined ? { pathsBackMs: parts.pathsBackMs } : {}), durationMs: parts.durationMs, notes,
   };
 }
 
