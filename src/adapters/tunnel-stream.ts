@@ -286,6 +286,11 @@ function parseControl(payload: Uint8Array): ControlMessage {
   return v as ControlMessage;
 }
 
+const unreachable = (message: string, cause?: unknown) =>
+  atollError('TUNNEL_UNREACHABLE', message, 'the agent retries with backoff; check that the far end runs and its port is reachable', cause);
+const untrusted = (message: string) =>
+  atollError('TUNNEL_PEER_UNTRUSTED', message, "check the far end's key: a node's tunnelKey in the registry, or the relay's pin in tunnel.relay.pin");
+
 function peerPinOf(socket: TLSSocket): string | undefined {
   const cert = socket.getPeerX509Certificate();
   return cert ? spkiPin(cert.toString()) : undefined;
@@ -305,8 +310,8 @@ export interface DialTunnelOptions {
 
 /**
  * Connects to a peer's tunnel listener and checks its key against `peerPin` before anything is sent.
- * Rejects with an Error naming the address when the connection or handshake fails, times out, or the key differs
- * from the pin.
+ * Rejects with an AtollError naming the address: TUNNEL_UNREACHABLE when the connection or handshake fails or times
+ * out, TUNNEL_PEER_UNTRUSTED when the key differs from the pin.
  */
 export function dialTunnel(opts: DialTunnelOptions): Promise<TunnelStream> {
   const where = `${opts.host}:${opts.port}`;
@@ -315,18 +320,18 @@ export function dialTunnel(opts: DialTunnelOptions): Promise<TunnelStream> {
       ...TLS_BASE, host: opts.host, port: opts.port, key: opts.credentials.keyPem, cert: opts.credentials.certPem,
       rejectUnauthorized: false, checkServerIdentity: () => undefined, ...(opts.localPort ? { localPort: opts.localPort } : {}),
     });
-    const timer = setTimeout(() => fail(new Error(`tunnel to ${where}: no TLS handshake within ${opts.timeoutMs ?? 10_000} ms`)), opts.timeoutMs ?? 10_000);
+    const timer = setTimeout(() => fail(unreachable(`tunnel to ${where}: no TLS handshake within ${opts.timeoutMs ?? 10_000} ms`)), opts.timeoutMs ?? 10_000);
     const fail = (err: Error) => {
       clearTimeout(timer);
       socket.destroy();
       reject(err);
     };
-    socket.once('error', (err) => fail(new Error(`tunnel to ${where} failed: ${err.message}`, { cause: err })));
+    socket.once('error', (err) => fail(unreachable(`tunnel to ${where} failed: ${err.message}`, err)));
     socket.once('secureConnect', () => {
       clearTimeout(timer);
       const pin = peerPinOf(socket);
       if (pin !== opts.peerPin) {
-        fail(new Error(`tunnel to ${where}: the peer's key ${pin ?? '(none)'} is not the pinned ${opts.peerPin}; refused`));
+        fail(untrusted(`tunnel to ${where}: the peer's key ${pin ?? '(none)'} is not the pinned ${opts.peerPin}; refused`));
         return;
       }
       socket.removeAllListeners('error');
@@ -387,7 +392,8 @@ export async function punchTunnel(opts: PunchTunnelOptions): Promise<TunnelStrea
     if (socket) return secure(socket, opts, where, Math.max(1000, deadline - performance.now()));
     await new Promise((r) => setTimeout(r, PUNCH_RETRY_MS));
   }
-  throw new Error(`hole punching to ${where} from local port ${opts.localPort} failed within ${opts.deadlineMs} ms (${last})`);
+  throw atollError('TUNNEL_PUNCH_FAILED', `hole punching to ${where} from local port ${opts.localPort} failed within ${opts.deadlineMs} ms (${last})`,
+    'nothing to do behind a symmetric NAT: the relay carries the pair; punching is retried with backoff');
 }
 
 /** TLS on an established TCP connection, in the given role, with the peer's key pinned. */
@@ -397,18 +403,18 @@ function secure(socket: Socket, opts: PunchTunnelOptions, where: string, timeout
     const tls = opts.tlsRole === 'client'
       ? connect({ ...tlsOpts, socket, checkServerIdentity: () => undefined })
       : new TLSSocket(socket, { isServer: true, requestCert: true, secureContext: createSecureContext(tlsOpts), rejectUnauthorized: false });
-    const timer = setTimeout(() => fail(new Error(`punched tunnel to ${where}: no TLS handshake within ${timeoutMs} ms`)), timeoutMs);
+    const timer = setTimeout(() => fail(unreachable(`punched tunnel to ${where}: no TLS handshake within ${timeoutMs} ms`)), timeoutMs);
     const fail = (err: Error) => {
       clearTimeout(timer);
       tls.destroy();
       reject(err);
     };
-    tls.once('error', (err) => fail(new Error(`punched tunnel to ${where} failed: ${err.message}`, { cause: err })));
+    tls.once('error', (err) => fail(unreachable(`punched tunnel to ${where} failed: ${err.message}`, err)));
     tls.once(opts.tlsRole === 'client' ? 'secureConnect' : 'secure', () => {
       clearTimeout(timer);
       const pin = peerPinOf(tls);
       if (pin !== opts.peerPin) {
-        fail(new Error(`punched tunnel to ${where}: the peer's key ${pin ?? '(none)'} is not the pinned ${opts.peerPin}; refused`));
+        fail(untrusted(`punched tunnel to ${where}: the peer's key ${pin ?? '(none)'} is not the pinned ${opts.peerPin}; refused`));
         return;
       }
       tls.removeAllListeners('error');
