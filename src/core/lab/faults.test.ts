@@ -23,6 +23,8 @@ test('fault targets: the first edge site, its first node and pod; samples only p
   assert.equal(ctl.lossless, true);
   assert.ok(ctl.samples.every((s) => !(s.from.startsWith('a-') && s.to.startsWith('b-'))), 'no edge <-> edge samples (no path yet)');
   assert.equal((planFault(p, 'pod-recreate') as LabFaultTarget).pod, 'a-1-p1');
+  assert.match((planFault(p, 'pod-recreate') as LabFaultTarget).description, /\(CNI DEL\).*\(CNI ADD\)/);
+  assert.match((planFault(p, 'pod-recreate', 'cri') as LabFaultTarget).description, /StopPodSandbox, RemovePodSandbox\).*\(RunPodSandbox/);
   assert.equal((planFault(p, 'uplink-cut') as LabFaultTarget).site, 'a');
   const cloudOnly = plan({ ...DEFAULT_LAB_SPEC, edges: [] });
   assert.deepEqual(planFault(cloudOnly, 'uplink-flap'), { kind: 'uplink-flap', skipped: 'no edge site' });
