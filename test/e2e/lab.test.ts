@@ -1,7 +1,8 @@
 /**
  * `atoll lab run` end to end, as a user runs it: a small cloud and one NATed edge site from namespaces, a real
- * controller and agents, pods through the real atoll-cni, the connectivity matrix, and nothing of the run left
- * afterwards (namespace, process, mount, file).
+ * controller and agents, pods through the real atoll-cni (by containerd's CRI where containerd is installed, and
+ * by direct CNI calls with `--pods direct`), the connectivity matrix, and nothing of the run left afterwards
+ * (namespace, process, mount, cgroup, file).
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -14,10 +15,15 @@ import type { LabCell } from '../../src/core/lab/report.ts';
 import type { LabFaultResult } from '../../src/core/lab/faults.ts';
 import { rootSkipReason } from '../support/netns.ts';
 
+/** What `--pods auto` picks here. */
+const hasContainerd = ['/usr/bin/containerd', '/usr/sbin/runc', '/bin/busybox', '/usr/lib/cni/loopback'].every((p) => existsSync(p));
+
 interface Report {
   readonly runId: string;
   readonly prefix: string;
   readonly podCreation: string;
+  readonly pods: readonly { name: string; netns: string; sandboxId: string; addMs?: number }[];
+  readonly containerds: readonly { node: string; pid: number; cgroupParent: string }[];
   readonly processes: readonly { role: string; pid: number }[];
   readonly cells: readonly LabCell[];
   readonly verdict: { ok: boolean; shouldWork: number; working: number; waitingForTunnel: number };
@@ -60,10 +66,24 @@ test('atoll lab run: cloud 1 node + edge a 2 nodes, 1 pod each: same-site cells 
     const res = await run(['lab', 'run', '--cloud-nodes', '1', '--edge-sites', '1', '--nodes-per-site', '2', '--pods-per-node', '1', '--faults', 'controller-kill,agent-restart,pod-recreate', '--json', json], 90_000);
     assert.equal(res.code, 0, res.out);
     assert.ok(Date.now() - started < 60_000, `took ${Date.now() - started} ms`);
-    assert.match(res.out, /pods: 3 created by direct CNI calls to atoll-cni/);
+    if (hasContainerd) {
+      assert.match(res.out, /pods will be created by containerd's CRI \(containerd is installed\)/);
+      assert.match(res.out, /pods: 3 created by containerd's CRI .*RunPodSandbox median \d+ ms/);
+      assert.match(res.out, /containerd: 3 private instances, one per node/);
+    } else {
+      assert.match(res.out, /pods: 3 created by direct CNI calls to atoll-cni/);
+    }
     assert.match(res.out, /^PASS: /m);
     const report = JSON.parse(readFileSync(json, 'utf8')) as Report;
     assert.equal(report.cells.length, 6);
+    if (hasContainerd) {
+      assert.match(report.podCreation, /^containerd's CRI/);
+      assert.equal(report.containerds.length, 3);
+      for (const p of report.pods) {
+        assert.match(p.netns, /\/containerd\/state\/.*\/netns\/cni-/, `${p.name}: the netns path its sandbox reports`);
+        assert.match(p.sandboxId, /^[0-9a-f]{64}$/);
+      }
+    }
     assert.deepEqual(report.verdict, { ...report.verdict, ok: true, shouldWork: 6, working: 6, waitingForTunnel: 0 });
 
     const sameSite = report.cells.filter((c) => c.fromNode.startsWith('a-') && c.toNode.startsWith('a-'));
@@ -108,6 +128,11 @@ test('atoll lab run: cloud 1 node + edge a 2 nodes, 1 pod each: same-site cells 
     const mounts = readFileSync('/proc/self/mountinfo', 'utf8').split('\n').filter((l) => l.includes(report.prefix) || l.includes(runDir));
     assert.deepEqual(mounts, []);
     assert.equal(existsSync(runDir), false);
+    for (const c of report.containerds) {
+      assert.ok(!existsSync(`/proc/${c.pid}`) || !readFileSync(`/proc/${c.pid}/cmdline`, 'utf8').includes(runDir), `containerd of ${c.node} (pid ${c.pid}) still runs`);
+      const cgroups = ['', ...readdirSync('/sys/fs/cgroup')].filter((h) => existsSync(join('/sys/fs/cgroup', h, c.cgroupParent)));
+      assert.deepEqual(cgroups, [], `cgroup ${c.cgroupParent} of ${c.node} is left`);
+    }
     assert.equal(existsSync(`${runDir}.json`), false);
   } finally {
     rmSync(tmp, { recursive: true, force: true });
@@ -136,12 +161,13 @@ test('atoll lab refuses clearly when not root', { skip: rootSkipReason() || (exi
 });
 
 test('uplink delay: applied where the kernel has netem, else refused naming netem with nothing created', { skip: rootSkipReason(), timeout: 120_000 }, async () => {
-  const res = await run(['lab', 'run', '--cloud-nodes', '1', '--edge-sites', '1', '--nodes-per-site', '1', '--pods-per-node', '1', '--delay', '5', '--faults', 'none'], 90_000);
+  const res = await run(['lab', 'run', '--cloud-nodes', '1', '--edge-sites', '1', '--nodes-per-site', '1', '--pods-per-node', '1', '--delay', '5', '--faults', 'none', '--pods', 'direct'], 90_000);
   if (res.code === 1 && /netem qdisc/.test(res.out)) {
     assert.match(res.out, /CONFIG_NET_SCH_NETEM/);
     assert.match(res.out, /refused: nothing was created/);
   } else {
     assert.equal(res.code, 0, res.out);
+    assert.match(res.out, /pods: 2 created by direct CNI calls to atoll-cni/);
   }
   const runId = /^atoll lab ([0-9a-f]{4}):/m.exec(res.out)?.[1];
   assert.ok(runId, res.out);
