@@ -152,6 +152,8 @@ export interface CriPodsInit {
   readonly record: (rec: LabContainerdRecord) => void;
   /** How many containerds start at once. */
   readonly concurrency?: number;
+  /** Aborted: start no further containerd (the run is being removed). */
+  readonly signal?: AbortSignal;
 }
 
 /** Pods through a private containerd per node. */
@@ -179,6 +181,7 @@ export class CriPods implements LabPodRuntime {
     const worker = async () => {
       for (let n = queue.shift(); n; n = queue.shift()) {
         const node = n;
+        if (init.signal?.aborted) throw atollError('LAB_STEP_FAILED', 'the lab is being removed: no further containerd is started', 'nothing to do');
         mkdirSync(node.cniBinDir, { recursive: true });
         if (!existsSync(join(node.cniBinDir, 'loopback'))) symlinkSync(LOOPBACK_PLUGIN, join(node.cniBinDir, 'loopback'));
         mkdirSync(node.cniConfDir, { recursive: true });

@@ -105,8 +105,20 @@ async function mapLimit<T, R>(items: readonly T[], limit: number, fn: (item: T) 
 // ---------------------------------------------------------------------------------------------------------------
 // Cleanup on signals and crashes
 
-let active: { store: LabStateStore; state: LabState; say: (l: string) => void } | undefined;
+let active: { store: LabStateStore; state: LabState; say: (l: string) => void; starting?: { abort: AbortController; settled: Promise<unknown> } } | undefined;
 let cleaning: Promise<unknown> | undefined;
+
+/**
+ * Removes the active run; containerds still starting are told to stop starting more and awaited first (each is
+ * recorded in the state as it spawns, so the removal reads the state after they settled).
+ */
+async function removeActive(run: NonNullable<typeof active>): Promise<unknown> {
+  if (run.starting) {
+    run.starting.abort.abort();
+    await run.starting.settled;
+  }
+  return destroyRun(run.store, run.state, run.say);
+}
 
 /**
  * Removes the active run on SIGINT, SIGTERM or an uncaught error, then exits (130, 143 or 1). Returns a function
@@ -120,13 +132,13 @@ export function installCleanupHandlers(): () => void {
       return;
     }
     if (run) run.say(`\n${signal}: removing lab ${run.state.runId}`);
-    cleaning = (run ? destroyRun(run.store, run.state, run.say) : Promise.resolve()).finally(() => process.exit(signal === 'SIGINT' ? 130 : 143));
+    cleaning = (run ? removeActive(run) : Promise.resolve()).finally(() => process.exit(signal === 'SIGINT' ? 130 : 143));
   };
   const onCrash = (err: unknown) => {
     const run = active;
     process.stderr.write(`atoll lab crashed: ${asAtollError(err).message}\n`);
     if (cleaning) return;
-    cleaning = (run ? destroyRun(run.store, run.state, run.say) : Promise.resolve()).finally(() => process.exit(1));
+    cleaning = (run ? removeActive(run) : Promise.resolve()).finally(() => process.exit(1));
   };
   process.on('SIGINT', onSignal);
   process.on('SIGTERM', onSignal);
@@ -306,13 +318,15 @@ export async function labUp(spec: LabSpec, opts: LabOptions): Promise<RunningLab
     step = mode === 'cri' ? 'starting the controller and a containerd per node' : 'starting the controller';
     t = performance.now();
     const tc = performance.now();
+    const abort = new AbortController();
     runtimeStarting = mode === 'cri'
-      ? CriPods.start({ plan, record: recordContainerd }).then((r) => {
+      ? CriPods.start({ plan, record: recordContainerd, signal: abort.signal }).then((r) => {
         timingsMs.containerd = since(tc);
         return r;
       })
       : Promise.resolve(new DirectPods(plan));
-    runtimeStarting.catch(() => undefined); // awaited below; a rejection must not count as unhandled meanwhile
+    const settled = runtimeStarting.then((r) => runtimes.set(runId, r), () => undefined); // also: a rejection is handled
+    if (active) active.starting = { abort, settled };
     const controller = new ControllerProcess({ configPath: plan.controller.configPath, logPath: plan.controller.logPath });
     const started = controller.start(['ip', 'netns', 'exec', plan.controller.netns]);
     record('controller', controller.pid);
@@ -320,7 +334,7 @@ export async function labUp(spec: LabSpec, opts: LabOptions): Promise<RunningLab
     timingsMs.controller = since(t);
     say(`  controller: ${plan.controller.url} in ${plan.controller.netns} (pid ${controller.pid}), CA pin ${caCertHash.slice(0, 23)}... (${secs(timingsMs.controller)})`);
     const podRuntime = await runtimeStarting;
-    runtimes.set(runId, podRuntime);
+    if (active) active.starting = undefined;
     if (podRuntime instanceof CriPods) {
       const pids = [...podRuntime.containerds.values()].map((c) => c.pid);
       say(`  containerd: ${pids.length} private instances, one per node in its namespace with its CNI dirs (pids ${pids.join(', ')}), pause image built once (${secs(timingsMs.containerd ?? 0)})`);
@@ -359,6 +373,7 @@ export async function labUp(spec: LabSpec, opts: LabOptions): Promise<RunningLab
     if (opts.keepLogs && e.code !== 'LAB_PREREQUISITE_MISSING') saveLogs(plan, opts.keepLogs, say);
     // containerds still starting are recorded as they spawn: let them finish before removing the run
     await runtimeStarting?.then((r) => runtimes.set(runId, r), () => undefined);
+    if (active) active.starting = undefined;
     await destroyRun(store, state, e.code === 'LAB_PREREQUISITE_MISSING' ? () => {} : say);
     active = undefined;
     if (err instanceof AtollError) throw err;
