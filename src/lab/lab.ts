@@ -317,11 +317,11 @@ export async function labUp(spec: LabSpec, opts: LabOptions): Promise<RunningLab
 
     step = mode === 'cri' ? 'starting the controller and a containerd per node' : 'starting the controller';
     t = performance.now();
-    const tc = performance.now();
+    const tCtd = performance.now();
     const abort = new AbortController();
     runtimeStarting = mode === 'cri'
       ? CriPods.start({ plan, record: recordContainerd, signal: abort.signal }).then((r) => {
-        timingsMs.containerd = since(tc);
+        timingsMs.containerd = since(tCtd);
         return r;
       })
       : Promise.resolve(new DirectPods(plan));
@@ -397,6 +397,8 @@ export function saveLogs(plan: LabPlan, toDir: string, say: (l: string) => void)
 
 /** Marks `lab` as living on without its builder (`atoll lab up --detach`). */
 export function detachLab(lab: RunningLab): void {
+  lab.podRuntime.close();
+  runtimes.delete(lab.state.runId);
   lab.state = { ...lab.state, detached: true };
   lab.store.save(lab.state);
   active = undefined;
