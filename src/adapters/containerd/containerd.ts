@@ -1,5 +1,6 @@
 /**
- * A private containerd 1.6 instance for end-to-end tests of the CNI plugin, driven through the real CRI API.
+ * A private containerd 1.6 instance for end-to-end tests of the CNI plugin, `atoll demo` and the lab (one per lab
+ * node), driven through the real CRI API.
  *
  * Why this shape:
  * - containerd runs inside the test's own network namespace, so the bridges, veths and iptables rules that CNI
