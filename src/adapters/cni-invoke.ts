@@ -1,7 +1,7 @@
 /**
  * Calling a CNI plugin executable as a container runtime does (libcni's invoke): `CNI_*` variables in the
  * environment, the network configuration on stdin, the result or error object on stdout. The lab creates its pods
- * this way when it does not drive containerd.
+ * this way with `--pods direct` (or when containerd is not installed).
  */
 import { spawn } from 'node:child_process';
 import { join } from 'node:path';

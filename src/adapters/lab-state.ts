@@ -2,11 +2,13 @@
  * The lab's state files: one JSON file per run under /run/atoll-lab (a tmpfs: gone after a reboot, as are the
  * namespaces it lists), written before anything is created and updated as processes start, so `atoll lab down`
  * can remove what an interrupted or killed run left: its processes (by PID, checked against the run's directory in
- * their command line), its namespaces (by recorded name, and by the run's name prefix) and its directory.
+ * their command line), its containerds (with their shims, sandboxes, mounts and cgroups), its namespaces (by
+ * recorded name, and by the run's name prefix) and its directory.
  */
 import { mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { LAB_RUN_ID } from '../core/lab/plan.ts';
+import type { ContainerdLeftovers } from './containerd/containerd.ts';
 
 export const LAB_STATE_DIR = '/run/atoll-lab';
 
@@ -29,6 +31,8 @@ export interface LabState {
   readonly startedAt: string;
   readonly namespaces: readonly string[];
   readonly processes: readonly LabStateProcess[];
+  /** The private containerd of each node, when pods go through CRI (absent in runs of older versions). */
+  readonly containerds?: readonly (ContainerdLeftovers & { readonly node: string })[];
 }
 
 export class LabStateStore {

@@ -4,7 +4,7 @@
  */
 import { writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
-import { LAB_FLAG_OPTIONS, LAB_FLAGS_HELP, type LabFlags, labSpecFromFlags } from '../config/lab-spec.ts';
+import { LAB_FLAG_OPTIONS, LAB_FLAGS_HELP, type LabFlags, labPodsFromFlag, labSpecFromFlags } from '../config/lab-spec.ts';
 import { LAB_RUN_ID } from '../core/lab/plan.ts';
 import { type LabFaultResult, parseFaultList, renderFaults } from '../core/lab/faults.ts';
 import { atollError } from '../core/errors.ts';
@@ -13,10 +13,10 @@ import { labSvgInputOf, renderLabSvg } from '../core/lab/svg.ts';
 
 export const LAB_USAGE = `usage: atoll lab <command> [flags]
 
-  up [flags] [--detach] [--json FILE] [--svg FILE] [--keep-logs DIR]
-                 build the lab: namespaces, NAT routers, the controller, an agent per node, pods (root);
-                 stays up until Ctrl-C, or with --detach until \`atoll lab down\`
-  run [flags] [--json FILE] [--svg FILE] [--keep-logs DIR] [--faults LIST|all|none]
+  up [flags] [--detach] [--json FILE] [--svg FILE] [--keep-logs DIR] [--pods cri|direct|auto]
+                 build the lab: namespaces, NAT routers, the controller, the relay, an agent per node, pods
+                 (root); stays up until Ctrl-C, or with --detach until \`atoll lab down\`
+  run [flags] [--json FILE] [--svg FILE] [--keep-logs DIR] [--faults LIST|all|none] [--pods cri|direct|auto]
                  up, then the connectivity matrix (every pod to every pod, ping and TCP, path and RTT), then
                  the faults (default all: controller-kill, relay-kill, agent-restart, offline-restart,
                  pod-recreate, uplink-cut, uplink-flap, node-reboot), each with loss, convergence, TCP flows
@@ -30,7 +30,11 @@ export const LAB_USAGE = `usage: atoll lab <command> [flags]
 the verdict and the faults).
 --svg FILE draws the lab as SVG: sites, NAT routers, nodes, pods, and for run the path of every node pair
 (VXLAN, direct route, tunnel direct, hole-punched, relayed) with failures in red; for up the topology only.
---keep-logs DIR copies the controller's and agents' logs there before the run is removed (run, or a failed up).
+--keep-logs DIR copies the controller's, relay's, agents' and containerds' logs there before the run is removed
+                (run, or a failed up).
+--pods          how pods are created: cri (a private containerd per node, RunPodSandbox through its CRI, which
+                calls the node's atoll-cni), direct (the lab calls atoll-cni itself), auto (default: cri when
+                containerd, runc and busybox-static are installed, else direct); the report says which was used.
 
 flags for up and run:
 ${LAB_FLAGS_HELP}`;
@@ -50,12 +54,13 @@ function writeSvg(path: string | undefined, svg: () => string): void {
 }
 
 async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> {
-  const { values } = parseArgs({ args: [...argv], options: { ...LAB_FLAG_OPTIONS, json: { type: 'string' }, svg: { type: 'string' }, 'keep-logs': { type: 'string' }, faults: { type: 'string' }, detach: { type: 'boolean', default: false }, help: { type: 'boolean', short: 'h' } } });
+  const { values } = parseArgs({ args: [...argv], options: { ...LAB_FLAG_OPTIONS, json: { type: 'string' }, svg: { type: 'string' }, 'keep-logs': { type: 'string' }, faults: { type: 'string' }, pods: { type: 'string' }, detach: { type: 'boolean', default: false }, help: { type: 'boolean', short: 'h' } } });
   if (values.help) {
     process.stdout.write(LAB_USAGE);
     return 0;
   }
   const spec = labSpecFromFlags(values as LabFlags);
+  const pods = labPodsFromFlag(values.pods);
   const faultList = parseFaultList(values.faults ?? (mode === 'run' ? 'all' : 'none'));
   if (faultList.problems.length > 0) throw atollError('LAB_SPEC_INVALID', `--faults: ${faultList.problems.join('; ')}`, 'see `atoll lab --help`');
   if (mode === 'up' && faultList.faults.length > 0) throw atollError('LAB_SPEC_INVALID', '--faults is for `atoll lab run`', 'use `atoll lab run --faults ...`');
@@ -63,16 +68,16 @@ async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> 
   const uninstall = lab.installCleanupHandlers();
   const t0 = performance.now();
   const keepLogs = values['keep-logs'];
-  const running = await lab.labUp(spec, { say, keepLogs });
+  const running = await lab.labUp(spec, { say, keepLogs, pods });
   const describe = {
     runId: running.plan.runId, prefix: running.plan.prefix, spec, podCreation: running.podCreation, startedAt: running.state.startedAt,
     controller: { url: running.plan.controller.url, netns: running.plan.controller.netns, caCertHash: running.caCertHash },
     nodes: running.plan.nodes.map((n) => ({ name: n.name, site: n.site, community: n.community, netns: n.netns, underlay: n.underlay })),
-    pods: running.pods, namespaces: running.state.namespaces, processes: running.state.processes, timingsMs: { ...running.timingsMs } as Record<string, number>,
+    pods: running.pods, namespaces: running.state.namespaces, processes: running.state.processes, containerds: running.state.containerds ?? [], timingsMs: { ...running.timingsMs } as Record<string, number>,
   };
   if (mode === 'up') {
     say(`  pod addresses:`);
-    for (const p of running.pods) say(`    ${p.name.padEnd(14)} ${p.ip.padEnd(15)} ip netns exec ${p.netns} ...`);
+    for (const p of running.pods) say(`    ${p.name.padEnd(14)} ${p.ip.padEnd(15)} ${p.enter.join(' ')} ...`);
     writeJson(values.json, describe);
     writeSvg(values.svg, () => renderLabSvg(labSvgInputOf(running.plan, running.pods)));
     if (values.detach) {

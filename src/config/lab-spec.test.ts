@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { labSpecFromFlags } from './lab-spec.ts';
+import { labPodsFromFlag, labSpecFromFlags } from './lab-spec.ts';
 import { DEFAULT_LAB_SPEC } from '../core/lab/spec.ts';
 import { AtollError } from '../core/errors.ts';
 
@@ -50,4 +50,11 @@ test('a JSON spec file, strict, changed by flags', () => {
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
+});
+
+test('--pods: auto by default, cri or direct, anything else refused', () => {
+  assert.equal(labPodsFromFlag(undefined), 'auto');
+  assert.equal(labPodsFromFlag('cri'), 'cri');
+  assert.equal(labPodsFromFlag('direct'), 'direct');
+  assert.throws(() => labPodsFromFlag('containerd'), (e: unknown) => e instanceof AtollError && e.code === 'LAB_SPEC_INVALID' && /--pods must be auto, cri, direct, not "containerd"/.test(e.message));
 });

@@ -155,3 +155,15 @@ export function labSpecFromFlags(flags: LabFlags): LabSpec {
   if (problems.length > 0) fail(`the lab spec is impossible: ${problems.join('; ')}`);
   return Object.freeze({ ...spec, edges: Object.freeze(spec.edges) });
 }
+
+/** How the lab creates pods (`--pods`): containerd's CRI, direct CNI calls, or CRI when containerd is installed. */
+export type LabPodsChoice = 'auto' | 'cri' | 'direct';
+
+const LAB_PODS_CHOICES: readonly LabPodsChoice[] = ['auto', 'cri', 'direct'];
+
+/** `--pods` as given (default `auto`). @throws AtollError LAB_SPEC_INVALID for another value. */
+export function labPodsFromFlag(text: string | undefined): LabPodsChoice {
+  if (text === undefined) return 'auto';
+  if ((LAB_PODS_CHOICES as readonly string[]).includes(text)) return text as LabPodsChoice;
+  return fail(`--pods must be ${LAB_PODS_CHOICES.join(', ')}, not "${text}"`);
+}

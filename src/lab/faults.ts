@@ -1,7 +1,8 @@
 /**
  * The lab's faults, for real: kills and restarts the controller, the relay and agents by PID, cuts and flaps an edge router's
  * uplink with an nftables table of its own, "reboots" a node (its agent killed, its devices and nft table deleted,
- * the agent started again while its site is cut off) and re-creates pods through atoll-cni. What hits whom and how
+ * the agent started again while its site is cut off) and re-creates pods (through containerd's CRI, StopPodSandbox,
+ * RemovePodSandbox and RunPodSandbox under the same name, or by CNI DEL and ADD). What hits whom and how
  * the results are judged is planned in src/core/lab/faults.ts.
  *
  * Safety: everything happens inside the run's namespaces; processes are stopped by PID (the ones the lab started);
@@ -21,7 +22,7 @@ import { IpRoute2 } from '../adapters/iproute2.ts';
 import { Nft } from '../adapters/nft.ts';
 import { ServiceProcess } from './service-process.ts';
 import { PROJECT_NODE } from './agent-process.ts';
-import { addPod, delPod, type LabOptions, type LabPodInfo, nsPath, recordProcess, runChecks, type RunningLab, waitForTunnelPaths } from './lab.ts';
+import { type LabOptions, type LabPodInfo, nsPath, recordProcess, runChecks, type RunningLab, waitForTunnelPaths } from './lab.ts';
 
 /** How long a fault is held before it is healed. */
 const HOLD_MS: Record<LabFaultKind, number> = {
@@ -39,21 +40,34 @@ const PING_INTERVAL_S = '0.1';
 const ip = new IpRoute2();
 const nft = new Nft();
 
-/** A continuous ping from one pod to another, replies timestamped as they arrive. */
+/**
+ * A continuous ping from one pod to another, replies timestamped as they arrive. When the source pod is re-created
+ * in a new namespace (CRI: a new sandbox), {@link Pinger.moveTo} continues the sample from there, numbering on.
+ */
 class Pinger {
   readonly pair: LabPodPair;
   readonly replies: PingReply[] = [];
-  readonly #proc: ChildProcess;
+  readonly #to: LabPodInfo;
+  #proc: ChildProcess;
   #out = '';
   #exited: Promise<void>;
+  /** Packets the earlier ping processes of this sample transmitted. */
+  #seqBase = 0;
 
   constructor(pair: LabPodPair, from: LabPodInfo, to: LabPodInfo) {
     this.pair = pair;
+    this.#to = to;
+    [this.#proc, this.#exited] = this.#spawn(from);
+  }
+
+  #spawn(from: LabPodInfo): [ChildProcess, Promise<void>] {
     // -w bounds its life even if the lab forgets it; the lab stops it with SIGINT (ping then prints its statistics)
-    this.#proc = spawn('ip', ['netns', 'exec', from.netns, 'ping', '-n', '-i', PING_INTERVAL_S, '-W', '1', '-w', '300', to.ip], { stdio: ['ignore', 'pipe', 'pipe'] });
-    this.#exited = new Promise((r) => this.#proc.once('close', () => r()));
+    const argv = [...from.enter, 'ping', '-n', '-i', PING_INTERVAL_S, '-W', '1', '-w', '300', this.#to.ip];
+    const proc = spawn(argv[0] as string, argv.slice(1), { stdio: ['ignore', 'pipe', 'pipe'] });
+    this.#out = '';
+    const base = this.#seqBase;
     let partial = '';
-    this.#proc.stdout?.on('data', (d: Buffer) => {
+    proc.stdout?.on('data', (d: Buffer) => {
       const text = partial + d.toString();
       const lines = text.split('\n');
       partial = lines.pop() ?? '';
@@ -61,10 +75,11 @@ class Pinger {
       for (const line of lines) {
         this.#out += `${line}\n`;
         const m = /bytes from .*icmp_seq=(\d+).*time=([\d.]+)/.exec(line);
-        if (m) this.replies.push({ seq: Number(m[1]), atMs: at, rttMs: Number(m[2]) });
+        if (m) this.replies.push({ seq: base + Number(m[1]), atMs: at, rttMs: Number(m[2]) });
       }
     });
-    this.#proc.stderr?.on('data', () => {});
+    proc.stderr?.on('data', () => {});
+    return [proc, new Promise((r) => proc.once('close', () => r()))];
   }
 
   /** Answering now: the last three packets sent got replies, the last one after `sinceMs`. */
@@ -75,11 +90,22 @@ class Pinger {
     return seqs.has(last.seq) && seqs.has(last.seq - 1) && seqs.has(last.seq - 2);
   }
 
-  /** Stops the ping by PID and returns what ping said it transmitted. */
+  /** Continues the sample from `from` (the source pod re-created): stops this ping, starts one there. */
+  async moveTo(from: LabPodInfo): Promise<void> {
+    this.#seqBase += await this.#stopProcess();
+    [this.#proc, this.#exited] = this.#spawn(from);
+  }
+
+  /** Stops the ping by PID and returns what the sample transmitted in all. */
   async stop(): Promise<number> {
-    if (this.#proc.exitCode === null && this.#proc.signalCode === null) {
-      this.#proc.kill('SIGINT');
-      const timer = setTimeout(() => this.#proc.kill('SIGKILL'), 2000);
+    return this.#seqBase + await this.#stopProcess();
+  }
+
+  async #stopProcess(): Promise<number> {
+    const proc = this.#proc;
+    if (proc.exitCode === null && proc.signalCode === null) {
+      proc.kill('SIGINT');
+      const timer = setTimeout(() => proc.kill('SIGKILL'), 2000);
       await this.#exited;
       clearTimeout(timer);
     }
@@ -110,8 +136,9 @@ class Flow {
 
   constructor(pair: LabPodPair, from: LabPodInfo, to: LabPodInfo) {
     this.pair = pair;
-    this.#server = spawn('ip', ['netns', 'exec', to.netns, PROJECT_NODE, '-e',
-      `require('net').createServer((s)=>{s.on('error',()=>{});s.pipe(s)}).listen(${FLOW_PORT});setTimeout(()=>process.exit(0),${FLOW_MAX_S * 1000})`], { stdio: 'ignore' });
+    const server = [...to.enter, PROJECT_NODE, '-e',
+      `require('net').createServer((s)=>{s.on('error',()=>{});s.pipe(s)}).listen(${FLOW_PORT});setTimeout(()=>process.exit(0),${FLOW_MAX_S * 1000})`];
+    this.#server = spawn(server[0] as string, server.slice(1), { stdio: 'ignore' });
     this.#from = from;
     this.#to = to;
   }
@@ -131,7 +158,8 @@ class Flow {
       `setInterval(()=>process.stdout.write(sent+' '+echoed+' '+Math.max(gap,last?Date.now()-last:0)+' '+err+'\\n'),100);`,
       `setTimeout(()=>process.exit(3),${FLOW_MAX_S * 1000})`,
     ].join('');
-    this.#client = spawn('ip', ['netns', 'exec', this.#from.netns, PROJECT_NODE, '-e', script], { stdio: ['ignore', 'pipe', 'ignore'] });
+    const client = [...this.#from.enter, PROJECT_NODE, '-e', script];
+    this.#client = spawn(client[0] as string, client.slice(1), { stdio: ['ignore', 'pipe', 'ignore'] });
     let partial = '';
     this.#client.stdout?.on('data', (d: Buffer) => {
       const lines = (partial + d.toString()).split('\n');
@@ -220,7 +248,7 @@ async function restartAgent(lab: RunningLab, node: string, beforeStart?: () => P
   if (!agent || !n) throw new Error(`no agent for node ${node}`);
   await agent.stop('SIGKILL');
   await beforeStart?.();
-  const starting = agent.start(['ip', 'netns', 'exec', n.netns], 30_000);
+  const starting = agent.start(lab.podRuntime.agentLauncher(n), 30_000);
   recordProcess(lab, `agent ${node} (restarted)`, agent.pid);
   await starting;
 }
@@ -235,6 +263,23 @@ async function wipeNode(lab: RunningLab, node: string): Promise<void> {
   const lines = [...ports.map((p) => `link del ${p.ifname}`), ...[NODE_DEVICES.bridge, NODE_DEVICES.overlay, NODE_DEVICES.tunnel].filter((d) => present.has(d)).map((d) => `link del ${d}`)];
   if (lines.length > 0) await ip.batch(lines, { netns });
   await nft.apply(`table ip ${NFT_TABLE}\ndelete table ip ${NFT_TABLE}\n`, { netns });
+}
+
+/**
+ * Re-creates `pod` under its name and puts the new one in `lab.pods`; sample pings from it move to its new namespace.
+ * Returns it with the one it replaced.
+ */
+async function recreatePod(lab: RunningLab, podName: string, pingers: readonly Pinger[]): Promise<{ was: LabPodInfo; now: LabPodInfo }> {
+  const pod = lab.plan.pods.find((p) => p.name === podName);
+  const i = lab.pods.findIndex((p) => p.name === podName);
+  const was = lab.pods[i];
+  if (!pod || !was) throw new Error(`unknown pod ${podName}`);
+  const now = await lab.podRuntime.recreate(pod, was);
+  lab.pods[i] = now;
+  if (now.netns !== was.netns) {
+    for (const p of pingers.filter((x) => x.pair.from === podName)) await p.moveTo(now);
+  }
+  return { was, now };
 }
 
 function count(cells: Awaited<ReturnType<typeof runChecks>>): MatrixCount {
@@ -291,13 +336,9 @@ async function runFault(lab: RunningLab, target: LabFaultTarget, say: (l: string
         });
         break;
       case 'pod-recreate': {
-        const pod = lab.plan.pods.find((p) => p.name === target.pod);
-        if (!pod) throw new Error(`unknown pod ${target.pod}`);
-        await delPod(lab.plan, pod);
-        const again = await addPod(lab.plan, pod, `${pod.containerId}-r`);
-        podStartMs.push(again.addMs ?? 0);
-        const was = byName.get(pod.name)?.ip;
-        if (again.ip !== was) notes.push(`re-created with ${again.ip}, not its former ${was}`);
+        const { was, now } = await recreatePod(lab, target.pod as string, pingers);
+        podStartMs.push(now.addMs ?? 0);
+        if (now.ip !== was.ip) notes.push(`re-created with ${now.ip}, not its former ${was.ip}`);
         break;
       }
       case 'uplink-cut':
@@ -322,10 +363,9 @@ async function runFault(lab: RunningLab, target: LabFaultTarget, say: (l: string
         await cutUplink(lab, cut);
         await restartAgent(lab, node, () => wipeNode(lab, node));
         for (const pod of lab.plan.pods.filter((p) => p.node === node)) {
-          const again = await addPod(lab.plan, pod);
-          podStartMs.push(again.addMs ?? 0);
-          const was = byName.get(pod.name)?.ip;
-          if (again.ip !== was) notes.push(`${pod.name} came back with ${again.ip}, not its former ${was}`);
+          const { was, now } = await recreatePod(lab, pod.name, pingers);
+          podStartMs.push(now.addMs ?? 0);
+          if (now.ip !== was.ip) notes.push(`${pod.name} came back with ${now.ip}, not its former ${was.ip}`);
         }
         await sleep(HOLD_MS['node-reboot']);
         break;
@@ -372,7 +412,7 @@ export async function runFaults(lab: RunningLab, faults: readonly LabFaultKind[]
   say(`  faults: ${faults.join(', ')} (samples pinged every ${Number(PING_INTERVAL_S) * 1000} ms; the whole matrix right before and after each)`);
   const results: LabFaultResult[] = [];
   for (const kind of faults) {
-    const target = planFault(lab.plan, kind);
+    const target = planFault(lab.plan, kind, lab.podRuntime.mode);
     if ('skipped' in target) {
       results.push({ kind, description: kind, skipped: target.skipped, ok: true });
       say(`    ${kind.padEnd(16)} skipped: ${target.skipped}`);

@@ -1,14 +1,15 @@
 /**
  * `atoll lab`: a whole cloud and edge cluster on one machine, for real. Builds the planned topology
  * (src/core/lab/plan.ts) from network namespaces, starts the controller and an agent per node as real processes,
- * creates pods through the real `atoll-cni`, checks every pod against every other, and removes everything again.
+ * creates pods through the real `atoll-cni` (by containerd's CRI when containerd is installed, else by calling it
+ * directly: src/lab/lab-pods.ts), checks every pod against every other, and removes everything again.
  *
  * Safety rules this file keeps:
  * - Everything it creates is named with the run's prefix (`atl-lab-<runid>-`) and recorded in the run's state file
  *   (src/adapters/lab-state.ts) before it is created, so `atoll lab down` can remove the leftovers of a run that was
  *   killed. Traffic only flows inside the run's namespaces.
  * - Processes are stopped by PID only, and only when their command line carries the run's directory (or they live in
- *   one of the run's namespaces).
+ *   one of the run's namespaces, or in the mount namespace or sandbox cgroup of one of the run's containerds).
  * - Every wait is bounded; a failed step removes the whole run before the error is reported; SIGINT, SIGTERM and
  *   uncaught errors remove the run too.
  */
@@ -18,12 +19,12 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { AtollError, asAtollError, atollError } from '../core/errors.ts';
 import {
-  agentConfigFor, classifyRoute, type LabPath, relayConfigFor, expectationOf, expectedPath, LAB_NETNS_PREFIX, LAB_POD_NAMESPACE, labPrefix, type LabPlan, type LabPod, type LabSetupStep,
+  agentConfigFor, classifyRoute, expectationOf, expectedPath, LAB_NETNS_PREFIX, labPrefix, type LabPath, type LabPlan, type LabSetupStep, relayConfigFor,
   type ObservedRoute, planLab, renderLabSetup, runIdOfNetns,
 } from '../core/lab/plan.ts';
 import { judgeCell, type LabCell, type PingResult, type TcpResult } from '../core/lab/report.ts';
 import { describeLabSpec, type LabSpec } from '../core/lab/spec.ts';
-import { invokeCni } from '../adapters/cni-invoke.ts';
+import { removeContainerdLeftovers } from '../adapters/containerd/containerd.ts';
 import { exec } from '../adapters/exec.ts';
 import { IpRoute2 } from '../adapters/iproute2.ts';
 import { type LabState, LabStateStore } from '../adapters/lab-state.ts';
@@ -33,6 +34,7 @@ import { writeSysctl } from '../adapters/sysctl.ts';
 import { Tc } from '../adapters/tc.ts';
 import { AgentProcess } from './agent-process.ts';
 import { ServiceProcess } from './service-process.ts';
+import { choosePodMode, CriPods, DirectPods, type LabContainerdRecord, type LabPodInfo, type LabPodRuntime, type LabPodsChoice } from './lab-pods.ts';
 import { readTunnelStatus, statusSocketOf } from '../agent/status-socket.ts';
 import type { PeerPath } from '../core/tunnel/status.ts';
 import { labPreflight, requireRoot } from './lab-preflight.ts';
@@ -44,22 +46,20 @@ export interface LabOptions {
   readonly store?: LabStateStore;
   /** Copy the controller's and agents' logs here before a failed `labUp` removes the run. */
   readonly keepLogs?: string;
+  /** How to create pods (`--pods`); default `auto`: through containerd's CRI when it is installed. */
+  readonly pods?: LabPodsChoice;
 }
 
-export interface LabPodInfo {
-  readonly name: string;
-  readonly node: string;
-  readonly netns: string;
-  readonly ip: string;
-  /** Wall time of its CNI ADD (pod start latency), ms. */
-  readonly addMs?: number;
-}
+export type { LabPodInfo } from './lab-pods.ts';
 
 export interface RunningLab {
   readonly plan: LabPlan;
   readonly store: LabStateStore;
   readonly caCertHash: string;
-  readonly pods: readonly LabPodInfo[];
+  /** The pods as they are now (a re-created pod replaces its entry). */
+  readonly pods: LabPodInfo[];
+  /** Creates and re-creates pods (containerd's CRI or direct CNI calls). */
+  readonly podRuntime: LabPodRuntime;
   /** How the pods were created, for the report. */
   readonly podCreation: string;
   readonly timingsMs: Readonly<Record<string, number>>;
@@ -82,7 +82,6 @@ export interface DownSummary {
   readonly leftovers: readonly string[];
 }
 
-export const POD_CREATION = 'direct CNI calls to atoll-cni (the lab does not drive containerd\'s CRI yet)';
 const BLOCKS_TIMEOUT_MS = 60_000;
 const ROUTES_TIMEOUT_MS = 30_000;
 const TUNNEL_PATHS_TIMEOUT_MS = 40_000;
@@ -113,8 +112,20 @@ async function mapLimit<T, R>(items: readonly T[], limit: number, fn: (item: T) 
 // ---------------------------------------------------------------------------------------------------------------
 // Cleanup on signals and crashes
 
-let active: { store: LabStateStore; state: LabState; say: (l: string) => void } | undefined;
+let active: { store: LabStateStore; state: LabState; say: (l: string) => void; starting?: { abort: AbortController; settled: Promise<unknown> } } | undefined;
 let cleaning: Promise<unknown> | undefined;
+
+/**
+ * Removes the active run; containerds still starting are told to stop starting more and awaited first (each is
+ * recorded in the state as it spawns, so the removal reads the state after they settled).
+ */
+async function removeActive(run: NonNullable<typeof active>): Promise<unknown> {
+  if (run.starting) {
+    run.starting.abort.abort();
+    await run.starting.settled;
+  }
+  return destroyRun(run.store, run.state, run.say);
+}
 
 /**
  * Removes the active run on SIGINT, SIGTERM or an uncaught error, then exits (130, 143 or 1). Returns a function
@@ -128,13 +139,13 @@ export function installCleanupHandlers(): () => void {
       return;
     }
     if (run) run.say(`\n${signal}: removing lab ${run.state.runId}`);
-    cleaning = (run ? destroyRun(run.store, run.state, run.say) : Promise.resolve()).finally(() => process.exit(signal === 'SIGINT' ? 130 : 143));
+    cleaning = (run ? removeActive(run) : Promise.resolve()).finally(() => process.exit(signal === 'SIGINT' ? 130 : 143));
   };
   const onCrash = (err: unknown) => {
     const run = active;
     process.stderr.write(`atoll lab crashed: ${asAtollError(err).message}\n`);
     if (cleaning) return;
-    cleaning = (run ? destroyRun(run.store, run.state, run.say) : Promise.resolve()).finally(() => process.exit(1));
+    cleaning = (run ? removeActive(run) : Promise.resolve()).finally(() => process.exit(1));
   };
   process.on('SIGINT', onSignal);
   process.on('SIGTERM', onSignal);
@@ -271,44 +282,6 @@ export async function waitForTunnelPaths(plan: LabPlan, timeoutMs = TUNNEL_PATHS
   }
 }
 
-/** Creates every pod by calling the node's installed atoll-cni with the conflist its agent wrote. */
-async function createPods(plan: LabPlan): Promise<LabPodInfo[]> {
-  return mapLimit(plan.pods, 8, (pod) => addPod(plan, pod));
-}
-
-async function cniCall(plan: LabPlan, pod: LabPod, command: 'ADD' | 'DEL', containerId: string) {
-  const node = plan.nodes.find((n) => n.name === pod.node);
-  if (!node) throw new Error(`pod ${pod.name} names an unknown node ${pod.node}`);
-  const conflist = JSON.parse(readFileSync(join(node.cniConfDir, '10-atoll.conflist'), 'utf8')) as { cniVersion: string; name: string; plugins: Record<string, unknown>[] };
-  const plugin = conflist.plugins[0] as Record<string, unknown>;
-  return invokeCni({
-    binDir: node.cniBinDir, type: String(plugin.type), command, containerId, netns: nsPath(pod.netns), ifname: 'eth0',
-    args: { K8S_POD_NAMESPACE: LAB_POD_NAMESPACE, K8S_POD_NAME: pod.name, K8S_POD_INFRA_CONTAINER_ID: containerId },
-    config: { cniVersion: conflist.cniVersion, name: conflist.name, ...plugin },
-  });
-}
-
-/**
- * Adds `pod` to its node's network through the node's atoll-cni, as a runtime would (`containerId` defaults to the
- * planned one; a re-created pod gets a new one). @throws AtollError LAB_STEP_FAILED when the ADD fails.
- */
-export async function addPod(plan: LabPlan, pod: LabPod, containerId = pod.containerId): Promise<LabPodInfo> {
-  const t = performance.now();
-  const res = await cniCall(plan, pod, 'ADD', containerId);
-  const addMs = since(t);
-  const address = (res.output?.ips as { address?: string }[] | undefined)?.[0]?.address;
-  if (res.code !== 0 || !address) {
-    throw atollError('LAB_STEP_FAILED', `CNI ADD of pod ${pod.name} on ${pod.node} failed (status ${res.code}): ${res.stdout.trim() || res.stderr.trim()}`, 'read the agent\'s log');
-  }
-  return { name: pod.name, node: pod.node, netns: pod.netns, ip: address.split('/')[0] as string, addMs };
-}
-
-/** Removes `pod` from its node's network (CNI DEL). @throws AtollError LAB_STEP_FAILED when the DEL fails. */
-export async function delPod(plan: LabPlan, pod: LabPod, containerId = pod.containerId): Promise<void> {
-  const res = await cniCall(plan, pod, 'DEL', containerId);
-  if (res.code !== 0) throw atollError('LAB_STEP_FAILED', `CNI DEL of pod ${pod.name} on ${pod.node} failed (status ${res.code}): ${res.stdout.trim() || res.stderr.trim()}`, 'read the agent\'s log');
-}
-
 /** Records a process the lab started after `labUp` (a restarted controller or agent) in the run's state, for clean-up. */
 export function recordProcess(lab: RunningLab, role: string, pid: number | undefined): void {
   if (pid === undefined) return;
@@ -316,6 +289,9 @@ export function recordProcess(lab: RunningLab, role: string, pid: number | undef
   lab.store.save(lab.state);
   if (active?.state.runId === lab.state.runId) active.state = lab.state;
 }
+
+/** The pod runtime of each live run in this process, closed when the run is removed. */
+const runtimes = new Map<string, LabPodRuntime>();
 
 /** Removes runs whose `atoll lab` process is gone without detaching (it crashed or was killed). */
 async function removeStaleRuns(store: LabStateStore, say: (l: string) => void): Promise<void> {
@@ -348,13 +324,21 @@ export async function labUp(spec: LabSpec, opts: LabOptions): Promise<RunningLab
   const dir = store.runDir(runId);
   const token = () => randomBytes(18).toString('base64url');
   const plan = planLab({ spec, runId, dir, bootstrapToken: token(), adminToken: token(), relayToken: token() });
+  const { mode, why } = choosePodMode(opts.pods ?? 'auto');
+  // under CRI, containerd creates the pods' namespaces; the planned ones are not made
+  const namespaces = plan.namespaces.filter((n) => mode === 'direct' || n.role !== 'pod');
   let state: LabState = {
     runId, prefix, dir, labPid: process.pid, detached: false, startedAt: new Date().toISOString(),
-    namespaces: [...plan.namespaces.map((n) => n.name), `${prefix}probe`], processes: [],
+    namespaces: [...namespaces.map((n) => n.name), `${prefix}probe`], processes: [], containerds: [],
   };
   const record = (role: string, pid: number | undefined) => {
     if (pid === undefined) return;
     state = { ...state, processes: [...state.processes, { role, pid }] };
+    store.save(state);
+    if (active) active.state = state;
+  };
+  const recordContainerd = (rec: LabContainerdRecord) => {
+    state = { ...state, containerds: [...(state.containerds ?? []), rec] };
     store.save(state);
     if (active) active.state = state;
   };
@@ -363,29 +347,47 @@ export async function labUp(spec: LabSpec, opts: LabOptions): Promise<RunningLab
   say(`atoll lab ${runId}: ${describeLabSpec(spec)}`);
   const agents = new Map<string, AgentProcess>();
   let step = 'preflight';
+  let runtimeStarting: Promise<LabPodRuntime> | undefined;
   try {
     let t = performance.now();
     const features = await labPreflight(spec, `${prefix}probe`);
     say(`  preflight: root; ip, nft, tc, ping; kernel: netns, ${features.join(', ')} (${secs(since(t))})`);
+    say(`  pods will be created by ${mode === 'cri' ? 'containerd\'s CRI' : 'direct CNI calls'} (${why})`);
 
     step = 'building the topology';
     t = performance.now();
     mkdirSync(plan.controller.dir, { recursive: true, mode: 0o700 });
     writeFileSync(plan.controller.configPath, JSON.stringify(plan.controller.config, null, 2));
-    for (const phase of renderLabSetup(plan)) await mapLimit(phase, 8, applyStep);
+    for (const phase of renderLabSetup({ ...plan, namespaces })) await mapLimit(phase, 8, applyStep);
     timingsMs.topology = since(t);
-    const count = (role: string) => plan.namespaces.filter((n) => n.role === role).length;
-    say(`  topology: ${plan.namespaces.length} namespaces (wan, ${count('router')} routers, controller, ${count('node')} nodes, ${count('pod')} pods), `
+    const count = (role: string) => namespaces.filter((n) => n.role === role).length;
+    say(`  topology: ${namespaces.length} namespaces (wan, ${count('router')} routers, controller, ${count('node')} nodes${mode === 'direct' ? `, ${count('pod')} pods` : ''}), `
       + `${plan.veths.length} veth links, ${plan.nat.length} NAT router${plan.nat.length === 1 ? '' : 's'}${plan.qdiscs.length ? `, ${plan.qdiscs.length} uplink qdiscs` : ''} (${secs(timingsMs.topology)})`);
 
-    step = 'starting the controller';
+    step = mode === 'cri' ? 'starting the controller and a containerd per node' : 'starting the controller';
     t = performance.now();
+    const tCtd = performance.now();
+    const abort = new AbortController();
+    runtimeStarting = mode === 'cri'
+      ? CriPods.start({ plan, record: recordContainerd, signal: abort.signal }).then((r) => {
+        timingsMs.containerd = since(tCtd);
+        return r;
+      })
+      : Promise.resolve(new DirectPods(plan));
+    const settled = runtimeStarting.then((r) => runtimes.set(runId, r), () => undefined); // also: a rejection is handled
+    if (active) active.starting = { abort, settled };
     const controller = new ServiceProcess({ kind: 'controller', configPath: plan.controller.configPath, logPath: plan.controller.logPath });
     const started = controller.start(['ip', 'netns', 'exec', plan.controller.netns]);
     record('controller', controller.pid);
     const caCertHash = await started;
     timingsMs.controller = since(t);
     say(`  controller: ${plan.controller.url} in ${plan.controller.netns} (pid ${controller.pid}), CA pin ${caCertHash.slice(0, 23)}... (${secs(timingsMs.controller)})`);
+    const podRuntime = await runtimeStarting;
+    if (active) active.starting = undefined;
+    if (podRuntime instanceof CriPods) {
+      const pids = [...podRuntime.containerds.values()].map((c) => c.pid);
+      say(`  containerd: ${pids.length} private instances, one per node in its namespace with its CNI dirs (pids ${pids.join(', ')}), pause image built once (${secs(timingsMs.containerd ?? 0)})`);
+    }
 
     step = 'starting the relay';
     t = performance.now();
@@ -405,7 +407,7 @@ export async function labUp(spec: LabSpec, opts: LabOptions): Promise<RunningLab
       writeFileSync(n.configPath, JSON.stringify(agentConfigFor(n, caCertHash, { plan: plan.relay, pin: relayPin }), null, 2));
       const agent = new AgentProcess({ configPath: n.configPath, socketPath: n.socketPath, logPath: n.logPath, detached: true });
       agents.set(n.name, agent);
-      const starting = agent.start(['ip', 'netns', 'exec', n.netns], 30_000);
+      const starting = agent.start(podRuntime.agentLauncher(n), 30_000);
       record(`agent ${n.name}`, agent.pid);
       await starting;
     });
@@ -424,17 +426,20 @@ export async function labUp(spec: LabSpec, opts: LabOptions): Promise<RunningLab
 
     step = 'creating pods';
     t = performance.now();
-    const pods = await createPods(plan);
+    const pods = await mapLimit(plan.pods, 8, (pod) => podRuntime.create(pod));
     timingsMs.pods = since(t);
     const adds = pods.map((p) => p.addMs ?? 0).sort((a, b) => a - b);
-    say(`  pods: ${pods.length} created by ${POD_CREATION} (${secs(timingsMs.pods)}; CNI ADD median ${adds[Math.floor(adds.length / 2)]} ms, max ${adds.at(-1)} ms)`);
+    say(`  pods: ${pods.length} created by ${podRuntime.description} (${secs(timingsMs.pods)}; ${mode === 'cri' ? 'RunPodSandbox' : 'CNI ADD'} median ${adds[Math.floor(adds.length / 2)]} ms, max ${adds.at(-1)} ms)`);
     timingsMs.up = since(t0);
-    return { plan, store, caCertHash, pods, podCreation: POD_CREATION, timingsMs, controller, relay, relayPin, agents, state };
+    return { plan, store, caCertHash, pods, podRuntime, podCreation: podRuntime.description, timingsMs, controller, relay, relayPin, agents, state };
   } catch (err) {
     const e = asAtollError(err);
     if (e.code === 'LAB_PREREQUISITE_MISSING') say('  refused: nothing was created');
     else say(`  failed while ${step}; removing everything`);
     if (opts.keepLogs && e.code !== 'LAB_PREREQUISITE_MISSING') saveLogs(plan, opts.keepLogs, say);
+    // containerds still starting are recorded as they spawn: let them finish before removing the run
+    await runtimeStarting?.then((r) => runtimes.set(runId, r), () => undefined);
+    if (active) active.starting = undefined;
     await destroyRun(store, state, e.code === 'LAB_PREREQUISITE_MISSING' ? () => {} : say);
     active = undefined;
     if (err instanceof AtollError) throw err;
@@ -446,7 +451,8 @@ export async function labUp(spec: LabSpec, opts: LabOptions): Promise<RunningLab
 export function saveLogs(plan: LabPlan, toDir: string, say: (l: string) => void): void {
   try {
     mkdirSync(toDir, { recursive: true });
-    for (const [from, name] of [[plan.controller.logPath, 'controller.log'], ...plan.nodes.map((n) => [n.logPath, `agent-${n.name}.log`])] as const) {
+    const containerdLogs = plan.nodes.map((n) => [join(n.dir, 'containerd', 'containerd.log'), `containerd-${n.name}.log`] as const);
+    for (const [from, name] of [[plan.controller.logPath, 'controller.log'], ...plan.nodes.map((n) => [n.logPath, `agent-${n.name}.log`] as const), ...containerdLogs] as const) {
       if (existsSync(from)) copyFileSync(from, join(toDir, name));
     }
     say(`  logs saved in ${toDir}`);
@@ -457,6 +463,8 @@ export function saveLogs(plan: LabPlan, toDir: string, say: (l: string) => void)
 
 /** Marks `lab` as living on without its builder (`atoll lab up --detach`). */
 export function detachLab(lab: RunningLab): void {
+  lab.podRuntime.close();
+  runtimes.delete(lab.state.runId);
   lab.state = { ...lab.state, detached: true };
   lab.store.save(lab.state);
   active = undefined;
@@ -475,8 +483,9 @@ function parsePing(out: string, code: number): PingResult {
   return { ok, sent, received, ...(rtt ? { rttMs: Number(rtt[1]) } : {}), ...(error ? { error } : {}) };
 }
 
-async function pingFrom(netns: string, target: string): Promise<PingResult> {
-  const res = await exec('ping', [...PING_ARGS, target], { netns: nsPath(netns) });
+/** Pings `target` from the pod namespace `enter` leads into. */
+async function pingFrom(enter: readonly string[], target: string): Promise<PingResult> {
+  const res = await exec(enter[0] as string, [...enter.slice(1), 'ping', ...PING_ARGS, target]);
   return parsePing(res.stdout + res.stderr, res.code);
 }
 
@@ -504,7 +513,7 @@ export async function runChecks(lab: RunningLab, opts: LabOptions): Promise<LabC
   const { plan, pods } = lab;
   const pairs = pods.flatMap((a) => pods.filter((b) => b !== a).map((b) => ({ a, b })));
   say(`  checks: ${pairs.length} pod pairs, ping (3 packets, at most 2 s) and TCP (connect and echo, at most ${TCP_TIMEOUT_MS / 1000} s), ${CHECK_CONCURRENCY} at a time`);
-  const probes = new Map(pods.map((p) => [p.name, new ProbeClient(p.netns, lab.state.dir)]));
+  const probes = new Map(pods.map((p) => [p.name, new ProbeClient(p.enter, p.name, lab.state.dir)]));
   try {
     await Promise.all([...probes.values()].map((p) => p.ready()));
     const routeKeys = [...new Set(pairs.map(({ a, b }) => `${a.node}>${b.ip}>${b.node}`))];
@@ -517,7 +526,7 @@ export async function runChecks(lab: RunningLab, opts: LabOptions): Promise<LabC
     const cells = await mapLimit(pairs, CHECK_CONCURRENCY, async ({ a, b }) => {
       const path = expectedPath(plan, a.node, b.node);
       const route = routes.get(`${a.node}>${b.ip}`) ?? 'no route';
-      const [ping, tcp] = await Promise.all([pingFrom(a.netns, b.ip), (probes.get(a.name) as ProbeClient).tcp(b.ip, TCP_TIMEOUT_MS)]);
+      const [ping, tcp] = await Promise.all([pingFrom(a.enter, b.ip), (probes.get(a.name) as ProbeClient).tcp(b.ip, TCP_TIMEOUT_MS)]);
       const cell: LabCell = {
         from: a.name, to: b.name, fromNode: a.node, toNode: b.node, fromIp: a.ip, toIp: b.ip, path, expect: expectationOf(path), route,
         ping, tcp: roundTcp(tcp), ...judgeCell(path, route, ping, tcp),
@@ -567,7 +576,13 @@ const removals = new Map<string, Promise<DownSummary>>();
 
 async function removeRun(store: LabStateStore, state: LabState, say: (l: string) => void): Promise<DownSummary> {
   const t = performance.now();
+  runtimes.get(state.runId)?.close();
+  runtimes.delete(state.runId);
   const processes = await Promise.all(state.processes.map(async (p) => ({ ...p, outcome: await stopPid(p.pid, { tag: state.dir, graceMs: 3000 }) })));
+  // containerd, its shims and sandboxes, their mounts (in containerd's own mount namespace) and cgroups
+  await Promise.all((state.containerds ?? []).map((c) => removeContainerdLeftovers(c).catch((e: unknown) => {
+    say(`  (containerd of ${c.node}, pid ${c.pid}: ${asAtollError(e).message})`);
+  })));
   const present = new Set(listNetns());
   const names = [...new Set([...state.namespaces, ...[...present].filter((n) => n.startsWith(state.prefix))])].filter((n) => present.has(n));
   for (const [ns, pids] of pidsInNetns(names)) {
@@ -583,7 +598,8 @@ async function removeRun(store: LabStateStore, state: LabState, say: (l: string)
   if (leftovers.length === 0) store.remove(state.runId);
   if (active?.state.runId === state.runId) active = undefined;
   const stopped = processes.filter((p) => p.outcome !== 'gone' && p.outcome !== 'not ours').length;
-  say(`  removed lab ${state.runId}: ${stopped} process${stopped === 1 ? '' : 'es'} stopped, ${names.length - leftovers.length} namespaces deleted`
+  const ctds = state.containerds?.length ?? 0;
+  say(`  removed lab ${state.runId}: ${stopped} process${stopped === 1 ? '' : 'es'} stopped, ${ctds ? `${ctds} containerd${ctds === 1 ? '' : 's'} with their pods removed, ` : ''}${names.length - leftovers.length} namespaces deleted`
     + `${leftovers.length ? `, ${leftovers.length} LEFT: ${leftovers.join(' ')}` : ''} (${secs(since(t))})`);
   for (const p of processes.filter((x) => x.outcome === 'not ours' || x.outcome === 'survived')) say(`  (pid ${p.pid}, ${p.role}: ${p.outcome})`);
   return { runId: state.runId, processes, namespacesRemoved: names.length - leftovers.length, leftovers };

@@ -90,9 +90,13 @@ export class ProbeClient {
   #next = 1;
   #ready: Promise<void>;
 
-  /** Starts the probe in namespace `netns`; `tag` goes on its command line (the run's directory). */
-  constructor(netns: string, tag: string, port = PROBE_PORT) {
-    this.#proc = spawn('ip', ['netns', 'exec', netns, ATOLL_BIN, 'lab', 'probe', '--port', String(port), '--tag', tag], { stdio: ['pipe', 'pipe', 'pipe'] });
+  /**
+   * Starts the probe behind `enter` (an argument prefix leading into the pod's network namespace); `pod` names it in
+   * errors; `tag` goes on its command line (the run's directory).
+   */
+  constructor(enter: readonly string[], pod: string, tag: string, port = PROBE_PORT) {
+    const argv = [...enter, ATOLL_BIN, 'lab', 'probe', '--port', String(port), '--tag', tag];
+    this.#proc = spawn(argv[0] as string, argv.slice(1), { stdio: ['pipe', 'pipe', 'pipe'] });
     this.#proc.stdin?.on('error', () => {});
     let stderr = '';
     this.#proc.stderr?.on('data', (d: Buffer) => {
@@ -100,10 +104,10 @@ export class ProbeClient {
     });
     const lines = createInterface({ input: this.#proc.stdout as NodeJS.ReadableStream });
     this.#ready = new Promise((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`the TCP probe in ${netns} did not start within 20 s: ${stderr}`)), 20_000);
+      const timer = setTimeout(() => reject(new Error(`the TCP probe in pod ${pod} did not start within 20 s: ${stderr}`)), 20_000);
       this.#proc.once('exit', (code) => {
         clearTimeout(timer);
-        reject(new Error(`the TCP probe in ${netns} exited (${code}): ${stderr}`));
+        reject(new Error(`the TCP probe in pod ${pod} exited (${code}): ${stderr}`));
         for (const [, settle] of this.#pending) settle({ ok: false, error: 'the probe exited' });
         this.#pending.clear();
       });

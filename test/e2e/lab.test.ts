@@ -1,7 +1,8 @@
 /**
  * `atoll lab run` end to end, as a user runs it: a small cloud and four NATed edge sites from namespaces, a real
- * controller, relay and agents, pods through the real atoll-cni, the connectivity matrix, faults, and nothing of the
- * run left afterwards (namespace, process, mount, file).
+ * controller, relay and agents, pods through the real atoll-cni (by containerd's CRI where containerd is installed,
+ * and by direct CNI calls with `--pods direct`), the connectivity matrix, faults, and nothing of the run left
+ * afterwards (namespace, process, mount, cgroup, file).
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -14,10 +15,15 @@ import type { LabCell } from '../../src/core/lab/report.ts';
 import type { LabFaultResult } from '../../src/core/lab/faults.ts';
 import { rootSkipReason } from '../support/netns.ts';
 
+/** What `--pods auto` picks here. */
+const hasContainerd = ['/usr/bin/containerd', '/usr/sbin/runc', '/bin/busybox', '/usr/lib/cni/loopback'].every((p) => existsSync(p));
+
 interface Report {
   readonly runId: string;
   readonly prefix: string;
   readonly podCreation: string;
+  readonly pods: readonly { name: string; netns: string; sandboxId: string; addMs?: number }[];
+  readonly containerds: readonly { node: string; pid: number; cgroupParent: string }[];
   readonly processes: readonly { role: string; pid: number }[];
   readonly cells: readonly LabCell[];
   readonly verdict: { ok: boolean; shouldWork: number; working: number; blocked: number };
@@ -78,10 +84,24 @@ test('atoll lab run: every path (VXLAN, tunnel direct, hole-punched, relayed, no
     const res = await run(['lab', 'run', '--spec', specFile, '--faults', 'controller-kill,relay-kill,direct-path-cut,agent-restart,offline-restart,pod-recreate', '--json', json, '--svg', svg], 170_000);
     assert.equal(res.code, 0, res.out);
     assert.ok(Date.now() - started < 170_000, `took ${Date.now() - started} ms`);
-    assert.match(res.out, /pods: 6 created by /);
+    if (hasContainerd) {
+      assert.match(res.out, /pods will be created by containerd's CRI \(containerd is installed\)/);
+      assert.match(res.out, /pods: 6 created by containerd's CRI .*RunPodSandbox median \d+ ms/);
+      assert.match(res.out, /containerd: 6 private instances, one per node/);
+    } else {
+      assert.match(res.out, /pods: 6 created by direct CNI calls to atoll-cni/);
+    }
     assert.match(res.out, /^PASS: /m);
     const report = JSON.parse(readFileSync(json, 'utf8')) as Report;
     assert.equal(report.cells.length, 30);
+    if (hasContainerd) {
+      assert.match(report.podCreation, /^containerd's CRI/);
+      assert.equal(report.containerds.length, 6);
+      for (const p of report.pods) {
+        assert.match(p.netns, /\/containerd\/state\/.*\/netns\/cni-/, `${p.name}: the netns path its sandbox reports`);
+        assert.match(p.sandboxId, /^[0-9a-f]{64}$/);
+      }
+    }
     const blocked = 8; // d <-> a-1, a-2, b-1, c-1, both ways
     assert.deepEqual(report.verdict, { ...report.verdict, ok: true, shouldWork: 30 - blocked, working: 30 - blocked, blocked });
 
@@ -146,6 +166,11 @@ test('atoll lab run: every path (VXLAN, tunnel direct, hole-punched, relayed, no
     const mounts = readFileSync('/proc/self/mountinfo', 'utf8').split('\n').filter((l) => l.includes(report.prefix) || l.includes(runDir));
     assert.deepEqual(mounts, []);
     assert.equal(existsSync(runDir), false);
+    for (const c of report.containerds) {
+      assert.ok(!existsSync(`/proc/${c.pid}`) || !readFileSync(`/proc/${c.pid}/cmdline`, 'utf8').includes(runDir), `containerd of ${c.node} (pid ${c.pid}) still runs`);
+      const cgroups = ['', ...readdirSync('/sys/fs/cgroup')].filter((h) => existsSync(join('/sys/fs/cgroup', h, c.cgroupParent)));
+      assert.deepEqual(cgroups, [], `cgroup ${c.cgroupParent} of ${c.node} is left`);
+    }
     assert.equal(existsSync(`${runDir}.json`), false);
   } finally {
     rmSync(tmp, { recursive: true, force: true });
@@ -174,12 +199,13 @@ test('atoll lab refuses clearly when not root', { skip: rootSkipReason() || (exi
 });
 
 test('uplink delay: applied where the kernel has netem, else refused naming netem with nothing created', { skip: rootSkipReason(), timeout: 120_000 }, async () => {
-  const res = await run(['lab', 'run', '--cloud-nodes', '1', '--edge-sites', '1', '--nodes-per-site', '1', '--pods-per-node', '1', '--delay', '5', '--faults', 'none'], 90_000);
+  const res = await run(['lab', 'run', '--cloud-nodes', '1', '--edge-sites', '1', '--nodes-per-site', '1', '--pods-per-node', '1', '--delay', '5', '--faults', 'none', '--pods', 'direct'], 90_000);
   if (res.code === 1 && /netem qdisc/.test(res.out)) {
     assert.match(res.out, /CONFIG_NET_SCH_NETEM/);
     assert.match(res.out, /refused: nothing was created/);
   } else {
     assert.equal(res.code, 0, res.out);
+    assert.match(res.out, /pods: 2 created by direct CNI calls to atoll-cni/);
   }
   const runId = /^atoll lab ([0-9a-f]{4}):/m.exec(res.out)?.[1];
   assert.ok(runId, res.out);

@@ -1,5 +1,6 @@
 /**
- * A private containerd 1.6 instance for end-to-end tests of the CNI plugin, driven through the real CRI API.
+ * A private containerd 1.6 instance for end-to-end tests of the CNI plugin, `atoll demo` and the lab (one per lab
+ * node), driven through the real CRI API.
  *
  * Why this shape:
  * - containerd runs inside the test's own network namespace, so the bridges, veths and iptables rules that CNI
@@ -9,8 +10,10 @@
  *   `/sys` is remounted from inside the test netns (so `/sys/class/net` shows the test netns, as with
  *   `ip netns exec`), the host's `/sys/fs/cgroup` tree is moved back on top (runc needs it; plain `ip netns exec`
  *   drops it and runc then fails with "no cgroup mount found in mountinfo"), and `/run/containerd` is a private
- *   tmpfs (containerd 1.6 hard-codes its shim sockets under `/run/containerd/s`). Every overlay, shm and netns
- *   mount containerd makes stays in that namespace and disappears with its last process.
+ *   tmpfs (containerd 1.6 hard-codes its shim sockets under `/run/containerd/s`), and so is `/var/lib/cni` (the
+ *   CNI result cache libcni keeps for DEL: an instance that is killed instead of stopped leaves nothing in the
+ *   host's cache). Every overlay, shm and netns mount containerd makes stays in that namespace and disappears with
+ *   its last process.
  * - Pod netns mounts live under the instance's state dir (`netns_mounts_under_state_dir`), not `/var/run/netns`,
  *   unless `netnsUnderStateDir: false`. They are visible only in containerd's mount namespace: use
  *   {@link Containerd.execInNetns} (or `/proc/<sandbox pid>/ns/net`) to run commands in a pod's netns.
@@ -30,6 +33,9 @@ export const NETNS_RUN_DIR = '/var/run/netns';
 
 /** containerd 1.6 creates shim sockets here whatever its config says; the harness hides it behind a tmpfs. */
 const SHIM_SOCKET_ROOT = '/run/containerd';
+
+/** libcni's default result cache, which containerd 1.6 uses; private (a tmpfs) to each instance. */
+const CNI_CACHE_DIR = '/var/lib/cni';
 
 /** Plugins the harness never needs; disabling them keeps start-up quiet and free of probing. */
 const DISABLED_PLUGINS: readonly string[] = [
@@ -71,6 +77,31 @@ export interface ContainerdInit {
   netnsUnderStateDir?: boolean;
   /** Deadline of each CRI call; default from cri-client. */
   criDeadlineMs?: number;
+  /**
+   * A pause image tarball built already ({@link buildPauseImage}), imported instead of building one: several
+   * instances share one build.
+   */
+  pauseImageTarball?: string;
+  /** Start of the sandboxes' cgroup parent's name (a random suffix follows); default `atoll-e2e`. */
+  cgroupPrefix?: string;
+  /**
+   * Called as soon as containerd's process exists (before it answers), with what a crash clean-up needs to find
+   * everything of this instance again ({@link removeContainerdLeftovers}).
+   */
+  onSpawn?: (leftovers: ContainerdLeftovers) => void;
+}
+
+/** What identifies everything an instance may leave when its owner dies: see {@link removeContainerdLeftovers}. */
+export interface ContainerdLeftovers {
+  /** The containerd process. */
+  readonly pid: number;
+  /** The mount-namespace holder (`sleep infinity`). */
+  readonly holderPid: number;
+  /** Its private mount namespace, as `/proc/<pid>/ns/mnt` reads (`mnt:[4026532...]`). */
+  readonly mountNs: string;
+  /** The cgroup parent of its sandboxes (unique to the instance). */
+  readonly cgroupParent: string;
+  readonly workDir: string;
 }
 
 /** Output of a command that exited with status 0. */
@@ -91,6 +122,8 @@ export interface Containerd {
   readonly cgroupParent: string;
   /** PID of the containerd process. */
   readonly pid: number;
+  /** What a clean-up by another process needs ({@link removeContainerdLeftovers}). */
+  readonly leftovers: ContainerdLeftovers;
   /**
    * Runs `argv` inside the network namespace at `netnsPath` (a pod's CNI_NETNS as reported by PodSandboxStatus),
    * entering containerd's mount namespace first so that the path resolves. Rejects with stderr on non-zero exit.
@@ -274,6 +307,8 @@ async function prepareMountNamespace(holderPid: number, p: Paths): Promise<void>
   if (keepCgroups) await inNs(['--', 'mount', '--move', p.cgroupKeep, '/sys/fs/cgroup'], 'restoring the cgroup tree');
   await mkdir(SHIM_SOCKET_ROOT, { recursive: true, mode: 0o711 });
   await inNs(['--', 'mount', '-t', 'tmpfs', '-o', 'mode=0711', 'tmpfs', SHIM_SOCKET_ROOT], 'mounting a private /run/containerd');
+  await mkdir(CNI_CACHE_DIR, { recursive: true, mode: 0o700 });
+  await inNs(['--', 'mount', '-t', 'tmpfs', '-o', 'mode=0700', 'tmpfs', CNI_CACHE_DIR], 'mounting a private CNI result cache');
 }
 
 /** Spawns containerd in the holder's mount and network namespaces; `nsenter` execs it, so the PID is containerd's. */
@@ -328,9 +363,9 @@ async function waitForCri(child: ChildProcess, p: Paths, timeoutMs: number): Pro
   }
 }
 
-/** Imports the pause image tarball into the k8s.io namespace that the CRI plugin uses. */
-async function importPauseImage(p: Paths): Promise<void> {
-  const tarball = await buildPauseImage(p.pauseImageDir);
+/** Imports the pause image tarball (built here unless given) into the k8s.io namespace that the CRI plugin uses. */
+async function importPauseImage(p: Paths, prebuilt?: string): Promise<void> {
+  const tarball = prebuilt ?? await buildPauseImage(p.pauseImageDir);
   await run('ctr', ['-a', p.socket, '-n', 'k8s.io', 'images', 'import', tarball], `importing ${PAUSE_IMAGE_REF}`, 60_000);
 }
 
@@ -517,6 +552,7 @@ function makeInstance(parts: Parts & { child: ChildProcess; cri: CriClient }): C
     logPath: parts.p.log,
     cgroupParent: parts.cgroupParent,
     pid,
+    leftovers: { pid, holderPid: parts.holder.pid ?? -1, mountNs: parts.mountNs, cgroupParent: parts.cgroupParent, workDir: parts.init.workDir },
     execInNetns: (netnsPath, argv) =>
       run('nsenter', [`--mount=/proc/${pid}/ns/mnt`, '--', 'nsenter', `--net=${netnsPath}`, '--', ...argv], `running ${argv[0]} in netns ${netnsPath}`),
     logTail: (lines = 40) => tail(parts.p.log, lines),
@@ -539,17 +575,75 @@ export async function startContainerd(init: ContainerdInit): Promise<Containerd>
   await writeFile(p.config, renderConfig(p, init));
   const holder = await startHolder(netnsPath);
   const holderPid = holder.pid ?? -1;
-  const cgroupParent = `/atoll-e2e-${randomBytes(6).toString('hex')}`;
+  const cgroupParent = `/${init.cgroupPrefix ?? 'atoll-e2e'}-${randomBytes(6).toString('hex')}`;
   const parts: Parts = { p, init, cgroupParent, holder, mountNs: await readlink(`/proc/${holderPid}/ns/mnt`) };
   try {
     await prepareMountNamespace(holderPid, p);
     parts.child = spawnContainerd(holderPid, p);
+    init.onSpawn?.({ pid: parts.child.pid ?? -1, holderPid, mountNs: parts.mountNs, cgroupParent, workDir: init.workDir });
     await waitForCri(parts.child, p, init.startTimeoutMs ?? 30_000);
     parts.cri = connectCri({ socket: p.socket, logRoot: p.podLogs, deadlineMs: init.criDeadlineMs, cgroupParent });
-    await importPauseImage(p);
+    await importPauseImage(p, init.pauseImageTarball);
     return makeInstance({ ...parts, child: parts.child, cri: parts.cri });
   } catch (err) {
     await teardown(parts).catch(() => undefined);
     throw err;
   }
+}
+
+/** PIDs in every cgroup at or below `cgroupParent`, in every hierarchy. */
+async function processesInCgroup(cgroupParent: string): Promise<number[]> {
+  const pids = new Set<number>();
+  for (const mount of await cgroupMounts()) {
+    for (const dir of await cgroupTree(join(mount, cgroupParent))) {
+      const text = await readFile(join(dir, 'cgroup.procs'), 'utf8').catch(() => '');
+      for (const line of text.split('\n')) if (/^\d+$/.test(line)) pids.add(Number(line));
+    }
+  }
+  pids.delete(process.pid);
+  return [...pids];
+}
+
+/** True if `pid` lives and is in mount namespace `mountNs`. */
+async function inMountNs(pid: number, mountNs: string): Promise<boolean> {
+  return pid > 0 && (await readlink(`/proc/${pid}/ns/mnt`).catch(() => '')) === mountNs;
+}
+
+/**
+ * Removes what an instance left when its owner could not `stop()` it (crashed, killed, or another process cleans
+ * up): containerd (SIGTERM, then SIGKILL), every process of its mount namespace and their descendants (holder,
+ * shims), every process in its sandboxes' cgroup parent (the pause processes), the cgroups, and any mount under
+ * workDir. Sandboxes are not removed through CRI, so no CNI DEL runs: use it when the pod network goes away
+ * anyway. The mount namespace is entered only while its holder or containerd is still in it (a reused namespace
+ * id is never trusted alone); the cgroup parent's name is unique to the instance. Idempotent; runs every step,
+ * then rejects with all failures.
+ */
+export async function removeContainerdLeftovers(l: ContainerdLeftovers, stopTimeoutMs = 3_000): Promise<void> {
+  const ours = (await inMountNs(l.pid, l.mountNs)) || (await inMountNs(l.holderPid, l.mountNs));
+  const kill = (pids: readonly number[]) => {
+    for (const pid of pids) {
+      try {
+        process.kill(pid, 'SIGKILL');
+      } catch {
+        // already gone
+      }
+    }
+  };
+  await runAll(
+    [
+      ['stopping containerd', async () => {
+        if (!(await inMountNs(l.pid, l.mountNs))) return;
+        process.kill(l.pid, 'SIGTERM');
+        await waitFor(async () => !(await inMountNs(l.pid, l.mountNs)), stopTimeoutMs, `containerd (pid ${l.pid}) to exit`, 25).catch(() => kill([l.pid]));
+      }],
+      ['killing the processes of its mount namespace', async () => (ours ? killLeftovers(l.mountNs) : undefined)],
+      ['killing the sandboxes', async () => {
+        kill(await processesInCgroup(l.cgroupParent));
+        await waitFor(async () => (await processesInCgroup(l.cgroupParent)).length === 0, 5_000, `the processes of cgroup ${l.cgroupParent} to exit`);
+      }],
+      ['removing the sandboxes\' cgroup parent', () => removeCgroupParent(l.cgroupParent)],
+      ['unmounting under workDir', () => unmountUnder(l.workDir)],
+    ],
+    `containerd leftovers (pid ${l.pid}, ${l.workDir})`,
+  );
 }

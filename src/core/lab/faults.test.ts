@@ -33,6 +33,8 @@ test('fault targets: the first edge site, its first node and pod; samples only p
   assert.equal(offline.node, 'a-1');
   assert.deepEqual(offline.samples.map((s) => s.to), ['cloud-1-p1', 'b-1-p1', 'c-1-p1', 'a-2-p1'], 'a tunnel pair of every kind, and its site');
   assert.deepEqual(planFault(plan({ ...DEFAULT_LAB_SPEC, edges: DEFAULT_LAB_SPEC.edges.slice(0, 1) }), 'relay-kill'), { kind: 'relay-kill', skipped: 'no edge <-> edge pair: nothing uses the relay' });
+  assert.match((planFault(p, 'pod-recreate') as LabFaultTarget).description, /\(CNI DEL\).*\(CNI ADD\)/);
+  assert.match((planFault(p, 'pod-recreate', 'cri') as LabFaultTarget).description, /StopPodSandbox, RemovePodSandbox\).*\(RunPodSandbox/);
   assert.equal((planFault(p, 'uplink-cut') as LabFaultTarget).site, 'a');
   const cloudOnly = plan({ ...DEFAULT_LAB_SPEC, edges: [] });
   assert.deepEqual(planFault(cloudOnly, 'uplink-flap'), { kind: 'uplink-flap', skipped: 'no edge site' });

@@ -62,7 +62,7 @@ const MAX_SAMPLES = 4;
  * The target of `kind` in `plan`, or the reason it cannot run there (e.g. an uplink fault without edge sites).
  * Deterministic: the first edge site, its first node and that node's first pod.
  */
-export function planFault(plan: LabPlan, kind: LabFaultKind): LabFaultTarget | { kind: LabFaultKind; skipped: string } {
+export function planFault(plan: LabPlan, kind: LabFaultKind, pods: 'cri' | 'direct' = 'direct'): LabFaultTarget | { kind: LabFaultKind; skipped: string } {
   const podsOf = (node: string) => plan.pods.filter((p) => p.node === node).map((p) => p.name);
   const cloudPod = plan.pods.find((p) => plan.nodes.find((n) => n.name === p.node)?.site === CLOUD_SITE)?.name;
   const edgeSite = plan.spec.edges[0]?.name;
@@ -128,7 +128,8 @@ export function planFault(plan: LabPlan, kind: LabFaultKind): LabFaultTarget | {
     case 'pod-recreate': {
       const pod = nodePods[0];
       if (!node || !pod) return { kind, skipped: 'no pod' };
-      return { kind, node: node.name, pod, description: `pod ${pod} deleted (CNI DEL) and added again under the same name (CNI ADD)`, lossless: false, flows: [],
+      const how = pods === 'cri' ? ['(CRI StopPodSandbox, RemovePodSandbox)', '(RunPodSandbox: a new sandbox and network namespace)'] : ['(CNI DEL)', '(CNI ADD)'];
+      return { kind, node: node.name, pod, description: `pod ${pod} deleted ${how[0]} and added again under the same name ${how[1]}`, lossless: false, flows: [],
         samples: pairs([[cloudPod, pod], [sameSitePod, pod], [nodePods[1], pod], [pod, cloudPod]]) };
     }
     case 'uplink-cut':
