@@ -97,7 +97,8 @@ async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> 
   try {
     const tc = performance.now();
     cells = await lab.runChecks(running, { say });
-    const checksMs = Math.round(performance.now() - tc);
+    const checksEnd = performance.now();
+    const checksMs = Math.round(checksEnd - tc);
     say('');
     if (running.pods.length <= 24) {
       say('connectivity (row: from, column: to)');
@@ -119,7 +120,8 @@ async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> 
       const tf = performance.now();
       say('');
       const { runFaults } = await import('../lab/faults.ts');
-      faults = await runFaults(running, faultList.faults, { say });
+      // the main matrix just measured is the first fault's "before"
+      faults = await runFaults(running, faultList.faults, { say, initial: { count: { ok: v.ok, shouldWork: v.shouldWork, working: v.working }, ms: checksMs, endedAt: checksEnd } });
       describe.timingsMs.faults = Math.round(performance.now() - tf);
       say('');
       say('faults (before/after: cells that should work and do, in the matrix right before and after each fault; convergence from the heal; loss of the sample pings)');

@@ -288,16 +288,28 @@ function count(cells: Awaited<ReturnType<typeof runChecks>>): MatrixCount {
 }
 
 /** The whole matrix, quietly, counted; and how long it took. */
-async function measure(lab: RunningLab): Promise<{ count: MatrixCount; ms: number }> {
-  const t = performance.now();
-  const cells = await runChecks(lab, { say: () => {} });
-  return { count: count(cells), ms: Math.round(performance.now() - t) };
+/** A whole matrix, counted: how long it took and when it ended (performance.now()). */
+export interface Measured {
+  readonly count: MatrixCount;
+  readonly ms: number;
+  readonly endedAt: number;
 }
 
-async function runFault(lab: RunningLab, target: LabFaultTarget, say: (l: string) => void): Promise<LabFaultResult> {
+async function measure(lab: RunningLab): Promise<Measured> {
+  const t = performance.now();
+  const cells = await runChecks(lab, { say: () => {} });
+  return { count: count(cells), ms: Math.round(performance.now() - t), endedAt: performance.now() };
+}
+
+/** A matrix that ended at most this long before a fault starts is that fault's "before" (nothing happened between). */
+const BEFORE_FRESH_MS = 5000;
+
+async function runFault(lab: RunningLab, target: LabFaultTarget, say: (l: string) => void, last: Measured | undefined): Promise<{ result: LabFaultResult; after: Measured }> {
   const t0 = performance.now();
-  // the matrix right before the fault, so that "before" is this fault's own and not the previous fault's "after"
-  const before = await measure(lab);
+  // the matrix right before the fault: the previous one (the main check, or the previous fault's after) when it ended
+  // just now, else a fresh one
+  const before = last && t0 - last.endedAt <= BEFORE_FRESH_MS ? last : await measure(lab);
+  const beforeAgeMs = Math.round(t0 - before.endedAt);
   const notes: string[] = [];
   const podStartMs: number[] = [];
   const byName = new Map(lab.pods.map((p) => [p.name, p]));
@@ -396,19 +408,20 @@ async function runFault(lab: RunningLab, target: LabFaultTarget, say: (l: string
   const after = await measure(lab);
   const result = judgeFault(target, {
     before: before.count, after: after.count, matrixMs: { before: before.ms, after: after.ms }, samples, flows: flowResults, ...(podStartMs.length ? { podStartMs } : {}), heldMs,
-    ...(pathsBackMs !== undefined ? { pathsBackMs } : {}), durationMs: Math.round(performance.now() - t0), notes,
+    ...(pathsBackMs !== undefined ? { pathsBackMs } : {}), beforeAgeMs, durationMs: Math.round(performance.now() - t0), notes,
   });
   say(`    ${target.kind.padEnd(16)} ${result.ok ? 'ok  ' : 'FAIL'} convergence ${result.convergenceMs === undefined ? 'never' : `${result.convergenceMs} ms`}, paths back ${pathsBackMs === undefined ? 'never' : `${pathsBackMs} ms`}, loss ${result.lossPct ?? '-'}%, longest gap ${result.maxGapMs ?? '-'} ms, `
-    + `before ${before.count.working}/${before.count.shouldWork}, after ${after.count.working}/${after.count.shouldWork} (${((result.durationMs ?? 0) / 1000).toFixed(1)} s, matrices ${(before.ms / 1000).toFixed(1)} + ${(after.ms / 1000).toFixed(1)} s)`);
-  return result;
+    + `before ${before.count.working}/${before.count.shouldWork} (ended ${beforeAgeMs} ms before), after ${after.count.working}/${after.count.shouldWork} (${((result.durationMs ?? 0) / 1000).toFixed(1)} s, matrices ${(before.ms / 1000).toFixed(1)} + ${(after.ms / 1000).toFixed(1)} s)`);
+  return { result, after };
 }
 
 /**
  * Runs `faults` one after the other on a running lab, each with its own matrix right before it and the matrix after
  * it. Never throws for a fault that misbehaves: it is reported as FAIL.
  */
-export async function runFaults(lab: RunningLab, faults: readonly LabFaultKind[], opts: LabOptions): Promise<LabFaultResult[]> {
+export async function runFaults(lab: RunningLab, faults: readonly LabFaultKind[], opts: LabOptions & { readonly initial?: Measured }): Promise<LabFaultResult[]> {
   const say = opts.say;
+  let last = opts.initial;
   say(`  faults: ${faults.join(', ')} (samples pinged every ${Number(PING_INTERVAL_S) * 1000} ms; the whole matrix right before and after each)`);
   const results: LabFaultResult[] = [];
   for (const kind of faults) {
@@ -418,7 +431,9 @@ export async function runFaults(lab: RunningLab, faults: readonly LabFaultKind[]
       say(`    ${kind.padEnd(16)} skipped: ${target.skipped}`);
       continue;
     }
-    results.push(await runFault(lab, target, say));
+    const { result, after } = await runFault(lab, target, say, last);
+    results.push(result);
+    last = after;
   }
   return results;
 }

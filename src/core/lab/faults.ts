@@ -269,8 +269,13 @@ export interface LabFaultResult {
   readonly description: string;
   readonly skipped?: string;
   readonly ok: boolean;
-  /** The whole matrix measured right before the fault (after the previous fault's matrix, never copied from it). */
+  /**
+   * The whole matrix right before the fault: measured for it, or the previous matrix (the main check or the previous
+   * fault's after) when that ended just before (see beforeAgeMs).
+   */
   readonly before?: MatrixCount;
+  /** How long before the fault started its "before" matrix ended, ms. */
+  readonly beforeAgeMs?: number;
   readonly after?: MatrixCount;
   /** How long the matrices before and after took, ms. */
   readonly matrixMs?: { readonly before: number; readonly after: number };
@@ -296,7 +301,7 @@ export interface LabFaultResult {
 /** The result of a fault from its parts: ok when the matrix after works, every sample recovered and nothing else broke. */
 export function judgeFault(target: LabFaultTarget, parts: {
   before: MatrixCount; after: MatrixCount; matrixMs?: { before: number; after: number }; samples: readonly SampleStats[]; flows?: readonly FlowResult[]; podStartMs?: readonly number[];
-  heldMs: number; pathsBackMs?: number; durationMs: number; notes: readonly string[];
+  heldMs: number; pathsBackMs?: number; beforeAgeMs?: number; durationMs: number; notes: readonly string[];
 }): LabFaultResult {
   const sent = parts.samples.reduce((n, s) => n + s.sent, 0);
   const received = parts.samples.reduce((n, s) => n + s.received, 0);
@@ -314,7 +319,8 @@ export function judgeFault(target: LabFaultTarget, parts: {
     kind: target.kind, description: target.description, ok: notes.length === 0, before: parts.before, after: parts.after, ...(parts.matrixMs ? { matrixMs: parts.matrixMs } : {}),
     ...(convergenceMs !== undefined ? { convergenceMs } : {}), ...(lossPct !== undefined ? { lossPct } : {}), ...(maxGapMs !== undefined ? { maxGapMs } : {}), samples: parts.samples,
     ...(parts.flows ? { flows: parts.flows } : {}), ...(parts.podStartMs ? { podStartMs: parts.podStartMs } : {}), heldMs: parts.heldMs,
-    ...(parts.pathsBackMs !== undefined ? { pathsBackMs: parts.pathsBackMs } : {}), durationMs: parts.durationMs, notes,
+    ...(parts.pathsBackMs !== undefined ? { pathsBackMs: parts.pathsBackMs } : {}), ...(parts.beforeAgeMs !== undefined ? { beforeAgeMs: parts.beforeAgeMs } : {}),
+    durationMs: parts.durationMs, notes,
   };
 }
 
