@@ -5,12 +5,15 @@
 #                                        agent memory
 #   sh bench/run.sh overlay [options]    overlay peer programming (Overlay.sync against one ip/bridge process per entry)
 #                                        and pod-to-pod iperf3 over our VXLAN against a flannel-style one
+#   sh bench/run.sh tunnel [options]     cross-site tunnel throughput on the lab: direct and relayed against kernel
+#                                        VXLAN, unshaped and on shaped uplinks; the agents' CPU and RSS under load
 # Options pass through (--smoke, --json FILE, ...; --help lists them).
 set -eu
 cd "$(dirname "$0")/.."
 case "${1:-}" in
   controller) shift; exec node_modules/.bin/node bench/controller.ts "$@" ;;
   overlay) shift; exec node_modules/.bin/node bench/overlay.ts "$@" ;;
+  tunnel) shift; exec node_modules/.bin/node bench/tunnel.ts "$@" ;;
   cni) shift ;;
 esac
 exec node_modules/.bin/node bench/cni-latency.ts "$@"

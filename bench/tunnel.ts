@@ -1,0 +1,878 @@
+/**
+ * The cross-site tunnel's throughput, side by side in one run on one machine, on the lab (`atoll lab up --pods direct`:
+ * namespaces, NAT routers, the real controller, relay and an agent per node, pods created through `atoll-cni`):
+ *   unshaped  one lab: cloud 1 node; edge a (2 nodes) and b (1 node) behind endpoint-independent NAT, c (1 node)
+ *             behind symmetric NAT; all in community "x"; 1 pod per node. iperf3, one TCP stream, runs alternating:
+ *             VXLAN (the reference) a-1-p1 -> a-2-p1, same site, kernel VXLAN; tunnel direct a-1-p1 -> b-1-p1,
+ *             hole-punched through both NATs; tunnel relayed a-2-p1 -> c-1-p1, through the relay.
+ *   shaped    a second lab (a: 1 node, b: 1 node) with both edge uplinks shaped (`--rate`, tbf; `--delay`, netem, where
+ *             the kernel has netem): the tunnel a-1-p1 -> b-1-p1 against a kernel VXLAN built by hand between the two
+ *             edge routers over the same shaped uplinks.
+ * During every run the CPU time and memory of the agents at both ends (and of the relay on the relayed path) are
+ * read from /proc.
+ *
+ * Traffic only flows between namespaces of the labs this run creates. Every lab is removed with `atoll lab down` in a
+ * `finally`, on SIGINT/SIGTERM and when `--timeout` fires; processes are killed by PID. bench/README.md explains what is
+ * measured and why.
+ *
+ * Usage: node bench/tunnel.ts [--smoke] [--only unshaped|shaped] [--reps R] [--time S] [--rate MBIT] [--delay MS]
+ *        [--json FILE] [--timeout SECONDS] [--enforce]
+ */
+import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { cpus, loadavg, release, tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { parseArgs } from 'node:util';
+import { LAB_STATE_DIR } from '../src/adapters/lab-state.ts';
+import { statusSocketOf } from '../src/agent/status-socket.ts';
+import type { TunnelStatus } from '../src/core/tunnel/status.ts';
+import { isRoot } from '../test/support/netns.ts';
+import { until } from '../test/support/wait.ts';
+import { intOption } from './common.ts';
+
+const ROOT = dirname(dirname(import.meta.filename));
+const ATOLL = join(ROOT, 'bin', 'atoll');
+const DIRECT_VS_VXLAN_TARGET = 0.2;
+const RELAYED_VS_DIRECT_TARGET = 0.5;
+const SHAPED_TARGET = 0.9;
+const IPERF_PORT = 5201;
+/** The hand-built reference VXLAN between the edge routers (shaped part): its own device, VNI, port and /30. */
+const REF_VXLAN = Object.freeze({ dev: 'atb.vx0', vni: 4242, port: 4789, a: '10.250.0.1', b: '10.250.0.2', bits: 30 });
+const LAB_UP_TIMEOUT_MS = 120_000;
+const LAB_DOWN_TIMEOUT_MS = 60_000;
+const PATH_WAIT_MS = 40_000;
+const RSS_SAMPLE_MS = 250;
+const KIB_PER_MIB = 1024;
+
+// ---------------------------------------------------------------------------------------------------------------
+// Options
+
+type Part = 'unshaped' | 'shaped';
+
+interface Options {
+  readonly smoke: boolean;
+  readonly parts: readonly Part[];
+  readonly reps: number;
+  readonly seconds: number;
+  /** Shaped part: tbf rate of each edge uplink (a and b), Mbit/s. */
+  readonly rateMbit: number;
+  /** Shaped part: netem one-way delay of each edge uplink (a and b), ms; 0 for none. */
+  readonly delayMs: number;
+  readonly timeoutS: number;
+  readonly enforce: boolean;
+  readonly json: string | undefined;
+}
+
+const USAGE = `usage: node bench/tunnel.ts [options]
+  --smoke              short run for CI: 1 repetition, iperf3 -t 2, the unshaped part only
+  --only PART          unshaped or shaped (default: both; unshaped with --smoke)
+  --reps R             iperf3 runs per path, alternating between the paths (default 3; 1 with --smoke)
+  --time S             seconds per iperf3 run (iperf3 -t; default 10; 2 with --smoke)
+  --rate MBIT          shaped part: tbf rate on the uplinks of sites a and b, both directions (default 1000)
+  --delay MS           shaped part: netem one-way delay on each of those uplinks, both directions (default 10: 20 ms
+                       one way from a to b, 40 ms round trip); 0 for none. Without netem in the kernel the lab refuses
+                       it: the part then runs with the rate only and says so
+  --json FILE          write every sample and summary to FILE
+  --timeout SECONDS    abort (and clean up) after this long (default 900; 300 with --smoke)
+  --enforce            exit 1 when a target is missed (default: report only)`;
+
+function parseOptions(argv: readonly string[]): Options {
+  const { values } = parseArgs({
+    args: [...argv],
+    strict: true,
+    options: {
+      smoke: { type: 'boolean', default: false },
+      only: { type: 'string' },
+      reps: { type: 'string' },
+      time: { type: 'string' },
+      rate: { type: 'string' },
+      delay: { type: 'string' },
+      timeout: { type: 'string' },
+      enforce: { type: 'boolean', default: false },
+      json: { type: 'string' },
+      help: { type: 'boolean', short: 'h', default: false },
+    },
+  });
+  if (values.help) {
+    process.stdout.write(USAGE + '\n');
+    process.exit(0);
+  }
+  const smoke = values.smoke;
+  const int = intOption(USAGE);
+  if (values.only !== undefined && values.only !== 'unshaped' && values.only !== 'shaped') {
+    throw new Error(`--only must be unshaped or shaped, got "${values.only}"\n${USAGE}`);
+  }
+  return {
+    smoke,
+    parts: values.only ? [values.only as Part] : smoke ? ['unshaped'] : ['unshaped', 'shaped'],
+    reps: int('reps', values.reps, smoke ? 1 : 3, 1, 100),
+    seconds: int('time', values.time, smoke ? 2 : 10, 1, 600),
+    rateMbit: int('rate', values.rate, 1000, 1, 100_000),
+    delayMs: int('delay', values.delay, 10, 0, 10_000),
+    timeoutS: int('timeout', values.timeout, smoke ? 300 : 900, 1, 86_400),
+    enforce: values.enforce,
+    json: values.json,
+  };
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Resources: the labs, devices and processes this run creates, and their removal
+
+interface Spawned {
+  readonly code: number;
+  readonly stdout: string;
+  readonly stderr: string;
+}
+
+interface Live {
+  readonly done: Promise<Spawned>;
+  /** Stopped with SIGTERM first (`atoll lab up` removes what it built on SIGTERM), else SIGKILL. */
+  readonly gentle: boolean;
+}
+
+class Fixture {
+  readonly dir: string = mkdtempSync(join(tmpdir(), 'atoll-tunnel-bench-'));
+  /** Lab run ids of this run not removed yet. */
+  readonly labs = new Set<string>();
+  /** VXLAN devices made by hand (namespace, device), removed at cleanup. */
+  readonly devices: { netns: string; dev: string }[] = [];
+  readonly live = new Map<ChildProcess, Live>();
+  #stopping = false;
+  #cleaned: Promise<string[]> | undefined;
+
+  get stopping(): boolean {
+    return this.#stopping;
+  }
+
+  /** Idempotent: kills this run's processes by PID, removes its devices and labs; returns what it could not remove. */
+  cleanup(): Promise<string[]> {
+    this.#cleaned ??= this.#cleanup();
+    return this.#cleaned;
+  }
+
+  async #cleanup(): Promise<string[]> {
+    this.#stopping = true;
+    const running = [...this.live];
+    for (const [c, l] of running) c.kill(l.gentle ? 'SIGTERM' : 'SIGKILL');
+    await Promise.race([Promise.allSettled(running.map(([, l]) => l.done)), sleep(20_000)]);
+    for (const [c] of this.live) c.kill('SIGKILL');
+    for (const d of this.devices.splice(0)) deleteDevice(d.netns, d.dev);
+    const problems: string[] = [];
+    for (const runId of [...this.labs]) {
+      const res = await runQuiet([ATOLL, 'lab', 'down', runId], LAB_DOWN_TIMEOUT_MS);
+      const left = labNamespaces(runId);
+      if (left.length > 0) problems.push(`lab ${runId}: namespaces left behind: ${left.join(' ')} (atoll lab down ${runId}: exit ${res.code} ${res.stderr.trim()})`);
+      else this.labs.delete(runId);
+    }
+    rmSync(this.dir, { recursive: true, force: true });
+    return problems;
+  }
+}
+
+/** The lab namespaces of one run (`atl-lab-<runid>-...`) that exist now. */
+function labNamespaces(runId: string): string[] {
+  const out = execFileSync('ip', ['netns', 'list'], { encoding: 'utf8' });
+  return out.split('\n').map((l) => l.split(' ')[0] ?? '').filter((n) => n.startsWith(`atl-lab-${runId}-`));
+}
+
+function deleteDevice(netns: string, dev: string): void {
+  try {
+    execFileSync('ip', ['-n', netns, 'link', 'del', 'dev', dev], { stdio: 'ignore' });
+  } catch {
+    // gone already, or its namespace is
+  }
+}
+
+interface StartOptions {
+  readonly gentle?: boolean;
+  readonly onStdout?: (text: string) => void;
+}
+
+/** Starts argv, killed by PID after `timeoutMs` (SIGTERM for a gentle one, then SIGKILL 15 s later); tracked for cleanup. */
+function start(fx: Fixture, argv: readonly string[], timeoutMs: number, o: StartOptions = {}): { child: ChildProcess; done: Promise<Spawned> } {
+  const [cmd, ...args] = argv as [string, ...string[]];
+  if (fx.stopping) throw new Error('the benchmark is stopping');
+  const child = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+  let settle: (s: Spawned) => void = () => {};
+  let fail: (e: unknown) => void = () => {};
+  const done = new Promise<Spawned>((resolve, reject) => {
+    settle = resolve;
+    fail = reject;
+  });
+  fx.live.set(child, { done, gentle: o.gentle ?? false });
+  const out: Buffer[] = [];
+  const err: Buffer[] = [];
+  let hard: NodeJS.Timeout | undefined;
+  const timer = setTimeout(() => {
+    child.kill(o.gentle ? 'SIGTERM' : 'SIGKILL');
+    if (o.gentle) hard = setTimeout(() => child.kill('SIGKILL'), 15_000);
+  }, timeoutMs);
+  child.stdout?.on('data', (d: Buffer) => {
+    out.push(d);
+    o.onStdout?.(Buffer.concat(out).toString('utf8'));
+  });
+  child.stderr?.on('data', (d: Buffer) => err.push(d));
+  child.on('error', (e) => {
+    clearTimeout(timer);
+    clearTimeout(hard);
+    fx.live.delete(child);
+    fail(e);
+  });
+  child.on('close', (code, signal) => {
+    clearTimeout(timer);
+    clearTimeout(hard);
+    fx.live.delete(child);
+    const stderr = Buffer.concat(err).toString('utf8') + (signal ? `\n(killed by ${signal}; limit ${timeoutMs} ms)` : '');
+    settle({ code: code ?? 128, stdout: Buffer.concat(out).toString('utf8'), stderr });
+  });
+  return { child, done };
+}
+
+async function run(fx: Fixture, argv: readonly string[], timeoutMs: number): Promise<Spawned> {
+  return start(fx, argv, timeoutMs).done;
+}
+
+/** For cleanup, when the fixture refuses new processes: runs argv bounded in time, never throws. */
+function runQuiet(argv: readonly string[], timeoutMs: number): Promise<Spawned> {
+  const [cmd, ...args] = argv as [string, ...string[]];
+  return new Promise((resolve) => {
+    const child = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+    const out: Buffer[] = [];
+    const err: Buffer[] = [];
+    const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
+    child.stdout?.on('data', (d: Buffer) => out.push(d));
+    child.stderr?.on('data', (d: Buffer) => err.push(d));
+    child.on('error', (e) => {
+      clearTimeout(timer);
+      resolve({ code: 127, stdout: '', stderr: String(e) });
+    });
+    child.on('close', (code) => {
+      clearTimeout(timer);
+      resolve({ code: code ?? 128, stdout: Buffer.concat(out).toString('utf8'), stderr: Buffer.concat(err).toString('utf8') });
+    });
+  });
+}
+
+const inNs = (netns: string, argv: readonly string[]) => ['ip', 'netns', 'exec', netns, ...argv];
+const log = (msg: string) => process.stderr.write(`bench: ${msg}\n`);
+
+// ---------------------------------------------------------------------------------------------------------------
+// The labs
+
+interface LabPod {
+  readonly name: string;
+  readonly node: string;
+  readonly netns: string;
+  readonly ip: string;
+}
+
+interface Lab {
+  readonly runId: string;
+  readonly prefix: string;
+  /** The run's directory (/run/atoll-lab/<runid>), the nodes' files under it. */
+  readonly dir: string;
+  readonly pods: ReadonlyMap<string, LabPod>;
+  readonly nodes: ReadonlyMap<string, { readonly netns: string }>;
+  /** PIDs by the lab state's role: `controller`, `relay`, `agent a-1`, ... */
+  readonly pids: ReadonlyMap<string, number>;
+  /** The `atoll lab up` flags it was built with (besides --spec). */
+  readonly flags: readonly string[];
+}
+
+interface EdgeSpec {
+  readonly name: string;
+  readonly nodes: number;
+  readonly nat: 'endpoint-independent' | 'symmetric';
+}
+
+function labSpec(edges: readonly EdgeSpec[]): unknown {
+  return { cloudNodes: 1, edges: edges.map((e) => ({ ...e, community: 'x', uplink: {} })), podsPerNode: 1, sameSite: 'vxlan' };
+}
+
+const UNSHAPED_SPEC = labSpec([
+  { name: 'a', nodes: 2, nat: 'endpoint-independent' }, { name: 'b', nodes: 1, nat: 'endpoint-independent' }, { name: 'c', nodes: 1, nat: 'symmetric' },
+]);
+const SHAPED_SPEC = labSpec([{ name: 'a', nodes: 1, nat: 'endpoint-independent' }, { name: 'b', nodes: 1, nat: 'endpoint-independent' }]);
+
+class LabRefused extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'LabRefused';
+  }
+}
+
+/**
+ * `atoll lab up --detach` for `spec` with `flags`; the run id is taken from its first line, so a lab being built is
+ * removed even when this run stops half-way.
+ * @throws LabRefused when the lab refused before creating anything (LAB_PREREQUISITE_MISSING).
+ */
+async function labUp(fx: Fixture, name: string, spec: unknown, flags: readonly string[]): Promise<Lab> {
+  const specPath = join(fx.dir, `${name}-spec.json`);
+  const jsonPath = join(fx.dir, `${name}-lab.json`);
+  writeFileSync(specPath, JSON.stringify(spec));
+  const t0 = Date.now();
+  let runId: string | undefined;
+  // --pods direct: pods in named namespaces (`ip netns exec`), plumbed by the same atoll-cni and agent as through CRI
+  const res = await start(fx, [ATOLL, 'lab', 'up', '--detach', '--pods', 'direct', '--json', jsonPath, '--spec', specPath, ...flags], LAB_UP_TIMEOUT_MS, {
+    gentle: true,
+    onStdout: (text) => {
+      const m = /atoll lab ([0-9a-f]{4}):/.exec(text);
+      if (m?.[1] && runId === undefined) {
+        runId = m[1];
+        fx.labs.add(runId);
+      }
+    },
+  }).done;
+  if (res.code !== 0) {
+    const why = `${res.stdout.trim()}\n${res.stderr.trim()}`;
+    if (res.stderr.includes('LAB_PREREQUISITE_MISSING')) {
+      // refused before creating anything: there is nothing of this run id to remove
+      if (runId !== undefined && labNamespaces(runId).length === 0) fx.labs.delete(runId);
+      throw new LabRefused(res.stderr.trim());
+    }
+    throw new Error(`atoll lab up ${flags.join(' ')} failed (exit ${res.code}):\n${why}`);
+  }
+  const up = JSON.parse(readFileSync(jsonPath, 'utf8')) as { runId: string; prefix: string; pods: LabPod[]; nodes: { name: string; netns: string }[] };
+  fx.labs.add(up.runId);
+  const state = JSON.parse(readFileSync(join(LAB_STATE_DIR, `${up.runId}.json`), 'utf8')) as { dir: string; processes: { role: string; pid: number }[] };
+  log(`${name}: lab ${up.runId} up in ${((Date.now() - t0) / 1000).toFixed(1)} s (${flags.join(' ') || 'no uplink conditions'})`);
+  return {
+    runId: up.runId, prefix: up.prefix, dir: state.dir, flags,
+    pods: new Map(up.pods.map((p) => [p.name, { name: p.name, node: p.node, netns: p.netns, ip: p.ip }])),
+    nodes: new Map(up.nodes.map((n) => [n.name, { netns: n.netns }])),
+    pids: new Map(state.processes.map((p) => [p.role, p.pid])),
+  };
+}
+
+async function labDown(fx: Fixture, lab: Lab): Promise<void> {
+  const res = await run(fx, [ATOLL, 'lab', 'down', lab.runId], LAB_DOWN_TIMEOUT_MS);
+  const left = labNamespaces(lab.runId);
+  if (res.code !== 0 || left.length > 0) throw new Error(`atoll lab down ${lab.runId} failed (exit ${res.code}; namespaces left: ${left.join(' ') || 'none'}): ${res.stderr}`);
+  fx.labs.delete(lab.runId);
+  log(`lab ${lab.runId} removed`);
+}
+
+function need<T>(m: ReadonlyMap<string, T>, key: string, what: string): T {
+  const v = m.get(key);
+  if (v === undefined) throw new Error(`the lab has no ${what} "${key}" (has: ${[...m.keys()].join(', ')})`);
+  return v;
+}
+
+/** What `atoll peers --json` says on `node`, through its status socket (`<dir of the agent's socketPath>/atoll-status.sock`). */
+async function peersOf(fx: Fixture, lab: Lab, node: string): Promise<TunnelStatus> {
+  const config = JSON.parse(readFileSync(join(lab.dir, node, 'agent.json'), 'utf8')) as { socketPath: string };
+  const res = await run(fx, [ATOLL, 'peers', '--json', '--socket', statusSocketOf(config.socketPath)], 15_000);
+  const status = res.code === 0 ? (JSON.parse(res.stdout) as TunnelStatus | null) : null;
+  if (!status) throw new Error(`atoll peers on ${node} answered nothing usable (exit ${res.code}): ${res.stdout.slice(0, 300)}${res.stderr}`);
+  return status;
+}
+
+async function pathOf(fx: Fixture, lab: Lab, node: string, peer: string): Promise<{ path: string; txBytes: number }> {
+  const p = (await peersOf(fx, lab, node)).peers.find((x) => x.name === peer);
+  return { path: p?.path ?? 'unknown', txBytes: p?.txBytes ?? 0 };
+}
+
+async function waitForPath(fx: Fixture, lab: Lab, node: string, peer: string, want: string): Promise<void> {
+  let last = '';
+  try {
+    await until(`${node}'s tunnel path to ${peer} to be ${want}`, async () => (last = (await pathOf(fx, lab, node, peer)).path) === want, PATH_WAIT_MS, 1000);
+  } catch (e) {
+    throw new Error(`${node} -> ${peer}: atoll peers shows the path "${last}", expected "${want}" within ${PATH_WAIT_MS / 1000} s`, { cause: e });
+  }
+  log(`atoll peers on ${node}: the path to ${peer} is ${want}`);
+}
+
+/** Bytes a link in `netns` transmitted so far (`ip -s -json link`). */
+function txBytesOf(netns: string, dev: string): number {
+  const [l] = JSON.parse(execFileSync('ip', ['-n', netns, '-s', '-json', 'link', 'show', 'dev', dev], { encoding: 'utf8' })) as { stats64?: { tx?: { bytes?: number } } }[];
+  return l?.stats64?.tx?.bytes ?? NaN;
+}
+
+/** The qdiscs on a link, one line each (`tc -s qdisc` minus the statistics). */
+function qdiscsOf(netns: string, dev: string): string[] {
+  const out = execFileSync('tc', ['-n', netns, 'qdisc', 'show', 'dev', dev], { encoding: 'utf8' });
+  return out.split('\n').map((l) => l.trim()).filter((l) => l !== '');
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// CPU and memory of the agents and the relay, from /proc
+
+const CLK_TCK = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100;
+
+/** utime + stime of a process (all its threads), in clock ticks. */
+function cpuTicks(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' '); // fields[0] is field 3 (state)
+  return Number(fields[11]) + Number(fields[12]);
+}
+
+function memKiB(pid: number): { rss: number; hwm: number } {
+  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+  const kib = (key: string) => Number(new RegExp(`^${key}:\\s+(\\d+) kB`, 'm').exec(status)?.[1] ?? NaN);
+  return { rss: kib('VmRSS'), hwm: kib('VmHWM') };
+}
+
+interface Watched {
+  /** `agent a-1`, `relay`. */
+  readonly role: string;
+  /** Its part in the run: sender, receiver, relay. */
+  readonly as: string;
+  readonly pid: number;
+}
+
+interface ProcUsage extends Watched {
+  /** CPU time over the run's wall time, % of one core. */
+  readonly cpuPct: number;
+  /** VmRSS right before the run. */
+  readonly rssBeforeKiB: number;
+  readonly rssMaxKiB: number;
+  readonly rssMedianKiB: number;
+  /** VmHWM (the process's peak since it started) at the end of the run. */
+  readonly hwmEndKiB: number;
+  readonly rssSamples: number;
+}
+
+/** Samples `procs` from `begin()` to `end()`: CPU ticks at both ends, VmRSS every RSS_SAMPLE_MS. */
+function sampler(procs: readonly Watched[]): { begin: () => void; end: () => ProcUsage[] } {
+  let t0 = 0;
+  let ticks0: number[] = [];
+  let before: number[] = [];
+  const rss: number[][] = procs.map(() => []);
+  let timer: NodeJS.Timeout | undefined;
+  const read = () => procs.forEach((p, i) => rss[i]?.push(memKiB(p.pid).rss));
+  return {
+    begin() {
+      before = procs.map((p) => memKiB(p.pid).rss);
+      ticks0 = procs.map((p) => cpuTicks(p.pid));
+      t0 = performance.now();
+      timer = setInterval(() => {
+        try {
+          read();
+        } catch {
+          // a process that died is reported by end()
+        }
+      }, RSS_SAMPLE_MS);
+    },
+    end() {
+      clearInterval(timer);
+      const wallS = (performance.now() - t0) / 1000;
+      return procs.map((p, i) => {
+        const ticks = cpuTicks(p.pid) - (ticks0[i] ?? NaN);
+        const m = memKiB(p.pid);
+        const xs = [...(rss[i] ?? []), m.rss];
+        return {
+          ...p, cpuPct: (ticks / CLK_TCK / wallS) * 100, rssBeforeKiB: before[i] ?? NaN, rssMaxKiB: Math.max(...xs), rssMedianKiB: median(xs),
+          hwmEndKiB: m.hwm, rssSamples: xs.length,
+        };
+      });
+    },
+  };
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// One iperf3 run
+
+type PathKey = 'vxlan' | 'direct' | 'relayed' | 'shaped-vxlan' | 'shaped-direct';
+
+interface PathDef {
+  readonly key: PathKey;
+  readonly part: Part;
+  readonly label: string;
+  readonly from: { readonly name: string; readonly netns: string };
+  readonly to: { readonly name: string; readonly netns: string; readonly ip: string };
+  readonly watch: readonly Watched[];
+  /** Bytes the path's carrier (a VXLAN device, the tunnel peer's stream) sent so far: shows the traffic took it. */
+  readonly carried: () => Promise<number>;
+  readonly carrier: string;
+  /** For tunnel paths: the source agent's path to the peer, read after each run. */
+  readonly tunnel?: { readonly lab: Lab; readonly node: string; readonly peer: string; readonly want: string };
+}
+
+interface Sample {
+  readonly part: Part;
+  readonly path: PathKey;
+  readonly run: number;
+  readonly gbps: number;
+  readonly bytesReceived: number;
+  readonly retransmits: number;
+  /** iperf3's own CPU figures (client host, server host), % */
+  readonly senderCpu: number;
+  readonly receiverCpu: number;
+  /** Bytes the path's carrier sent during the run over the bytes iperf3 received (about 1, a little more for headers). */
+  readonly carriedShare: number;
+  /** The source agent's path to the peer after the run (tunnel paths). */
+  readonly pathAfter?: string;
+  readonly procs: readonly ProcUsage[];
+  /** The machine's 1-minute load average at the end of the run. */
+  readonly load: number;
+}
+
+async function iperf(fx: Fixture, p: PathDef, seconds: number, runIndex: number): Promise<Sample> {
+  const srv = start(fx, inNs(p.to.netns, ['iperf3', '-s', '-1', '-B', p.to.ip, '-p', String(IPERF_PORT)]), (seconds + 40) * 1000);
+  try {
+    await until(`the iperf3 server in ${p.to.netns} to listen`, async () => (await run(fx, inNs(p.to.netns, ['ss', '-Hltn', `sport = :${IPERF_PORT}`]), 5000)).stdout.trim() !== '', 10_000);
+    const s = sampler(p.watch);
+    const carried0 = await p.carried();
+    s.begin();
+    const res = await run(fx, inNs(p.from.netns, ['iperf3', '-c', p.to.ip, '-p', String(IPERF_PORT), '-t', String(seconds), '-J', '--connect-timeout', '3000']), (seconds + 30) * 1000);
+    const procs = s.end();
+    const carried = (await p.carried()) - carried0;
+    let report: { error?: string; end?: { sum_received?: { bits_per_second?: number; bytes?: number }; sum_sent?: { retransmits?: number }; cpu_utilization_percent?: { host_total?: number; remote_total?: number } } };
+    try {
+      report = JSON.parse(res.stdout) as typeof report;
+    } catch {
+      throw new Error(`iperf3 ${p.from.name} -> ${p.to.name} (${p.to.ip}) printed no JSON (exit ${res.code}): ${res.stdout.slice(0, 500)}${res.stderr}`);
+    }
+    const bps = report.end?.sum_received?.bits_per_second;
+    const bytes = report.end?.sum_received?.bytes ?? NaN;
+    if (res.code !== 0 || typeof bps !== 'number' || bps <= 0) throw new Error(`iperf3 ${p.from.name} -> ${p.to.name} (${p.to.ip}) failed (exit ${res.code}): ${report.error ?? res.stderr}`);
+    const pathAfter = p.tunnel ? (await pathOf(fx, p.tunnel.lab, p.tunnel.node, p.tunnel.peer)).path : undefined;
+    if (p.tunnel && pathAfter !== p.tunnel.want) log(`WARNING: after this run ${p.tunnel.node}'s path to ${p.tunnel.peer} is ${pathAfter}, not ${p.tunnel.want}`);
+    return {
+      part: p.part, path: p.key, run: runIndex, gbps: bps / 1e9, bytesReceived: bytes, retransmits: report.end?.sum_sent?.retransmits ?? 0,
+      senderCpu: report.end?.cpu_utilization_percent?.host_total ?? NaN, receiverCpu: report.end?.cpu_utilization_percent?.remote_total ?? NaN,
+      carriedShare: carried / bytes, ...(pathAfter !== undefined ? { pathAfter } : {}), procs, load: loadavg()[0] as number,
+    };
+  } finally {
+    srv.child.kill('SIGKILL');
+    await srv.done.catch(() => undefined);
+  }
+}
+
+/** Every path `reps` times, alternating: A B C A B C ... */
+async function measure(fx: Fixture, paths: readonly PathDef[], opts: Options): Promise<Sample[]> {
+  const samples: Sample[] = [];
+  for (let r = 0; r < opts.reps; r++) {
+    for (const p of paths) {
+      log(`${p.part}: ${p.label}, run ${r + 1}/${opts.reps}, ${opts.seconds} s`);
+      const s = await iperf(fx, p, opts.seconds, r);
+      log(`  ${s.gbps.toFixed(2)} Gbit/s`);
+      samples.push(s);
+    }
+  }
+  return samples;
+}
+
+function tunnelCarried(fx: Fixture, lab: Lab, node: string, peer: string): () => Promise<number> {
+  return async () => (await pathOf(fx, lab, node, peer)).txBytes;
+}
+
+function watched(lab: Lab, ...procs: [role: string, as: string][]): Watched[] {
+  return procs.map(([role, as]) => ({ role, as, pid: need(lab.pids, role, 'process') }));
+}
+
+/** Resident memory of the agents and the relay before any load. */
+function idleMemory(lab: Lab): Record<string, { rssKiB: number; hwmKiB: number }> {
+  const out: Record<string, { rssKiB: number; hwmKiB: number }> = {};
+  for (const [role, pid] of lab.pids) if (role === 'relay' || role.startsWith('agent ')) out[role] = (({ rss, hwm }) => ({ rssKiB: rss, hwmKiB: hwm }))(memKiB(pid));
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Part 1: unshaped
+
+interface PartResult {
+  readonly runId: string;
+  /** The `atoll lab up` flags the lab was built with. */
+  readonly flags: readonly string[];
+  readonly paths: Record<string, string>;
+  readonly idle: Record<string, { rssKiB: number; hwmKiB: number }>;
+  readonly samples: Sample[];
+  /** Shaped part: the uplink conditions really applied, and the delay the kernel could not apply (and why). */
+  readonly applied?: { readonly rateMbit: number; readonly delayMs: number; readonly delayRefused?: string; readonly qdiscs: Record<string, string[]> };
+}
+
+async function unshaped(fx: Fixture, opts: Options): Promise<PartResult> {
+  const lab = await labUp(fx, 'unshaped', UNSHAPED_SPEC, []);
+  try {
+    await waitForPath(fx, lab, 'a-1', 'b-1', 'direct');
+    await waitForPath(fx, lab, 'a-2', 'c-1', 'relayed');
+    const pod = (n: string) => need(lab.pods, n, 'pod');
+    const a1 = need(lab.nodes, 'a-1', 'node');
+    const paths: PathDef[] = [
+      {
+        key: 'vxlan', part: 'unshaped', label: 'VXLAN a-1-p1 -> a-2-p1 (same site, kernel VXLAN)', from: pod('a-1-p1'), to: pod('a-2-p1'),
+        watch: watched(lab, ['agent a-1', 'sender'], ['agent a-2', 'receiver']), carried: async () => txBytesOf(a1.netns, 'atoll.1'), carrier: 'atoll.1 on a-1',
+      },
+      {
+        key: 'direct', part: 'unshaped', label: 'tunnel direct a-1-p1 -> b-1-p1 (hole-punched)', from: pod('a-1-p1'), to: pod('b-1-p1'),
+        watch: watched(lab, ['agent a-1', 'sender'], ['agent b-1', 'receiver']), carried: tunnelCarried(fx, lab, 'a-1', 'b-1'), carrier: 'a-1 tunnel peer b-1 (txBytes)',
+        tunnel: { lab, node: 'a-1', peer: 'b-1', want: 'direct' },
+      },
+      {
+        key: 'relayed', part: 'unshaped', label: 'tunnel relayed a-2-p1 -> c-1-p1 (through the relay)', from: pod('a-2-p1'), to: pod('c-1-p1'),
+        watch: watched(lab, ['agent a-2', 'sender'], ['agent c-1', 'receiver'], ['relay', 'relay']), carried: tunnelCarried(fx, lab, 'a-2', 'c-1'), carrier: 'a-2 tunnel peer c-1 (txBytes)',
+        tunnel: { lab, node: 'a-2', peer: 'c-1', want: 'relayed' },
+      },
+    ];
+    const idle = idleMemory(lab);
+    const samples = await measure(fx, paths, opts);
+    return { runId: lab.runId, flags: lab.flags, paths: Object.fromEntries(paths.map((p) => [p.key, p.label])), idle, samples };
+  } finally {
+    await labDown(fx, lab);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Part 2: shaped uplinks; the reference is a kernel VXLAN between the two edge routers, over the same uplinks
+
+function publicAddressOf(netns: string): string {
+  const [l] = JSON.parse(execFileSync('ip', ['-n', netns, '-json', '-4', 'addr', 'show', 'dev', 'up0'], { encoding: 'utf8' })) as { addr_info?: { local?: string }[] }[];
+  const a = l?.addr_info?.[0]?.local;
+  if (!a) throw new Error(`${netns} has no IPv4 address on up0`);
+  return a;
+}
+
+/**
+ * A VXLAN device in each router, `local`/`remote` their public addresses, a fixed UDP source port equal to the
+ * destination port: the routers' firewall (the lab's `atoll-lab` table) drops unsolicited packets arriving on `up0`,
+ * and with one 5-tuple both ways each router's own outgoing packets make the other's arrive as `established`, as
+ * hole punching does for the tunnel. Checked with pings both ways.
+ */
+async function buildReferenceVxlan(fx: Fixture, ra: string, rb: string): Promise<void> {
+  const ends = [{ ns: ra, local: publicAddressOf(ra), remote: publicAddressOf(rb), addr: REF_VXLAN.a }, { ns: rb, local: publicAddressOf(rb), remote: publicAddressOf(ra), addr: REF_VXLAN.b }];
+  for (const e of ends) {
+    fx.devices.push({ netns: e.ns, dev: REF_VXLAN.dev });
+    execFileSync('ip', ['-n', e.ns, 'link', 'add', REF_VXLAN.dev, 'type', 'vxlan', 'id', String(REF_VXLAN.vni), 'dstport', String(REF_VXLAN.port),
+      'srcport', String(REF_VXLAN.port), String(REF_VXLAN.port + 1), 'local', e.local, 'remote', e.remote, 'dev', 'up0']);
+    execFileSync('ip', ['-n', e.ns, 'addr', 'add', `${e.addr}/${REF_VXLAN.bits}`, 'dev', REF_VXLAN.dev]);
+    execFileSync('ip', ['-n', e.ns, 'link', 'set', REF_VXLAN.dev, 'up']);
+  }
+  const ping = async (ns: string, to: string) => (await run(fx, inNs(ns, ['ping', '-c', '1', '-W', '1', to]), 5000)).code === 0;
+  await until('the reference VXLAN between the routers to answer both ways', async () => (await ping(rb, REF_VXLAN.a)) && (await ping(ra, REF_VXLAN.b)), 15_000, 200);
+  log(`reference VXLAN ${REF_VXLAN.dev} (VNI ${REF_VXLAN.vni}, port ${REF_VXLAN.port}) up between ${ends[0]?.local} and ${ends[1]?.local}`);
+}
+
+async function shaped(fx: Fixture, opts: Options): Promise<PartResult> {
+  const rate = ['--rate', `a=${opts.rateMbit}`, '--rate', `b=${opts.rateMbit}`];
+  let delayRefused: string | undefined;
+  let lab: Lab;
+  if (opts.delayMs > 0) {
+    try {
+      lab = await labUp(fx, 'shaped', SHAPED_SPEC, [...rate, '--delay', `a=${opts.delayMs}`, '--delay', `b=${opts.delayMs}`]);
+    } catch (e) {
+      if (!(e instanceof LabRefused)) throw e;
+      delayRefused = e.message.split('\n')[0] ?? e.message;
+      log(`the lab refused --delay (${delayRefused}); the shaped part runs with the rate only, NO DELAY`);
+      lab = await labUp(fx, 'shaped', SHAPED_SPEC, rate);
+    }
+  } else {
+    lab = await labUp(fx, 'shaped', SHAPED_SPEC, rate);
+  }
+  try {
+    const ra = `${lab.prefix}a-router`;
+    const rb = `${lab.prefix}b-router`;
+    const wan = `${lab.prefix}wan`;
+    const qdiscs = { 'a-router up0': qdiscsOf(ra, 'up0'), 'wan p-a': qdiscsOf(wan, 'p-a'), 'b-router up0': qdiscsOf(rb, 'up0'), 'wan p-b': qdiscsOf(wan, 'p-b') };
+    await buildReferenceVxlan(fx, ra, rb);
+    await waitForPath(fx, lab, 'a-1', 'b-1', 'direct');
+    const pod = (n: string) => need(lab.pods, n, 'pod');
+    const conditions = `${opts.rateMbit} Mbit/s${delayRefused === undefined && opts.delayMs > 0 ? `, ${opts.delayMs} ms per uplink` : ''}`;
+    const paths: PathDef[] = [
+      {
+        key: 'shaped-vxlan', part: 'shaped', label: `VXLAN a-router -> b-router over the shaped uplinks (${conditions})`,
+        from: { name: 'a-router', netns: ra }, to: { name: 'b-router', netns: rb, ip: REF_VXLAN.b },
+        watch: [], carried: async () => txBytesOf(ra, REF_VXLAN.dev), carrier: `${REF_VXLAN.dev} on a-router`,
+      },
+      {
+        key: 'shaped-direct', part: 'shaped', label: `tunnel direct a-1-p1 -> b-1-p1 over the shaped uplinks (${conditions})`, from: pod('a-1-p1'), to: pod('b-1-p1'),
+        watch: watched(lab, ['agent a-1', 'sender'], ['agent b-1', 'receiver']), carried: tunnelCarried(fx, lab, 'a-1', 'b-1'), carrier: 'a-1 tunnel peer b-1 (txBytes)',
+        tunnel: { lab, node: 'a-1', peer: 'b-1', want: 'direct' },
+      },
+    ];
+    const idle = idleMemory(lab);
+    const samples = await measure(fx, paths, opts);
+    return {
+      runId: lab.runId, flags: lab.flags, paths: Object.fromEntries(paths.map((p) => [p.key, p.label])), idle, samples,
+      applied: { rateMbit: opts.rateMbit, delayMs: delayRefused === undefined ? opts.delayMs : 0, ...(delayRefused !== undefined ? { delayRefused } : {}), qdiscs },
+    };
+  } finally {
+    for (const d of fx.devices.splice(0)) deleteDevice(d.netns, d.dev);
+    await labDown(fx, lab);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Statistics and the report
+
+function median(xs: readonly number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  if (s.length === 0) return NaN;
+  const m = s.length >> 1;
+  return s.length % 2 === 1 ? (s[m] as number) : ((s[m - 1] as number) + (s[m] as number)) / 2;
+}
+
+const fmt = (x: number, digits = 1) => (Number.isFinite(x) ? x.toFixed(digits) : '-');
+const mib = (kib: number) => fmt(kib / KIB_PER_MIB);
+
+function table(rows: readonly (readonly string[])[], leftColumns = 2): string {
+  const widths = rows[0]?.map((_, c) => Math.max(...rows.map((r) => (r[c] ?? '').length))) ?? [];
+  return rows.map((r) => r.map((cell, c) => (c < leftColumns ? cell.padEnd(widths[c] ?? 0) : cell.padStart(widths[c] ?? 0))).join('  ').trimEnd()).join('\n');
+}
+
+interface Target {
+  readonly what: string;
+  readonly value: string;
+  readonly pass: boolean;
+  readonly note?: string;
+}
+
+interface Summary {
+  readonly part: Part;
+  readonly path: PathKey;
+  readonly label: string;
+  readonly runs: number;
+  readonly medianGbps: number;
+  readonly minGbps: number;
+  readonly maxGbps: number;
+}
+
+interface Results {
+  unshaped?: PartResult;
+  shaped?: PartResult;
+}
+
+function summaries(r: Results): Summary[] {
+  const out: Summary[] = [];
+  for (const part of [r.unshaped, r.shaped]) {
+    if (!part) continue;
+    for (const [key, label] of Object.entries(part.paths)) {
+      const xs = part.samples.filter((s) => s.path === key).map((s) => s.gbps);
+      const p = part.samples.find((s) => s.path === key)?.part ?? 'unshaped';
+      out.push({ part: p, path: key as PathKey, label, runs: xs.length, medianGbps: median(xs), minGbps: Math.min(...xs), maxGbps: Math.max(...xs) });
+    }
+  }
+  return out;
+}
+
+function report(r: Results, opts: Options): { text: string; targets: Target[]; summary: Summary[] } {
+  const lines: string[] = [];
+  const samples = [...(r.unshaped?.samples ?? []), ...(r.shaped?.samples ?? [])];
+  const runs: string[][] = [['part', 'path', 'run', 'Gbit/s', 'retransmits', 'sender CPU %', 'receiver CPU %', 'carried/received', 'path after', 'load 1 min']];
+  for (const s of samples) {
+    runs.push([s.part, s.path, String(s.run + 1), fmt(s.gbps, 2), String(s.retransmits), fmt(s.senderCpu), fmt(s.receiverCpu), fmt(s.carriedShare, 3), s.pathAfter ?? '', fmt(s.load, 2)]);
+  }
+  lines.push(`Runs: iperf3, 1 TCP stream, ${opts.seconds} s per run, receiver bits/s, runs alternating between the paths (iperf3's CPU figures; carried/received: bytes the path's VXLAN device or tunnel stream sent over the bytes received)`, table(runs, 2), '');
+
+  const summary = summaries(r);
+  const rows: string[][] = [['part', 'path', 'runs', 'median Gbit/s', 'min', 'max']];
+  for (const s of summary) rows.push([s.part, s.label, String(s.runs), fmt(s.medianGbps, 2), fmt(s.minGbps, 2), fmt(s.maxGbps, 2)]);
+  lines.push('Throughput', table(rows), '');
+  const applied = r.shaped?.applied;
+  if (applied) {
+    lines.push(`Shaped uplinks (sites a and b, both directions): tbf ${applied.rateMbit} Mbit/s; `
+      + (applied.delayRefused !== undefined
+        ? `NO DELAY: the lab refused --delay ${opts.delayMs} (LAB_PREREQUISITE_MISSING: this kernel has no netem qdisc, CONFIG_NET_SCH_NETEM), so this part ran `
+          + `at ${applied.rateMbit} Mbit/s without the ${2 * opts.delayMs} ms one-way delay`
+        : applied.delayMs > 0 ? `netem ${applied.delayMs} ms one way per uplink (${2 * applied.delayMs} ms one way a -> b, ${4 * applied.delayMs} ms round trip)` : 'no delay (--delay 0)'));
+    for (const [link, q] of Object.entries(applied.qdiscs)) lines.push(`  ${link}: ${q.join(' | ')}`);
+    lines.push('');
+  }
+
+  const med = (key: PathKey) => summary.find((s) => s.path === key)?.medianGbps ?? NaN;
+  const targets: Target[] = [];
+  const ratio = (what: string, num: PathKey, den: PathKey, target: number, note?: string) => {
+    const v = med(num) / med(den);
+    targets.push({ what: `${what} >= ${target}`, value: `${fmt(med(num), 2)} / ${fmt(med(den), 2)} Gbit/s = ${fmt(v, 3)}`, pass: v >= target, ...(note ? { note } : {}) });
+  };
+  if (r.unshaped) {
+    ratio('unshaped: tunnel direct / VXLAN', 'direct', 'vxlan', DIRECT_VS_VXLAN_TARGET);
+    ratio('unshaped: tunnel relayed / tunnel direct', 'relayed', 'direct', RELAYED_VS_DIRECT_TARGET);
+  }
+  if (r.shaped) {
+    const cond = applied?.delayRefused !== undefined || (applied?.delayMs ?? 0) === 0 ? `${applied?.rateMbit} Mbit/s, no delay` : `${applied?.rateMbit} Mbit/s, ${applied?.delayMs} ms per uplink`;
+    ratio(`shaped (${cond}): tunnel direct / VXLAN`, 'shaped-direct', 'shaped-vxlan', SHAPED_TARGET, applied?.delayRefused !== undefined ? 'delay not applied: no netem in this kernel' : undefined);
+  }
+  const tt: string[][] = [['target', 'result', 'value']];
+  for (const t of targets) tt.push([t.what, t.pass ? 'PASS' : 'MISS', `${t.value}${t.note ? ` (${t.note})` : ''}`]);
+  lines.push('Targets (medians)', table(tt, 3), '');
+
+  const procRows: string[][] = [['part', 'path', 'process', 'as', 'runs', 'CPU % of 1 core (median)', 'min', 'max', 'VmRSS MiB: idle', 'before run (median)', 'max under load', 'VmHWM at end']];
+  for (const part of [r.unshaped, r.shaped]) {
+    if (!part) continue;
+    for (const key of Object.keys(part.paths)) {
+      const mine = part.samples.filter((s) => s.path === key);
+      const roles = [...new Set(mine.flatMap((s) => s.procs.map((p) => p.role)))];
+      for (const role of roles) {
+        const us = mine.flatMap((s) => s.procs.filter((p) => p.role === role));
+        const cpu = us.map((u) => u.cpuPct);
+        procRows.push([mine[0]?.part ?? '', key, role, us[0]?.as ?? '', String(us.length), fmt(median(cpu)), fmt(Math.min(...cpu)), fmt(Math.max(...cpu)),
+          mib(part.idle[role]?.rssKiB ?? NaN), mib(median(us.map((u) => u.rssBeforeKiB))), mib(Math.max(...us.map((u) => u.rssMaxKiB))), mib(Math.max(...us.map((u) => u.hwmEndKiB)))]);
+      }
+    }
+  }
+  lines.push('Agents and relay under load (/proc/<pid>/stat utime+stime over the run; VmRSS: at lab start, right before each run, its maximum sampled every 250 ms '
+    + 'during the runs; VmHWM: the peak since the process started, so it includes earlier runs of other paths)', table(procRows, 4));
+  return { text: lines.join('\n'), targets, summary };
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Main
+
+function preflight(): void {
+  const problems: string[] = [];
+  if (!isRoot()) problems.push('needs root: it builds labs of network namespaces (atoll lab up)');
+  const has = (cmd: string) => execFileSync('sh', ['-c', `command -v ${cmd} || true`], { encoding: 'utf8' }).trim() !== '';
+  for (const t of ['ip', 'tc', 'nft', 'iperf3', 'ping', 'ss']) if (!has(t)) problems.push(`${t} is missing (apt-get install iproute2 nftables iperf3 iputils-ping)`);
+  if (!existsSync(join(ROOT, 'bin', 'atoll-cni'))) problems.push('bin/atoll-cni is not built (make setup)');
+  if (problems.length > 0) throw new Error(problems.join('\n'));
+}
+
+async function main(): Promise<number> {
+  const opts = parseOptions(process.argv.slice(2));
+  preflight();
+  const started = Date.now();
+  const load0 = loadavg();
+  const fx = new Fixture();
+  let aborting = false;
+  const abort = (why: string, code: number) => {
+    // `on`, not `once`: a second signal (Ctrl-C twice; `timeout` signals the process and then its group) must not
+    // kill this process half-way through removing its labs
+    if (aborting) return void process.stderr.write(`bench: ${why} again; still cleaning up\n`);
+    aborting = true;
+    process.stderr.write(`bench: ${why}; cleaning up\n`);
+    void fx.cleanup().then((problems) => {
+      for (const p of problems) process.stderr.write(`bench: ${p}\n`);
+    }).finally(() => process.exit(code));
+  };
+  process.on('SIGINT', () => abort('interrupted', 130));
+  process.on('SIGTERM', () => abort('terminated', 143));
+  const watchdog = setTimeout(() => abort(`still running after ${opts.timeoutS} s (--timeout)`, 2), opts.timeoutS * 1000);
+  const results: Results = {};
+  const seconds: Record<string, number> = {};
+  let problems: string[] = [];
+  try {
+    for (const part of opts.parts) {
+      const t0 = Date.now();
+      if (part === 'unshaped') results.unshaped = await unshaped(fx, opts);
+      else results.shaped = await shaped(fx, opts);
+      seconds[part] = (Date.now() - t0) / 1000;
+    }
+  } finally {
+    clearTimeout(watchdog);
+    problems = await fx.cleanup();
+  }
+  if (problems.length > 0) throw new Error(problems.join('\n'));
+
+  const { text, targets, summary } = report(results, opts);
+  const total = (Date.now() - started) / 1000;
+  const env = { kernel: release(), node: process.version, cpus: cpus().length, clkTck: CLK_TCK, loadavgStart: load0, loadavgEnd: loadavg(), date: new Date().toISOString() };
+  process.stdout.write(text + '\n');
+  process.stdout.write(`\n${opts.smoke ? 'smoke run' : 'run'} took ${total.toFixed(1)} s (${Object.entries(seconds).map(([k, v]) => `${k} ${v.toFixed(1)} s`).join(', ')}); `
+    + `load average ${load0.map((x) => x.toFixed(2)).join(' ')} at start, ${env.loadavgEnd.map((x) => x.toFixed(2)).join(' ')} at end; `
+    + `${env.cpus} CPUs, kernel ${env.kernel}; every lab of this run removed\n`);
+  if (opts.json) writeFileSync(opts.json, JSON.stringify({ options: opts, env, seconds: { total, ...seconds }, targets, summary, results }, null, 2) + '\n');
+  const missed = targets.filter((t) => !t.pass);
+  if (missed.length > 0 && opts.enforce) {
+    process.stderr.write(`bench: ${missed.length} target(s) missed (--enforce)\n`);
+    return 1;
+  }
+  return 0;
+}
+
+main().then((code) => process.exit(code), (err: unknown) => {
+  process.stderr.write(`bench: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
+  if (err instanceof Error && err.cause) process.stderr.write(`bench: cause: ${String(err.cause)}\n`);
+  process.exit(1);
+});
