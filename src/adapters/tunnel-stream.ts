@@ -75,10 +75,10 @@ const DROP_ABOVE = 8 * 1024 * 1024;
 export const KEEPALIVE_MS = 1000;
 /**
  * ...and is declared dead when nothing at all arrived for this long (a cut link, a NAT mapping gone, a peer gone
- * without a FIN), so a relayed peer's packets move to the relay within this time instead of queueing into a dead
- * connection. Short cuts (a few seconds) pass: TCP queues and retransmits.
+ * without a FIN). Long enough that a short cut passes (TCP queues and retransmits, nothing is lost); a stream with a
+ * fallback (a punched one: the relay) sets it shorter.
  */
-export const DEAD_AFTER_MS = 3000;
+export const DEAD_AFTER_MS = 20_000;
 
 export interface TunnelStreamStats {
   framesSent: number;

@@ -346,7 +346,7 @@ export class Tunnel {
         relay.sendRelayedControl(peerIdOfPin(peer.pin), { t: 'punch', n, host: me.host, port: me.port });
         const ack = await answered;
         if (typeof ack.host !== 'string' || typeof ack.port !== 'number') throw new Error('the peer\'s punch answer has no address');
-        const stream = await punchTunnel({ host: ack.host, port: ack.port, localPort: me.localPort, credentials: this.#init.credentials, peerPin: peer.pin, tlsRole: 'client', deadlineMs: this.#init.punchTimeoutMs ?? PUNCH_TIMEOUT_MS });
+        const stream = await punchTunnel({ host: ack.host, port: ack.port, localPort: me.localPort, credentials: this.#init.credentials, peerPin: peer.pin, tlsRole: 'client', deadlineMs: this.#init.punchTimeoutMs ?? PUNCH_TIMEOUT_MS, streamOptions: PUNCHED_STREAM });
         if (signal.aborted) {
           stream.close();
           return;
@@ -372,7 +372,7 @@ export class Tunnel {
       if (typeof msg.host !== 'string' || typeof msg.port !== 'number' || typeof msg.n !== 'string') throw new Error('a punch request without an address');
       const me = await this.#observe();
       this.#relayStream?.sendRelayedControl(peerIdOfPin(peer.pin), { t: 'punch-ack', n: msg.n, host: me.host, port: me.port });
-      const stream = await punchTunnel({ host: msg.host, port: msg.port, localPort: me.localPort, credentials: this.#init.credentials, peerPin: peer.pin, tlsRole: 'server', deadlineMs: this.#init.punchTimeoutMs ?? PUNCH_TIMEOUT_MS });
+      const stream = await punchTunnel({ host: msg.host, port: msg.port, localPort: me.localPort, credentials: this.#init.credentials, peerPin: peer.pin, tlsRole: 'server', deadlineMs: this.#init.punchTimeoutMs ?? PUNCH_TIMEOUT_MS, streamOptions: PUNCHED_STREAM });
       if (this.#abort.signal.aborted || !this.#plan.peers.some((p) => p.name === peer.name)) {
         stream.close();
         return;
@@ -426,6 +426,12 @@ export class Tunnel {
 const RELAY_RETRY_MAX_MS = 5000;
 /** A stream that lived this long resets the dial backoff. */
 const STABLE_STREAM_MS = 5000;
+/**
+ * A punched stream is declared dead after 3 s without a byte from the peer (its keepalives come every second whatever
+ * our send queue holds), so a broken direct path falls back to the relay within about 3 s. Streams without a
+ * fallback keep the longer default: a short cut then costs nothing.
+ */
+const PUNCHED_STREAM = { deadAfterMs: 3000 } as const;
 /** One hole-punching attempt: both ends connecting to each other until this deadline. */
 const PUNCH_TIMEOUT_MS = 5000;
 const PUNCH_RETRY_MIN_MS = 2000;
