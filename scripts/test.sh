@@ -11,9 +11,10 @@ echo "== lint"
 echo "== tests"
 # One file at a time: root tests build namespaces and a private containerd, and must not overlap.
 "$node" --test --test-concurrency=1 --test-timeout=600000 "src/**/*.test.ts" "test/**/*.test.ts"
-echo "== benchmark smoke (reports; the full run is make bench)"
+echo "== benchmark smoke (reports; the full runs are sh bench/run.sh [cni|controller|overlay|tunnel])"
 if [ "$(id -u)" = 0 ]; then
   "$node" bench/cni-latency.ts --smoke
+  "$node" bench/tunnel.ts --smoke
 else
   echo "skipped: the benchmark needs root"
 fi
