@@ -72,13 +72,13 @@ const HIGH_WATER = 1024 * 1024;
 /** Bytes queued on a stream above which packets are dropped rather than queued. */
 const DROP_ABOVE = 8 * 1024 * 1024;
 /** A stream sends a keepalive ping this often (it also measures the round-trip time)... */
-export const KEEPALIVE_MS = 1000;
+const KEEPALIVE_MS = 1000;
 /**
  * ...and is declared dead when nothing at all arrived for this long (a cut link, a NAT mapping gone, a peer gone
  * without a FIN). Long enough that a short cut passes (TCP queues and retransmits, nothing is lost); a stream with a
  * fallback (a punched one: the relay) sets it shorter.
  */
-export const DEAD_AFTER_MS = 20_000;
+const DEAD_AFTER_MS = 20_000;
 
 export interface TunnelStreamStats {
   framesSent: number;

@@ -436,7 +436,7 @@ const PUNCHED_STREAM = { deadAfterMs: 3000 } as const;
 const PUNCH_TIMEOUT_MS = 5000;
 const PUNCH_RETRY_MIN_MS = 2000;
 /** A pair that cannot punch (symmetric NAT) tries again this often at most; meanwhile the relay carries it. */
-export const PUNCH_RETRY_MAX_MS = 60_000;
+const PUNCH_RETRY_MAX_MS = 60_000;
 /** After a direct stream closed, wait this long before punching again (the relay carries packets meanwhile). */
 const PUNCH_AFTER_CLOSE_MS = 1000;
 
