@@ -164,9 +164,11 @@ export class TunnelStream extends EventEmitter {
         else this.emit('control', msg);
         return;
       }
-      case FRAME_KIND.relayedControl:
-        this.emit('relayed-control', payload.subarray(0, PEER_ID_LEN), parseControl(payload.subarray(PEER_ID_LEN)), payload.subarray(PEER_ID_LEN));
+      case FRAME_KIND.relayedControl: {
+        const body = payload.subarray(PEER_ID_LEN);
+        this.emit('relayed-control', payload.subarray(0, PEER_ID_LEN), parseControl(body), body);
         return;
+      }
     }
   }
 
@@ -215,19 +217,27 @@ export class TunnelStream extends EventEmitter {
   }
 
   /**
-   * Queues a relayed frame from the peer `fromId` (a relay delivering what another peer sent: `body` is copied, so
-   * it may be a view that dies after the call). @returns false when dropped (stream dead or its queue full).
+   * Passes on a relayed frame this relay received on another stream, from the peer `fromId`: `id` and `body` are the
+   * views the `relayed` / `relayed-control` event gave (the destination's id, then the rest). The id is overwritten
+   * with the origin's in place and the frame, whose prefix lies right in front of it (see FrameDecoder), is queued
+   * without a copy. @returns false when dropped (stream dead or its queue full).
    */
-  relay(kind: typeof FRAME_KIND.relayedPacket | typeof FRAME_KIND.relayedControl, fromId: Uint8Array, body: Uint8Array): boolean {
+  relay(kind: typeof FRAME_KIND.relayedPacket | typeof FRAME_KIND.relayedControl, fromId: Uint8Array, id: Uint8Array, body: Uint8Array): boolean {
     if (this.dead) return false;
     if (this.socket.writableLength > DROP_ABOVE) {
       this.stats.droppedQueueFull++;
       return false;
     }
-    const frame = Buffer.allocUnsafe(FRAME_HEADROOM + body.length);
-    writeFrameHeader(frame, 0, PEER_ID_LEN + body.length, kind);
-    frame.set(fromId, FRAME_HEADER);
-    frame.set(body, FRAME_HEADROOM);
+    let frame: Buffer;
+    if (id.buffer === body.buffer && id.byteOffset >= FRAME_HEADER && id.byteOffset + PEER_ID_LEN === body.byteOffset) {
+      id.set(fromId);
+      frame = Buffer.from(id.buffer, id.byteOffset - FRAME_HEADER, FRAME_HEADROOM + body.length);
+    } else {
+      frame = Buffer.allocUnsafe(FRAME_HEADROOM + body.length);
+      writeFrameHeader(frame, 0, PEER_ID_LEN + body.length, kind);
+      frame.set(fromId, FRAME_HEADER);
+      frame.set(body, FRAME_HEADROOM);
+    }
     this.write(frame);
     this.stats.framesSent++;
     this.stats.bytesSent += body.length;

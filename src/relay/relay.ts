@@ -114,8 +114,9 @@ export class Relay {
       if (old && old.stream !== stream) old.stream.close();
       this.#log.info('node on the relay', { node: member.name, from: `${stream.remote.host}:${stream.remote.port}` });
     });
-    stream.on('relayed', (id: Uint8Array, pkt: Uint8Array) => this.#forward(member, id, FRAME_KIND.relayedPacket, pkt));
-    stream.on('relayed-control', (id: Uint8Array, _msg: unknown, body: Uint8Array) => this.#forward(member, id, FRAME_KIND.relayedControl, body));
+    const fromId = peerIdOfPin(member.pin);
+    stream.on('relayed', (id: Uint8Array, pkt: Uint8Array) => this.#forward(member, fromId, id, FRAME_KIND.relayedPacket, pkt));
+    stream.on('relayed-control', (id: Uint8Array, _msg: unknown, body: Uint8Array) => this.#forward(member, fromId, id, FRAME_KIND.relayedControl, body));
     stream.once('close', (err?: Error) => {
       if (this.#sessions.get(member.pin)?.stream !== stream) return;
       this.#sessions.delete(member.pin);
@@ -124,7 +125,8 @@ export class Relay {
     });
   }
 
-  #forward(from: RelayMember, toId: Uint8Array, kind: typeof FRAME_KIND.relayedPacket | typeof FRAME_KIND.relayedControl, body: Uint8Array): void {
+  /** Passes a relayed frame from `from` on to the node `toId` names, if it is here and the pair is allowed. */
+  #forward(from: RelayMember, fromId: Uint8Array, toId: Uint8Array, kind: typeof FRAME_KIND.relayedPacket | typeof FRAME_KIND.relayedControl, body: Uint8Array): void {
     const to = this.#sessions.get(pinOfPeerId(toId));
     if (!to) {
       this.stats.droppedNoDestination++;
@@ -134,7 +136,7 @@ export class Relay {
       this.stats.droppedNotAllowed++;
       return;
     }
-    if (!to.stream.relay(kind, peerIdOfPin(from.pin), body)) {
+    if (!to.stream.relay(kind, fromId, toId, body)) {
       this.stats.droppedQueueFull++;
       return;
     }

@@ -64,6 +64,17 @@ describe('tunnel framing', () => {
     }
   });
 
+  test('every payload, whole in a chunk or assembled across chunks, has its own frame prefix right in front of it', () => {
+    for (const cut of [2, 70_000, stream.length - 1]) {
+      const d = new FrameDecoder();
+      const prefixes: number[][] = [];
+      for (const c of [stream.subarray(0, cut), stream.subarray(cut)]) {
+        d.push(c, (p, kind) => prefixes.push([...new Uint8Array(p.buffer, p.byteOffset - FRAME_HEADER, FRAME_HEADER)].concat(kind)));
+      }
+      assert.deepEqual(prefixes, frames.map((f) => [...encodeFrame(f).subarray(0, FRAME_HEADER), FRAME_KIND.packet]), `cut at ${cut}`);
+    }
+  });
+
   test('byte by byte and in odd-sized chunks', () => {
     const small = concat(frames.slice(0, 3).map((f) => encodeFrame(f)));
     assert.deepEqual(decodeAll([...small].map((b) => new Uint8Array([b]))), frames.slice(0, 3));

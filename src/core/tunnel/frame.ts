@@ -70,7 +70,9 @@ export class FrameError extends Error {
  * Incremental decoder: feed it the stream's chunks in order; it calls `onFrame` once per whole frame, in order,
  * with its kind and payload.
  * A payload lying wholly inside one chunk is handed out as a view of that chunk (no copy), so `onFrame` must be done
- * with it before the chunk's memory is reused; a payload split across chunks is assembled in a fresh array.
+ * with it before the chunk's memory is reused; a payload split across chunks is assembled in a fresh array. Either
+ * way the frame's own prefix lies right in front of the payload in the same buffer, so a whole frame can be passed
+ * on without a copy (a relay does).
  * @throws FrameError on an unknown kind or a zero or oversized length; the decoder is then unusable.
  */
 export class FrameDecoder {
@@ -130,7 +132,9 @@ export class FrameDecoder {
         onFrame(chunk.subarray(pos, pos + length), kind as FrameKind);
         pos += length;
       } else {
-        this.partial = new Uint8Array(length);
+        const whole = new Uint8Array(FRAME_HEADER + length);
+        writeFrameHeader(whole, 0, length, kind as FrameKind);
+        this.partial = whole.subarray(FRAME_HEADER);
         this.partialHave = 0;
         this.partialKind = kind as FrameKind;
       }
