@@ -98,6 +98,11 @@ export interface ControlMessage {
 export interface TunnelStreamOptions {
   readonly keepaliveMs?: number;
   readonly deadAfterMs?: number;
+  /**
+   * Whether payloads handed to `frame`/`relayed` listeners may be kept after the call (a relay queues them). Off, a
+   * payload split across reads is assembled in one buffer reused for the next (no allocation per frame).
+   */
+  readonly keepPayloads?: boolean;
 }
 
 /**
@@ -114,7 +119,7 @@ export class TunnelStream extends EventEmitter {
   /** The peer's address as this end sees it. */
   readonly remote: { readonly host: string; readonly port: number };
   private readonly socket: TLSSocket;
-  private readonly decoder = new FrameDecoder();
+  private readonly decoder: FrameDecoder;
   private readonly keepalive: NodeJS.Timeout;
   private lastHeard = performance.now();
   private corked = false;
@@ -124,6 +129,7 @@ export class TunnelStream extends EventEmitter {
     super();
     this.socket = socket;
     this.peerPin = peerPin;
+    this.decoder = new FrameDecoder({ reuse: !opts.keepPayloads });
     this.remote = { host: (socket.remoteAddress ?? '').replace(/^::ffff:/, ''), port: socket.remotePort ?? 0 };
     socket.setNoDelay(true);
     socket.on('data', (chunk: Buffer) => {

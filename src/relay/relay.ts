@@ -89,6 +89,7 @@ export class Relay {
         this.stats.refused++;
         this.#log.warn('relay connection refused', { reason });
       },
+      streamOptions: { keepPayloads: true }, // forwarded frames wait in the destination's queue
     });
     this.#server = server;
     void this.#follow();

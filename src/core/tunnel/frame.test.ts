@@ -8,9 +8,9 @@ function payload(n: number, seed: number): Uint8Array {
   return p;
 }
 
-function decodeAll(chunks: Uint8Array[]): Uint8Array[] {
+function decodeAll(chunks: Uint8Array[], reuse = false): Uint8Array[] {
   const out: Uint8Array[] = [];
-  const d = new FrameDecoder();
+  const d = new FrameDecoder({ reuse });
   for (const c of chunks) d.push(c, (f) => out.push(f.slice()));
   assert.equal(d.pending, 0);
   return out;
@@ -58,10 +58,14 @@ describe('tunnel framing', () => {
     assert.deepEqual(decodeAll([stream]), frames);
   });
 
-  test('every split point, including inside the length prefix', () => {
+  test('every split point, including inside the length prefix; also with the assembly buffer reused', () => {
     for (const cut of [1, 2, 3, 4, 5, 7, 64, 65, 1500, 1579, 70_000, stream.length - 1]) {
       assert.deepEqual(decodeAll([stream.subarray(0, cut), stream.subarray(cut)]), frames, `cut at ${cut}`);
+      assert.deepEqual(decodeAll([stream.subarray(0, cut), stream.subarray(cut)], true), frames, `cut at ${cut}, reused`);
     }
+    const chunks: Uint8Array[] = [];
+    for (let i = 0; i < stream.length; i += 997) chunks.push(stream.subarray(i, i + 997));
+    assert.deepEqual(decodeAll(chunks, true), frames, 'every frame split, one assembly buffer');
   });
 
   test('every payload, whole in a chunk or assembled across chunks, has its own frame prefix right in front of it', () => {

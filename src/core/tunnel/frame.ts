@@ -82,6 +82,17 @@ export class FrameDecoder {
   private partialHave = 0;
   private partialKind: FrameKind = FRAME_KIND.packet;
   private broken = false;
+  /** With `reuse`, the one buffer assembled payloads are built in (they are then only valid during `onFrame`). */
+  private readonly assembly: Uint8Array | undefined;
+
+  /**
+   * @param opts.reuse assemble split payloads in one buffer kept for the decoder's life instead of a fresh one each:
+   *   no allocation per frame, for a consumer that is done with every payload when `onFrame` returns (an agent
+   *   writes it to its TUN device at once; a relay, which queues it, must not set this).
+   */
+  constructor(opts: { readonly reuse?: boolean } = {}) {
+    this.assembly = opts.reuse ? new Uint8Array(FRAME_HEADER + MAX_FRAME_PAYLOAD) : undefined;
+  }
 
   /** Bytes received but not yet handed out as a frame. */
   get pending(): number {
@@ -132,7 +143,7 @@ export class FrameDecoder {
         onFrame(chunk.subarray(pos, pos + length), kind as FrameKind);
         pos += length;
       } else {
-        const whole = new Uint8Array(FRAME_HEADER + length);
+        const whole = this.assembly ? this.assembly.subarray(0, FRAME_HEADER + length) : new Uint8Array(FRAME_HEADER + length);
         writeFrameHeader(whole, 0, length, kind as FrameKind);
         this.partial = whole.subarray(FRAME_HEADER);
         this.partialHave = 0;
