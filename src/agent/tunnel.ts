@@ -346,14 +346,7 @@ export class Tunnel {
         relay.sendRelayedControl(peerIdOfPin(peer.pin), { t: 'punch', n, host: me.host, port: me.port });
         const ack = await answered;
         if (typeof ack.host !== 'string' || typeof ack.port !== 'number') throw new Error('the peer\'s punch answer has no address');
-        const stream = await punchTunnel({ host: ack.host, port: ack.port, localPort: me.localPort, credentials: this.#init.credentials, peerPin: peer.pin, tlsRole: 'client', deadlineMs: this.#init.punchTimeoutMs ?? PUNCH_TIMEOUT_MS, streamOptions: PUNCHED_STREAM });
-        if (signal.aborted) {
-          stream.close();
-          return;
-        }
-        st.successes++;
-        st.lastError = '';
-        this.#attach(peer, stream);
+        await this.#punchTo(peer, { host: ack.host, port: ack.port }, me.localPort, 'client', signal);
       } catch (err) {
         const message = err instanceof Error ? err.message : String(err);
         if (message !== st.lastError) this.#c.log.info('hole punching failed; the relay carries the traffic meanwhile', { peer: peer.name, err: message, retryInMs: backoff });
@@ -364,6 +357,24 @@ export class Tunnel {
     }
   }
 
+  /**
+   * Connects to `peer` at its public address from `localPort` (both ends at once), and on success makes the stream
+   * the peer's direct path, unless we stopped or the peer left the plan meanwhile. @throws when punching failed.
+   */
+  async #punchTo(peer: TunnelPeerPlan, at: { host: string; port: number }, localPort: number, tlsRole: 'client' | 'server', signal: AbortSignal): Promise<void> {
+    const stream = await punchTunnel({
+      ...at, localPort, credentials: this.#init.credentials, peerPin: peer.pin, tlsRole, deadlineMs: this.#init.punchTimeoutMs ?? PUNCH_TIMEOUT_MS, streamOptions: PUNCHED_STREAM,
+    });
+    if (signal.aborted || !this.#plan.peers.some((p) => p.name === peer.name)) {
+      stream.close();
+      return;
+    }
+    const st = this.#punchState(peer.name);
+    st.successes++;
+    st.lastError = '';
+    this.#attach(peer, stream);
+  }
+
   /** The responder's side of a punch request: learn our public address, answer, and connect at the same time. */
   async #answerPunch(peer: TunnelPeerPlan, msg: ControlMessage): Promise<void> {
     const st = this.#punchState(peer.name);
@@ -372,14 +383,7 @@ export class Tunnel {
       if (typeof msg.host !== 'string' || typeof msg.port !== 'number' || typeof msg.n !== 'string') throw new Error('a punch request without an address');
       const me = await this.#observe();
       this.#relayStream?.sendRelayedControl(peerIdOfPin(peer.pin), { t: 'punch-ack', n: msg.n, host: me.host, port: me.port });
-      const stream = await punchTunnel({ host: msg.host, port: msg.port, localPort: me.localPort, credentials: this.#init.credentials, peerPin: peer.pin, tlsRole: 'server', deadlineMs: this.#init.punchTimeoutMs ?? PUNCH_TIMEOUT_MS, streamOptions: PUNCHED_STREAM });
-      if (this.#abort.signal.aborted || !this.#plan.peers.some((p) => p.name === peer.name)) {
-        stream.close();
-        return;
-      }
-      st.successes++;
-      st.lastError = '';
-      this.#attach(peer, stream);
+      await this.#punchTo(peer, { host: msg.host, port: msg.port }, me.localPort, 'server', this.#abort.signal);
     } catch (err) {
       st.lastError = err instanceof Error ? err.message : String(err);
     }
