@@ -133,7 +133,9 @@ export class Relay {
       this.stats.droppedNoDestination++;
       return;
     }
-    if (!relayAllows(from, to.member)) {
+    // the registry as it is now (a node may have changed community since it connected)
+    const [a, b] = [this.#members.get(from.pin), this.#members.get(to.member.pin)];
+    if (!a || !b || !relayAllows(a, b)) {
       this.stats.droppedNotAllowed++;
       return;
     }
