@@ -1,0 +1,94 @@
+/**
+ * The endpoint's path choice and checks, with a stand-in TUN device and stand-in streams (plain event emitters with
+ * the methods the endpoint calls): the kernel parts are tested in test/root/tunnel-datapath.test.ts and the lab.
+ */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { EventEmitter } from 'node:events';
+import { parseCidr } from '../core/net/ipv4.ts';
+import { FRAME_HEADROOM, peerIdOfPin, pinOfPeerId } from '../core/tunnel/frame.ts';
+import { VNET_HDR_LEN } from '../core/tunnel/routing.ts';
+import type { TunDevice } from './tun.ts';
+import type { TunnelStream } from './tunnel-stream.ts';
+import { TunnelEndpoint } from './tunnel-endpoint.ts';
+
+const cidr = (t: string) => parseCidr(t) ?? assert.fail(t);
+const pin = (c: string) => `sha256:${c.repeat(64)}`;
+
+/** A virtio header then a minimal IPv4 header from `src` to `dst`, with the headroom the TUN reader leaves. */
+function packet(src: string, dst: string): Buffer {
+  const p = Buffer.alloc(FRAME_HEADROOM + VNET_HDR_LEN + 20).subarray(FRAME_HEADROOM);
+  p[VNET_HDR_LEN] = 0x45;
+  p.set(src.split('.').map(Number), VNET_HDR_LEN + 12);
+  p.set(dst.split('.').map(Number), VNET_HDR_LEN + 16);
+  return p;
+}
+
+class FakeTun {
+  onBatch: (b: Buffer[]) => void = () => {};
+  readonly written: Uint8Array[] = [];
+  start(onBatch: (b: Buffer[]) => void): void {
+    this.onBatch = onBatch;
+  }
+  write(p: Uint8Array): boolean {
+    this.written.push(p);
+    return true;
+  }
+  pause(): void {}
+  resume(): void {}
+  close(): void {}
+}
+
+class FakeStream extends EventEmitter {
+  readonly sent: string[] = [];
+  alive = true;
+  congested = false;
+  send(p: Buffer): boolean {
+    this.sent.push(`direct ${p[VNET_HDR_LEN + 19]}`);
+    return this.alive;
+  }
+  sendRelayed(id: Uint8Array, p: Buffer): boolean {
+    this.sent.push(`relayed to ${pinOfPeerId(id).slice(7, 9)} ${p[VNET_HDR_LEN + 19]}`);
+    return this.alive;
+  }
+  close(): void {
+    this.alive = false;
+    this.emit('close');
+  }
+}
+
+test('tunnel endpoint: direct stream first, else the relay for relay peers; relayed packets checked against the origin', () => {
+  const tun = new FakeTun();
+  const endpoint = new TunnelEndpoint(tun as unknown as TunDevice, [
+    { id: 'cloud-1', pin: pin('c'), blocks: [cidr('10.100.1.0/26')], viaRelay: false },
+    { id: 'b-1', pin: pin('b'), blocks: [cidr('10.100.2.0/26')], viaRelay: true },
+  ]);
+  endpoint.start();
+  const relay = new FakeStream();
+  endpoint.setRelay(relay as unknown as TunnelStream);
+  assert.equal(endpoint.pathOf('b-1'), 'relayed');
+  assert.equal(endpoint.pathOf('cloud-1'), 'down', 'a cloud peer is never carried by the relay');
+
+  tun.onBatch([packet('10.100.0.2', '10.100.2.7'), packet('10.100.0.2', '10.100.1.8'), packet('10.100.0.2', '192.0.2.9')]);
+  assert.deepEqual(relay.sent, ['relayed to bb 7']);
+  assert.deepEqual([endpoint.stats.droppedNoStream, endpoint.stats.droppedNoPeer], [1, 1]);
+
+  const direct = new FakeStream();
+  endpoint.attach('b-1', direct as unknown as TunnelStream);
+  assert.equal(endpoint.pathOf('b-1'), 'direct');
+  tun.onBatch([packet('10.100.0.2', '10.100.2.9')]);
+  assert.deepEqual(direct.sent, ['direct 9'], 'the direct stream wins once there is one');
+  direct.close();
+  assert.equal(endpoint.pathOf('b-1'), 'relayed', 'back to the relay when it breaks');
+  tun.onBatch([packet('10.100.0.2', '10.100.2.10')]);
+  assert.deepEqual(relay.sent, ['relayed to bb 7', 'relayed to bb 10']);
+
+  // from the relay: accepted only from a relay peer, and only with a source in that peer's blocks
+  relay.emit('relayed', peerIdOfPin(pin('b')), packet('10.100.2.5', '10.100.0.2'));
+  relay.emit('relayed', peerIdOfPin(pin('b')), packet('10.100.1.5', '10.100.0.2')); // cloud-1's address: spoofed
+  relay.emit('relayed', peerIdOfPin(pin('c')), packet('10.100.1.5', '10.100.0.2')); // cloud-1 may not come via the relay
+  relay.emit('relayed', peerIdOfPin(pin('e')), packet('10.100.9.5', '10.100.0.2')); // nobody we know
+  assert.equal(tun.written.length, 1);
+  assert.deepEqual([endpoint.stats.droppedBadSource, endpoint.stats.droppedUnknownRelayed], [1, 2]);
+  assert.deepEqual(endpoint.trafficOf('b-1'), { txPackets: 3, txBytes: 90, rxPackets: 1, rxBytes: 30 });
+});
