@@ -42,6 +42,9 @@ export interface RelayStats {
   refused: number;
 }
 
+/** The relay logs its counters this often (when they changed). */
+const STATS_LOG_MS = 60_000;
+
 interface Session {
   readonly member: RelayMember;
   readonly stream: TunnelStream;
@@ -58,6 +61,7 @@ export class Relay {
   readonly #sessions = new Map<string, Session>();
   #server: Server | undefined;
   readonly #abort = new AbortController();
+  #statsTimer: NodeJS.Timeout | undefined;
   #pin = '';
 
   constructor(cfg: RelayConfig, log: Logger) {
@@ -93,6 +97,13 @@ export class Relay {
     });
     this.#server = server;
     void this.#follow();
+    let last = '';
+    this.#statsTimer = setInterval(() => {
+      const now = JSON.stringify(this.stats);
+      if (now !== last) this.#log.info('relay stats', { ...this.stats });
+      last = now;
+    }, STATS_LOG_MS);
+    this.#statsTimer.unref();
     this.#log.info('relay started', { listen: `${this.#cfg.listenHost}:${this.#cfg.listenPort}`, pin: this.#pin, members: this.#members.size });
   }
 
@@ -188,6 +199,7 @@ export class Relay {
 
   stop(): void {
     this.#abort.abort();
+    clearInterval(this.#statsTimer);
     this.#server?.close();
     for (const s of this.#sessions.values()) s.stream.close();
     this.#sessions.clear();
