@@ -330,28 +330,37 @@ export interface DialTunnelOptions {
  * out, TUNNEL_PEER_UNTRUSTED when the key differs from the pin.
  */
 export function dialTunnel(opts: DialTunnelOptions): Promise<TunnelStream> {
-  const where = `${opts.host}:${opts.port}`;
+  const socket = connect({
+    ...TLS_BASE, host: opts.host, port: opts.port, key: opts.credentials.keyPem, cert: opts.credentials.certPem,
+    rejectUnauthorized: false, checkServerIdentity: () => undefined, ...(opts.localPort ? { localPort: opts.localPort } : {}),
+  });
+  return pinnedHandshake(socket, 'secureConnect', `tunnel to ${opts.host}:${opts.port}`, opts.peerPin, opts.timeoutMs ?? 10_000, opts.streamOptions);
+}
+
+/**
+ * Waits (bounded) for the TLS handshake of `tls` to finish (`event`: 'secureConnect' for a client, 'secure' for a
+ * server) and checks the peer's key against `peerPin` before anything is sent; the stream on success.
+ * @throws AtollError TUNNEL_UNREACHABLE (failed or timed out), TUNNEL_PEER_UNTRUSTED (another key).
+ */
+function pinnedHandshake(tls: TLSSocket, event: 'secureConnect' | 'secure', what: string, peerPin: string, timeoutMs: number,
+  streamOptions: TunnelStreamOptions | undefined): Promise<TunnelStream> {
   return new Promise((resolve, reject) => {
-    const socket = connect({
-      ...TLS_BASE, host: opts.host, port: opts.port, key: opts.credentials.keyPem, cert: opts.credentials.certPem,
-      rejectUnauthorized: false, checkServerIdentity: () => undefined, ...(opts.localPort ? { localPort: opts.localPort } : {}),
-    });
-    const timer = setTimeout(() => fail(unreachable(`tunnel to ${where}: no TLS handshake within ${opts.timeoutMs ?? 10_000} ms`)), opts.timeoutMs ?? 10_000);
+    const timer = setTimeout(() => fail(unreachable(`${what}: no TLS handshake within ${timeoutMs} ms`)), timeoutMs);
     const fail = (err: Error) => {
       clearTimeout(timer);
-      socket.destroy();
+      tls.destroy();
       reject(err);
     };
-    socket.once('error', (err) => fail(unreachable(`tunnel to ${where} failed: ${err.message}`, err)));
-    socket.once('secureConnect', () => {
+    tls.once('error', (err) => fail(unreachable(`${what} failed: ${err.message}`, err)));
+    tls.once(event, () => {
       clearTimeout(timer);
-      const pin = peerPinOf(socket);
-      if (pin !== opts.peerPin) {
-        fail(untrusted(`tunnel to ${where}: the peer's key ${pin ?? '(none)'} is not the pinned ${opts.peerPin}; refused`));
+      const pin = peerPinOf(tls);
+      if (pin !== peerPin) {
+        fail(untrusted(`${what}: the peer's key ${pin ?? '(none)'} is not the pinned ${peerPin}; refused`));
         return;
       }
-      socket.removeAllListeners('error');
-      resolve(new TunnelStream(socket, pin, opts.streamOptions));
+      tls.removeAllListeners('error');
+      resolve(new TunnelStream(tls, pin, streamOptions));
     });
   });
 }
@@ -360,7 +369,7 @@ export interface PunchTunnelOptions {
   /** The peer's address as the relay observed it (its NAT's public side). */
   readonly host: string;
   readonly port: number;
-  /** Our local port whose public mapping the peer was told (see {@link observeAddress}). */
+  /** Our local port whose public mapping the peer was told (observed through the relay). */
   readonly localPort: number;
   readonly credentials: TunnelCredentials;
   readonly peerPin: string;
@@ -414,29 +423,12 @@ export async function punchTunnel(opts: PunchTunnelOptions): Promise<TunnelStrea
 
 /** TLS on an established TCP connection, in the given role, with the peer's key pinned. */
 function secure(socket: Socket, opts: PunchTunnelOptions, where: string, timeoutMs: number): Promise<TunnelStream> {
-  return new Promise((resolve, reject) => {
-    const tlsOpts = { ...TLS_BASE, key: opts.credentials.keyPem, cert: opts.credentials.certPem, rejectUnauthorized: false };
-    const tls = opts.tlsRole === 'client'
-      ? connect({ ...tlsOpts, socket, checkServerIdentity: () => undefined })
-      : new TLSSocket(socket, { isServer: true, requestCert: true, secureContext: createSecureContext(tlsOpts), rejectUnauthorized: false });
-    const timer = setTimeout(() => fail(unreachable(`punched tunnel to ${where}: no TLS handshake within ${timeoutMs} ms`)), timeoutMs);
-    const fail = (err: Error) => {
-      clearTimeout(timer);
-      tls.destroy();
-      reject(err);
-    };
-    tls.once('error', (err) => fail(unreachable(`punched tunnel to ${where} failed: ${err.message}`, err)));
-    tls.once(opts.tlsRole === 'client' ? 'secureConnect' : 'secure', () => {
-      clearTimeout(timer);
-      const pin = peerPinOf(tls);
-      if (pin !== opts.peerPin) {
-        fail(untrusted(`punched tunnel to ${where}: the peer's key ${pin ?? '(none)'} is not the pinned ${opts.peerPin}; refused`));
-        return;
-      }
-      tls.removeAllListeners('error');
-      resolve(new TunnelStream(tls, pin, opts.streamOptions));
-    });
-  });
+  const tlsOpts = { ...TLS_BASE, key: opts.credentials.keyPem, cert: opts.credentials.certPem, rejectUnauthorized: false };
+  const client = opts.tlsRole === 'client';
+  const tls = client
+    ? connect({ ...tlsOpts, socket, checkServerIdentity: () => undefined })
+    : new TLSSocket(socket, { isServer: true, requestCert: true, secureContext: createSecureContext(tlsOpts), rejectUnauthorized: false });
+  return pinnedHandshake(tls, client ? 'secureConnect' : 'secure', `punched tunnel to ${where}`, opts.peerPin, timeoutMs, opts.streamOptions);
 }
 
 export interface ListenTunnelOptions {
