@@ -2,8 +2,8 @@
  * The agent's configuration file: the only place its raw JSON enters. Validated once against a strict schema
  * (unknown keys are refused), defaults filled in, the result frozen. `docs/configuration.md` documents every key.
  */
-import { readFileSync } from 'node:fs';
 import { z } from 'zod';
+import { describeIssues, readJsonFile } from './json-file.ts';
 import { atollError } from '../core/errors.ts';
 import { type Cidr, parseCidr, parseIpv4 } from '../core/net/ipv4.ts';
 import { parseDuration } from './duration.ts';
@@ -105,7 +105,7 @@ export type AgentConfig = Readonly<z.output<typeof agentConfigSchema>> & { reado
 export function parseAgentConfig(raw: unknown, source = 'agent configuration'): AgentConfig {
   const res = agentConfigSchema.safeParse(raw);
   if (!res.success) {
-    const problems = res.error.issues.map((i) => `${i.path.join('.') || '(top)'}: ${i.message}`).join('; ');
+    const problems = describeIssues(res.error);
     throw atollError('CONFIG_FILE_INVALID', `${source} is invalid: ${problems}`, 'fix the keys named; docs/configuration.md lists them all');
   }
   const podBlocks = res.data.podCidrs.map((c) => parseCidr(c) as Cidr);
@@ -114,17 +114,5 @@ export function parseAgentConfig(raw: unknown, source = 'agent configuration'): 
 
 /** Reads and validates the configuration file at `path`. */
 export function loadAgentConfig(path: string): AgentConfig {
-  let text: string;
-  try {
-    text = readFileSync(path, 'utf8');
-  } catch (cause) {
-    throw atollError('CONFIG_FILE_INVALID', `cannot read the agent configuration ${path}`, 'pass an existing file with --config', cause);
-  }
-  let raw: unknown;
-  try {
-    raw = JSON.parse(text);
-  } catch (cause) {
-    throw atollError('CONFIG_FILE_INVALID', `the agent configuration ${path} is not JSON`, 'fix its syntax', cause);
-  }
-  return parseAgentConfig(raw, `the agent configuration ${path}`);
+  return parseAgentConfig(readJsonFile(path, 'the agent configuration', 'CONFIG_FILE_INVALID', '--config'), `the agent configuration ${path}`);
 }

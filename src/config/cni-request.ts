@@ -5,6 +5,7 @@
  */
 import { z } from 'zod';
 import { AtollError, atollError } from '../core/errors.ts';
+import { describeIssues } from './json-file.ts';
 import {
   type Attachment,
   CNI_VERBS,
@@ -163,7 +164,7 @@ export function decodeCniRequest(env: Readonly<Record<string, string | undefined
   }
   const parsed = netConfSchema.safeParse(raw);
   if (!parsed.success) {
-    const problems = parsed.error.issues.map((i) => `${i.path.join('.') || '(top)'}: ${i.message}`).join('; ');
+    const problems = describeIssues(parsed.error);
     throw atollError('CNI_CONFIG_INVALID', `the network configuration is invalid: ${problems}`, 'fix the conflist entry for atoll; docs/configuration.md lists its keys');
   }
   if (verb === 'CHECK' && !parsed.data.prevResult) {

@@ -2,8 +2,8 @@
  * The controller's configuration file and the API's request bodies: validated once against strict schemas,
  * defaults filled in, frozen. `docs/configuration.md` documents every key.
  */
-import { readFileSync } from 'node:fs';
 import { z } from 'zod';
+import { describeIssues, readJsonFile } from './json-file.ts';
 import { atollError } from '../core/errors.ts';
 import { type Cidr, parseCidr, parseIpv4 } from '../core/net/ipv4.ts';
 
@@ -51,7 +51,7 @@ export type ControllerConfig = Readonly<z.output<typeof controllerConfigSchema>>
 export function parseControllerConfig(raw: unknown, source = 'controller configuration'): ControllerConfig {
   const res = controllerConfigSchema.safeParse(raw);
   if (!res.success) {
-    const problems = res.error.issues.map((i) => `${i.path.join('.') || '(top)'}: ${i.message}`).join('; ');
+    const problems = describeIssues(res.error);
     throw atollError('CONFIG_FILE_INVALID', `${source} is invalid: ${problems}`, 'fix the keys named; docs/configuration.md lists them all');
   }
   if (res.data.clusterCidrs.some((c) => (parseCidr(c) as Cidr).bits > res.data.blockBits)) {
@@ -61,13 +61,7 @@ export function parseControllerConfig(raw: unknown, source = 'controller configu
 }
 
 export function loadControllerConfig(path: string): ControllerConfig {
-  let raw: unknown;
-  try {
-    raw = JSON.parse(readFileSync(path, 'utf8'));
-  } catch (cause) {
-    throw atollError('CONFIG_FILE_INVALID', `cannot read the controller configuration ${path} as JSON`, 'pass an existing JSON file with --config', cause);
-  }
-  return parseControllerConfig(raw, `the controller configuration ${path}`);
+  return parseControllerConfig(readJsonFile(path, 'the controller configuration', 'CONFIG_FILE_INVALID', '--config'), `the controller configuration ${path}`);
 }
 
 const NAME = /^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$/;

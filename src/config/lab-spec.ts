@@ -3,8 +3,8 @@
  * top of it (or of the default spec). The only place the lab's raw input enters; the result is checked against
  * the core's limits and frozen.
  */
-import { readFileSync } from 'node:fs';
 import { z } from 'zod';
+import { describeIssues, readJsonFile } from './json-file.ts';
 import { atollError } from '../core/errors.ts';
 import { DEFAULT_LAB_SPEC, type EdgeSiteSpec, edgeSiteName, type LabSpec, labSpecProblems, type NatType } from '../core/lab/spec.ts';
 
@@ -102,14 +102,8 @@ function parseRate(text: string): number {
 }
 
 function readSpecFile(path: string): LabSpec {
-  let raw: unknown;
-  try {
-    raw = JSON.parse(readFileSync(path, 'utf8'));
-  } catch (cause) {
-    throw atollError('LAB_SPEC_INVALID', `cannot read the lab spec ${path} as JSON`, 'pass an existing JSON file with --spec', cause);
-  }
-  const res = labSpecSchema.safeParse(raw);
-  if (!res.success) fail(`the lab spec ${path} is invalid: ${res.error.issues.map((i) => `${i.path.join('.') || '(top)'}: ${i.message}`).join('; ')}`);
+  const res = labSpecSchema.safeParse(readJsonFile(path, 'the lab spec', 'LAB_SPEC_INVALID', '--spec'));
+  if (!res.success) fail(`the lab spec ${path} is invalid: ${describeIssues(res.error)}`);
   return res.data as LabSpec;
 }
 

@@ -2,8 +2,8 @@
  * The relay's configuration file (JSON): where it listens, where it keeps its key and its copy of the registry,
  * and how it reaches the controller. Every key is in docs/configuration.md.
  */
-import { readFileSync } from 'node:fs';
 import { z } from 'zod';
+import { describeIssues, readJsonFile } from './json-file.ts';
 import { atollError } from '../core/errors.ts';
 
 const absPath = z.string().regex(/^\/[A-Za-z0-9._/-]*$/, 'must be an absolute path of safe characters');
@@ -26,15 +26,9 @@ export type RelayConfig = Readonly<z.output<typeof relayConfigSchema>>;
 
 /** Reads and validates the relay configuration at `path`. @throws AtollError CONFIG_FILE_INVALID naming every bad key. */
 export function loadRelayConfig(path: string): RelayConfig {
-  let raw: unknown;
-  try {
-    raw = JSON.parse(readFileSync(path, 'utf8'));
-  } catch (cause) {
-    throw atollError('CONFIG_FILE_INVALID', `cannot read the relay configuration ${path} as JSON`, 'pass an existing JSON file with --config', cause);
-  }
-  const res = relayConfigSchema.safeParse(raw);
+  const res = relayConfigSchema.safeParse(readJsonFile(path, 'the relay configuration', 'CONFIG_FILE_INVALID', '--config'));
   if (!res.success) {
-    const problems = res.error.issues.map((i) => `${i.path.join('.') || '(top)'}: ${i.message}`).join('; ');
+    const problems = describeIssues(res.error);
     throw atollError('CONFIG_FILE_INVALID', `the relay configuration ${path} is invalid: ${problems}`, 'fix the keys named; docs/configuration.md lists them all');
   }
   return Object.freeze(res.data);
