@@ -241,17 +241,23 @@ async function waitForSiteRoutes(plan: LabPlan): Promise<void> {
   }
 }
 
-/** The tunnel path the agent of node `from` uses to node `to` now (`atoll peers`), or 'down' when it cannot say. */
-async function tunnelPath(plan: LabPlan, from: string, to: string): Promise<PeerPath> {
-  const n = plan.nodes.find((x) => x.name === from);
-  if (!n) return 'down';
-  try {
-    const st = await readTunnelStatus(statusSocketOf(n.socketPath), 2000);
-    return st?.peers.find((p) => p.name === to)?.path ?? 'down';
-  } catch {
-    return 'down';
-  }
+/**
+ * The tunnel path every agent uses to each of its peers now (`atoll peers`), by node then peer: one status read per
+ * node. A node whose agent does not answer has no entry (its peers count as 'down').
+ */
+async function tunnelPaths(plan: LabPlan): Promise<Map<string, Map<string, PeerPath>>> {
+  const read = await mapLimit(plan.nodes, 8, async (n) => {
+    try {
+      const st = await readTunnelStatus(statusSocketOf(n.socketPath), 2000);
+      return [n.name, new Map((st?.peers ?? []).map((p) => [p.name, p.path]))] as const;
+    } catch {
+      return [n.name, new Map<string, PeerPath>()] as const;
+    }
+  });
+  return new Map(read);
 }
+
+const pathIn = (paths: Map<string, Map<string, PeerPath>>, from: string, to: string): PeerPath => paths.get(from)?.get(to) ?? 'down';
 
 /** The agent path a tunnel pair should have: hole-punched and cloud pairs a direct stream, the rest the relay. */
 const wantedTunnelPath = (path: LabPath): PeerPath | undefined =>
@@ -267,7 +273,8 @@ export async function waitForTunnelPaths(plan: LabPlan, timeoutMs = TUNNEL_PATHS
     .filter((p) => wantedTunnelPath(p.path) !== undefined);
   const deadline = Date.now() + timeoutMs;
   for (;;) {
-    const seen = await mapLimit(pairs, 8, async (p) => ({ ...p, now: await tunnelPath(plan, p.a, p.b) }));
+    const paths = await tunnelPaths(plan);
+    const seen = pairs.map((p) => ({ ...p, now: pathIn(paths, p.a, p.b) }));
     const wrong = seen.filter((p) => p.now !== wantedTunnelPath(p.path));
     if (wrong.length === 0) {
       const counts: Record<string, number> = {};
@@ -489,7 +496,7 @@ async function pingFrom(enter: readonly string[], target: string): Promise<PingR
   return parsePing(res.stdout + res.stderr, res.code);
 }
 
-async function observedRoute(plan: LabPlan, node: string, target: string, targetNode: string): Promise<ObservedRoute> {
+async function observedRoute(plan: LabPlan, paths: Map<string, Map<string, PeerPath>>, node: string, target: string, targetNode: string): Promise<ObservedRoute> {
   const n = plan.nodes.find((x) => x.name === node);
   if (!n) return 'no route';
   let route: ObservedRoute;
@@ -500,7 +507,7 @@ async function observedRoute(plan: LabPlan, node: string, target: string, target
     return 'no route';
   }
   if (route !== 'tunnel') return route;
-  const path = await tunnelPath(plan, node, targetNode);
+  const path = pathIn(paths, node, targetNode);
   return path === 'direct' ? 'tunnel' : path === 'relayed' ? 'tunnel relayed' : 'tunnel down';
 }
 
@@ -517,9 +524,10 @@ export async function runChecks(lab: RunningLab, opts: LabOptions): Promise<LabC
   try {
     await Promise.all([...probes.values()].map((p) => p.ready()));
     const routeKeys = [...new Set(pairs.map(({ a, b }) => `${a.node}>${b.ip}>${b.node}`))];
+    const paths = await tunnelPaths(plan);
     const routes = new Map(await mapLimit(routeKeys, 8, async (k) => {
       const [node, target, targetNode] = k.split('>') as [string, string, string];
-      return [`${node}>${target}`, await observedRoute(plan, node, target, targetNode)] as const;
+      return [`${node}>${target}`, await observedRoute(plan, paths, node, target, targetNode)] as const;
     }));
     const remaining = new Map(pods.map((p) => [p.name, pods.length - 1]));
     const rows = new Map<string, LabCell[]>();
