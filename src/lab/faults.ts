@@ -21,6 +21,7 @@ import { NFT_TABLE } from '../core/overlay/nft.ts';
 import { IpRoute2 } from '../adapters/iproute2.ts';
 import { Nft } from '../adapters/nft.ts';
 import { ServiceProcess } from './service-process.ts';
+import { stopChild } from './child-process.ts';
 import { PROJECT_NODE } from './agent-process.ts';
 import { type LabOptions, type LabPodInfo, nsPath, recordProcess, runChecks, type RunningLab, waitForTunnelPaths } from './lab.ts';
 
@@ -189,13 +190,7 @@ class Flow {
   async stop(): Promise<FlowResult> {
     const st = this.#last ? this.#state() : { sent: 0, echoed: 0, gap: 0, err: 'the flow client said nothing' };
     const caughtUp = this.caughtUp();
-    for (const p of [this.#client, this.#server]) {
-      if (p && p.exitCode === null && p.signalCode === null) {
-        const exited = new Promise((r) => p.once('close', r));
-        p.kill('SIGKILL');
-        await exited;
-      }
-    }
+    await Promise.all([stopChild(this.#client, 'SIGKILL'), stopChild(this.#server, 'SIGKILL')]);
     const error = st.err || (caughtUp ? undefined : `${st.sent - st.echoed} bytes never echoed`);
     return { ...this.pair, survived: error === undefined, sentBytes: st.sent, echoedBytes: st.echoed, maxGapMs: st.gap, ...(error ? { error } : {}) };
   }
@@ -219,27 +214,22 @@ function routerOf(lab: RunningLab, site: string): string {
 const cutUplink = (lab: RunningLab, site: string) => nft.apply(uplinkCutRuleset('up0'), { netns: nsPath(routerOf(lab, site)) });
 const restoreUplink = (lab: RunningLab, site: string) => nft.apply(uplinkRestoreRuleset(), { netns: nsPath(routerOf(lab, site)) });
 
-async function restartController(lab: RunningLab, notes: string[], whileDown?: () => Promise<void>): Promise<void> {
-  await lab.controller.stop('SIGKILL');
-  await sleep(HOLD_MS['controller-kill']);
+/**
+ * SIGKILLs the lab's controller or relay, holds the fault, runs `whileDown`, and starts it again from the same
+ * configuration (and so the same key): a pin that changed is noted, since agents pinned the old one.
+ */
+async function restartService(lab: RunningLab, kind: 'controller' | 'relay', notes: string[], whileDown?: () => Promise<void>): Promise<void> {
+  const service = kind === 'controller' ? lab.plan.controller : lab.plan.relay;
+  await lab[kind].stop('SIGKILL');
+  await sleep(HOLD_MS[kind === 'controller' ? 'controller-kill' : 'relay-kill']);
   await whileDown?.();
-  const controller = new ServiceProcess({ kind: 'controller', configPath: lab.plan.controller.configPath, logPath: lab.plan.controller.logPath });
-  const started = controller.start(['ip', 'netns', 'exec', lab.plan.controller.netns]);
-  recordProcess(lab, 'controller (restarted)', controller.pid);
-  lab.controller = controller;
-  const hash = await started;
-  if (hash !== lab.caCertHash) notes.push(`the restarted controller has another CA (${hash.slice(0, 23)}...): agents pinned the old one`);
-}
-
-async function restartRelay(lab: RunningLab, notes: string[]): Promise<void> {
-  await lab.relay.stop('SIGKILL');
-  await sleep(HOLD_MS['relay-kill']);
-  const relay = new ServiceProcess({ kind: 'relay', configPath: lab.plan.relay.configPath, logPath: lab.plan.relay.logPath });
-  const started = relay.start(['ip', 'netns', 'exec', lab.plan.relay.netns]);
-  recordProcess(lab, 'relay (restarted)', relay.pid);
-  lab.relay = relay;
+  const next = new ServiceProcess({ kind, configPath: service.configPath, logPath: service.logPath });
+  const started = next.start(['ip', 'netns', 'exec', service.netns]);
+  recordProcess(lab, `${kind} (restarted)`, next.pid);
+  lab[kind] = next;
   const pin = await started;
-  if (pin !== lab.relayPin) notes.push(`the restarted relay has another key (${pin.slice(0, 23)}...): agents pinned the old one`);
+  const was = kind === 'controller' ? lab.caCertHash : lab.relayPin;
+  if (pin !== was) notes.push(`the restarted ${kind} has another key (${pin.slice(0, 23)}...): agents pinned the old one`);
 }
 
 async function restartAgent(lab: RunningLab, node: string, beforeStart?: () => Promise<void>): Promise<void> {
@@ -326,10 +316,10 @@ async function runFault(lab: RunningLab, target: LabFaultTarget, say: (l: string
     const tFault = performance.now();
     switch (target.kind) {
       case 'controller-kill':
-        await restartController(lab, notes);
+        await restartService(lab, 'controller', notes);
         break;
       case 'relay-kill':
-        await restartRelay(lab, notes);
+        await restartService(lab, 'relay', notes);
         break;
       case 'direct-path-cut':
         cut = target.site as string;
@@ -340,7 +330,7 @@ async function runFault(lab: RunningLab, target: LabFaultTarget, say: (l: string
         await restartAgent(lab, target.node as string, () => sleep(HOLD_MS['agent-restart']));
         break;
       case 'offline-restart':
-        await restartController(lab, notes, async () => {
+        await restartService(lab, 'controller', notes, async () => {
           await restartAgent(lab, target.node as string, () => sleep(HOLD_MS['offline-restart']));
           // the heal is the agent's start: its samples must answer again while the controller is still down
           healAt = performance.now();
