@@ -17,11 +17,10 @@ import { closeSync, copyFileSync, existsSync, mkdtempSync, openSync, readFileSyn
 import { cpus, loadavg, release, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setImmediate as nextTurn, setTimeout as sleep } from 'node:timers/promises';
-import { parseArgs } from 'node:util';
 import { inNetns } from '../src/adapters/netns.ts';
 import { TestAgent } from '../test/support/agent.ts';
 import { addNetns, delNetns, isRoot, leftoverNetns, RUN_PREFIX } from '../test/support/netns.ts';
-import { intOption, removeRunTempDirs } from './common.ts';
+import { intOption, parseBenchArgs, removeRunTempDirs } from './common.ts';
 
 const GNU_TIME = '/usr/bin/time';
 const REF_DIR = '/usr/lib/cni';
@@ -56,27 +55,15 @@ const USAGE = `usage: node bench/cni-latency.ts [options]
   --enforce            exit 1 when a target is missed (default: report only)`;
 
 function parseOptions(argv: readonly string[]): Options {
-  const { values } = parseArgs({
-    args: [...argv],
-    strict: true,
-    options: {
-      smoke: { type: 'boolean', default: false },
-      iterations: { type: 'string' },
-      rounds: { type: 'string' },
-      concurrency: { type: 'string' },
-      'rss-samples': { type: 'string' },
-      warmup: { type: 'string' },
-      timeout: { type: 'string' },
-      enforce: { type: 'boolean', default: false },
-      json: { type: 'string' },
-      'agent-log': { type: 'string' },
-      help: { type: 'boolean', short: 'h', default: false },
-    },
+  const values = parseBenchArgs(argv, USAGE, {
+    iterations: { type: 'string' },
+    rounds: { type: 'string' },
+    concurrency: { type: 'string' },
+    'rss-samples': { type: 'string' },
+    warmup: { type: 'string' },
+    enforce: { type: 'boolean', default: false },
+    'agent-log': { type: 'string' },
   });
-  if (values.help) {
-    process.stdout.write(USAGE + '\n');
-    process.exit(0);
-  }
   const smoke = values.smoke;
   const int = intOption(USAGE);
   return {

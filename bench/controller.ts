@@ -17,7 +17,6 @@ import { existsSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync 
 import { cpus, loadavg, release, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { parseArgs } from 'node:util';
 import { adminRequest } from '../src/adapters/controller-client.ts';
 import { ATOLL_BIN, PROJECT_NODE } from '../src/lab/agent-process.ts';
 import { TestAgent } from '../test/support/agent.ts';
@@ -25,7 +24,7 @@ import { type ControllerProc, TestCloud } from '../test/support/cloud.ts';
 import { type EtcdCluster, etcdSkipReason, startEtcdCluster } from '../test/support/etcd.ts';
 import { simulateJoins, type SimulationReport } from '../test/support/join-simulator.ts';
 import { delNetns, isRoot, leftoverNetns, RUN_PREFIX } from '../test/support/netns.ts';
-import { intOption, removeRunTempDirs } from './common.ts';
+import { intOption, parseBenchArgs, removeRunTempDirs } from './common.ts';
 import { freePort } from '../test/support/ports.ts';
 
 const BOOTSTRAP_TOKEN = 'atoll-bench-bootstrap-0123456789';
@@ -69,28 +68,16 @@ const USAGE = `usage: node bench/controller.ts [options]
   --timeout SECONDS    abort (and clean up) after this long (default 3600; 300 with --smoke)`;
 
 function parseOptions(argv: readonly string[]): Options {
-  const { values } = parseArgs({
-    args: [...argv],
-    strict: true,
-    options: {
-      smoke: { type: 'boolean', default: false },
-      nodes: { type: 'string' },
-      runs: { type: 'string' },
-      concurrency: { type: 'string' },
-      stores: { type: 'string' },
-      'rss-nodes': { type: 'string' },
-      'rss-store': { type: 'string', default: 'embedded' },
-      'agent-samples': { type: 'string' },
-      'no-agent': { type: 'boolean', default: false },
-      json: { type: 'string' },
-      timeout: { type: 'string' },
-      help: { type: 'boolean', short: 'h', default: false },
-    },
+  const values = parseBenchArgs(argv, USAGE, {
+    nodes: { type: 'string' },
+    runs: { type: 'string' },
+    concurrency: { type: 'string' },
+    stores: { type: 'string' },
+    'rss-nodes': { type: 'string' },
+    'rss-store': { type: 'string', default: 'embedded' },
+    'agent-samples': { type: 'string' },
+    'no-agent': { type: 'boolean', default: false },
   });
-  if (values.help) {
-    process.stdout.write(USAGE + '\n');
-    process.exit(0);
-  }
   const smoke = values.smoke;
   const int = intOption(USAGE);
   const store = (s: string): StoreKey => {

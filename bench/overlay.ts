@@ -21,7 +21,6 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'no
 import { cpus, loadavg, release, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { parseArgs } from 'node:util';
 import { BridgeFdb } from '../src/adapters/bridge-fdb.ts';
 import { type Exec, exec as realExec } from '../src/adapters/exec.ts';
 import { IpRoute2 } from '../src/adapters/iproute2.ts';
@@ -36,7 +35,7 @@ import { TestAgent } from '../test/support/agent.ts';
 import { type ControllerProc, TestCloud } from '../test/support/cloud.ts';
 import { addNetns, delNetns, isRoot, leftoverNetns, RUN_PREFIX, sh } from '../test/support/netns.ts';
 import { until } from '../test/support/wait.ts';
-import { intOption, removeRunTempDirs } from './common.ts';
+import { intOption, parseBenchArgs, removeRunTempDirs } from './common.ts';
 
 const SELF = import.meta.filename;
 const PEERS_TARGET_MS = 1000;
@@ -79,25 +78,13 @@ const USAGE = `usage: node bench/overlay.ts [options]
   --enforce            exit 1 when a target is missed (default: report only)`;
 
 function parseOptions(argv: readonly string[]): Options {
-  const { values } = parseArgs({
-    args: [...argv],
-    strict: true,
-    options: {
-      smoke: { type: 'boolean', default: false },
-      only: { type: 'string' },
-      peers: { type: 'string' },
-      reps: { type: 'string' },
-      time: { type: 'string' },
-      timeout: { type: 'string' },
-      enforce: { type: 'boolean', default: false },
-      json: { type: 'string' },
-      help: { type: 'boolean', short: 'h', default: false },
-    },
+  const values = parseBenchArgs(argv, USAGE, {
+    only: { type: 'string' },
+    peers: { type: 'string' },
+    reps: { type: 'string' },
+    time: { type: 'string' },
+    enforce: { type: 'boolean', default: false },
   });
-  if (values.help) {
-    process.stdout.write(USAGE + '\n');
-    process.exit(0);
-  }
   const smoke = values.smoke;
   const int = intOption(USAGE);
   if (values.only !== undefined && values.only !== 'programming' && values.only !== 'throughput') {

@@ -23,13 +23,12 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'no
 import { cpus, loadavg, release, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { parseArgs } from 'node:util';
 import { LAB_STATE_DIR } from '../src/adapters/lab-state.ts';
 import { statusSocketOf } from '../src/agent/status-socket.ts';
 import type { TunnelStatus } from '../src/core/tunnel/status.ts';
 import { isRoot } from '../test/support/netns.ts';
 import { until } from '../test/support/wait.ts';
-import { intOption } from './common.ts';
+import { intOption, parseBenchArgs } from './common.ts';
 
 const ROOT = dirname(dirname(import.meta.filename));
 const ATOLL = join(ROOT, 'bin', 'atoll');
@@ -78,26 +77,14 @@ const USAGE = `usage: node bench/tunnel.ts [options]
   --enforce            exit 1 when a target is missed (default: report only)`;
 
 function parseOptions(argv: readonly string[]): Options {
-  const { values } = parseArgs({
-    args: [...argv],
-    strict: true,
-    options: {
-      smoke: { type: 'boolean', default: false },
-      only: { type: 'string' },
-      reps: { type: 'string' },
-      time: { type: 'string' },
-      rate: { type: 'string' },
-      delay: { type: 'string' },
-      timeout: { type: 'string' },
-      enforce: { type: 'boolean', default: false },
-      json: { type: 'string' },
-      help: { type: 'boolean', short: 'h', default: false },
-    },
+  const values = parseBenchArgs(argv, USAGE, {
+    only: { type: 'string' },
+    reps: { type: 'string' },
+    time: { type: 'string' },
+    rate: { type: 'string' },
+    delay: { type: 'string' },
+    enforce: { type: 'boolean', default: false },
   });
-  if (values.help) {
-    process.stdout.write(USAGE + '\n');
-    process.exit(0);
-  }
   const smoke = values.smoke;
   const int = intOption(USAGE);
   if (values.only !== undefined && values.only !== 'unshaped' && values.only !== 'shaped') {
