@@ -80,10 +80,8 @@ test('atoll lab run: every path (VXLAN, tunnel direct, hole-punched, relayed, no
     const svg = join(tmp, 'lab.svg');
     const specFile = join(tmp, 'spec.json');
     writeFileSync(specFile, JSON.stringify(SPEC));
-    const started = Date.now();
     const res = await run(['lab', 'run', '--spec', specFile, '--faults', 'controller-kill,relay-kill,direct-path-cut,agent-restart,offline-restart,pod-recreate', '--json', json, '--svg', svg], 170_000);
     assert.equal(res.code, 0, res.out);
-    assert.ok(Date.now() - started < 170_000, `took ${Date.now() - started} ms`);
     if (hasContainerd) {
       assert.match(res.out, /pods will be created by containerd's CRI \(containerd is installed\)/);
       assert.match(res.out, /pods: 6 created by containerd's CRI .*RunPodSandbox median \d+ ms/);
