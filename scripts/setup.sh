@@ -21,7 +21,8 @@ fi
 
 if ! command -v npm >/dev/null 2>&1; then
   echo "setup: npm is missing; installing Debian's nodejs and npm to bootstrap"
-  apt-get install -y -qq nodejs npm >/dev/null
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null
 fi
 
 if [ ! -x node_modules/.bin/node ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
