@@ -127,14 +127,6 @@ export class Agent {
     log.info('atoll agent ready', { socket: cfg.socketPath, usage: this.#pods.ipam.usage() });
   }
 
-  get overlay(): Overlay | undefined {
-    return this.#overlay;
-  }
-
-  get tunnel(): Tunnel | undefined {
-    return this.#tunnel;
-  }
-
   get link(): ControllerLink | undefined {
     return this.#link;
   }

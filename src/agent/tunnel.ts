@@ -89,19 +89,6 @@ export class Tunnel {
     this.#init = init;
   }
 
-  get plan(): TunnelPlan {
-    return this.#plan;
-  }
-
-  get endpoint(): TunnelEndpoint | undefined {
-    return this.#endpoint;
-  }
-
-  /** Connections refused since start (unknown key, failed handshake). */
-  get refused(): number {
-    return this.#refused;
-  }
-
   /** Opens the TUN device, starts the endpoint and, on a cloud node, the listener. @throws AtollError on failure. */
   async start(): Promise<void> {
     const { device, mtu, role, listenHost, port, credentials } = this.#init;
@@ -409,6 +396,7 @@ export class Tunnel {
         };
       }),
       skipped: this.#plan.skipped,
+      refusedConnections: this.#refused,
       dropped: endpoint ? { noPeer: endpoint.stats.droppedNoPeer, noPath: endpoint.stats.droppedNoStream, badSource: endpoint.stats.droppedBadSource, unknownRelayed: endpoint.stats.droppedUnknownRelayed, tunWrite: endpoint.stats.droppedTunWrite } : {},
     };
   }

@@ -77,10 +77,6 @@ export class Relay {
     return this.#pin;
   }
 
-  get members(): ReadonlyMap<string, RelayMember> {
-    return this.#members;
-  }
-
   /** Loads or creates the key, listens, and starts following the controller. */
   async start(): Promise<void> {
     const credentials = loadOrCreateTunnelCredentials(this.#cfg.dataDir, 'atoll-relay');

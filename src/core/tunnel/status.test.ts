@@ -14,6 +14,7 @@ test('atoll peers: a row per peer with path, rtt, traffic, age and punch count; 
     ],
     skipped: [{ name: 'c-1', reason: 'edge in community red, not ours (blue): not allowed' }],
     dropped: { badSource: 3, noPath: 0 },
+    refusedConnections: 2,
   };
   const lines = renderPeers(st, now);
   assert.match(lines[0]!, /^PEER\s+ROLE\s+PATH\s+RTT\s+SENT\s+RECEIVED\s+FOR\s+PUNCHED$/);
@@ -25,6 +26,7 @@ test('atoll peers: a row per peer with path, rtt, traffic, age and punch count; 
     'b-2: last hole punch failed: timed out',
     'no path to c-1: edge in community red, not ours (blue): not allowed',
     'dropped packets: badSource 3',
+    'refused connections: 2',
   ]);
   assert.deepEqual(renderPeers({ role: 'cloud', peers: [], skipped: [], dropped: {} }, now).slice(1), ['(no tunnel peers)']);
 });

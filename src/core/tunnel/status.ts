@@ -30,6 +30,8 @@ export interface TunnelStatus {
   readonly skipped: readonly { readonly name: string; readonly reason: string }[];
   /** Packets the tunnel dropped, by reason (spoofed sources under `badSource`). */
   readonly dropped: Readonly<Record<string, number>>;
+  /** Tunnel connections refused since the agent started (a key that is not a registered peer's, a failed handshake). */
+  readonly refusedConnections?: number;
 }
 
 function bytes(n: number): string {
@@ -70,5 +72,6 @@ export function renderPeers(st: TunnelStatus, now: number): string[] {
   for (const s of st.skipped) out.push(`no path to ${s.name}: ${s.reason}`);
   const drops = Object.entries(st.dropped).filter(([, n]) => n > 0);
   if (drops.length > 0) out.push(`dropped packets: ${drops.map(([k, n]) => `${k} ${n}`).join(', ')}`);
+  if (st.refusedConnections) out.push(`refused connections: ${st.refusedConnections}`);
   return out;
 }
