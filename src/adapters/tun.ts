@@ -10,8 +10,10 @@
  *   that exceeds the TUN's gso_max_size is segmented in software before the TUN: 1.5 KB reads and 0.6-0.9 Gbit/s
  *   instead of 64 KB reads and 3-4 Gbit/s. A skb at the TUN is always shorter than its gso_max_size.
  * - Readiness comes from a libuv pipe handle on the fd (`net.Socket({ fd })` refuses a TUN fd, but a Pipe handle
- *   opened on it works): libuv reads one packet per wake-up, so on each wake-up we drain the rest with non-blocking
- *   `read()` until EAGAIN and hand the whole batch over at once.
+ *   opened on it works): libuv reads one packet per wake-up, into our slab (its `onread` option), so on each wake-up
+ *   we drain the rest with non-blocking `read()` until EAGAIN and hand the whole batch over at once.
+ * - Nothing is allocated per packet: packets are read into 1 MiB slabs that are reused once every packet of theirs
+ *   was released by its consumer (a fresh buffer per read kept V8's full GC busy at a few Gbit/s).
  * - Writes go one packet per `write()`: a TUN write is one packet, so a stream must never `writev` to it.
  * - The device lives in the network namespace the fd was opened in: pass `netns` to open it there (the main thread
  *   switches for the open and the ioctls only; see netns.ts).
@@ -46,8 +48,21 @@ export const TUN_GSO_MAX_SIZE = 65_536;
 export const TUN_READ_SIZE = TUN_GSO_MAX_SIZE + 10;
 /** At most this many packets are drained per wake-up, so one busy device cannot starve the event loop. */
 const MAX_BATCH = 256;
-/** Packets are read into slabs of this size; a slab is never reused, since its packets may sit in a stream's queue. */
+/** Packets are read into slabs of this size... */
 const SLAB_SIZE = 1024 * 1024;
+/**
+ * ...and at most this many slabs are kept for reuse. A slab is reused only once every packet read into it was
+ * released ({@link TunDevice.release}): fresh slabs at 300 MB/s kept V8's major GC running several times a second.
+ */
+const SLABS_KEPT = 32;
+
+/** A slab packets are read into, and how many of them are still out (handed over and not released). */
+interface Slab {
+  readonly buf: Buffer;
+  out: number;
+  /** Whether it is full and waits for its last packets to come back before it is reused. */
+  retired: boolean;
+}
 
 interface Libc {
   open: (path: string, flags: number) => number;
@@ -117,7 +132,11 @@ export class TunDevice {
   readonly stats: TunStats = { packetsRead: 0, bytesRead: 0, packetsWritten: 0, bytesWritten: 0, writeErrors: 0, lastWriteErrno: 0 };
   private readonly lib: Libc;
   private watcher: Socket | undefined;
-  private slab = Buffer.allocUnsafe(SLAB_SIZE);
+  /** Slabs of this device by their memory, to find a released packet's slab. */
+  private readonly slabs = new Map<ArrayBufferLike, Slab>();
+  /** Slabs with no packet out, ready for reuse. */
+  private readonly free: Slab[] = [];
+  private slab: Slab;
   private slabUsed = 0;
   private closed = false;
 
@@ -125,12 +144,15 @@ export class TunDevice {
     this.name = name;
     this.fd = fd;
     this.lib = load();
+    this.slab = this.newSlab();
   }
 
   /**
-   * Starts reading: `onBatch` gets the packets of one wake-up, each a view of a buffer never reused (safe to queue).
-   * `headroom` bytes are left free in front of every packet (e.g. for a frame's length prefix): packet `p` of the
-   * batch has `p.byteOffset - headroom` writable bytes before it, in the same buffer.
+   * Starts reading: `onBatch` gets the packets of one wake-up, each a view of a slab that is not reused until the
+   * packet is given back with {@link release} (so it may be queued until then). Every packet must be released once,
+   * when it was sent or dropped; one that never is only keeps its slab from being reused. `headroom` bytes are left
+   * free in front of every packet (e.g. for a frame's length prefix): packet `p` of the batch has
+   * `p.byteOffset - headroom` writable bytes before it, in the same buffer.
    */
   start(onBatch: (packets: Buffer[]) => void, headroom = 0): void {
     if (this.watcher) throw new Error(`TUN device ${this.name} is already reading`);
@@ -138,18 +160,21 @@ export class TunDevice {
     const handle = new Pipe(constants.SOCKET) as { open(fd: number): number };
     const rc = handle.open(this.fd);
     if (rc !== 0) throw tunError(this.name, 'watching the fd with libuv', -rc);
-    const watcher = new Socket({ handle, readable: true, writable: false } as unknown as ConstructorParameters<typeof Socket>[0]);
+    // libuv reads the first packet of each wake-up straight into the slab (onread: no buffer allocated per read, which
+    // at a few thousand wake-ups a second kept V8's major GC busy); the rest of the wake-up is drained by hand.
+    const watcher = new Socket({
+      handle, readable: true, writable: false,
+      onread: {
+        buffer: () => this.region(headroom),
+        callback: (n: number, region: Buffer) => {
+          const batch: Buffer[] = [this.commit(region, n)];
+          this.drain(batch, headroom);
+          onBatch(batch);
+          return true;
+        },
+      },
+    } as unknown as ConstructorParameters<typeof Socket>[0]);
     this.watcher = watcher;
-    watcher.on('data', (first: Buffer) => {
-      // libuv read one packet into its own buffer: copy it with the headroom, then drain the rest ourselves.
-      const batch: Buffer[] = [];
-      const p = this.take(first.length, headroom);
-      first.copy(p);
-      batch.push(p);
-      this.count(first.length);
-      this.drain(batch, headroom);
-      onBatch(batch);
-    });
     watcher.on('error', (err) => {
       process.emitWarning(`TUN device ${this.name}: read error: ${err.message}`);
     });
@@ -164,30 +189,58 @@ export class TunDevice {
     this.watcher?.resume();
   }
 
-  /** A fresh region of `length` bytes with `headroom` before it, from the current slab (or a new one). */
-  private take(length: number, headroom: number): Buffer {
-    if (this.slabUsed + headroom + length > this.slab.length) {
-      this.slab = Buffer.allocUnsafe(SLAB_SIZE);
+  /**
+   * Room for the next read: TUN_READ_SIZE bytes with `headroom` free bytes before them, in the current slab or the
+   * next one. Nothing is claimed until {@link commit}.
+   */
+  private region(headroom: number): Buffer {
+    if (this.slabUsed + headroom + TUN_READ_SIZE > SLAB_SIZE) {
+      const full = this.slab;
+      if (full.out > 0) {
+        full.retired = true;
+        this.slab = this.free.pop() ?? this.newSlab();
+      }
       this.slabUsed = 0;
     }
     const start = this.slabUsed + headroom;
-    this.slabUsed = start + length;
-    return this.slab.subarray(start, start + length);
+    return this.slab.buf.subarray(start, start + TUN_READ_SIZE);
   }
 
-  private count(n: number): void {
+  /** A new slab, kept for reuse while fewer than SLABS_KEPT are. */
+  private newSlab(): Slab {
+    const slab: Slab = { buf: Buffer.allocUnsafe(SLAB_SIZE), out: 0, retired: false };
+    if (this.slabs.size < SLABS_KEPT) this.slabs.set(slab.buf.buffer, slab);
+    return slab;
+  }
+
+  /** Claims the first `n` bytes of `region` (just read into) as a packet. */
+  private commit(region: Buffer, n: number): Buffer {
+    this.slabUsed = region.byteOffset - this.slab.buf.byteOffset + n;
+    this.slab.out++;
     this.stats.packetsRead++;
     this.stats.bytesRead += n;
+    return region.subarray(0, n);
+  }
+
+  /** Gives back a packet read from this device: its bytes may be overwritten from now on. */
+  release(pkt: Uint8Array): void {
+    const slab = this.slabs.get(pkt.buffer);
+    if (slab === undefined || --slab.out > 0 || !slab.retired) return;
+    slab.retired = false;
+    this.free.push(slab);
+  }
+
+  /** Packets handed out and not released yet (for tests and metrics). */
+  get packetsOut(): number {
+    let n = 0;
+    for (const slab of this.slabs.values()) n += slab.out;
+    return n;
   }
 
   private drain(batch: Buffer[], headroom: number): void {
     while (batch.length < MAX_BATCH) {
-      if (this.slabUsed + headroom + TUN_READ_SIZE > this.slab.length) {
-        this.slab = Buffer.allocUnsafe(SLAB_SIZE);
-        this.slabUsed = 0;
-      }
-      const start = this.slabUsed + headroom;
-      const n = this.lib.read(this.fd, this.slab.subarray(start), TUN_READ_SIZE);
+      const region = this.region(headroom);
+      const n = this.lib.read(this.fd, region, TUN_READ_SIZE);
       if (n < 0) {
         const errno = koffi.errno();
         if (errno === EINTR) continue;
@@ -195,9 +248,7 @@ export class TunDevice {
         return;
       }
       if (n === 0) return;
-      this.slabUsed = start + n;
-      batch.push(this.slab.subarray(start, start + n));
-      this.count(n);
+      batch.push(this.commit(region, n));
     }
   }
 

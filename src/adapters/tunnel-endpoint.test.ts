@@ -27,12 +27,16 @@ function packet(src: string, dst: string): Buffer {
 class FakeTun {
   onBatch: (b: Buffer[]) => void = () => {};
   readonly written: Uint8Array[] = [];
+  readonly released: Uint8Array[] = [];
   start(onBatch: (b: Buffer[]) => void): void {
     this.onBatch = onBatch;
   }
   write(p: Uint8Array): boolean {
     this.written.push(p);
     return true;
+  }
+  release(p: Uint8Array): void {
+    this.released.push(p);
   }
   pause(): void {}
   resume(): void {}
@@ -41,14 +45,18 @@ class FakeTun {
 
 class FakeStream extends EventEmitter {
   readonly sent: string[] = [];
+  /** The streams' `sent` callbacks of queued packets, called by the test when the "write" completes. */
+  readonly pending: (() => void)[] = [];
   alive = true;
   congested = false;
-  send(p: Buffer): boolean {
+  send(p: Buffer, sent: () => void): boolean {
     this.sent.push(`direct ${p[VNET_HDR_LEN + 19]}`);
+    if (this.alive) this.pending.push(sent);
     return this.alive;
   }
-  sendRelayed(id: Uint8Array, p: Buffer): boolean {
+  sendRelayed(id: Uint8Array, p: Buffer, sent: () => void): boolean {
     this.sent.push(`relayed to ${pinOfPeerId(id).slice(7, 9)} ${p[VNET_HDR_LEN + 19]}`);
+    if (this.alive) this.pending.push(sent);
     return this.alive;
   }
   close(): void {
@@ -69,9 +77,13 @@ test('tunnel endpoint: direct stream first, else the relay for relay peers; rela
   assert.equal(endpoint.pathOf('b-1'), 'relayed');
   assert.equal(endpoint.pathOf('cloud-1'), 'down', 'a cloud peer is never carried by the relay');
 
-  tun.onBatch([packet('10.100.0.2', '10.100.2.7'), packet('10.100.0.2', '10.100.1.8'), packet('10.100.0.2', '192.0.2.9')]);
+  const first = [packet('10.100.0.2', '10.100.2.7'), packet('10.100.0.2', '10.100.1.8'), packet('10.100.0.2', '192.0.2.9')];
+  tun.onBatch(first);
   assert.deepEqual(relay.sent, ['relayed to bb 7']);
   assert.deepEqual([endpoint.stats.droppedNoStream, endpoint.stats.droppedNoPeer], [1, 1]);
+  assert.deepEqual(tun.released, [first[1], first[2]], 'dropped packets go back to the TUN device at once');
+  relay.pending.splice(0).forEach((sent) => sent());
+  assert.deepEqual(tun.released, [first[1], first[2], first[0]], 'a sent packet goes back when its stream is done with it');
 
   const direct = new FakeStream();
   endpoint.attach('b-1', direct as unknown as TunnelStream);

@@ -162,14 +162,17 @@ export class TunnelEndpoint {
       const e = peer === undefined ? undefined : this.entries.get(peer);
       if (peer === undefined || e === undefined) {
         this.stats.droppedNoPeer++;
+        this.tun.release(pkt);
         continue;
       }
       const direct = this.streams.get(peer);
+      const sent = () => this.tun.release(pkt);
       let via: TunnelStream | undefined;
-      if (direct) via = direct.send(pkt) ? direct : undefined;
-      else if (this.relay && e.peer.viaRelay) via = this.relay.sendRelayed(e.id, pkt) ? this.relay : undefined;
+      if (direct) via = direct.send(pkt, sent) ? direct : undefined;
+      else if (this.relay && e.peer.viaRelay) via = this.relay.sendRelayed(e.id, pkt, sent) ? this.relay : undefined;
       if (!via) {
         this.stats.droppedNoStream++;
+        this.tun.release(pkt);
         continue;
       }
       this.stats.forwardedOut++;

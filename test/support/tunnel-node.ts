@@ -56,7 +56,7 @@ if (spec.dial) {
 }
 const report = () => {
   const tmp = `${spec.statsFile}.tmp`;
-  writeFileSync(tmp, JSON.stringify({ endpoint: endpoint.stats, tun: tun.stats, stream: stream?.stats, connected: stream?.alive ?? false, refused }));
+  writeFileSync(tmp, JSON.stringify({ endpoint: endpoint.stats, tun: tun.stats, tunPacketsOut: tun.packetsOut, stream: stream?.stats, connected: stream?.alive ?? false, refused }));
   renameSync(tmp, spec.statsFile);
 };
 setInterval(report, 200);
