@@ -1,6 +1,6 @@
 /**
  * `atoll peers [--json] [--config FILE | --socket PATH]`: this node's tunnel peers, read from the agent's status
- * socket (src/agent/status-server.ts): the path each takes now (direct, relayed, down), its round trip, the traffic,
+ * socket (src/agent/status-socket.ts): the path each takes now (direct, relayed, down), its round trip, the traffic,
  * hole punching, the peers left out with why, and the tunnel's drop counters.
  */
 import { parseArgs } from 'node:util';
@@ -12,6 +12,10 @@ export async function runPeers(argv: string[]): Promise<number> {
   const { values } = parseArgs({ args: argv, options: { json: { type: 'boolean', default: false }, config: { type: 'string' }, socket: { type: 'string' } } });
   const socket = values.socket ?? statusSocketOf(values.config ? loadAgentConfig(values.config).socketPath : '/run/atoll/atoll.sock');
   const tunnel = await readTunnelStatus(socket);
+  // a reader that went away (`atoll peers | head`) is not an error
+  process.stdout.on('error', (err: NodeJS.ErrnoException) => {
+    if (err.code !== 'EPIPE') throw err;
+  });
   if (values.json) {
     process.stdout.write(`${JSON.stringify(tunnel, null, 2)}\n`);
     return 0;
