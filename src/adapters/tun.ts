@@ -24,6 +24,7 @@ import { getSystemErrorMessage, getSystemErrorName } from 'node:util';
 import koffi from 'koffi';
 import { atollError } from '../core/errors.ts';
 import { inNetns } from './netns.ts';
+import { SlabPool } from './slab-pool.ts';
 
 const O_RDWR = 2;
 const O_NONBLOCK = 0o4000;
@@ -48,22 +49,6 @@ export const TUN_GSO_MAX_SIZE = 65_536;
 export const TUN_READ_SIZE = TUN_GSO_MAX_SIZE + 10;
 /** At most this many packets are drained per wake-up, so one busy device cannot starve the event loop. */
 const MAX_BATCH = 256;
-/** Packets are read into slabs of this size... */
-const SLAB_SIZE = 1024 * 1024;
-/**
- * ...and at most this many slabs are kept for reuse. A slab is reused only once every packet read into it was
- * released ({@link TunDevice.release}): fresh slabs at 300 MB/s kept V8's major GC running several times a second.
- */
-const SLABS_KEPT = 32;
-
-/** A slab packets are read into, and how many of them are still out (handed over and not released). */
-interface Slab {
-  readonly buf: Buffer;
-  out: number;
-  /** Whether it is full and waits for its last packets to come back before it is reused. */
-  retired: boolean;
-}
-
 interface Libc {
   open: (path: string, flags: number) => number;
   ioctlPtr: (fd: number, req: number, arg: Buffer) => number;
@@ -132,19 +117,14 @@ export class TunDevice {
   readonly stats: TunStats = { packetsRead: 0, bytesRead: 0, packetsWritten: 0, bytesWritten: 0, writeErrors: 0, lastWriteErrno: 0 };
   private readonly lib: Libc;
   private watcher: Socket | undefined;
-  /** Slabs of this device by their memory, to find a released packet's slab. */
-  private readonly slabs = new Map<ArrayBufferLike, Slab>();
-  /** Slabs with no packet out, ready for reuse. */
-  private readonly free: Slab[] = [];
-  private slab: Slab;
-  private slabUsed = 0;
+  /** Packets are read into its slabs, reused once their packets were released. */
+  private readonly pool = new SlabPool();
   private closed = false;
 
   constructor(name: string, fd: number) {
     this.name = name;
     this.fd = fd;
     this.lib = load();
-    this.slab = this.newSlab();
   }
 
   /**
@@ -165,7 +145,7 @@ export class TunDevice {
     const watcher = new Socket({
       handle, readable: true, writable: false,
       onread: {
-        buffer: () => this.region(headroom),
+        buffer: () => this.pool.region(headroom, TUN_READ_SIZE),
         callback: (n: number, region: Buffer) => {
           const batch: Buffer[] = [this.commit(region, n)];
           this.drain(batch, headroom);
@@ -189,57 +169,26 @@ export class TunDevice {
     this.watcher?.resume();
   }
 
-  /**
-   * Room for the next read: TUN_READ_SIZE bytes with `headroom` free bytes before them, in the current slab or the
-   * next one. Nothing is claimed until {@link commit}.
-   */
-  private region(headroom: number): Buffer {
-    if (this.slabUsed + headroom + TUN_READ_SIZE > SLAB_SIZE) {
-      const full = this.slab;
-      if (full.out > 0) {
-        full.retired = true;
-        this.slab = this.free.pop() ?? this.newSlab();
-      }
-      this.slabUsed = 0;
-    }
-    const start = this.slabUsed + headroom;
-    return this.slab.buf.subarray(start, start + TUN_READ_SIZE);
-  }
-
-  /** A new slab, kept for reuse while fewer than SLABS_KEPT are. */
-  private newSlab(): Slab {
-    const slab: Slab = { buf: Buffer.allocUnsafe(SLAB_SIZE), out: 0, retired: false };
-    if (this.slabs.size < SLABS_KEPT) this.slabs.set(slab.buf.buffer, slab);
-    return slab;
-  }
-
   /** Claims the first `n` bytes of `region` (just read into) as a packet. */
   private commit(region: Buffer, n: number): Buffer {
-    this.slabUsed = region.byteOffset - this.slab.buf.byteOffset + n;
-    this.slab.out++;
     this.stats.packetsRead++;
     this.stats.bytesRead += n;
-    return region.subarray(0, n);
+    return this.pool.commit(region, n);
   }
 
   /** Gives back a packet read from this device: its bytes may be overwritten from now on. */
   release(pkt: Uint8Array): void {
-    const slab = this.slabs.get(pkt.buffer);
-    if (slab === undefined || --slab.out > 0 || !slab.retired) return;
-    slab.retired = false;
-    this.free.push(slab);
+    this.pool.release(pkt);
   }
 
   /** Packets handed out and not released yet (for tests and metrics). */
   get packetsOut(): number {
-    let n = 0;
-    for (const slab of this.slabs.values()) n += slab.out;
-    return n;
+    return this.pool.out;
   }
 
   private drain(batch: Buffer[], headroom: number): void {
     while (batch.length < MAX_BATCH) {
-      const region = this.region(headroom);
+      const region = this.pool.region(headroom, TUN_READ_SIZE);
       const n = this.lib.read(this.fd, region, TUN_READ_SIZE);
       if (n < 0) {
         const errno = koffi.errno();

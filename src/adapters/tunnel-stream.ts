@@ -23,6 +23,7 @@ import { type ConnectionOptions, connect, createSecureContext, createServer, typ
 import { atollError } from '../core/errors.ts';
 import { encodeFrame, FRAME_HEADER, FRAME_HEADROOM, FRAME_KIND, FrameDecoder, FrameError, type FrameKind, PEER_ID_LEN, writeFrameHeader } from '../core/tunnel/frame.ts';
 import { writeFileDurably } from './durable-file.ts';
+import type { SlabPool } from './slab-pool.ts';
 
 /** A node's tunnel credentials: its private key and the self-signed certificate of its public key (both PEM). */
 export interface TunnelCredentials {
@@ -139,10 +140,13 @@ export interface TunnelStreamOptions {
   readonly keepaliveMs?: number;
   readonly deadAfterMs?: number;
   /**
-   * Whether payloads handed to `frame`/`relayed` listeners may be kept after the call (a relay queues them). Off, a
-   * payload split across reads is assembled in one buffer reused for the next (no allocation per frame).
+   * Payloads handed to `relayed`/`relayed-control` listeners may then be kept after the call (a relay queues them):
+   * payloads split across reads are assembled in pieces of this pool, and such a listener gives its payload back
+   * (`pool.release`) when done with it; the stream gives back every other frame's payload itself. Without a pool, a
+   * payload split across reads is assembled in one buffer reused for the next (no allocation per frame either), and
+   * no payload may be kept after its event. A stream whose reads go through a ReadTap cannot keep payloads.
    */
-  readonly keepPayloads?: boolean;
+  readonly pool?: SlabPool;
 }
 
 /**
@@ -161,6 +165,7 @@ export class TunnelStream extends EventEmitter {
   private readonly socket: TLSSocket;
   private readonly decoder: FrameDecoder;
   private readonly keepalive: NodeJS.Timeout;
+  private readonly pool: SlabPool | undefined;
   private lastHeard = performance.now();
   private corked = false;
   private dead = false;
@@ -170,7 +175,10 @@ export class TunnelStream extends EventEmitter {
     super();
     this.socket = socket;
     this.peerPin = peerPin;
-    this.decoder = new FrameDecoder({ reuse: !opts.keepPayloads });
+    if (opts.pool && tap) throw new Error('a tunnel stream reading through a ReadTap cannot keep payloads');
+    const pool = opts.pool;
+    this.pool = pool;
+    this.decoder = new FrameDecoder(pool ? { allocate: (size) => pool.take(size) } : { reuse: true });
     this.remote = { host: (socket.remoteAddress ?? '').replace(/^::ffff:/, ''), port: socket.remotePort ?? 0 };
     socket.setNoDelay(true);
     const onChunk = (chunk: Buffer) => {
@@ -200,22 +208,33 @@ export class TunnelStream extends EventEmitter {
         this.stats.framesReceived++;
         this.stats.bytesReceived += payload.length;
         this.emit('frame', payload);
+        this.pool?.release(payload);
         return;
       case FRAME_KIND.relayedPacket:
         this.stats.framesReceived++;
         this.stats.bytesReceived += payload.length - PEER_ID_LEN;
         this.emit('relayed', payload.subarray(0, PEER_ID_LEN), payload.subarray(PEER_ID_LEN));
         return;
-      case FRAME_KIND.control: {
-        const msg = parseControl(payload);
-        if (msg.t === 'ping') this.sendControl({ t: 'pong', at: msg.at });
-        else if (msg.t === 'pong' && typeof msg.at === 'number') this.rttMs = Math.max(0, performance.now() - msg.at);
-        else this.emit('control', msg);
+      case FRAME_KIND.control:
+        try {
+          const msg = parseControl(payload);
+          if (msg.t === 'ping') this.sendControl({ t: 'pong', at: msg.at });
+          else if (msg.t === 'pong' && typeof msg.at === 'number') this.rttMs = Math.max(0, performance.now() - msg.at);
+          else this.emit('control', msg);
+        } finally {
+          this.pool?.release(payload);
+        }
         return;
-      }
       case FRAME_KIND.relayedControl: {
         const body = payload.subarray(PEER_ID_LEN);
-        this.emit('relayed-control', payload.subarray(0, PEER_ID_LEN), parseControl(body), body);
+        let msg: ControlMessage;
+        try {
+          msg = parseControl(body);
+        } catch (err) {
+          this.pool?.release(payload);
+          throw err;
+        }
+        this.emit('relayed-control', payload.subarray(0, PEER_ID_LEN), msg, body);
         return;
       }
     }
@@ -270,9 +289,11 @@ export class TunnelStream extends EventEmitter {
    * Passes on a relayed frame this relay received on another stream, from the peer `fromId`: `id` and `body` are the
    * views the `relayed` / `relayed-control` event gave (the destination's id, then the rest). The id is overwritten
    * with the origin's in place and the frame, whose prefix lies right in front of it (see FrameDecoder), is queued
-   * without a copy. @returns false when dropped (stream dead or its queue full).
+   * without a copy; `sent` is called once this stream is done with those bytes, only when this returns true.
+   * @returns false when dropped (stream dead or its queue full).
    */
-  relay(kind: typeof FRAME_KIND.relayedPacket | typeof FRAME_KIND.relayedControl, fromId: Uint8Array, id: Uint8Array, body: Uint8Array): boolean {
+  relay(kind: typeof FRAME_KIND.relayedPacket | typeof FRAME_KIND.relayedControl, fromId: Uint8Array, id: Uint8Array, body: Uint8Array,
+    sent?: () => void): boolean {
     if (this.dead) return false;
     if (this.socket.writableLength > DROP_ABOVE) {
       this.stats.droppedQueueFull++;
@@ -288,7 +309,7 @@ export class TunnelStream extends EventEmitter {
       frame.set(fromId, FRAME_HEADER);
       frame.set(body, FRAME_HEADROOM);
     }
-    this.write(frame);
+    this.write(frame, sent);
     this.stats.framesSent++;
     this.stats.bytesSent += body.length;
     return true;

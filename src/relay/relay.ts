@@ -24,6 +24,7 @@ import { applyWatchLine, ControllerClient } from '../adapters/controller-client.
 import { ClusterStateFile } from '../adapters/cluster-state-file.ts';
 import { discoverPinnedCa } from '../adapters/pki.ts';
 import { listenTunnel, loadOrCreateTunnelCredentials, spkiPin, type TunnelStream } from '../adapters/tunnel-stream.ts';
+import { SlabPool } from '../adapters/slab-pool.ts';
 import type { RelayConfig } from '../config/relay-config.ts';
 
 export interface RelayStats {
@@ -63,6 +64,8 @@ export class Relay {
   readonly #abort = new AbortController();
   #statsTimer: NodeJS.Timeout | undefined;
   #pin = '';
+  /** Frames split across reads are assembled here and wait in the destination's queue until written. */
+  readonly #frames = new SlabPool();
 
   constructor(cfg: RelayConfig, log: Logger) {
     this.#cfg = cfg;
@@ -70,6 +73,11 @@ export class Relay {
     this.#registry = new ClusterStateFile(join(cfg.dataDir, 'registry.json'));
     this.#nodes = this.#registry.load().peers;
     this.#setMembers();
+  }
+
+  /** Frames assembled from several reads and not yet written on (for tests and metrics; 0 when idle). */
+  get framesHeld(): number {
+    return this.#frames.out;
   }
 
   /** The relay's key pin: agents configure it as `tunnel.relay.pin`. */
@@ -89,7 +97,7 @@ export class Relay {
         this.stats.refused++;
         this.#log.warn('relay connection refused', { reason });
       },
-      streamOptions: { keepPayloads: true }, // forwarded frames wait in the destination's queue
+      streamOptions: { pool: this.#frames }, // forwarded frames wait in the destination's queue
     });
     this.#server = server;
     void this.#follow();
@@ -135,19 +143,23 @@ export class Relay {
 
   /** Passes a relayed frame from `from` on to the node `toId` names, if it is here and the pair is allowed. */
   #forward(from: RelayMember, fromId: Uint8Array, toId: Uint8Array, kind: typeof FRAME_KIND.relayedPacket | typeof FRAME_KIND.relayedControl, body: Uint8Array): void {
+    const done = () => this.#frames.release(body);
     const to = this.#sessions.get(pinOfPeerId(toId));
     if (!to) {
       this.stats.droppedNoDestination++;
+      done();
       return;
     }
     // the registry as it is now (a node may have changed community since it connected)
     const [a, b] = [this.#members.get(from.pin), this.#members.get(to.member.pin)];
     if (!a || !b || !relayAllows(a, b)) {
       this.stats.droppedNotAllowed++;
+      done();
       return;
     }
-    if (!to.stream.relay(kind, fromId, toId, body)) {
+    if (!to.stream.relay(kind, fromId, toId, body, done)) {
       this.stats.droppedQueueFull++;
+      done();
       return;
     }
     if (kind === FRAME_KIND.relayedControl) this.stats.forwardedControl++;

@@ -73,7 +73,8 @@ export class FrameError extends Error {
  * Incremental decoder: feed it the stream's chunks in order; it calls `onFrame` once per whole frame, in order,
  * with its kind and payload.
  * A payload lying wholly inside one chunk is handed out as a view of that chunk (no copy), so `onFrame` must be done
- * with it before the chunk's memory is reused; a payload split across chunks is assembled in a fresh array. Either
+ * with it before the chunk's memory is reused; a payload split across chunks is assembled in a buffer the decoder
+ * reuses, or one from `allocate`, or a fresh array. Either
  * way the frame's own prefix lies right in front of the payload in the same buffer, so a whole frame can be passed
  * on without a copy (a relay does).
  * @throws FrameError on an unknown kind or a zero or oversized length; the decoder is then unusable.
@@ -88,13 +89,18 @@ export class FrameDecoder {
   /** With `reuse`, the one buffer assembled payloads are built in (they are then only valid during `onFrame`). */
   private readonly assembly: Uint8Array | undefined;
 
+  /** Where split payloads are assembled without `reuse`: `size` bytes (prefix and payload) of their own. */
+  private readonly allocate: (size: number) => Uint8Array;
+
   /**
    * @param opts.reuse assemble split payloads in one buffer kept for the decoder's life instead of a fresh one each:
    *   no allocation per frame, for a consumer that is done with every payload when `onFrame` returns (an agent
    *   writes it to its TUN device at once; a relay, which queues it, must not set this).
+   * @param opts.allocate without `reuse`, where assembled payloads go (a relay's pool); a fresh array otherwise.
    */
-  constructor(opts: { readonly reuse?: boolean } = {}) {
+  constructor(opts: { readonly reuse?: boolean; readonly allocate?: (size: number) => Uint8Array } = {}) {
     this.assembly = opts.reuse ? new Uint8Array(FRAME_HEADER + MAX_FRAME_PAYLOAD) : undefined;
+    this.allocate = opts.allocate ?? ((size) => new Uint8Array(size));
   }
 
   /** Bytes received but not yet handed out as a frame. */
@@ -146,7 +152,7 @@ export class FrameDecoder {
         onFrame(chunk.subarray(pos, pos + length), kind as FrameKind);
         pos += length;
       } else {
-        const whole = this.assembly ? this.assembly.subarray(0, FRAME_HEADER + length) : new Uint8Array(FRAME_HEADER + length);
+        const whole = this.assembly ? this.assembly.subarray(0, FRAME_HEADER + length) : this.allocate(FRAME_HEADER + length);
         writeFrameHeader(whole, 0, length, kind as FrameKind);
         this.partial = whole.subarray(FRAME_HEADER);
         this.partialHave = 0;
