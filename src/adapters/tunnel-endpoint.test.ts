@@ -6,18 +6,17 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { EventEmitter } from 'node:events';
 import { parseCidr } from '../core/net/ipv4.ts';
-import { FRAME_HEADROOM, peerIdOfPin, pinOfPeerId } from '../core/tunnel/frame.ts';
+import { FRAME_HEADER } from '../core/tunnel/frame.ts';
 import { VNET_HDR_LEN } from '../core/tunnel/routing.ts';
 import type { TunDevice } from './tun.ts';
 import type { TunnelStream } from './tunnel-stream.ts';
 import { TunnelEndpoint } from './tunnel-endpoint.ts';
 
 const cidr = (t: string) => parseCidr(t) ?? assert.fail(t);
-const pin = (c: string) => `sha256:${c.repeat(64)}`;
 
 /** A virtio header then a minimal IPv4 header from `src` to `dst`, with the headroom the TUN reader leaves. */
 function packet(src: string, dst: string): Buffer {
-  const p = Buffer.alloc(FRAME_HEADROOM + VNET_HDR_LEN + 20).subarray(FRAME_HEADROOM);
+  const p = Buffer.alloc(FRAME_HEADER + VNET_HDR_LEN + 20).subarray(FRAME_HEADER);
   p[VNET_HDR_LEN] = 0x45;
   p.set(src.split('.').map(Number), VNET_HDR_LEN + 12);
   p.set(dst.split('.').map(Number), VNET_HDR_LEN + 16);
@@ -44,18 +43,13 @@ class FakeTun {
 }
 
 class FakeStream extends EventEmitter {
-  readonly sent: string[] = [];
-  /** The streams' `sent` callbacks of queued packets, called by the test when the "write" completes. */
+  readonly sent: number[] = [];
+  /** The `sent` callbacks of queued packets, called by the test when the "write" completes. */
   readonly pending: (() => void)[] = [];
   alive = true;
   congested = false;
   send(p: Buffer, sent: () => void): boolean {
-    this.sent.push(`direct ${p[VNET_HDR_LEN + 19]}`);
-    if (this.alive) this.pending.push(sent);
-    return this.alive;
-  }
-  sendRelayed(id: Uint8Array, p: Buffer, sent: () => void): boolean {
-    this.sent.push(`relayed to ${pinOfPeerId(id).slice(7, 9)} ${p[VNET_HDR_LEN + 19]}`);
+    this.sent.push(p[VNET_HDR_LEN + 19] as number);
     if (this.alive) this.pending.push(sent);
     return this.alive;
   }
@@ -65,42 +59,52 @@ class FakeStream extends EventEmitter {
   }
 }
 
-test('tunnel endpoint: direct stream first, else the relay for relay peers; relayed packets checked against the origin', () => {
+test('tunnel endpoint: the direct stream first, else a circuit through the relay (the peer\'s first); all checked against the peer\'s blocks', () => {
   const tun = new FakeTun();
   const endpoint = new TunnelEndpoint(tun as unknown as TunDevice, [
-    { id: 'cloud-1', pin: pin('c'), blocks: [cidr('10.100.1.0/26')], viaRelay: false },
-    { id: 'b-1', pin: pin('b'), blocks: [cidr('10.100.2.0/26')], viaRelay: true },
+    { id: 'cloud-1', blocks: [cidr('10.100.1.0/26')] },
+    { id: 'b-1', blocks: [cidr('10.100.2.0/26')] },
   ]);
   endpoint.start();
-  const relay = new FakeStream();
-  endpoint.setRelay(relay as unknown as TunnelStream);
+  assert.equal(endpoint.pathOf('b-1'), 'down');
+  const circuit = new FakeStream();
+  endpoint.attach('b-1', circuit as unknown as TunnelStream, 'circuitIn');
   assert.equal(endpoint.pathOf('b-1'), 'relayed');
-  assert.equal(endpoint.pathOf('cloud-1'), 'down', 'a cloud peer is never carried by the relay');
+  assert.equal(endpoint.pathOf('cloud-1'), 'down');
 
   const first = [packet('10.100.0.2', '10.100.2.7'), packet('10.100.0.2', '10.100.1.8'), packet('10.100.0.2', '192.0.2.9')];
   tun.onBatch(first);
-  assert.deepEqual(relay.sent, ['relayed to bb 7']);
+  assert.deepEqual(circuit.sent, [7]);
   assert.deepEqual([endpoint.stats.droppedNoStream, endpoint.stats.droppedNoPeer], [1, 1]);
   assert.deepEqual(tun.released, [first[1], first[2]], 'dropped packets go back to the TUN device at once');
-  relay.pending.splice(0).forEach((sent) => sent());
+  circuit.pending.splice(0).forEach((sent) => sent());
   assert.deepEqual(tun.released, [first[1], first[2], first[0]], 'a sent packet goes back when its stream is done with it');
 
   const direct = new FakeStream();
   endpoint.attach('b-1', direct as unknown as TunnelStream);
   assert.equal(endpoint.pathOf('b-1'), 'direct');
   tun.onBatch([packet('10.100.0.2', '10.100.2.9')]);
-  assert.deepEqual(direct.sent, ['direct 9'], 'the direct stream wins once there is one');
+  assert.deepEqual(direct.sent, [9], 'the direct stream wins once there is one');
   direct.close();
-  assert.equal(endpoint.pathOf('b-1'), 'relayed', 'back to the relay when it breaks');
+  assert.equal(endpoint.pathOf('b-1'), 'relayed', 'back to the circuit when it breaks');
   tun.onBatch([packet('10.100.0.2', '10.100.2.10')]);
-  assert.deepEqual(relay.sent, ['relayed to bb 7', 'relayed to bb 10']);
+  assert.deepEqual(circuit.sent, [7, 10]);
 
-  // from the relay: accepted only from a relay peer, and only with a source in that peer's blocks
-  relay.emit('relayed', peerIdOfPin(pin('b')), packet('10.100.2.5', '10.100.0.2'));
-  relay.emit('relayed', peerIdOfPin(pin('b')), packet('10.100.1.5', '10.100.0.2')); // cloud-1's address: spoofed
-  relay.emit('relayed', peerIdOfPin(pin('c')), packet('10.100.1.5', '10.100.0.2')); // cloud-1 may not come via the relay
-  relay.emit('relayed', peerIdOfPin(pin('e')), packet('10.100.9.5', '10.100.0.2')); // nobody we know
+  // from the circuit: only sources in b-1's blocks
+  circuit.emit('frame', packet('10.100.2.5', '10.100.0.2'));
+  circuit.emit('frame', packet('10.100.1.5', '10.100.0.2')); // cloud-1's address: spoofed
   assert.equal(tun.written.length, 1);
-  assert.deepEqual([endpoint.stats.droppedBadSource, endpoint.stats.droppedUnknownRelayed], [1, 2]);
+  assert.equal(endpoint.stats.droppedBadSource, 1);
   assert.deepEqual(endpoint.trafficOf('b-1'), { txPackets: 3, txBytes: 90, rxPackets: 1, rxBytes: 30 });
+
+  const theirs = new FakeStream();
+  endpoint.attach('b-1', theirs as unknown as TunnelStream, 'circuitOut');
+  tun.onBatch([packet('10.100.0.2', '10.100.2.11')]);
+  assert.deepEqual(theirs.sent, [11], 'the circuit the peer asked for carries what we send');
+  const newer = new FakeStream();
+  endpoint.attach('b-1', newer as unknown as TunnelStream, 'circuitIn');
+  assert.equal(circuit.alive, false, 'a newer circuit of a kind replaces the older');
+  assert.equal(theirs.alive, true);
+  endpoint.setPeers([{ id: 'cloud-1', blocks: [cidr('10.100.1.0/26')] }]);
+  assert.ok(!newer.alive && !theirs.alive, 'a peer that left loses its streams');
 });

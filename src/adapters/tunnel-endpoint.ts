@@ -3,16 +3,18 @@
  * destination; packets from a peer's stream enter the TUN device only if their source lies in that peer's blocks.
  *
  * Why here and not in the core: this glues two adapters (TUN, streams). The decisions (longest-prefix match, the
- * source check) are pure and live in src/core/tunnel/routing.ts. One direct stream per peer: a newer stream for a
- * peer replaces the older one (the caller reconnects; whichever side dialled last wins). Peers the relay may carry
- * (edge peers of one community) use the stream to the relay while they have no direct stream: a path moves from
- * relayed to direct when a punched stream attaches, and back when it closes, packet by packet, so the TCP flows
- * inside see at most a few reordered or lost packets. A packet through the relay is checked like a direct one,
- * against the blocks of the peer whose key the relay names as its origin.
+ * source check) are pure and live in src/core/tunnel/routing.ts. A peer has at most one direct stream and two
+ * circuits (streams through the relay, end to end: src/relay/circuits.ts): the one we asked for, on which we are the
+ * TLS client and receive (`circuitIn`: its reads need no buffer allocation), and the one the peer asked for, on
+ * which we send (`circuitOut`); a newer stream of a kind replaces the older (the caller reconnects). Packets take
+ * the direct stream when there is one, else a circuit, the peer's first: a path moves from relayed to direct when a
+ * punched stream attaches, and back when it closes, packet by packet, so the TCP flows inside see at most a few
+ * reordered or lost packets. Every stream is pinned to the peer's key, so a packet from any is checked against that
+ * peer's blocks.
  * Backpressure: while any stream is over its high-water mark the TUN device is not read, so the kernel's TUN queue
  * fills and the senders' TCP slows down instead of the agent buffering without bound.
  */
-import { FRAME_HEADROOM, peerIdOfPin, pinOfPeerId } from '../core/tunnel/frame.ts';
+import { FRAME_HEADER } from '../core/tunnel/frame.ts';
 import { packetDestination, PeerRoutes, type TunnelPeer } from '../core/tunnel/routing.ts';
 import type { PeerPath } from '../core/tunnel/status.ts';
 import type { TunDevice } from './tun.ts';
@@ -25,20 +27,12 @@ export interface TunnelEndpointStats {
   droppedNoStream: number;
   /** Packets from a peer whose source is not in that peer's blocks (spoofed or misrouted). */
   droppedBadSource: number;
-  /** Packets through the relay from a key that is not a peer we may reach that way. */
-  droppedUnknownRelayed: number;
   /** Packets the TUN device refused. */
   droppedTunWrite: number;
   forwardedOut: number;
   forwardedIn: number;
   /** Times reading the TUN device paused because a stream was over its high-water mark. */
   pauses: number;
-}
-
-/** A peer of the endpoint: its blocks, its key pin, and whether the relay may carry its packets. */
-export interface EndpointPeer extends TunnelPeer {
-  readonly pin: string;
-  readonly viaRelay: boolean;
 }
 
 export interface PeerTraffic {
@@ -49,24 +43,24 @@ export interface PeerTraffic {
 }
 
 interface PeerEntry {
-  readonly peer: EndpointPeer;
-  readonly id: Uint8Array;
+  readonly peer: TunnelPeer;
   readonly traffic: PeerTraffic;
 }
 
+/** How a stream reaches its peer: straight (dialled, accepted or punched), or through the relay (see above). */
+export type StreamKind = 'direct' | 'circuitIn' | 'circuitOut';
+
 export class TunnelEndpoint {
-  readonly stats: TunnelEndpointStats = { droppedNoPeer: 0, droppedNoStream: 0, droppedBadSource: 0, droppedUnknownRelayed: 0, droppedTunWrite: 0, forwardedOut: 0, forwardedIn: 0, pauses: 0 };
+  readonly stats: TunnelEndpointStats = { droppedNoPeer: 0, droppedNoStream: 0, droppedBadSource: 0, droppedTunWrite: 0, forwardedOut: 0, forwardedIn: 0, pauses: 0 };
   private readonly tun: TunDevice;
   private routes: PeerRoutes;
   private readonly entries = new Map<string, PeerEntry>();
-  /** Peers the relay may carry, by pin. */
-  private readonly relayedByPin = new Map<string, PeerEntry>();
-  private readonly streams = new Map<string, TunnelStream>();
-  private relay: TunnelStream | undefined;
+  /** Each peer's streams, by kind. */
+  private readonly streams: Record<StreamKind, Map<string, TunnelStream>> = { direct: new Map(), circuitIn: new Map(), circuitOut: new Map() };
   private readonly congested = new Set<TunnelStream>();
   private paused = false;
 
-  constructor(tun: TunDevice, peers: readonly EndpointPeer[]) {
+  constructor(tun: TunDevice, peers: readonly TunnelPeer[]) {
     this.tun = tun;
     this.routes = new PeerRoutes([]);
     this.setPeers(peers);
@@ -74,46 +68,32 @@ export class TunnelEndpoint {
 
   /** Starts reading the TUN device. */
   start(): void {
-    this.tun.start((batch) => this.fromTun(batch), FRAME_HEADROOM);
+    this.tun.start((batch) => this.fromTun(batch), FRAME_HEADER);
   }
 
   /** Replaces the peers and their blocks; streams of peers no longer present are closed. Traffic counters stay. */
-  setPeers(peers: readonly EndpointPeer[]): void {
+  setPeers(peers: readonly TunnelPeer[]): void {
     this.routes = new PeerRoutes(peers);
     const old = new Map(this.entries);
     this.entries.clear();
-    this.relayedByPin.clear();
-    for (const p of peers) {
-      const e: PeerEntry = { peer: p, id: peerIdOfPin(p.pin), traffic: old.get(p.id)?.traffic ?? { txPackets: 0, txBytes: 0, rxPackets: 0, rxBytes: 0 } };
-      this.entries.set(p.id, e);
-      if (p.viaRelay) this.relayedByPin.set(p.pin, e);
+    for (const p of peers) this.entries.set(p.id, { peer: p, traffic: old.get(p.id)?.traffic ?? { txPackets: 0, txBytes: 0, rxPackets: 0, rxBytes: 0 } });
+    for (const byPeer of Object.values(this.streams)) {
+      for (const [id, s] of byPeer) if (!this.entries.has(id)) s.close();
     }
-    for (const [id, s] of this.streams) if (!this.entries.has(id)) s.close();
   }
 
-  /** Makes `stream` the direct stream carrying packets to and from `peerId`; an older stream of that peer is closed. */
-  attach(peerId: string, stream: TunnelStream): void {
-    const old = this.streams.get(peerId);
-    this.streams.set(peerId, stream);
+  /**
+   * Makes `stream` the `kind` stream carrying packets to and from `peerId` (its key was pinned to that peer's); an
+   * older stream of that kind is closed.
+   */
+  attach(peerId: string, stream: TunnelStream, kind: StreamKind = 'direct'): void {
+    const byPeer = this.streams[kind];
+    const old = byPeer.get(peerId);
+    byPeer.set(peerId, stream);
     if (old && old !== stream) old.close();
     stream.on('frame', (pkt: Uint8Array) => this.toTun(this.entries.get(peerId), pkt));
     this.watch(stream, () => {
-      if (this.streams.get(peerId) === stream) this.streams.delete(peerId);
-    });
-  }
-
-  /** Makes `stream` (to the relay) the path for peers without a direct stream that the relay may carry. */
-  setRelay(stream: TunnelStream): void {
-    const old = this.relay;
-    this.relay = stream;
-    if (old && old !== stream) old.close();
-    stream.on('relayed', (id: Uint8Array, pkt: Uint8Array) => {
-      const e = this.relayedByPin.get(pinOfPeerId(id));
-      if (!e) this.stats.droppedUnknownRelayed++;
-      else this.toTun(e, pkt);
-    });
-    this.watch(stream, () => {
-      if (this.relay === stream) this.relay = undefined;
+      if (byPeer.get(peerId) === stream) byPeer.delete(peerId);
     });
   }
 
@@ -139,15 +119,20 @@ export class TunnelEndpoint {
     e.traffic.rxBytes += pkt.length;
   }
 
-  /** The live direct stream of a peer, if any. */
-  streamOf(peerId: string): TunnelStream | undefined {
-    return this.streams.get(peerId);
+  /** The live `kind` stream of a peer, if any. */
+  streamOf(peerId: string, kind: StreamKind = 'direct'): TunnelStream | undefined {
+    return this.streams[kind].get(peerId);
   }
 
   /** How packets to `peerId` travel now. */
   pathOf(peerId: string): PeerPath {
-    if (this.streams.has(peerId)) return 'direct';
-    return this.relay && this.entries.get(peerId)?.peer.viaRelay ? 'relayed' : 'down';
+    if (this.streams.direct.has(peerId)) return 'direct';
+    return this.circuitOf(peerId) ? 'relayed' : 'down';
+  }
+
+  /** The circuit packets to `peerId` take when there is no direct stream: the peer's, else ours. */
+  circuitOf(peerId: string): TunnelStream | undefined {
+    return this.streams.circuitOut.get(peerId) ?? this.streams.circuitIn.get(peerId);
   }
 
   /** Packets and bytes to and from `peerId` (over any path) since the agent started. */
@@ -165,12 +150,8 @@ export class TunnelEndpoint {
         this.tun.release(pkt);
         continue;
       }
-      const direct = this.streams.get(peer);
-      const sent = () => this.tun.release(pkt);
-      let via: TunnelStream | undefined;
-      if (direct) via = direct.send(pkt, sent) ? direct : undefined;
-      else if (this.relay && e.peer.viaRelay) via = this.relay.sendRelayed(e.id, pkt, sent) ? this.relay : undefined;
-      if (!via) {
+      const via = this.streams.direct.get(peer) ?? this.circuitOf(peer);
+      if (!via?.send(pkt, () => this.tun.release(pkt))) {
         this.stats.droppedNoStream++;
         this.tun.release(pkt);
         continue;
@@ -195,11 +176,12 @@ export class TunnelEndpoint {
     }
   }
 
-  /** Closes every stream (the relay's too) and the TUN device. */
+  /** Closes every stream and the TUN device. */
   close(): void {
-    for (const s of this.streams.values()) s.close();
-    this.streams.clear();
-    this.relay?.close();
+    for (const byPeer of Object.values(this.streams)) {
+      for (const s of byPeer.values()) s.close();
+      byPeer.clear();
+    }
     this.tun.close();
   }
 }

@@ -5,9 +5,9 @@
  * Why TLS with pins and not a CA: the registry already holds each node's tunnel public key, so the pin is the whole
  * trust decision, and there is no CA to run or rotate. TLS 1.3 proves the peer holds the private key of the pinned
  * public key (CertificateVerify) even with chain validation off; nothing is sent before the pin matched. Why TLS and
- * not a hand-made AEAD framing: OpenSSL's AES-GCM runs on AES-NI, and in the namespace test bed (2 CPUs) the same
- * data path over plain unencrypted TCP was only about 10% faster (2.3 against 2.1 Gbit/s in one run), so a custom
- * X25519 + AES-GCM framing could win at most that, for a protocol of our own to get right.
+ * not a hand-made AEAD framing: OpenSSL's AES-GCM runs on AES-NI inside Node's TLS, while an AEAD per frame from
+ * JavaScript (a cipher object per 64 KB frame) moved 3.4 Gbit/s on loopback where TLS moved 7.5 (same harness, one
+ * process), and it would be a protocol of our own to get right.
  *
  * Packets travel as frames (src/core/tunnel/frame.ts). Writes of one event-loop turn go out corked, so a batch of
  * TUN packets becomes one TLS write. Reconnecting is the caller's business: a stream that ends or fails is dead.
@@ -18,12 +18,12 @@ import { EventEmitter } from 'node:events';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { AddressInfo, Socket } from 'node:net';
+import { type AddressInfo, connect as netConnect, type Socket } from 'node:net';
 import { type ConnectionOptions, connect, createSecureContext, createServer, type Server, TLSSocket, type TLSSocketOptions } from 'node:tls';
 import { atollError } from '../core/errors.ts';
-import { encodeFrame, FRAME_HEADER, FRAME_HEADROOM, FRAME_KIND, FrameDecoder, FrameError, type FrameKind, PEER_ID_LEN, writeFrameHeader } from '../core/tunnel/frame.ts';
+import { encodeFrame, FRAME_HEADER, FRAME_KIND, FrameDecoder, FrameError, type FrameKind, PEER_ID_LEN, writeFrameHeader } from '../core/tunnel/frame.ts';
 import { writeFileDurably } from './durable-file.ts';
-import type { SlabPool } from './slab-pool.ts';
+import { circuitServerName } from '../core/tunnel/circuit.ts';
 
 /** A node's tunnel credentials: its private key and the self-signed certificate of its public key (both PEM). */
 export interface TunnelCredentials {
@@ -139,21 +139,14 @@ export interface ControlMessage {
 export interface TunnelStreamOptions {
   readonly keepaliveMs?: number;
   readonly deadAfterMs?: number;
-  /**
-   * Payloads handed to `relayed`/`relayed-control` listeners may then be kept after the call (a relay queues them):
-   * payloads split across reads are assembled in pieces of this pool, and such a listener gives its payload back
-   * (`pool.release`) when done with it; the stream gives back every other frame's payload itself. Without a pool, a
-   * payload split across reads is assembled in one buffer reused for the next (no allocation per frame either), and
-   * no payload may be kept after its event. A stream whose reads go through a ReadTap cannot keep payloads.
-   */
-  readonly pool?: SlabPool;
 }
 
 /**
- * An established, pinned stream to one peer. Events: `frame` (payload: Uint8Array, a view valid during the call),
- * `control` (msg: ControlMessage), `relayed` (peerId, payload: views valid during the call; a packet through the
- * relay), `relayed-control` (peerId, msg, its bytes), `drain` (the queue fell below the high-water mark), `close` (err?: Error;
- * the stream is dead). Keepalive pings and their answers are handled here; {@link rttMs} is the last round trip.
+ * An established, pinned stream to one peer. Events: `frame` (payload: Uint8Array, a view valid during the call: a
+ * split payload is assembled in a buffer reused for the next), `control` (msg: ControlMessage), `relayed-control`
+ * (peerId, msg, its bytes; views valid during the call), `drain` (the queue fell below the high-water mark), `close`
+ * (err?: Error; the stream is dead). Keepalive pings and their answers are handled here; {@link rttMs} is the last
+ * round trip.
  */
 export class TunnelStream extends EventEmitter {
   readonly peerPin: string;
@@ -165,7 +158,6 @@ export class TunnelStream extends EventEmitter {
   private readonly socket: TLSSocket;
   private readonly decoder: FrameDecoder;
   private readonly keepalive: NodeJS.Timeout;
-  private readonly pool: SlabPool | undefined;
   private lastHeard = performance.now();
   private corked = false;
   private dead = false;
@@ -175,10 +167,7 @@ export class TunnelStream extends EventEmitter {
     super();
     this.socket = socket;
     this.peerPin = peerPin;
-    if (opts.pool && tap) throw new Error('a tunnel stream reading through a ReadTap cannot keep payloads');
-    const pool = opts.pool;
-    this.pool = pool;
-    this.decoder = new FrameDecoder(pool ? { allocate: (size) => pool.take(size) } : { reuse: true });
+    this.decoder = new FrameDecoder({ reuse: true });
     this.remote = { host: (socket.remoteAddress ?? '').replace(/^::ffff:/, ''), port: socket.remotePort ?? 0 };
     socket.setNoDelay(true);
     const onChunk = (chunk: Buffer) => {
@@ -208,33 +197,17 @@ export class TunnelStream extends EventEmitter {
         this.stats.framesReceived++;
         this.stats.bytesReceived += payload.length;
         this.emit('frame', payload);
-        this.pool?.release(payload);
         return;
-      case FRAME_KIND.relayedPacket:
-        this.stats.framesReceived++;
-        this.stats.bytesReceived += payload.length - PEER_ID_LEN;
-        this.emit('relayed', payload.subarray(0, PEER_ID_LEN), payload.subarray(PEER_ID_LEN));
+      case FRAME_KIND.control: {
+        const msg = parseControl(payload);
+        if (msg.t === 'ping') this.sendControl({ t: 'pong', at: msg.at });
+        else if (msg.t === 'pong' && typeof msg.at === 'number') this.rttMs = Math.max(0, performance.now() - msg.at);
+        else this.emit('control', msg);
         return;
-      case FRAME_KIND.control:
-        try {
-          const msg = parseControl(payload);
-          if (msg.t === 'ping') this.sendControl({ t: 'pong', at: msg.at });
-          else if (msg.t === 'pong' && typeof msg.at === 'number') this.rttMs = Math.max(0, performance.now() - msg.at);
-          else this.emit('control', msg);
-        } finally {
-          this.pool?.release(payload);
-        }
-        return;
+      }
       case FRAME_KIND.relayedControl: {
         const body = payload.subarray(PEER_ID_LEN);
-        let msg: ControlMessage;
-        try {
-          msg = parseControl(body);
-        } catch (err) {
-          this.pool?.release(payload);
-          throw err;
-        }
-        this.emit('relayed-control', payload.subarray(0, PEER_ID_LEN), msg, body);
+        this.emit('relayed-control', payload.subarray(0, PEER_ID_LEN), parseControl(body), body);
         return;
       }
     }
@@ -251,34 +224,20 @@ export class TunnelStream extends EventEmitter {
 
   /**
    * Queues one packet. `pkt` must have {@link FRAME_HEADER} writable bytes in front of it in its buffer (the TUN
-   * reader leaves {@link FRAME_HEADROOM}), and must not be changed afterwards: it is written without a copy. Writes
+   * reader leaves them), and must not be changed afterwards: it is written without a copy. Writes
    * of one event-loop turn leave together. `sent` is called once the stream is done with the packet's bytes
    * (encrypted, or the stream failed), only when this returns true.
    * @returns false when the packet was dropped (stream dead or its queue full).
    */
   send(pkt: Buffer, sent?: () => void): boolean {
-    return this.sendInPlace(pkt, FRAME_HEADER, FRAME_KIND.packet, sent);
-  }
-
-  /**
-   * Queues one packet for the relay to carry to the peer `peerId` (on a stream to the relay). `pkt` must have
-   * {@link FRAME_HEADROOM} writable bytes in front of it; otherwise as {@link send}.
-   */
-  sendRelayed(peerId: Uint8Array, pkt: Buffer, sent?: () => void): boolean {
-    if (pkt.byteOffset < FRAME_HEADROOM) throw new RangeError('tunnel packet has no headroom for a relayed frame header');
-    new Uint8Array(pkt.buffer, pkt.byteOffset - PEER_ID_LEN, PEER_ID_LEN).set(peerId);
-    return this.sendInPlace(pkt, FRAME_HEADROOM, FRAME_KIND.relayedPacket, sent);
-  }
-
-  private sendInPlace(pkt: Buffer, headroom: number, kind: FrameKind, sent: (() => void) | undefined): boolean {
     if (this.dead) return false;
     if (this.socket.writableLength > DROP_ABOVE) {
       this.stats.droppedQueueFull++;
       return false;
     }
-    if (pkt.byteOffset < headroom) throw new RangeError('tunnel packet has no headroom for its frame header');
-    const frame = Buffer.from(pkt.buffer, pkt.byteOffset - headroom, pkt.length + headroom);
-    writeFrameHeader(frame, 0, pkt.length + headroom - FRAME_HEADER, kind);
+    if (pkt.byteOffset < FRAME_HEADER) throw new RangeError('tunnel packet has no headroom for its frame header');
+    const frame = Buffer.from(pkt.buffer, pkt.byteOffset - FRAME_HEADER, pkt.length + FRAME_HEADER);
+    writeFrameHeader(frame, 0, pkt.length, FRAME_KIND.packet);
     this.write(frame, sent);
     this.stats.framesSent++;
     this.stats.bytesSent += pkt.length;
@@ -286,32 +245,17 @@ export class TunnelStream extends EventEmitter {
   }
 
   /**
-   * Passes on a relayed frame this relay received on another stream, from the peer `fromId`: `id` and `body` are the
-   * views the `relayed` / `relayed-control` event gave (the destination's id, then the rest). The id is overwritten
-   * with the origin's in place and the frame, whose prefix lies right in front of it (see FrameDecoder), is queued
-   * without a copy; `sent` is called once this stream is done with those bytes, only when this returns true.
-   * @returns false when dropped (stream dead or its queue full).
+   * Passes on a relayed control message this relay received on another stream from the peer `fromId` (`body`: its
+   * bytes, as the `relayed-control` event gave them), naming its origin. @returns false when dropped (stream dead or
+   * its queue full).
    */
-  relay(kind: typeof FRAME_KIND.relayedPacket | typeof FRAME_KIND.relayedControl, fromId: Uint8Array, id: Uint8Array, body: Uint8Array,
-    sent?: () => void): boolean {
+  relay(fromId: Uint8Array, body: Uint8Array): boolean {
     if (this.dead) return false;
     if (this.socket.writableLength > DROP_ABOVE) {
       this.stats.droppedQueueFull++;
       return false;
     }
-    let frame: Buffer;
-    if (id.buffer === body.buffer && id.byteOffset >= FRAME_HEADER && id.byteOffset + PEER_ID_LEN === body.byteOffset) {
-      id.set(fromId);
-      frame = Buffer.from(id.buffer, id.byteOffset - FRAME_HEADER, FRAME_HEADROOM + body.length);
-    } else {
-      frame = Buffer.allocUnsafe(FRAME_HEADROOM + body.length);
-      writeFrameHeader(frame, 0, PEER_ID_LEN + body.length, kind);
-      frame.set(fromId, FRAME_HEADER);
-      frame.set(body, FRAME_HEADROOM);
-    }
-    this.write(frame, sent);
-    this.stats.framesSent++;
-    this.stats.bytesSent += body.length;
+    this.write(relayedControlFrame(fromId, body));
     return true;
   }
 
@@ -325,11 +269,7 @@ export class TunnelStream extends EventEmitter {
   /** Sends a control message through the relay (this stream goes to it) to the peer `peerId`. */
   sendRelayedControl(peerId: Uint8Array, msg: ControlMessage): boolean {
     if (this.dead) return false;
-    const body = Buffer.from(JSON.stringify(msg));
-    const payload = new Uint8Array(PEER_ID_LEN + body.length);
-    payload.set(peerId);
-    payload.set(body, PEER_ID_LEN);
-    this.write(Buffer.from(encodeFrame(payload, FRAME_KIND.relayedControl).buffer));
+    this.write(relayedControlFrame(peerId, Buffer.from(JSON.stringify(msg))));
     return true;
   }
 
@@ -354,6 +294,15 @@ export class TunnelStream extends EventEmitter {
     this.socket.destroy();
     this.emit('close', err);
   }
+}
+
+/** A relayed control frame: the other end's id, then the message's bytes. */
+function relayedControlFrame(peerId: Uint8Array, body: Uint8Array): Buffer {
+  const frame = Buffer.allocUnsafe(FRAME_HEADER + PEER_ID_LEN + body.length);
+  writeFrameHeader(frame, 0, PEER_ID_LEN + body.length, FRAME_KIND.relayedControl);
+  frame.set(peerId, FRAME_HEADER);
+  frame.set(body, FRAME_HEADER + PEER_ID_LEN);
+  return frame;
 }
 
 /** A control payload as a message. @throws FrameError when it is not a JSON object with a string `t`. */
@@ -410,7 +359,7 @@ export function dialTunnel(opts: DialTunnelOptions): Promise<TunnelStream> {
  * @throws AtollError TUNNEL_UNREACHABLE (failed or timed out), TUNNEL_PEER_UNTRUSTED (another key).
  */
 function pinnedHandshake(tls: TLSSocket, event: 'secureConnect' | 'secure', what: string, peerPin: string, timeoutMs: number,
-  streamOptions: TunnelStreamOptions | undefined, tap: ReadTap): Promise<TunnelStream> {
+  streamOptions: TunnelStreamOptions | undefined, tap?: ReadTap): Promise<TunnelStream> {
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => fail(unreachable(`${what}: no TLS handshake within ${timeoutMs} ms`)), timeoutMs);
     const fail = (err: Error) => {
@@ -497,7 +446,7 @@ export async function punchTunnel(opts: PunchTunnelOptions): Promise<TunnelStrea
  * reads go through `tap`), from the observed local port to the peer's observed address.
  */
 function punchSocket(opts: PunchTunnelOptions, tap: ReadTap): TLSSocket {
-  const tlsOpts = { ...TLS_BASE, key: opts.credentials.keyPem, cert: opts.credentials.certPem, rejectUnauthorized: false };
+  const tlsOpts = tlsOptionsOf(opts.credentials);
   const to = { host: opts.host, port: opts.port, localPort: opts.localPort };
   if (opts.tlsRole === 'client') return tap.connect({ ...tlsOpts, ...to, checkServerIdentity: () => undefined });
   // a TLS server that dials: Node's TLSSocket takes `onread` when it has no socket yet, and connects like net.Socket
@@ -505,6 +454,66 @@ function punchSocket(opts: PunchTunnelOptions, tap: ReadTap): TLSSocket {
     isServer: true, requestCert: true, secureContext: createSecureContext(tlsOpts), rejectUnauthorized: false, onread: tap.onread,
   } as TLSSocketOptions);
   return server.connect(to);
+}
+
+/** TLS options of our end of a stream: our key and certificate; the peer's key is checked against its pin after. */
+function tlsOptionsOf(credentials: TunnelCredentials) {
+  return { ...TLS_BASE, key: credentials.keyPem, cert: credentials.certPem, rejectUnauthorized: false };
+}
+
+export interface JoinCircuitOptions {
+  /** The relay's circuit port (it says which in its `observed` message). */
+  readonly host: string;
+  readonly port: number;
+  /** Our end's one-time token, from the relay's offer. */
+  readonly token: string;
+  readonly credentials: TunnelCredentials;
+  /** The peer at the other end: its key is pinned end to end, the relay only joins bytes. */
+  readonly peerPin: string;
+  /** The end that asked for the circuit runs TLS as the client (and receives on it), the other as the server. */
+  readonly tlsRole: 'client' | 'server';
+  readonly timeoutMs?: number;
+  readonly streamOptions?: TunnelStreamOptions;
+}
+
+/**
+ * Our end of a circuit through the relay (src/relay/circuits.ts): a TCP connection to the relay's circuit port, the
+ * token, then TLS 1.3 end to end with the peer, its key pinned; the relay sees only ciphertext. The TLS client end
+ * sends its token as the server name of its ClientHello, so Node opens the connection and its reads go through a
+ * ReadTap; the server end sends a token line first, over a socket we open (its reads use Node's own buffers: that
+ * end of a circuit is the one that sends, see src/agent/tunnel.ts). Rejects as {@link dialTunnel} does.
+ */
+export function joinCircuit(opts: JoinCircuitOptions): Promise<TunnelStream> {
+  const what = `circuit through ${opts.host}:${opts.port} to ${opts.peerPin.slice(0, 19)}...`;
+  const timeoutMs = opts.timeoutMs ?? 10_000;
+  if (opts.tlsRole === 'client') {
+    const tap = new ReadTap();
+    const tls = tap.connect({
+      ...tlsOptionsOf(opts.credentials), host: opts.host, port: opts.port, servername: circuitServerName(opts.token),
+      checkServerIdentity: () => undefined,
+    });
+    return pinnedHandshake(tls, 'secureConnect', what, opts.peerPin, timeoutMs, opts.streamOptions, tap);
+  }
+  return new Promise((resolve, reject) => {
+    const socket = netConnect({ host: opts.host, port: opts.port });
+    const timer = setTimeout(() => {
+      socket.destroy();
+      reject(unreachable(`${what}: no connection within ${timeoutMs} ms`));
+    }, timeoutMs);
+    socket.once('error', (err) => {
+      clearTimeout(timer);
+      socket.destroy();
+      reject(unreachable(`${what} failed: ${err.message}`, err));
+    });
+    socket.once('connect', () => {
+      clearTimeout(timer);
+      socket.removeAllListeners('error');
+      socket.setNoDelay(true);
+      socket.write(`${opts.token}\n`);
+      const tls = new TLSSocket(socket, { isServer: true, requestCert: true, secureContext: createSecureContext(tlsOptionsOf(opts.credentials)), rejectUnauthorized: false });
+      resolve(pinnedHandshake(tls, 'secure', what, opts.peerPin, timeoutMs, opts.streamOptions));
+    });
+  });
 }
 
 export interface ListenTunnelOptions {

@@ -11,8 +11,11 @@
  * learns that port's public mapping; it sends it to the peer through the relay (`punch`); the peer does the same and
  * answers (`punch-ack`); both then connect to each other's public address from those ports until one TCP connection
  * comes up through both NATs, and run TLS on it with both keys pinned (the initiator as TLS client). Until then, and
- * whenever the direct stream breaks, packets go through the relay. A failed punch (symmetric NAT) is retried with
- * backoff up to {@link PUNCH_RETRY_MAX_MS}.
+ * whenever the direct stream breaks, packets go through circuits: each end asks the relay for one to the other, on
+ * which it is the TLS client and receives (its reads then need no buffer allocation); both ends connect to the
+ * relay's circuit port with the tokens it hands out and run TLS end to end over the joined connections
+ * (src/relay/circuits.ts). A circuit closes a little after a direct stream took over. A failed punch (symmetric NAT)
+ * is retried with backoff up to {@link PUNCH_RETRY_MAX_MS}; the circuits stay meanwhile.
  *
  * MTU: the TUN device gets the pods' MTU, so no packet a pod sends is too big for it; the stream is TCP, so the
  * underlay's MTU does not limit the tunnel's packets (TCP superpackets pass whole, GSO on both TUN devices).
@@ -24,9 +27,9 @@ import { ROUTE_PROTO } from '../core/overlay/plan.ts';
 import type { Logger } from '../core/ports.ts';
 import type { IpRoute2 } from '../adapters/iproute2.ts';
 import { openTun } from '../adapters/tun.ts';
-import { TunnelEndpoint } from '../adapters/tunnel-endpoint.ts';
+import { type StreamKind, TunnelEndpoint } from '../adapters/tunnel-endpoint.ts';
 import type { PeerPath, TunnelStatus } from '../core/tunnel/status.ts';
-import { type ControlMessage, dialTunnel, listenTunnel, punchTunnel, type TunnelCredentials, type TunnelStream } from '../adapters/tunnel-stream.ts';
+import { type ControlMessage, dialTunnel, joinCircuit, listenTunnel, punchTunnel, type TunnelCredentials, type TunnelStream } from '../adapters/tunnel-stream.ts';
 import { peerIdOfPin, pinOfPeerId } from '../core/tunnel/frame.ts';
 
 export interface TunnelComponents {
@@ -75,14 +78,14 @@ export class Tunnel {
   #refused = 0;
   readonly #abort = new AbortController();
   #relayStream: TunnelStream | undefined;
+  /** The relay's circuit port, as its `observed` message says. */
+  #circuitPort: number | undefined;
   readonly #punchers = new Map<string, Dialer>();
+  readonly #circuitKeepers = new Map<string, Dialer>();
   readonly #punch = new Map<string, PunchState>();
-  /** Punch answers awaited, by nonce. */
+  /** Answers from peers (punch-ack) and from the relay (circuit-ready, circuit-refused) awaited, by nonce. */
   readonly #acks = new Map<string, (msg: ControlMessage) => void>();
-  /** End-to-end round trips through the relay, by peer name. */
-  readonly #relayedRtt = new Map<string, number>();
   readonly #pathSince = new Map<string, { path: PeerPath; since: number }>();
-  #pinger: NodeJS.Timeout | undefined;
 
   constructor(components: TunnelComponents, init: TunnelInit) {
     this.#c = components;
@@ -108,8 +111,6 @@ export class Tunnel {
       this.#server = server;
     }
     if (role === 'edge' && this.#init.relay) void this.#relayLoop(this.#init.relay, this.#abort.signal);
-    this.#pinger = setInterval(() => this.#pingRelayed(), 5000);
-    this.#pinger.unref();
     this.#c.log.info('tunnel started', { device, mtu, role, ...(role === 'cloud' ? { listen: `${listenHost}:${port}` } : {}), ...(this.#init.relay ? { relay: `${this.#init.relay.host}:${this.#init.relay.port}` } : {}) });
   }
 
@@ -118,12 +119,13 @@ export class Tunnel {
     return this.#plan.peers.find((p) => p.pin === pin && p.mode === 'accept');
   }
 
-  #attach(peer: TunnelPeerPlan, stream: TunnelStream): void {
-    this.#endpoint?.attach(peer.name, stream);
-    this.#c.log.info('tunnel stream up', { peer: peer.name, pin: peer.pin, mode: peer.mode, remote: `${stream.remote.host}:${stream.remote.port}` });
+  #attach(peer: TunnelPeerPlan, stream: TunnelStream, kind: StreamKind = 'direct'): void {
+    this.#endpoint?.attach(peer.name, stream, kind);
+    const what = kind === 'direct' ? 'tunnel stream' : 'circuit';
+    this.#c.log.info(`${what} up`, { peer: peer.name, pin: peer.pin, mode: peer.mode, remote: `${stream.remote.host}:${stream.remote.port}` });
     this.#notePath(peer.name);
     stream.once('close', (err?: Error) => {
-      this.#c.log.info('tunnel stream closed', { peer: peer.name, ...(err ? { err: err.message } : {}) });
+      this.#c.log.info(`${what} closed`, { peer: peer.name, ...(err ? { err: err.message } : {}) });
       this.#notePath(peer.name);
     });
   }
@@ -156,12 +158,13 @@ export class Tunnel {
     const changed = JSON.stringify(plan) !== JSON.stringify(this.#plan);
     this.#plan = plan;
     if (changed) {
-      endpoint.setPeers(plan.peers.map((p) => ({ id: p.name, pin: p.pin, blocks: p.blocks, viaRelay: p.mode === 'punch' })));
+      endpoint.setPeers(plan.peers.map((p) => ({ id: p.name, blocks: p.blocks })));
       this.#c.log.info('tunnel peers', { peers: plan.peers.map((p) => `${p.name} (${p.dial ? `dial ${p.dial.host}:${p.dial.port}` : p.mode})`), skipped: plan.skipped });
       for (const p of plan.peers) this.#notePath(p.name);
     }
     this.#syncDialers(plan);
     this.#syncPunchers(plan);
+    syncLoops(this.#circuitKeepers, plan.peers.filter((p) => p.mode === 'punch'), (p, signal) => this.#circuitLoop(p, signal));
     const device = this.#init.device;
     const have = (await this.#c.ip.json<{ dst: string; gateway?: string }>(['route', 'show', 'proto', String(ROUTE_PROTO), 'dev', device]))
       .filter((r) => !r.gateway).map((r) => (r.dst.includes('/') ? r.dst : `${r.dst}/32`));
@@ -189,24 +192,111 @@ export class Tunnel {
     });
   }
 
-  /** Keeps one stream to the relay up (an edge node): packets for punch peers without a direct stream, and punching. */
+  /** Keeps one control stream to the relay up (an edge node): punching and circuits for punch peers. */
   #relayLoop(relay: { host: string; port: number; pin: string }, signal: AbortSignal): Promise<void> {
-    const notePaths = () => {
-      for (const p of this.#plan.peers) this.#notePath(p.name);
-    };
     return this.#keepUp({ what: 'relay', relay: `${relay.host}:${relay.port}` }, relay, signal, RELAY_RETRY_MAX_MS, (stream) => {
       stream.sendControl({ t: 'hello' });
       this.#relayStream = stream;
-      this.#endpoint?.setRelay(stream);
+      stream.on('control', (msg: ControlMessage) => this.#onRelayControl(msg));
       stream.on('relayed-control', (id: Uint8Array, msg: ControlMessage) => this.#onRelayedControl(pinOfPeerId(id), msg));
       this.#c.log.info('relay stream up', { relay: `${relay.host}:${relay.port}` });
-      notePaths();
       return () => {
         this.#relayStream = undefined;
-        notePaths();
         this.#c.log.warn('relay stream closed; reconnecting', { relay: `${relay.host}:${relay.port}` });
       };
     });
+  }
+
+  /** The relay's own messages: its circuit port, answers to our circuit requests, and circuits peers asked for. */
+  #onRelayControl(msg: ControlMessage): void {
+    if (msg.t === 'observed' && typeof msg.circuitPort === 'number') this.#circuitPort = msg.circuitPort;
+    else if ((msg.t === 'circuit-ready' || msg.t === 'circuit-refused') && typeof msg.n === 'string') this.#acks.get(msg.n)?.(msg);
+    else if (msg.t === 'circuit-join' && typeof msg.from === 'string' && typeof msg.token === 'string') void this.#joinAsked(msg.from, msg.token);
+  }
+
+  /**
+   * Our circuit to a punch peer (we receive on it): while the pair has no direct stream, keep one through the relay
+   * (ask, join as the TLS client, wait for it to close); a little after a direct stream took over, close it.
+   */
+  async #circuitLoop(peer: TunnelPeerPlan, signal: AbortSignal): Promise<void> {
+    let backoff = CIRCUIT_RETRY_MIN_MS;
+    let lastError = '';
+    while (!signal.aborted) {
+      const direct = this.#endpoint?.streamOf(peer.name);
+      if (direct) {
+        await untilClosed(direct, signal);
+        continue;
+      }
+      const relay = this.#relayStream;
+      const relayAt = this.#init.relay;
+      if (!relay || !relayAt || this.#circuitPort === undefined) {
+        await sleep(200, signal);
+        continue;
+      }
+      try {
+        const answer = await this.#ask(relay, { t: 'circuit', to: peer.pin }, 'the relay did not answer the circuit request within 5 s');
+        if (answer.t !== 'circuit-ready' || typeof answer.token !== 'string') throw new Error(`the relay refused the circuit: ${String(answer.reason)}`);
+        const stream = await joinCircuit({ host: relayAt.host, port: this.#circuitPort, token: answer.token, credentials: this.#init.credentials, peerPin: peer.pin, tlsRole: 'client' });
+        if (signal.aborted) {
+          stream.close();
+          return;
+        }
+        this.#attach(peer, stream, 'circuitIn');
+        backoff = CIRCUIT_RETRY_MIN_MS;
+        lastError = '';
+        await this.#untilDirect(peer, stream, signal);
+        if (stream.alive) {
+          await sleep(CIRCUIT_LINGER_MS, signal); // packets in flight on it still arrive
+          stream.close();
+        }
+      } catch (err) {
+        const message = err instanceof Error ? err.message : String(err);
+        if (message !== lastError) this.#c.log.warn('circuit through the relay failed; retrying with backoff', { peer: peer.name, err: message, retryInMs: backoff });
+        lastError = message;
+        await sleep(backoff, signal);
+        backoff = Math.min(CIRCUIT_RETRY_MAX_MS, backoff * 2);
+      }
+    }
+  }
+
+  /** Resolves when `circuit` closed, or a direct stream to `peer` is up. */
+  async #untilDirect(peer: TunnelPeerPlan, circuit: TunnelStream, signal: AbortSignal): Promise<void> {
+    while (circuit.alive && !signal.aborted && !this.#endpoint?.streamOf(peer.name)) await sleep(CIRCUIT_CHECK_MS, signal);
+  }
+
+  /** A circuit the peer asked for (it receives on it, we send): join it as the TLS server. */
+  async #joinAsked(fromPin: string, token: string): Promise<void> {
+    const peer = this.#plan.peers.find((p) => p.pin === fromPin && p.mode === 'punch');
+    const relayAt = this.#init.relay;
+    if (!peer || !relayAt || this.#circuitPort === undefined) return;
+    try {
+      const stream = await joinCircuit({ host: relayAt.host, port: this.#circuitPort, token, credentials: this.#init.credentials, peerPin: peer.pin, tlsRole: 'server' });
+      if (this.#abort.signal.aborted || !this.#plan.peers.some((p) => p.name === peer.name)) {
+        stream.close();
+        return;
+      }
+      this.#attach(peer, stream, 'circuitOut');
+    } catch (err) {
+      this.#c.log.warn('joining a circuit through the relay failed; the peer asks again', { peer: peer.name, err: err instanceof Error ? err.message : String(err) });
+    }
+  }
+
+  /** Sends `msg` with a fresh nonce `n` on `stream` and waits (bounded) for the answer carrying that nonce. */
+  #ask(stream: TunnelStream, msg: ControlMessage, timeoutText: string, send = (m: ControlMessage) => stream.sendControl(m)): Promise<ControlMessage> {
+    const n = Math.random().toString(16).slice(2, 14);
+    const answered = new Promise<ControlMessage>((resolve, reject) => {
+      const t = setTimeout(() => {
+        this.#acks.delete(n);
+        reject(new Error(timeoutText));
+      }, ASK_TIMEOUT_MS);
+      this.#acks.set(n, (m) => {
+        clearTimeout(t);
+        this.#acks.delete(n);
+        resolve(m);
+      });
+    });
+    send({ ...msg, n });
+    return answered;
   }
 
   /**
@@ -245,20 +335,8 @@ export class Tunnel {
   #onRelayedControl(fromPin: string, msg: ControlMessage): void {
     const peer = this.#plan.peers.find((p) => p.pin === fromPin && p.mode === 'punch');
     if (!peer) return; // not (or no longer) a peer we may reach: the relay should not have sent it
-    const relay = this.#relayStream;
-    if (msg.t === 'ping') relay?.sendRelayedControl(peerIdOfPin(fromPin), { t: 'pong', at: msg.at });
-    else if (msg.t === 'pong' && typeof msg.at === 'number') this.#relayedRtt.set(peer.name, Math.max(0, performance.now() - msg.at));
-    else if (msg.t === 'punch-ack' && typeof msg.n === 'string') this.#acks.get(msg.n)?.(msg);
+    if (msg.t === 'punch-ack' && typeof msg.n === 'string') this.#acks.get(msg.n)?.(msg);
     else if (msg.t === 'punch' && !peer.initiator) void this.#answerPunch(peer, msg);
-  }
-
-  /** Round trips through the relay to every relayed peer, for `atoll peers`. */
-  #pingRelayed(): void {
-    const relay = this.#relayStream;
-    if (!relay || !this.#endpoint) return;
-    for (const p of this.#plan.peers) {
-      if (this.#endpoint.pathOf(p.name) === 'relayed') relay.sendRelayedControl(peerIdOfPin(p.pin), { t: 'ping', at: performance.now() });
-    }
   }
 
   /**
@@ -318,20 +396,8 @@ export class Tunnel {
       st.attempts++;
       try {
         const me = await this.#observe();
-        const n = Math.random().toString(16).slice(2, 14);
-        const answered = new Promise<ControlMessage>((resolve, reject) => {
-          const t = setTimeout(() => {
-            this.#acks.delete(n);
-            reject(new Error('the peer did not answer the punch request through the relay within 5 s'));
-          }, 5000);
-          this.#acks.set(n, (m) => {
-            clearTimeout(t);
-            this.#acks.delete(n);
-            resolve(m);
-          });
-        });
-        relay.sendRelayedControl(peerIdOfPin(peer.pin), { t: 'punch', n, host: me.host, port: me.port });
-        const ack = await answered;
+        const ack = await this.#ask(relay, { t: 'punch', host: me.host, port: me.port }, 'the peer did not answer the punch request through the relay within 5 s',
+          (m) => relay.sendRelayedControl(peerIdOfPin(peer.pin), m));
         if (typeof ack.host !== 'string' || typeof ack.port !== 'number') throw new Error('the peer\'s punch answer has no address');
         await this.#punchTo(peer, { host: ack.host, port: ack.port }, me.localPort, 'client', signal);
       } catch (err) {
@@ -389,7 +455,7 @@ export class Tunnel {
         const punch = this.#punch.get(p.name);
         return {
           name: p.name, role: p.role, mode: p.mode, path,
-          rttMs: path === 'direct' ? endpoint?.streamOf(p.name)?.rttMs : path === 'relayed' ? this.#relayedRtt.get(p.name) : undefined,
+          rttMs: (path === 'direct' ? endpoint?.streamOf(p.name) : endpoint?.circuitOf(p.name))?.rttMs,
           txBytes: t?.txBytes ?? 0, rxBytes: t?.rxBytes ?? 0, txPackets: t?.txPackets ?? 0, rxPackets: t?.rxPackets ?? 0,
           since: this.#pathSince.get(p.name)?.since ?? 0,
           ...(punch ? { punch: { ...punch } } : {}),
@@ -397,17 +463,17 @@ export class Tunnel {
       }),
       skipped: this.#plan.skipped,
       refusedConnections: this.#refused,
-      dropped: endpoint ? { noPeer: endpoint.stats.droppedNoPeer, noPath: endpoint.stats.droppedNoStream, badSource: endpoint.stats.droppedBadSource, unknownRelayed: endpoint.stats.droppedUnknownRelayed, tunWrite: endpoint.stats.droppedTunWrite } : {},
+      dropped: endpoint ? { noPeer: endpoint.stats.droppedNoPeer, noPath: endpoint.stats.droppedNoStream, badSource: endpoint.stats.droppedBadSource, tunWrite: endpoint.stats.droppedTunWrite } : {},
     };
   }
 
   /** Stops dialling, punching and listening, closes every stream and the TUN device (its routes go with it). */
   stop(): void {
     this.#abort.abort();
-    clearInterval(this.#pinger);
-    for (const d of [...this.#dialers.values(), ...this.#punchers.values()]) d.abort.abort();
-    this.#dialers.clear();
-    this.#punchers.clear();
+    for (const loops of [this.#dialers, this.#punchers, this.#circuitKeepers]) {
+      for (const d of loops.values()) d.abort.abort();
+      loops.clear();
+    }
     this.#server?.close();
     this.#endpoint?.close();
     this.#endpoint = undefined;
@@ -431,6 +497,15 @@ const PUNCH_RETRY_MIN_MS = 2000;
 const PUNCH_RETRY_MAX_MS = 60_000;
 /** After a direct stream closed, wait this long before punching again (the relay carries packets meanwhile). */
 const PUNCH_AFTER_CLOSE_MS = 1000;
+/** A request to the relay or, through it, to a peer is answered within this long, or it failed. */
+const ASK_TIMEOUT_MS = 5000;
+/** A circuit that failed is asked for again after this long, doubling up to CIRCUIT_RETRY_MAX_MS. */
+const CIRCUIT_RETRY_MIN_MS = 250;
+const CIRCUIT_RETRY_MAX_MS = 5000;
+/** How often a circuit's keeper looks whether a direct stream took over... */
+const CIRCUIT_CHECK_MS = 250;
+/** ...and how long the circuit stays after that, for the packets already on it. */
+const CIRCUIT_LINGER_MS = 2000;
 
 const loopKey = (p: TunnelPeerPlan) => `${p.pin}|${p.mode}|${p.dial?.host}|${p.dial?.port}`;
 

@@ -11,6 +11,8 @@ const absPath = z.string().regex(/^\/[A-Za-z0-9._/-]*$/, 'must be an absolute pa
 export const relayConfigSchema = z.strictObject({
   listenHost: z.string().default('0.0.0.0'),
   listenPort: z.number().int().min(1).max(65535).default(8476),
+  /** Where nodes connect for circuits (plain TCP; the relay joins two such connections, the nodes run TLS over them). */
+  circuitPort: z.number().int().min(1).max(65535).default(8477),
   /** Its tunnel key (the pin agents configure) and its copy of the registry, so it works while the controller is down. */
   dataDir: absPath.default('/var/lib/atoll-relay'),
   controller: z.strictObject({
@@ -20,7 +22,7 @@ export const relayConfigSchema = z.strictObject({
     /** One of the controller's `relayTokens`. */
     token: z.string().min(16),
   }),
-});
+}).refine((c) => c.circuitPort !== c.listenPort, { message: 'must differ from listenPort (the control streams listen there)', path: ['circuitPort'] });
 
 export type RelayConfig = Readonly<z.output<typeof relayConfigSchema>>;
 

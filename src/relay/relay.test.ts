@@ -1,19 +1,21 @@
 /**
- * The relay on loopback: registered members connect with their own keys; relayed packets and control messages go
- * only between pairs the relay may connect, each arriving with the origin's id; unknown keys are refused; every
- * connection learns its observed address. The controller is absent (the relay works from its saved registry).
+ * The relay on loopback: registered members connect with their own keys and learn their observed address and the
+ * circuit port; control messages go only between pairs the relay may connect, each arriving with the origin's id;
+ * circuits are offered only to such pairs, and their two ends then talk TLS end to end through the relay; unknown
+ * keys and unknown circuit tokens are refused. The controller is absent (the relay works from its saved registry).
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { generateKeyPairSync } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
+import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { NodeRecord } from '../core/cluster/model.ts';
-import { FRAME_HEADROOM, peerIdOfPin, pinOfPeerId } from '../core/tunnel/frame.ts';
+import { FRAME_HEADER, pinOfPeerId, peerIdOfPin } from '../core/tunnel/frame.ts';
 import { ClusterStateFile } from '../adapters/cluster-state-file.ts';
 import { jsonLogger } from '../adapters/json-logger.ts';
-import { dialTunnel, selfSignedTunnelCert, spkiPin, type TunnelCredentials, type TunnelStream } from '../adapters/tunnel-stream.ts';
+import { type ControlMessage, dialTunnel, joinCircuit, selfSignedTunnelCert, spkiPin, type TunnelCredentials, type TunnelStream } from '../adapters/tunnel-stream.ts';
 import { freePort } from '../../test/support/ports.ts';
 import { Relay } from './relay.ts';
 
@@ -28,23 +30,33 @@ const node = (name: string, pin: string, community: string, role = 'edge'): Node
   annotations: { 'atoll.dev/role': role }, blocks: [], registeredAt: 0, updatedAt: 0,
 });
 
-/** A packet with the headroom a relayed frame needs, as the TUN reader hands them out. */
-const packet = (fill: number, n = 100) => Buffer.alloc(FRAME_HEADROOM + n, fill).subarray(FRAME_HEADROOM);
 const settle = () => new Promise((r) => setTimeout(r, 150));
+
+/** The next control message on `s` of type `t`. */
+const nextControl = (s: TunnelStream, t: string) => new Promise<ControlMessage>((resolve) => {
+  const on = (m: ControlMessage) => {
+    if (m.t !== t) return;
+    s.off('control', on);
+    resolve(m);
+  };
+  s.on('control', on);
+});
 
 describe('relay', () => {
   const dir = mkdtempSync(join(tmpdir(), 'atoll-relay-test-'));
   const [a, b, c] = [credentials('a-1'), credentials('b-1'), credentials('c-1')];
   let relay: Relay;
   let port = 0;
+  let circuitPort = 0;
   const streams: TunnelStream[] = [];
 
   before(async () => {
     new ClusterStateFile(join(dir, 'registry.json')).save({ blocks: [], revision: 7, peers: [node('a-1', a.pin, 'x'), node('b-1', b.pin, 'x'), node('c-1', c.pin, 'y')] });
-    port = await freePort();
+    [port, circuitPort] = [await freePort(), await freePort()];
     // the controller URL points at a closed loopback port: the relay keeps its saved registry and retries quietly
-    relay = new Relay({ listenHost: '127.0.0.1', listenPort: port, dataDir: dir, controller: { urls: [`https://127.0.0.1:${await freePort()}`], caCertHash: `sha256:${'0'.repeat(64)}`, token: 'relay-token-0123456789' } },
-      jsonLogger({ level: 'error' }));
+    relay = new Relay({ listenHost: '127.0.0.1', listenPort: port, circuitPort, dataDir: dir,
+      controller: { urls: [`https://127.0.0.1:${await freePort()}`], caCertHash: `sha256:${'0'.repeat(64)}`, token: 'relay-token-0123456789' } },
+    jsonLogger({ level: 'error' }));
     await relay.start();
   });
 
@@ -57,54 +69,83 @@ describe('relay', () => {
   const join_ = async (who: TunnelCredentials) => {
     const s = await dialTunnel({ host: '127.0.0.1', port, credentials: who, peerPin: relay.pin });
     streams.push(s);
-    const observed = new Promise<Record<string, unknown>>((resolve) => s.once('control', resolve));
+    const observed = nextControl(s, 'observed');
     s.sendControl({ t: 'hello' });
     return { s, observed: await observed };
   };
 
-  test('members learn their observed address; packets and control go between one community only, with the origin id', async () => {
+  test('members learn their observed address and the circuit port; control messages go between one community only', async () => {
     const sa = await join_(a);
     const sb = await join_(b);
     const sc = await join_(c);
-    assert.equal(sa.observed.t, 'observed');
     assert.equal(sa.observed.host, '127.0.0.1');
     assert.ok(typeof sa.observed.port === 'number' && sa.observed.port > 0 && sa.observed.port !== port, 'our own (client) port, as the relay sees it');
+    assert.equal(sa.observed.circuitPort, circuitPort);
     await settle();
     assert.equal(relay.stats.connected, 3);
-    const gotB: [string, number, number][] = [];
+    const gotB: string[] = [];
     const gotC: string[] = [];
-    sb.s.on('relayed', (id: Uint8Array, p: Uint8Array) => gotB.push([pinOfPeerId(id), p.length, p[0] as number]));
-    sb.s.on('relayed-control', (id: Uint8Array, m: { t: string }) => gotB.push([pinOfPeerId(id), -1, m.t.length]));
-    sc.s.on('relayed', (id: Uint8Array) => gotC.push(pinOfPeerId(id)));
-    assert.ok(sa.s.sendRelayed(peerIdOfPin(b.pin), packet(7)));
+    sb.s.on('relayed-control', (id: Uint8Array, m: ControlMessage) => gotB.push(`${pinOfPeerId(id) === a.pin ? 'a' : '?'} ${m.t}`));
+    sc.s.on('relayed-control', (id: Uint8Array, m: ControlMessage) => gotC.push(m.t));
     assert.ok(sa.s.sendRelayedControl(peerIdOfPin(b.pin), { t: 'punch' }));
-    assert.ok(sa.s.sendRelayed(peerIdOfPin(c.pin), packet(8)), 'sent, but the relay must not carry it: c is in another community');
+    assert.ok(sa.s.sendRelayedControl(peerIdOfPin(c.pin), { t: 'punch' }), 'sent, but the relay must not carry it: c is in another community');
     await settle();
-    assert.deepEqual(gotB, [[a.pin, 100, 7], [a.pin, -1, 5]]);
+    assert.deepEqual(gotB, ['a punch']);
     assert.deepEqual(gotC, []);
     assert.equal(relay.stats.forwardedControl, 1);
     assert.equal(relay.stats.droppedNotAllowed, 1);
-    // a superpacket-sized frame spans several TLS records: the relay assembles it in its pool and gives it back
-    const big: number[] = [];
-    sb.s.on('relayed', (_id: Uint8Array, p: Uint8Array) => big.push(p.length, p.every((x) => x === 6) ? 1 : 0));
-    assert.ok(sa.s.sendRelayed(peerIdOfPin(b.pin), packet(6, 60_000)));
+
+    // a circuit: offered to a and b, joined by both, TLS end to end with each other's key through it
+    const offered = nextControl(sb.s, 'circuit-join');
+    const ready = nextControl(sa.s, 'circuit-ready');
+    sa.s.sendControl({ t: 'circuit', to: b.pin, n: 'n1' });
+    const [mine, theirs] = await Promise.all([ready, offered]);
+    assert.equal(mine.n, 'n1');
+    assert.equal(theirs.from, a.pin);
+    const [ca, cb] = await Promise.all([
+      joinCircuit({ host: '127.0.0.1', port: circuitPort, token: String(mine.token), credentials: a, peerPin: b.pin, tlsRole: 'client' }),
+      joinCircuit({ host: '127.0.0.1', port: circuitPort, token: String(theirs.token), credentials: b, peerPin: a.pin, tlsRole: 'server' }),
+    ]);
+    streams.push(ca, cb);
+    const got = new Promise<Uint8Array>((resolve) => cb.once('frame', (p: Uint8Array) => resolve(Uint8Array.from(p))));
+    const pkt = Buffer.alloc(FRAME_HEADER + 60_000, 9).subarray(FRAME_HEADER);
+    assert.ok(ca.send(pkt));
+    const arrived = await got;
+    assert.equal(arrived.length, 60_000);
+    assert.ok(arrived.every((x) => x === 9), 'the packet arrived unchanged');
+    assert.equal(relay.circuits.joined, 1);
+    assert.equal(relay.circuits.open, 1);
+    assert.ok(relay.circuits.bytes > 60_000, 'the relay carried the (encrypted) bytes');
+    ca.close();
     await settle();
-    assert.deepEqual(big.slice(-2), [60_000, 1], 'the whole packet, unchanged');
-    assert.equal(relay.framesHeld, 0, 'every assembled frame went back to the pool once written');
-    assert.equal(relay.stats.forwardedPackets, 2);
+    assert.equal(relay.circuits.open, 0, 'one end closing closes the circuit');
+    assert.equal(cb.alive, false);
+
+    // no circuit across communities, nor to a node that is not on the relay
+    const refused = nextControl(sa.s, 'circuit-refused');
+    sa.s.sendControl({ t: 'circuit', to: c.pin, n: 'n2' });
+    assert.equal((await refused).n, 'n2');
     sb.s.close();
     await settle();
-    assert.ok(sa.s.sendRelayed(peerIdOfPin(b.pin), packet(9)));
-    await settle();
-    assert.equal(relay.stats.droppedNoDestination, 1, 'b left the relay');
+    const gone = nextControl(sa.s, 'circuit-refused');
+    sa.s.sendControl({ t: 'circuit', to: b.pin, n: 'n3' });
+    assert.equal((await gone).n, 'n3');
+    assert.equal(relay.stats.circuitsOffered, 1);
   });
 
-  test('a key that is not registered is refused', async () => {
+  test('a key that is not registered is refused, and so is a circuit connection with an unknown token', async () => {
     const intruder = credentials('intruder');
     const before = relay.stats.refused;
     const s = await dialTunnel({ host: '127.0.0.1', port, credentials: intruder, peerPin: relay.pin }).catch((e: unknown) => e);
     if (!(s instanceof Error)) await new Promise((r) => (s as TunnelStream).once('close', r));
     await settle();
     assert.equal(relay.stats.refused, before + 1);
+
+    const bad = relay.circuits.badToken;
+    const sock = connect({ host: '127.0.0.1', port: circuitPort });
+    sock.on('error', () => undefined);
+    sock.write(`${'ab'.repeat(16)}\n`);
+    await new Promise((r) => sock.once('close', r));
+    assert.equal(relay.circuits.badToken, bad + 1);
   });
 });

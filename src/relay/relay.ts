@@ -1,46 +1,48 @@
 /**
  * `atoll relay`: the cloud's meeting point for edge nodes behind NAT. Each edge node keeps one pinned TLS stream to
- * it (src/adapters/tunnel-stream.ts). Over that stream the relay
- * - tells the node its address as seen from the internet (the `observed` control message, sent on every connection:
- *   a node opens a short connection from the local port it will punch from, to learn that port's public mapping);
- * - carries relayed packets and control messages between two nodes it may connect (an edge pair of one community,
- *   or a pair with a cloud node; src/core/tunnel/plan.ts `relayAllows`), rewriting the peer id from destination to
- *   origin, so the receiver knows which node's blocks the packet's source must lie in. Hole punching is coordinated
- *   this way, and pairs that cannot punch (symmetric NAT) keep their traffic here.
+ * it (src/adapters/tunnel-stream.ts), its control stream. Over it the relay
+ * - tells the node its address as seen from the internet and the circuit port (the `observed` control message, sent
+ *   on every connection: a node opens a short connection from the local port it will punch from, to learn that
+ *   port's public mapping);
+ * - carries control messages between two nodes it may connect (an edge pair of one community, or a pair with a cloud
+ *   node; src/core/tunnel/plan.ts `relayAllows`), naming the origin: hole punching is coordinated this way;
+ * - offers circuits (src/relay/circuits.ts): a node asks for one to a peer (`circuit`), the relay hands each end a
+ *   one-time token (`circuit-ready` to the asker, `circuit-join` to the peer), both connect to the circuit port, and
+ *   the relay joins the two connections; the nodes run TLS end to end over them. Pairs that cannot punch (symmetric
+ *   NAT), and every pair until it has punched, carry their packets this way.
  *
- * No time or byte limits per stream (GUIDE 5: circuit-relay-v2's 2 min / 128 KiB defaults cut long flows): a
- * relayed path lives as long as both streams do. A destination whose queue is full drops packets, as a router
- * would; the TCP flows inside slow down. Nodes are accepted only with a registered tunnel key, learnt from the
+ * No time or byte limits (GUIDE 5: circuit-relay-v2's 2 min / 128 KiB defaults cut long flows): a circuit lives as
+ * long as both its connections do. Nodes are accepted only with a registered tunnel key, learnt from the
  * controller's watch with a relay token and kept in `<dataDir>/registry.json`, so a relay restarted while the
  * controller is down still knows everyone.
  */
 import { join } from 'node:path';
 import type { Server } from 'node:tls';
 import type { Logger } from '../core/ports.ts';
-import { FRAME_KIND, peerIdOfPin, pinOfPeerId } from '../core/tunnel/frame.ts';
+import { peerIdOfPin, pinOfPeerId } from '../core/tunnel/frame.ts';
 import { relayAllows, type RelayMember, relayMembers } from '../core/tunnel/plan.ts';
 import type { NodeRecord } from '../core/cluster/model.ts';
 import { applyWatchLine, ControllerClient } from '../adapters/controller-client.ts';
 import { ClusterStateFile } from '../adapters/cluster-state-file.ts';
 import { discoverPinnedCa } from '../adapters/pki.ts';
-import { listenTunnel, loadOrCreateTunnelCredentials, spkiPin, type TunnelStream } from '../adapters/tunnel-stream.ts';
-import { SlabPool } from '../adapters/slab-pool.ts';
+import { type ControlMessage, listenTunnel, loadOrCreateTunnelCredentials, spkiPin, type TunnelStream } from '../adapters/tunnel-stream.ts';
+import { CircuitBroker, type CircuitStats } from './circuits.ts';
 import type { RelayConfig } from '../config/relay-config.ts';
 
 export interface RelayStats {
-  /** Nodes with a relay stream now. */
+  /** Nodes with a control stream now. */
   connected: number;
-  forwardedPackets: number;
-  forwardedBytes: number;
   forwardedControl: number;
-  /** Relayed frames for a node that has no stream to the relay. */
+  /** Relayed control messages, or circuit requests, for a node that has no stream to the relay. */
   droppedNoDestination: number;
-  /** Relayed frames between nodes the relay may not connect (different communities). */
+  /** Relayed control messages, or circuit requests, between nodes the relay may not connect (different communities). */
   droppedNotAllowed: number;
-  /** Relayed frames dropped because the destination's queue was full. */
+  /** Relayed control messages dropped because the destination's queue was full. */
   droppedQueueFull: number;
   /** Connections refused (unknown key, failed handshake). */
   refused: number;
+  /** Circuits offered (each a pair of tokens). */
+  circuitsOffered: number;
 }
 
 /** The relay logs its counters this often (when they changed). */
@@ -52,7 +54,7 @@ interface Session {
 }
 
 export class Relay {
-  readonly stats: RelayStats = { connected: 0, forwardedPackets: 0, forwardedBytes: 0, forwardedControl: 0, droppedNoDestination: 0, droppedNotAllowed: 0, droppedQueueFull: 0, refused: 0 };
+  readonly stats: RelayStats = { connected: 0, forwardedControl: 0, droppedNoDestination: 0, droppedNotAllowed: 0, droppedQueueFull: 0, refused: 0, circuitsOffered: 0 };
   readonly #cfg: RelayConfig;
   readonly #log: Logger;
   readonly #registry: ClusterStateFile;
@@ -64,8 +66,7 @@ export class Relay {
   readonly #abort = new AbortController();
   #statsTimer: NodeJS.Timeout | undefined;
   #pin = '';
-  /** Frames split across reads are assembled here and wait in the destination's queue until written. */
-  readonly #frames = new SlabPool();
+  readonly #circuits: CircuitBroker;
 
   constructor(cfg: RelayConfig, log: Logger) {
     this.#cfg = cfg;
@@ -73,11 +74,12 @@ export class Relay {
     this.#registry = new ClusterStateFile(join(cfg.dataDir, 'registry.json'));
     this.#nodes = this.#registry.load().peers;
     this.#setMembers();
+    this.#circuits = new CircuitBroker(log);
   }
 
-  /** Frames assembled from several reads and not yet written on (for tests and metrics; 0 when idle). */
-  get framesHeld(): number {
-    return this.#frames.out;
+  /** The circuits' counters: open, joined, lapsed offers, bad tokens, bytes carried. */
+  get circuits(): Readonly<CircuitStats> {
+    return this.#circuits.stats;
   }
 
   /** The relay's key pin: agents configure it as `tunnel.relay.pin`. */
@@ -97,18 +99,18 @@ export class Relay {
         this.stats.refused++;
         this.#log.warn('relay connection refused', { reason });
       },
-      streamOptions: { pool: this.#frames }, // forwarded frames wait in the destination's queue
     });
     this.#server = server;
+    await this.#circuits.listen(this.#cfg.listenHost, this.#cfg.circuitPort);
     void this.#follow();
     let last = '';
     this.#statsTimer = setInterval(() => {
       const now = JSON.stringify(this.stats);
-      if (now !== last) this.#log.info('relay stats', { ...this.stats });
+      if (now !== last) this.#log.info('relay stats', { ...this.stats, circuits: { ...this.#circuits.stats } });
       last = now;
     }, STATS_LOG_MS);
     this.#statsTimer.unref();
-    this.#log.info('relay started', { listen: `${this.#cfg.listenHost}:${this.#cfg.listenPort}`, pin: this.#pin, members: this.#members.size });
+    this.#log.info('relay started', { listen: `${this.#cfg.listenHost}:${this.#cfg.listenPort}`, circuitPort: this.#cfg.circuitPort, pin: this.#pin, members: this.#members.size });
   }
 
   #setMembers(): void {
@@ -120,8 +122,12 @@ export class Relay {
 
   #onStream(stream: TunnelStream): void {
     const member = this.#members.get(stream.peerPin) as RelayMember;
-    stream.sendControl({ t: 'observed', host: stream.remote.host, port: stream.remote.port });
-    stream.on('control', (msg: { t: string }) => {
+    stream.sendControl({ t: 'observed', host: stream.remote.host, port: stream.remote.port, circuitPort: this.#cfg.circuitPort });
+    stream.on('control', (msg: ControlMessage) => {
+      if (msg.t === 'circuit') {
+        this.#offerCircuit(member, stream, msg);
+        return;
+      }
       if (msg.t !== 'hello') return;
       // a node's relay stream (not a short observing connection): the newest one wins
       const old = this.#sessions.get(member.pin);
@@ -131,8 +137,7 @@ export class Relay {
       this.#log.info('node on the relay', { node: member.name, from: `${stream.remote.host}:${stream.remote.port}` });
     });
     const fromId = peerIdOfPin(member.pin);
-    stream.on('relayed', (id: Uint8Array, pkt: Uint8Array) => this.#forward(member, fromId, id, FRAME_KIND.relayedPacket, pkt));
-    stream.on('relayed-control', (id: Uint8Array, _msg: unknown, body: Uint8Array) => this.#forward(member, fromId, id, FRAME_KIND.relayedControl, body));
+    stream.on('relayed-control', (id: Uint8Array, _msg: unknown, body: Uint8Array) => this.#forward(member, fromId, id, body));
     stream.once('close', (err?: Error) => {
       if (this.#sessions.get(member.pin)?.stream !== stream) return;
       this.#sessions.delete(member.pin);
@@ -141,32 +146,48 @@ export class Relay {
     });
   }
 
-  /** Passes a relayed frame from `from` on to the node `toId` names, if it is here and the pair is allowed. */
-  #forward(from: RelayMember, fromId: Uint8Array, toId: Uint8Array, kind: typeof FRAME_KIND.relayedPacket | typeof FRAME_KIND.relayedControl, body: Uint8Array): void {
-    const done = () => this.#frames.release(body);
-    const to = this.#sessions.get(pinOfPeerId(toId));
+  /** The session of the node `pin` names, when it is here and may be connected with `from` (the registry as it is now). */
+  #peerOf(from: RelayMember, pin: string): Session | undefined {
+    const to = this.#sessions.get(pin);
     if (!to) {
       this.stats.droppedNoDestination++;
-      done();
-      return;
+      return undefined;
     }
-    // the registry as it is now (a node may have changed community since it connected)
+    // a node may have changed community since it connected
     const [a, b] = [this.#members.get(from.pin), this.#members.get(to.member.pin)];
     if (!a || !b || !relayAllows(a, b)) {
       this.stats.droppedNotAllowed++;
-      done();
-      return;
+      return undefined;
     }
-    if (!to.stream.relay(kind, fromId, toId, body, done)) {
+    return to;
+  }
+
+  /** Passes a relayed control message from `from` on to the node `toId` names, if it is here and the pair is allowed. */
+  #forward(from: RelayMember, fromId: Uint8Array, toId: Uint8Array, body: Uint8Array): void {
+    const to = this.#peerOf(from, pinOfPeerId(toId));
+    if (!to) return;
+    if (!to.stream.relay(fromId, body)) {
       this.stats.droppedQueueFull++;
-      done();
       return;
     }
-    if (kind === FRAME_KIND.relayedControl) this.stats.forwardedControl++;
-    else {
-      this.stats.forwardedPackets++;
-      this.stats.forwardedBytes += body.length;
+    this.stats.forwardedControl++;
+  }
+
+  /**
+   * A node asks for a circuit to a peer (`{ t: 'circuit', to: <pin>, n: <nonce> }`): when the pair may be connected
+   * and the peer is here, each gets a token (the asker `circuit-ready` with its nonce, the peer `circuit-join` naming
+   * the asker); otherwise the asker gets `circuit-refused`.
+   */
+  #offerCircuit(from: RelayMember, stream: TunnelStream, msg: ControlMessage): void {
+    const to = typeof msg.to === 'string' ? this.#peerOf(from, msg.to) : undefined;
+    if (!to) {
+      stream.sendControl({ t: 'circuit-refused', n: msg.n, reason: `${String(msg.to)} is not on the relay or may not be connected with ${from.name}` });
+      return;
     }
+    const [mine, theirs] = this.#circuits.offer(`${from.name} -> ${to.member.name}`);
+    this.stats.circuitsOffered++;
+    stream.sendControl({ t: 'circuit-ready', n: msg.n, token: mine });
+    to.stream.sendControl({ t: 'circuit-join', from: from.pin, token: theirs });
   }
 
   /** Follows the controller's node list (with backoff while it is unreachable), keeping the registry file current. */
@@ -209,6 +230,7 @@ export class Relay {
     this.#abort.abort();
     clearInterval(this.#statsTimer);
     this.#server?.close();
+    this.#circuits.close();
     for (const s of this.#sessions.values()) s.stream.close();
     this.#sessions.clear();
   }

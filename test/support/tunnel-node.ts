@@ -22,7 +22,7 @@ export interface TunnelNodeSpec {
 const spec = JSON.parse(process.argv[2] ?? '{}') as TunnelNodeSpec;
 const credentials = { keyPem: readFileSync(spec.keyFile, 'utf8'), certPem: readFileSync(spec.certFile, 'utf8') };
 const tun = openTun({ name: spec.tun });
-const endpoint = new TunnelEndpoint(tun, [{ id: spec.peer.id, pin: spec.peer.pin, viaRelay: false, blocks: spec.peer.blocks.map((b) => {
+const endpoint = new TunnelEndpoint(tun, [{ id: spec.peer.id, blocks: spec.peer.blocks.map((b) => {
   const c = parseCidr(b);
   if (!c) throw new Error(`peer block ${b} is not a prefix`);
   return c;

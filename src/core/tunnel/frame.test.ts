@@ -28,12 +28,13 @@ describe('tunnel framing', () => {
   const stream = concat(frames.map((f) => encodeFrame(f)));
 
   test('kinds come out with their payloads; a relayed frame too short for its peer id or an unknown kind is refused', () => {
-    const parts = [encodeFrame(payload(5, 1), FRAME_KIND.control), encodeFrame(payload(PEER_ID_LEN + 1, 2), FRAME_KIND.relayedPacket), encodeFrame(payload(9, 3))];
+    const parts = [encodeFrame(payload(5, 1), FRAME_KIND.control), encodeFrame(payload(PEER_ID_LEN + 1, 2), FRAME_KIND.relayedControl), encodeFrame(payload(9, 3))];
     const got: [number, number][] = [];
     new FrameDecoder().push(concat(parts), (p, kind) => got.push([kind, p.length]));
-    assert.deepEqual(got, [[FRAME_KIND.control, 5], [FRAME_KIND.relayedPacket, PEER_ID_LEN + 1], [FRAME_KIND.packet, 9]]);
+    assert.deepEqual(got, [[FRAME_KIND.control, 5], [FRAME_KIND.relayedControl, PEER_ID_LEN + 1], [FRAME_KIND.packet, 9]]);
     assert.throws(() => new FrameDecoder().push(encodeFrame(payload(PEER_ID_LEN, 0), FRAME_KIND.relayedControl), () => undefined), FrameError);
     assert.throws(() => new FrameDecoder().push(new Uint8Array([4, 0, 0, 1, 0]), () => undefined), /kind 4/);
+    assert.throws(() => new FrameDecoder().push(new Uint8Array([2, 0, 0, 40, ...new Uint8Array(40)]), () => undefined), /kind 2/, 'the retired relayed packet');
   });
 
   test('a peer id is the pin\'s digest, and back', () => {

@@ -4,25 +4,25 @@
  *   frame = kind (1 byte) | length (3 bytes, big-endian) | payload (length bytes)
  *
  * Kinds: a packet (its 10-byte virtio-net header and the IP packet, as read from the TUN device); a control message
- * (JSON: keepalive pings, the relay's hello and observed address); and, on a stream to the relay, a relayed packet
- * or relayed control message, whose payload starts with the 32-byte id (sha256 of the public key, the pin's digest)
- * of the other end: the destination when a node sends it, the origin when the relay delivers it.
+ * (JSON: keepalive pings, the relay's observed address and circuit offers); and, on a stream to the relay, a relayed
+ * control message (hole punching), whose payload starts with the 32-byte id (sha256 of the public key, the pin's
+ * digest) of the other end: the destination when a node sends it, the origin when the relay delivers it. Kind 2 was
+ * a packet relayed inside the stream to the relay; packets now cross the relay in circuits (src/relay/circuits.ts),
+ * end to end, and kind 2 is refused.
  *
  * Why 3 length bytes: with GSO offloads a TUN read returns superpackets of up to 64 KB (GUIDE 3.1), which 2 bytes
  * cannot length, and 24 bits hold any frame.
  */
 
-export const FRAME_KIND = Object.freeze({ packet: 0, control: 1, relayedPacket: 2, relayedControl: 3 });
+export const FRAME_KIND = Object.freeze({ packet: 0, control: 1, relayedControl: 3 });
 export type FrameKind = (typeof FRAME_KIND)[keyof typeof FRAME_KIND];
 
 /** Bytes of the kind and length prefix. */
 export const FRAME_HEADER = 4;
 /** Bytes of a peer id (sha256 digest of its public key) at the front of a relayed frame's payload. */
 export const PEER_ID_LEN = 32;
-/** Headroom a packet needs in front of it to be framed in place, relayed or not. */
-export const FRAME_HEADROOM = FRAME_HEADER + PEER_ID_LEN;
-/** The largest payload a frame may carry: a 64 KB IP packet plus its virtio-net header, plus a relay's peer id. */
-export const MAX_FRAME_PAYLOAD = 65_535 + 10 + PEER_ID_LEN;
+/** The largest payload a frame may carry: a 64 KB IP packet plus its virtio-net header. */
+export const MAX_FRAME_PAYLOAD = 65_535 + 10;
 
 /** Writes the prefix for a `kind` frame of `length` payload bytes into `buf` at `offset`. */
 export function writeFrameHeader(buf: Uint8Array, offset: number, length: number, kind: FrameKind = FRAME_KIND.packet): void {
@@ -74,7 +74,7 @@ export class FrameError extends Error {
  * with its kind and payload.
  * A payload lying wholly inside one chunk is handed out as a view of that chunk (no copy), so `onFrame` must be done
  * with it before the chunk's memory is reused; a payload split across chunks is assembled in a buffer the decoder
- * reuses, or one from `allocate`, or a fresh array. Either
+ * reuses, or a fresh array. Either
  * way the frame's own prefix lies right in front of the payload in the same buffer, so a whole frame can be passed
  * on without a copy (a relay does).
  * @throws FrameError on an unknown kind or a zero or oversized length; the decoder is then unusable.
@@ -89,18 +89,13 @@ export class FrameDecoder {
   /** With `reuse`, the one buffer assembled payloads are built in (they are then only valid during `onFrame`). */
   private readonly assembly: Uint8Array | undefined;
 
-  /** Where split payloads are assembled without `reuse`: `size` bytes (prefix and payload) of their own. */
-  private readonly allocate: (size: number) => Uint8Array;
-
   /**
    * @param opts.reuse assemble split payloads in one buffer kept for the decoder's life instead of a fresh one each:
    *   no allocation per frame, for a consumer that is done with every payload when `onFrame` returns (an agent
    *   writes it to its TUN device at once; a relay, which queues it, must not set this).
-   * @param opts.allocate without `reuse`, where assembled payloads go (a relay's pool); a fresh array otherwise.
    */
-  constructor(opts: { readonly reuse?: boolean; readonly allocate?: (size: number) => Uint8Array } = {}) {
+  constructor(opts: { readonly reuse?: boolean } = {}) {
     this.assembly = opts.reuse ? new Uint8Array(FRAME_HEADER + MAX_FRAME_PAYLOAD) : undefined;
-    this.allocate = opts.allocate ?? ((size) => new Uint8Array(size));
   }
 
   /** Bytes received but not yet handed out as a frame. */
@@ -144,7 +139,7 @@ export class FrameDecoder {
         this.broken = true;
         throw new FrameError(`frame length ${length} is outside 1..${MAX_FRAME_PAYLOAD}`);
       }
-      if (kind > FRAME_KIND.relayedControl || (kind >= FRAME_KIND.relayedPacket && length <= PEER_ID_LEN)) {
+      if ((kind !== FRAME_KIND.packet && kind !== FRAME_KIND.control && kind !== FRAME_KIND.relayedControl) || (kind === FRAME_KIND.relayedControl && length <= PEER_ID_LEN)) {
         this.broken = true;
         throw new FrameError(`frame kind ${kind} of ${length} bytes is not one this decoder knows`);
       }
@@ -152,7 +147,7 @@ export class FrameDecoder {
         onFrame(chunk.subarray(pos, pos + length), kind as FrameKind);
         pos += length;
       } else {
-        const whole = this.assembly ? this.assembly.subarray(0, FRAME_HEADER + length) : this.allocate(FRAME_HEADER + length);
+        const whole = this.assembly ? this.assembly.subarray(0, FRAME_HEADER + length) : new Uint8Array(FRAME_HEADER + length);
         writeFrameHeader(whole, 0, length, kind as FrameKind);
         this.partial = whole.subarray(FRAME_HEADER);
         this.partialHave = 0;
