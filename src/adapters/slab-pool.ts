@@ -5,7 +5,7 @@
  * Why: the data path moves hundreds of MB a second; a fresh buffer per packet (or per assembled frame) kept V8's full
  * mark-compact collector running several times a second and cost a third of a core in GC threads (docs/architecture.md,
  * "The data path"). A piece is handed out by {@link SlabPool.region} + {@link SlabPool.commit} (read into the region,
- * then claim what was read) or {@link SlabPool.take}, and given back with {@link SlabPool.release} once nothing
+ * then claim what was read), and given back with {@link SlabPool.release} once nothing
  * refers to it any more (its stream wrote it, or it was dropped). A piece never given back only keeps its slab from
  * being reused; at most `keep` slabs are pooled, further ones are left to the garbage collector.
  */
@@ -58,11 +58,6 @@ export class SlabPool {
     return region.subarray(0, n);
   }
 
-  /** `size` bytes at once (region and commit). */
-  take(size: number): Buffer {
-    return this.commit(this.region(0, size), size);
-  }
-
   /** Gives back a piece this pool handed out (anything else is ignored): its bytes may be reused from now on. */
   release(piece: Uint8Array): void {
     const slab = this.#slabs.get(piece.buffer);
@@ -76,11 +71,6 @@ export class SlabPool {
     let n = 0;
     for (const slab of this.#slabs.values()) n += slab.out;
     return n;
-  }
-
-  /** Slabs allocated and kept for reuse. */
-  get slabs(): number {
-    return this.#slabs.size;
   }
 
   #newSlab(): Slab {
