@@ -5,8 +5,9 @@
  *             behind symmetric NAT; all in community "x"; 1 pod per node. iperf3, one TCP stream, runs alternating:
  *             VXLAN (the reference) a-1-p1 -> a-2-p1, same site, kernel VXLAN; tunnel direct a-1-p1 -> b-1-p1,
  *             hole-punched through both NATs; tunnel relayed a-2-p1 -> c-1-p1, through the relay.
- *   shaped    a second lab (a: 1 node, b: 1 node) with both edge uplinks shaped (`--rate`, tbf; `--delay`, netem, where
- *             the kernel has netem): the tunnel a-1-p1 -> b-1-p1 against a kernel VXLAN built by hand between the two
+ *   shaped    a second lab (a: 1 node, b: 1 node) with both edge uplinks shaped (`--rate`, tbf; `--delay`, netem, or
+ *             the lab's delay line where the kernel has no netem): the tunnel a-1-p1 -> b-1-p1 against a kernel VXLAN
+ *             built by hand between the two
  *             edge routers over the same shaped uplinks.
  * During every run the CPU time and memory of the agents at both ends (and of the relay on the relayed path) are
  * read from /proc.
@@ -39,6 +40,8 @@ const IPERF_PORT = 5201;
 /** The hand-built reference VXLAN between the edge routers (shaped part): its own device, VNI, port and /30. */
 const REF_VXLAN = Object.freeze({ dev: 'atb.vx0', vni: 4242, port: 4789, a: '10.250.0.1', b: '10.250.0.2', bits: 30 });
 const LAB_UP_TIMEOUT_MS = 120_000;
+/** Shaped part: TCP buffer autotuning bounds (min default max) at both ends of either path, room for 1 Gbit/s x 40 ms. */
+const TCP_BUFFERS = '4096 131072 33554432';
 const LAB_DOWN_TIMEOUT_MS = 60_000;
 const PATH_WAIT_MS = 40_000;
 const RSS_SAMPLE_MS = 250;
@@ -56,7 +59,7 @@ interface Options {
   readonly seconds: number;
   /** Shaped part: tbf rate of each edge uplink (a and b), Mbit/s. */
   readonly rateMbit: number;
-  /** Shaped part: netem one-way delay of each edge uplink (a and b), ms; 0 for none. */
+  /** Shaped part: one-way delay of each edge uplink (a and b), ms; 0 for none. */
   readonly delayMs: number;
   readonly timeoutS: number;
   readonly enforce: boolean;
@@ -69,9 +72,9 @@ const USAGE = `usage: node bench/tunnel.ts [options]
   --reps R             iperf3 runs per path, alternating between the paths (default 3; 1 with --smoke)
   --time S             seconds per iperf3 run (iperf3 -t; default 10; 2 with --smoke)
   --rate MBIT          shaped part: tbf rate on the uplinks of sites a and b, both directions (default 1000)
-  --delay MS           shaped part: netem one-way delay on each of those uplinks, both directions (default 10: 20 ms
-                       one way from a to b, 40 ms round trip); 0 for none. Without netem in the kernel the lab refuses
-                       it: the part then runs with the rate only and says so
+  --delay MS           shaped part: one-way delay on each of those uplinks, both directions (default 10: 20 ms one
+                       way from a to b, 40 ms round trip); 0 for none. By netem, or by the lab's delay line where
+                       the kernel has no netem; the report says which
   --json FILE          write every sample and summary to FILE
   --timeout SECONDS    abort (and clean up) after this long (default 900; 300 with --smoke)
   --enforce            exit 1 when a target is missed (default: report only)`;
@@ -265,6 +268,8 @@ interface Lab {
   readonly pids: ReadonlyMap<string, number>;
   /** The `atoll lab up` flags it was built with (besides --spec). */
   readonly flags: readonly string[];
+  /** How its uplink delays (if any) are made. */
+  readonly delayBy: 'netem' | 'delay-line';
 }
 
 interface EdgeSpec {
@@ -282,17 +287,9 @@ const UNSHAPED_SPEC = labSpec([
 ]);
 const SHAPED_SPEC = labSpec([{ name: 'a', nodes: 1, nat: 'endpoint-independent' }, { name: 'b', nodes: 1, nat: 'endpoint-independent' }]);
 
-class LabRefused extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = 'LabRefused';
-  }
-}
-
 /**
  * `atoll lab up --detach` for `spec` with `flags`; the run id is taken from its first line, so a lab being built is
- * removed even when this run stops half-way.
- * @throws LabRefused when the lab refused before creating anything (LAB_PREREQUISITE_MISSING).
+ * removed even when this run stops half-way. @throws Error with the lab's output when it failed or refused.
  */
 async function labUp(fx: Fixture, name: string, spec: unknown, flags: readonly string[]): Promise<Lab> {
   const specPath = join(fx.dir, `${name}-spec.json`);
@@ -316,16 +313,15 @@ async function labUp(fx: Fixture, name: string, spec: unknown, flags: readonly s
     if (res.stderr.includes('LAB_PREREQUISITE_MISSING')) {
       // refused before creating anything: there is nothing of this run id to remove
       if (runId !== undefined && labNamespaces(runId).length === 0) fx.labs.delete(runId);
-      throw new LabRefused(res.stderr.trim());
     }
     throw new Error(`atoll lab up ${flags.join(' ')} failed (exit ${res.code}):\n${why}`);
   }
-  const up = JSON.parse(readFileSync(jsonPath, 'utf8')) as { runId: string; prefix: string; pods: LabPod[]; nodes: { name: string; netns: string }[] };
+  const up = JSON.parse(readFileSync(jsonPath, 'utf8')) as { runId: string; prefix: string; pods: LabPod[]; nodes: { name: string; netns: string }[]; uplinkDelayBy: 'netem' | 'delay-line' };
   fx.labs.add(up.runId);
   const state = JSON.parse(readFileSync(join(LAB_STATE_DIR, `${up.runId}.json`), 'utf8')) as { dir: string; processes: { role: string; pid: number }[] };
   log(`${name}: lab ${up.runId} up in ${((Date.now() - t0) / 1000).toFixed(1)} s (${flags.join(' ') || 'no uplink conditions'})`);
   return {
-    runId: up.runId, prefix: up.prefix, dir: state.dir, flags,
+    runId: up.runId, prefix: up.prefix, dir: state.dir, flags, delayBy: up.uplinkDelayBy,
     pods: new Map(up.pods.map((p) => [p.name, { name: p.name, node: p.node, netns: p.netns, ip: p.ip }])),
     nodes: new Map(up.nodes.map((n) => [n.name, { netns: n.netns }])),
     pids: new Map(state.processes.map((p) => [p.role, p.pid])),
@@ -566,8 +562,8 @@ interface PartResult {
   readonly paths: Record<string, string>;
   readonly idle: Record<string, { rssKiB: number; hwmKiB: number }>;
   readonly samples: Sample[];
-  /** Shaped part: the uplink conditions really applied, and the delay the kernel could not apply (and why). */
-  readonly applied?: { readonly rateMbit: number; readonly delayMs: number; readonly delayRefused?: string; readonly qdiscs: Record<string, string[]> };
+  /** Shaped part: the uplink conditions applied, and how the delay was made. */
+  readonly applied?: { readonly rateMbit: number; readonly delayMs: number; readonly delayBy: 'netem' | 'delay-line'; readonly qdiscs: Record<string, string[]> };
 }
 
 async function unshaped(fx: Fixture, opts: Options): Promise<PartResult> {
@@ -633,20 +629,7 @@ async function buildReferenceVxlan(fx: Fixture, ra: string, rb: string): Promise
 
 async function shaped(fx: Fixture, opts: Options): Promise<PartResult> {
   const rate = ['--rate', `a=${opts.rateMbit}`, '--rate', `b=${opts.rateMbit}`];
-  let delayRefused: string | undefined;
-  let lab: Lab;
-  if (opts.delayMs > 0) {
-    try {
-      lab = await labUp(fx, 'shaped', SHAPED_SPEC, [...rate, '--delay', `a=${opts.delayMs}`, '--delay', `b=${opts.delayMs}`]);
-    } catch (e) {
-      if (!(e instanceof LabRefused)) throw e;
-      delayRefused = e.message.split('\n')[0] ?? e.message;
-      log(`the lab refused --delay (${delayRefused}); the shaped part runs with the rate only, NO DELAY`);
-      lab = await labUp(fx, 'shaped', SHAPED_SPEC, rate);
-    }
-  } else {
-    lab = await labUp(fx, 'shaped', SHAPED_SPEC, rate);
-  }
+  const lab = await labUp(fx, 'shaped', SHAPED_SPEC, opts.delayMs > 0 ? [...rate, '--delay', `a=${opts.delayMs}`, '--delay', `b=${opts.delayMs}`] : rate);
   try {
     const ra = `${lab.prefix}a-router`;
     const rb = `${lab.prefix}b-router`;
@@ -655,7 +638,11 @@ async function shaped(fx: Fixture, opts: Options): Promise<PartResult> {
     await buildReferenceVxlan(fx, ra, rb);
     await waitForPath(fx, lab, 'a-1', 'b-1', 'direct');
     const pod = (n: string) => need(lab.pods, n, 'pod');
-    const conditions = `${opts.rateMbit} Mbit/s${delayRefused === undefined && opts.delayMs > 0 ? `, ${opts.delayMs} ms per uplink` : ''}`;
+    // Linux's default TCP buffers (tcp_rmem max 6 MiB) cap one stream near 0.5 Gbit/s at 40 ms; raise them on both
+    // paths' ends (the routers for the reference; the nodes, whose agents' streams carry the tunnel, and the pods)
+    const tcpEnds = [ra, rb, need(lab.nodes, 'a-1', 'node').netns, need(lab.nodes, 'b-1', 'node').netns, pod('a-1-p1').netns, pod('b-1-p1').netns];
+    for (const ns of tcpEnds) execFileSync('ip', ['netns', 'exec', ns, 'sysctl', '-q', '-w', `net.ipv4.tcp_rmem=${TCP_BUFFERS}`, `net.ipv4.tcp_wmem=${TCP_BUFFERS}`]);
+    const conditions = `${opts.rateMbit} Mbit/s${opts.delayMs > 0 ? `, ${opts.delayMs} ms per uplink` : ''}`;
     const paths: PathDef[] = [
       {
         key: 'shaped-vxlan', part: 'shaped', label: `VXLAN a-router -> b-router over the shaped uplinks (${conditions})`,
@@ -672,7 +659,7 @@ async function shaped(fx: Fixture, opts: Options): Promise<PartResult> {
     const samples = await measure(fx, paths, opts);
     return {
       runId: lab.runId, flags: lab.flags, paths: Object.fromEntries(paths.map((p) => [p.key, p.label])), idle, samples,
-      applied: { rateMbit: opts.rateMbit, delayMs: delayRefused === undefined ? opts.delayMs : 0, ...(delayRefused !== undefined ? { delayRefused } : {}), qdiscs },
+      applied: { rateMbit: opts.rateMbit, delayMs: opts.delayMs, delayBy: lab.delayBy, qdiscs },
     };
   } finally {
     for (const d of fx.devices.splice(0)) deleteDevice(d.netns, d.dev);
@@ -748,11 +735,10 @@ function report(r: Results, opts: Options): { text: string; targets: Target[]; s
   lines.push('Throughput', table(rows), '');
   const applied = r.shaped?.applied;
   if (applied) {
+    const by = applied.delayBy === 'netem' ? 'netem' : 'the lab\'s delay line (this kernel has no netem: TAP devices and a process in a namespace spliced into each uplink)';
     lines.push(`Shaped uplinks (sites a and b, both directions): tbf ${applied.rateMbit} Mbit/s; `
-      + (applied.delayRefused !== undefined
-        ? `NO DELAY: the lab refused --delay ${opts.delayMs} (LAB_PREREQUISITE_MISSING: this kernel has no netem qdisc, CONFIG_NET_SCH_NETEM), so this part ran `
-          + `at ${applied.rateMbit} Mbit/s without the ${2 * opts.delayMs} ms one-way delay`
-        : applied.delayMs > 0 ? `netem ${applied.delayMs} ms one way per uplink (${2 * applied.delayMs} ms one way a -> b, ${4 * applied.delayMs} ms round trip)` : 'no delay (--delay 0)'));
+      + (applied.delayMs > 0 ? `${applied.delayMs} ms one way per uplink by ${by} (${2 * applied.delayMs} ms one way a -> b, ${4 * applied.delayMs} ms round trip)` : 'no delay (--delay 0)')
+      + `; TCP buffers (net.ipv4.tcp_rmem and tcp_wmem) ${TCP_BUFFERS} at both ends of both paths`);
     for (const [link, q] of Object.entries(applied.qdiscs)) lines.push(`  ${link}: ${q.join(' | ')}`);
     lines.push('');
   }
@@ -768,8 +754,8 @@ function report(r: Results, opts: Options): { text: string; targets: Target[]; s
     ratio('unshaped: tunnel relayed / tunnel direct', 'relayed', 'direct', RELAYED_VS_DIRECT_TARGET);
   }
   if (r.shaped) {
-    const cond = applied?.delayRefused !== undefined || (applied?.delayMs ?? 0) === 0 ? `${applied?.rateMbit} Mbit/s, no delay` : `${applied?.rateMbit} Mbit/s, ${applied?.delayMs} ms per uplink`;
-    ratio(`shaped (${cond}): tunnel direct / VXLAN`, 'shaped-direct', 'shaped-vxlan', SHAPED_TARGET, applied?.delayRefused !== undefined ? 'delay not applied: no netem in this kernel' : undefined);
+    const cond = (applied?.delayMs ?? 0) === 0 ? `${applied?.rateMbit} Mbit/s, no delay` : `${applied?.rateMbit} Mbit/s, ${applied?.delayMs} ms per uplink`;
+    ratio(`shaped (${cond}): tunnel direct / VXLAN`, 'shaped-direct', 'shaped-vxlan', SHAPED_TARGET);
   }
   const tt: string[][] = [['target', 'result', 'value']];
   for (const t of targets) tt.push([t.what, t.pass ? 'PASS' : 'MISS', `${t.value}${t.note ? ` (${t.note})` : ''}`]);

@@ -30,9 +30,11 @@ if [ ! -x node_modules/.bin/node ] || [ package-lock.json -nt node_modules/.pack
   npm ci --no-audit --no-fund --loglevel=error
 fi
 
-if [ ! -x bin/atoll-cni ] || [ native/atoll-cni.c -nt bin/atoll-cni ]; then
-  echo "setup: building bin/atoll-cni"
-  cc -O2 -Wall -Wextra -Werror -o bin/atoll-cni native/atoll-cni.c
-fi
+for tool in atoll-cni atoll-delay; do
+  if [ ! -x "bin/$tool" ] || [ "native/$tool.c" -nt "bin/$tool" ]; then
+    echo "setup: building bin/$tool"
+    cc -O2 -Wall -Wextra -Werror -o "bin/$tool" "native/$tool.c"
+  fi
+done
 sh scripts/build.sh
 echo "setup: ready ($(node_modules/.bin/node --version))"

@@ -71,6 +71,7 @@ async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> 
   const running = await lab.labUp(spec, { say, keepLogs, pods });
   const describe = {
     runId: running.plan.runId, prefix: running.plan.prefix, spec, podCreation: running.podCreation, startedAt: running.state.startedAt,
+    uplinkDelayBy: running.plan.delayBy,
     controller: { url: running.plan.controller.url, netns: running.plan.controller.netns, caCertHash: running.caCertHash },
     nodes: running.plan.nodes.map((n) => ({ name: n.name, site: n.site, community: n.community, netns: n.netns, underlay: n.underlay })),
     pods: running.pods, namespaces: running.state.namespaces, processes: running.state.processes, containerds: running.state.containerds ?? [], timingsMs: { ...running.timingsMs } as Record<string, number>,

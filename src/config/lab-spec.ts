@@ -57,7 +57,8 @@ export const LAB_FLAGS_HELP = `  --cloud-nodes N          nodes in the cloud sit
   --pods-per-node N        pods on every node (default ${DEFAULT_LAB_SPEC.podsPerNode})
   --community [SITE=]NAME  community of every edge site, or of one (default: all in "edge"; NAME empty for none)
   --nat [SITE=]TYPE        endpoint-independent (default) or symmetric
-  --delay [SITE=]MS        one-way delay on edge uplinks, both directions (tc netem), e.g. 20 or 20ms
+  --delay [SITE=]MS        one-way delay on edge uplinks, both directions (tc netem; without netem, the lab's
+                           delay line), e.g. 20 or 20ms
   --rate [SITE=]MBIT       rate limit on edge uplinks (tc tbf), e.g. 100, 100mbit or 1gbit
   --same-site vxlan|direct how nodes of one site reach each other (default vxlan)
   --spec FILE              a JSON spec (docs/lab.md); the flags above change it

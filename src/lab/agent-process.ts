@@ -13,6 +13,8 @@ import { isRunning, logTail, stopChild } from './child-process.ts';
 export const REPO_ROOT = installRoot();
 /** The `atoll` command as users run it (the bundle, rebuilt when the sources changed). */
 export const ATOLL_BIN = join(REPO_ROOT, 'bin', 'atoll');
+/** The lab's delay line for kernels without netem (native/atoll-delay.c, built by the set-up). */
+export const DELAY_BIN = join(REPO_ROOT, 'bin', 'atoll-delay');
 export const PROJECT_NODE = join(REPO_ROOT, 'node_modules', '.bin', 'node');
 
 export interface AgentProcessInit {

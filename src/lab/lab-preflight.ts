@@ -7,13 +7,13 @@
 import { accessSync, constants, existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { atollError, asAtollError } from '../core/errors.ts';
-import { natRuleset } from '../core/lab/plan.ts';
+import { type LabDelayBy, natRuleset } from '../core/lab/plan.ts';
 import type { LabSpec } from '../core/lab/spec.ts';
 import { IpRoute2 } from '../adapters/iproute2.ts';
 import { Nft } from '../adapters/nft.ts';
 import { NETNS_DIR } from '../adapters/processes.ts';
 import { Tc } from '../adapters/tc.ts';
-import { REPO_ROOT } from './agent-process.ts';
+import { DELAY_BIN, REPO_ROOT } from './agent-process.ts';
 
 const TOOLS = [
   ['ip', 'iproute2'],
@@ -91,9 +91,6 @@ export async function labPreflight(spec: LabSpec, probeNetns: string): Promise<s
   if (spec.edges.some((e) => e.uplink.rateMbit !== undefined)) {
     features.push({ name: 'tbf qdisc', config: 'CONFIG_NET_SCH_TBF', why: '--rate on edge uplinks', fix: 'drop --rate', tryIt: (ns) => tc.batch(['qdisc replace dev lpv0 root tbf rate 100mbit burst 32768 latency 50ms'], { netns: ns }) });
   }
-  if (spec.edges.some((e) => e.uplink.delayMs !== undefined)) {
-    features.push({ name: 'netem qdisc', config: 'CONFIG_NET_SCH_NETEM', why: '--delay on edge uplinks', fix: 'drop --delay', tryIt: (ns) => tc.batch(['qdisc replace dev lpv1 root netem delay 1ms'], { netns: ns }) });
-  }
 
   try {
     await ip.batch([`netns add ${probeNetns}`]);
@@ -121,4 +118,38 @@ export async function labPreflight(spec: LabSpec, probeNetns: string): Promise<s
       `${fixes.length === missing.length ? `${fixes.join(' and ')}, or ` : ''}run on a kernel with ${missing.map((f) => f.config).join(', ')}`);
   }
   return features.map((f) => f.name);
+}
+
+/**
+ * How the lab can delay edge uplinks here: tc netem when the kernel has it (tried in `probeNetns`, created and
+ * deleted here), else the lab's own delay line (TAP devices and `bin/atoll-delay`, native/atoll-delay.c).
+ * @throws AtollError LAB_PREREQUISITE_MISSING when neither is there.
+ */
+export async function uplinkDelayMethod(probeNetns: string): Promise<LabDelayBy> {
+  requireRoot();
+  const ip = new IpRoute2();
+  const ns = join(NETNS_DIR, probeNetns);
+  await ip.batch([`netns add ${probeNetns}`]);
+  try {
+    await ip.batch(['link add lpv0 type veth peer name lpv1'], { netns: ns });
+    try {
+      await new Tc().batch(['qdisc replace dev lpv1 root netem delay 1ms'], { netns: ns });
+      return 'netem';
+    } catch {
+      // no netem: the delay line needs its program and TAP devices
+    }
+    if (!existsSync(DELAY_BIN)) {
+      throw atollError('LAB_PREREQUISITE_MISSING', `this kernel has no netem (CONFIG_NET_SCH_NETEM) and the lab's delay line ${DELAY_BIN} is missing`,
+        'run the set-up (make setup), which builds it, or drop --delay');
+    }
+    try {
+      await ip.batch(['tuntap add dev lptap0 mode tap vnet_hdr'], { netns: ns });
+    } catch (cause) {
+      throw atollError('LAB_PREREQUISITE_MISSING', `this kernel has no netem (CONFIG_NET_SCH_NETEM) nor TAP devices (CONFIG_TUN) for the lab's delay line: ${kernelSaid(asAtollError(cause).message)}`,
+        'drop --delay, or run on a kernel with either', cause);
+    }
+    return 'delay-line';
+  } finally {
+    await ip.batch([`netns del ${probeNetns}`]).catch(() => undefined);
+  }
 }

@@ -32,12 +32,12 @@ import { Nft } from '../adapters/nft.ts';
 import { commandLine, isAlive, listNetns, NETNS_DIR, pidsInNetns, stopPid } from '../adapters/processes.ts';
 import { writeSysctl } from '../adapters/sysctl.ts';
 import { Tc } from '../adapters/tc.ts';
-import { AgentProcess } from './agent-process.ts';
+import { AgentProcess, DELAY_BIN } from './agent-process.ts';
 import { ServiceProcess } from './service-process.ts';
 import { choosePodMode, CriPods, DirectPods, type LabContainerdRecord, type LabPodInfo, type LabPodRuntime, type LabPodsChoice } from './lab-pods.ts';
 import { readTunnelStatus, statusSocketOf } from '../agent/status-socket.ts';
 import type { PeerPath } from '../core/tunnel/status.ts';
-import { labPreflight, requireRoot } from './lab-preflight.ts';
+import { labPreflight, requireRoot, uplinkDelayMethod } from './lab-preflight.ts';
 import { ProbeClient } from './probe.ts';
 
 export interface LabOptions {
@@ -330,7 +330,8 @@ export async function labUp(spec: LabSpec, opts: LabOptions): Promise<RunningLab
   const prefix = labPrefix(runId);
   const dir = store.runDir(runId);
   const token = () => randomBytes(18).toString('base64url');
-  const plan = planLab({ spec, runId, dir, bootstrapToken: token(), adminToken: token(), relayToken: token() });
+  const delayBy = spec.edges.some((e) => e.uplink.delayMs !== undefined) ? await uplinkDelayMethod(`${prefix}probe`) : 'netem';
+  const plan = planLab({ spec, runId, dir, bootstrapToken: token(), adminToken: token(), relayToken: token(), delayBy });
   const { mode, why } = choosePodMode(opts.pods ?? 'auto');
   // under CRI, containerd creates the pods' namespaces; the planned ones are not made
   const namespaces = plan.namespaces.filter((n) => mode === 'direct' || n.role !== 'pod');
@@ -370,6 +371,12 @@ export async function labUp(spec: LabSpec, opts: LabOptions): Promise<RunningLab
     const count = (role: string) => namespaces.filter((n) => n.role === role).length;
     say(`  topology: ${namespaces.length} namespaces (wan, ${count('router')} routers, controller, ${count('node')} nodes${mode === 'direct' ? `, ${count('pod')} pods` : ''}), `
       + `${plan.veths.length} veth links, ${plan.nat.length} NAT router${plan.nat.length === 1 ? '' : 's'}${plan.qdiscs.length ? `, ${plan.qdiscs.length} uplink qdiscs` : ''} (${secs(timingsMs.topology)})`);
+    for (const d of plan.delayLines) {
+      const line = new ServiceProcess({ kind: 'delay-line', logPath: d.logPath, argv: [DELAY_BIN, String(d.delayMs), d.ports[0].tap, d.ports[1].tap, dir] });
+      const ready = line.start(['ip', 'netns', 'exec', d.netns]);
+      record(`delay-line ${d.site}`, line.pid);
+      say(`  delay line: uplink of ${d.site}, ${await ready} (pid ${line.pid}; this kernel has no netem)`);
+    }
 
     step = mode === 'cri' ? 'starting the controller and a containerd per node' : 'starting the controller';
     t = performance.now();

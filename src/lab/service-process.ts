@@ -1,7 +1,8 @@
 /**
- * A cloud service of the lab, `atoll controller` or `atoll relay`, as a real child process: started behind a launcher
- * (`ip netns exec NS`) in its own process group with its output in a log file (so it outlives nothing but is never
- * tied to a terminal), ready once it prints the pin agents need (the controller's CA, the relay's key).
+ * A service of the lab, `atoll controller`, `atoll relay` or a delay line (`bin/atoll-delay`), as a real child process: started
+ * behind a launcher (`ip netns exec NS`) in its own process group with its output in a log file (so it outlives
+ * nothing but is never tied to a terminal), ready once it prints its ready line (the controller's CA pin, the relay's
+ * key pin, the delay line's settings).
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { closeSync, existsSync, openSync, readFileSync, statSync } from 'node:fs';
@@ -9,15 +10,18 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { ATOLL_BIN } from './agent-process.ts';
 import { isRunning, logTail, stopChild } from './child-process.ts';
 
-export type ServiceKind = 'controller' | 'relay';
+export type ServiceKind = 'controller' | 'relay' | 'delay-line';
 
 export interface ServiceProcessInit {
   readonly kind: ServiceKind;
-  readonly configPath: string;
+  /** Its configuration file: the service runs as `atoll <kind> --config <configPath>`... */
+  readonly configPath?: string;
   readonly logPath: string;
+  /** ...unless this command is given (the delay line takes arguments). */
+  readonly argv?: readonly string[];
 }
 
-const READY: Record<ServiceKind, RegExp> = { controller: /caCertHash (sha256:[0-9a-f]{64})/, relay: /relayPin (sha256:[0-9a-f]{64})/ };
+const READY: Record<ServiceKind, RegExp> = { controller: /caCertHash (sha256:[0-9a-f]{64})/, relay: /relayPin (sha256:[0-9a-f]{64})/, 'delay-line': /delay line ready: (.*)/ };
 
 export class ServiceProcess {
   readonly #init: ServiceProcessInit;
@@ -33,7 +37,7 @@ export class ServiceProcess {
 
   /**
    * Starts the service and waits (bounded) for its ready line.
-   * @returns the pin (`sha256:<hex>`) it printed.
+   * @returns what its ready line says: the pin (`sha256:<hex>`) for the controller and the relay.
    * @throws Error with the log tail when it exits or stays silent.
    */
   async start(launcher: readonly string[], timeoutMs = 30_000): Promise<string> {
@@ -41,7 +45,7 @@ export class ServiceProcess {
     const from = existsSync(this.#init.logPath) ? statSync(this.#init.logPath).size : 0;
     const out = openSync(this.#init.logPath, 'a');
     const { kind } = this.#init;
-    const argv = [...launcher, ATOLL_BIN, kind, '--config', this.#init.configPath];
+    const argv = [...launcher, ...(this.#init.argv ?? [ATOLL_BIN, kind, '--config', this.#init.configPath ?? ''])];
     const proc = spawn(argv[0] as string, argv.slice(1), { stdio: ['ignore', out, out], detached: true });
     closeSync(out);
     proc.unref();
@@ -53,7 +57,7 @@ export class ServiceProcess {
       if (proc.exitCode !== null || proc.signalCode !== null) throw new Error(`the ${kind} exited (${proc.exitCode ?? proc.signalCode}):\n${this.logTail()}`);
       await sleep(50);
     }
-    throw new Error(`the ${kind} did not print its pin within ${timeoutMs} ms:\n${this.logTail()}`);
+    throw new Error(`the ${kind} did not print its ready line within ${timeoutMs} ms:\n${this.logTail()}`);
   }
 
   get running(): boolean {

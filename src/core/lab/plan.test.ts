@@ -33,6 +33,24 @@ test('small lab with a symmetric NAT, delay and rate: the rendered setup (golden
   assert.equal(text, readFileSync(GOLDEN, 'utf8'));
 });
 
+test('without netem: a delay line spliced into each delayed uplink (bridges, persistent TAP devices), tbf alone on the ends', () => {
+  const spec: LabSpec = { cloudNodes: 1, podsPerNode: 1, sameSite: 'vxlan', edges: [edge('a', { uplink: { delayMs: 10, rateMbit: 1000 } }), edge('b', { uplink: { rateMbit: 1000 } })] };
+  const p = planLab({ spec, runId: '0abc', dir: '/run/atoll-lab/0abc', bootstrapToken: 'bootstrap-token-0123456789', adminToken: 'admin-token-0123456789', relayToken: 'relay-token-0123456789', delayBy: 'delay-line' });
+  const dly = `${labPrefix('0abc')}a-dly`;
+  assert.deepEqual(p.delayLines.map((d) => [d.netns, d.delayMs, d.ports.map((x) => `${x.tap}@${x.bridge}`).join(' ')]), [[dly, 10, 'tapr@brr tapw@brw']]);
+  assert.deepEqual(p.namespaces.filter((n) => n.role === 'delay').map((n) => n.name), [dly], 'only the delayed uplink gets one');
+  const ends = (ifname: string, netns: string) => p.veths.find((v) => (v.a.ifname === ifname && v.a.netns === netns) || (v.b.ifname === ifname && v.b.netns === netns));
+  assert.equal(ends('up0', `${labPrefix('0abc')}a-router`)?.a.netns, dly, "a's router reaches the wan through the delay namespace");
+  assert.equal(ends('p-a', `${labPrefix('0abc')}wan`)?.b.netns, dly);
+  assert.equal(ends('up0', `${labPrefix('0abc')}b-router`)?.a.netns, `${labPrefix('0abc')}wan`, "b's uplink is a plain veth");
+  assert.ok(p.qdiscs.every((q) => q.tc.every((l) => !l.includes('netem'))), 'no netem anywhere');
+  assert.equal(p.qdiscs.filter((q) => q.site === 'a').length, 2, 'tbf still on both ends of the delayed uplink');
+  const steps = renderLabSetup(p).flat().filter((x) => x.netns === dly).flatMap((x) => x.lines);
+  assert.ok(steps.includes('tuntap add dev tapr mode tap vnet_hdr') && steps.includes('link set tapr master brr txqueuelen 65536 up'), steps.join('\n'));
+  assert.ok(steps.includes('link set brw up') && !steps.some((l) => l.startsWith('addr add')), 'the bridges only join ports');
+  assert.equal(plan(spec).delayLines.length, 0, 'netem (the default) needs no delay line');
+});
+
 test('every namespace carries the run prefix; interface names fit 15 characters; addresses are unique', () => {
   const p = plan({ cloudNodes: 200, podsPerNode: 1, sameSite: 'vxlan', edges: Array.from({ length: 1 }, () => edge('abcdef', { nodes: 199 })) });
   assert.ok(p.namespaces.every((n) => n.name.startsWith(labPrefix('0abc')) && runIdOfNetns(n.name) === '0abc'));

@@ -43,7 +43,7 @@ const CLOUD_NET = '192.0.2';
 const NODE_HOST_BASE = 10;
 const EDGE_ROUTER_BASE = 10;
 
-export type LabNamespaceRole = 'wan' | 'router' | 'controller' | 'node' | 'pod';
+export type LabNamespaceRole = 'wan' | 'router' | 'controller' | 'node' | 'pod' | 'delay';
 
 /** A cloud service of the lab (the controller, the relay) run as its own process. */
 
@@ -73,7 +73,8 @@ export interface LabVeth {
 export interface LabBridge {
   readonly netns: string;
   readonly ifname: string;
-  readonly address: string;
+  /** Its address with prefix length; none for a bridge that only joins ports (a delay line's). */
+  readonly address?: string;
 }
 
 export interface LabRoute {
@@ -98,6 +99,31 @@ export interface LabQdisc {
   readonly conditions: UplinkConditions;
   /** `tc -batch` lines. */
   readonly tc: readonly string[];
+}
+
+/** How the lab delays edge uplinks: tc netem, or (a kernel without netem) the lab's own delay line. */
+export type LabDelayBy = 'netem' | 'delay-line';
+
+/**
+ * A delay line on one edge uplink (`delayBy: 'delay-line'`): a namespace spliced into the uplink whose two bridges
+ * each join one side of the link with a TAP device; a process (`bin/atoll-delay`, native/atoll-delay.c) moves frames
+ * between the two TAP devices, each `delayMs` late, both directions, as netem on both ends of the link would.
+ */
+export interface LabDelayLine {
+  readonly netns: string;
+  readonly site: string;
+  readonly delayMs: number;
+  /** The TAP device (made here, persistent, with vnet_hdr) the process attaches to and its bridge, one per side. */
+  readonly ports: readonly [LabDelayPort, LabDelayPort];
+  readonly logPath: string;
+}
+
+/** Frames a delay line's TAP device holds for the process (a wire does not drop; the default 1000 did, in bursts). */
+export const DELAY_TAP_QUEUE = 65_536;
+
+export interface LabDelayPort {
+  readonly tap: string;
+  readonly bridge: string;
 }
 
 export interface LabService {
@@ -158,6 +184,9 @@ export interface LabPlan {
   readonly forwarding: readonly string[];
   readonly nat: readonly LabNat[];
   readonly qdiscs: readonly LabQdisc[];
+  /** How uplink delays are made, and the delay lines when by the lab's own. */
+  readonly delayBy: LabDelayBy;
+  readonly delayLines: readonly LabDelayLine[];
   readonly controller: LabController;
   readonly relay: LabRelay;
   readonly nodes: readonly LabNode[];
@@ -172,6 +201,8 @@ export interface LabPlanInput {
   readonly bootstrapToken: string;
   readonly adminToken: string;
   readonly relayToken: string;
+  /** How to delay uplinks (`--delay`): netem where the kernel has it (the default), else the lab's delay line. */
+  readonly delayBy?: LabDelayBy;
 }
 
 /** The namespace prefix of a run: `atl-lab-<runid>-`. */
@@ -251,6 +282,8 @@ export function planLab(input: LabPlanInput): LabPlan {
   const forwarding: string[] = [];
   const nat: LabNat[] = [];
   const qdiscs: LabQdisc[] = [];
+  const delayBy = input.delayBy ?? 'netem';
+  const delayLines: LabDelayLine[] = [];
   const nodes: LabNode[] = [];
   const pods: LabPod[] = [];
 
@@ -333,20 +366,36 @@ export function planLab(input: LabPlanInput): LabPlan {
     const lanNet = `172.16.${idx + 1}`;
     const publicAddress = `${WAN_NET}.${EDGE_ROUTER_BASE + idx + 1}`;
     namespaces.push({ name: router, role: 'router', site: e.name });
-    veths.push({ a: { netns: wan, ifname: `p-${e.name}`, master: 'inet0' }, b: { netns: router, ifname: 'up0', address: `${publicAddress}/24` } });
+    const upAddress = `${publicAddress}/24`;
+    const delayLine = delayBy === 'delay-line' && e.uplink.delayMs !== undefined;
+    if (delayLine) {
+      // wan p-<site> | brw: wan0 + tapw | delay process | brr: rtr0 + tapr | up0 router
+      const dly = ns(`${e.name}-dly`);
+      namespaces.push({ name: dly, role: 'delay', site: e.name });
+      bridges.push({ netns: dly, ifname: 'brw' }, { netns: dly, ifname: 'brr' });
+      veths.push({ a: { netns: wan, ifname: `p-${e.name}`, master: 'inet0' }, b: { netns: dly, ifname: 'wan0', master: 'brw' } });
+      veths.push({ a: { netns: dly, ifname: 'rtr0', master: 'brr' }, b: { netns: router, ifname: 'up0', address: upAddress } });
+      delayLines.push({
+        netns: dly, site: e.name, delayMs: e.uplink.delayMs as number, ports: [{ tap: 'tapr', bridge: 'brr' }, { tap: 'tapw', bridge: 'brw' }],
+        logPath: `${dir}/${e.name}-dly.log`,
+      });
+    } else {
+      veths.push({ a: { netns: wan, ifname: `p-${e.name}`, master: 'inet0' }, b: { netns: router, ifname: 'up0', address: upAddress } });
+    }
     bridges.push({ netns: router, ifname: 'lan0', address: `${lanNet}.1/24` });
     routes.push({ netns: router, dst: 'default', via: `${WAN_NET}.1` });
     forwarding.push(router);
     nat.push({ netns: router, site: e.name, type: e.nat, ruleset: natRuleset({ site: e.name, type: e.nat, lan: `${lanNet}.0/24`, uplink: 'up0', lanDev: 'lan0' }) });
-    const up = uplinkQdiscLines('up0', e.uplink);
+    const byQdisc: UplinkConditions = delayLine ? { rateMbit: e.uplink.rateMbit } : e.uplink; // the delay line does the rest
+    const up = uplinkQdiscLines('up0', byQdisc);
     if (up.length > 0) {
-      qdiscs.push({ netns: router, dev: 'up0', site: e.name, direction: 'up', conditions: e.uplink, tc: up });
-      qdiscs.push({ netns: wan, dev: `p-${e.name}`, site: e.name, direction: 'down', conditions: e.uplink, tc: uplinkQdiscLines(`p-${e.name}`, e.uplink) });
+      qdiscs.push({ netns: router, dev: 'up0', site: e.name, direction: 'up', conditions: byQdisc, tc: up });
+      qdiscs.push({ netns: wan, dev: `p-${e.name}`, site: e.name, direction: 'down', conditions: byQdisc, tc: uplinkQdiscLines(`p-${e.name}`, byQdisc) });
     }
     for (let i = 1; i <= e.nodes; i++) addNode(e.name, e.community, i, router, lanNet);
   });
 
-  return { runId, prefix, dir, spec, namespaces, bridges, veths, routes, forwarding, nat, qdiscs, controller, relay, nodes, pods };
+  return { runId, prefix, dir, spec, namespaces, bridges, veths, routes, forwarding, nat, qdiscs, delayBy, delayLines, controller, relay, nodes, pods };
 }
 
 /** The relay's configuration, pinned to the controller's CA. */
@@ -384,16 +433,19 @@ export function renderLabSetup(plan: LabPlan): LabSetupStep[][] {
     const lines = ['link set lo up'];
     for (const b of byNs(plan.bridges, name)) lines.push(`link add ${b.ifname} type bridge`);
     for (const v of plan.veths.filter((x) => x.a.netns === name)) lines.push(`link add ${v.a.ifname} type veth peer name ${v.b.ifname} netns ${v.b.netns}`);
+    const taps = byNs(plan.delayLines, name).flatMap((d) => d.ports);
+    for (const t of taps) lines.push(`tuntap add dev ${t.tap} mode tap vnet_hdr`);
     devices.push({ netns: name, tool: 'ip', lines });
 
     const ends = plan.veths.flatMap((v) => [v.a, v.b]).filter((e) => e.netns === name);
     const conf: string[] = [];
-    for (const b of byNs(plan.bridges, name)) conf.push(`addr add ${b.address} dev ${b.ifname}`, `link set ${b.ifname} up`);
+    for (const b of byNs(plan.bridges, name)) conf.push(...(b.address ? [`addr add ${b.address} dev ${b.ifname}`] : []), `link set ${b.ifname} up`);
     for (const e of ends) {
       if (e.master) conf.push(`link set ${e.ifname} master ${e.master}`);
       if (e.address) conf.push(`addr add ${e.address} dev ${e.ifname}`);
       conf.push(`link set ${e.ifname} up`);
     }
+    for (const t of taps) conf.push(`link set ${t.tap} master ${t.bridge} txqueuelen ${DELAY_TAP_QUEUE} up`);
     for (const r of byNs(plan.routes, name)) conf.push(`route add ${r.dst} via ${r.via}`);
     if (conf.length > 0) configure.push({ netns: name, tool: 'ip', lines: conf });
     if (plan.forwarding.includes(name)) configure.push({ netns: name, tool: 'sysctl', lines: ['net/ipv4/ip_forward=1'] });
