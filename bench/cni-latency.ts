@@ -20,7 +20,7 @@ import { setImmediate as nextTurn, setTimeout as sleep } from 'node:timers/promi
 import { inNetns } from '../src/adapters/netns.ts';
 import { TestAgent } from '../test/support/agent.ts';
 import { addNetns, delNetns, isRoot, leftoverNetns, RUN_PREFIX } from '../test/support/netns.ts';
-import { intOption, parseBenchArgs, removeRunTempDirs } from './common.ts';
+import { exitStatus, fmt, intOption, parseBenchArgs, removeRunTempDirs, runBench, table } from './common.ts';
 
 const GNU_TIME = '/usr/bin/time';
 const REF_DIR = '/usr/lib/cni';
@@ -476,13 +476,6 @@ interface Target {
   readonly pass: boolean;
 }
 
-const fmt = (x: number, digits = 2) => (Number.isFinite(x) ? x.toFixed(digits) : '-');
-
-function table(rows: readonly (readonly string[])[]): string {
-  const widths = rows[0]?.map((_, c) => Math.max(...rows.map((r) => (r[c] ?? '').length))) ?? [];
-  return rows.map((r) => r.map((cell, c) => (c < 3 ? cell.padEnd(widths[c] ?? 0) : cell.padStart(widths[c] ?? 0))).join('  ')).join('\n');
-}
-
 interface Results {
   readonly sequential: Record<SideKey, Samples>;
   readonly floor: number[];
@@ -525,23 +518,23 @@ function report(r: Results, opts: Options, tg: readonly Target[]): string {
       const ref = summarize(s.reference[verb]).p50;
       for (const side of SIDES) {
         const m = summarize(s[side][verb]);
-        const ratios = side === 'ours' ? [fmt(o / ref), fmt((o - floor) / (ref - floor))] : ['', ''];
-        rows.push([label, verb.toUpperCase(), side, String(m.n), fmt(m.p50), fmt(m.p99), fmt(m.mean), fmt(m.min), fmt(m.max), ...ratios]);
+        const ratios = side === 'ours' ? [fmt(o / ref, 2), fmt((o - floor) / (ref - floor), 2)] : ['', ''];
+        rows.push([label, verb.toUpperCase(), side, String(m.n), fmt(m.p50, 2), fmt(m.p99, 2), fmt(m.mean, 2), fmt(m.min, 2), fmt(m.max, 2), ...ratios]);
       }
     }
   }
   const fl = summarize(r.floor);
-  rows.push(['one at a time', 'floor', '/bin/true', String(fl.n), fmt(fl.p50), fmt(fl.p99), fmt(fl.mean), fmt(fl.min), fmt(fl.max), '', '']);
-  lines.push('CNI latency, ms: wall time from spawn to exit of the plugin process (same launcher for both sides)', table(rows), '');
+  rows.push(['one at a time', 'floor', '/bin/true', String(fl.n), fmt(fl.p50, 2), fmt(fl.p99, 2), fmt(fl.mean, 2), fmt(fl.min, 2), fmt(fl.max, 2), '', '']);
+  lines.push('CNI latency, ms: wall time from spawn to exit of the plugin process (same launcher for both sides)', table(rows, 3), '');
 
   const served: string[][] = [['mode', 'verb', 'side', 'n', 'p50', 'p99', 'mean', 'min', 'max']];
   for (const [label, key] of [['one at a time', 'seq'], [`${opts.concurrency} at once`, 'conc']] as const) {
     for (const verb of ['add', 'del'] as const) {
       const m = summarize(r.agentServed[key][verb]);
-      if (m.n > 0) served.push([label, verb.toUpperCase(), 'agent', String(m.n), fmt(m.p50), fmt(m.p99), fmt(m.mean), fmt(m.min), fmt(m.max)]);
+      if (m.n > 0) served.push([label, verb.toUpperCase(), 'agent', String(m.n), fmt(m.p50, 2), fmt(m.p99, 2), fmt(m.mean, 2), fmt(m.min, 2), fmt(m.max, 2)]);
     }
   }
-  if (served.length > 1) lines.push('Inside our agent, ms: "CNI request served" (request decoded to answer ready; excludes shim start and socket)', table(served), '');
+  if (served.length > 1) lines.push('Inside our agent, ms: "CNI request served" (request decoded to answer ready; excludes shim start and socket)', table(served, 3), '');
 
   if (opts.rssSamples > 0) {
     const rss: string[][] = [['verb', 'side', '', 'n', 'median KiB', 'max KiB']];
@@ -553,7 +546,7 @@ function report(r: Results, opts: Options, tg: readonly Target[]): string {
     }
     const f = summarize(r.rssFloor);
     rss.push(['floor', '/bin/true', '', String(f.n), fmt(f.p50, 0), fmt(f.max, 0)]);
-    lines.push(`Peak RSS of the CNI process (${GNU_TIME} -f %M; for the reference the larger of bridge and host-local)`, table(rss));
+    lines.push(`Peak RSS of the CNI process (${GNU_TIME} -f %M; for the reference the larger of bridge and host-local)`, table(rss, 3));
   }
   const b = r.agentMemory.before;
   const a = r.agentMemory.after;
@@ -562,7 +555,7 @@ function report(r: Results, opts: Options, tg: readonly Target[]): string {
 
   const tt: string[][] = [['target', 'result', '', 'ours', 'reference']];
   for (const t of tg) tt.push([t.what, t.pass ? 'PASS' : 'MISS', '', `${fmt(t.ours, t.unit === 'KiB' ? 0 : 2)} ${t.unit}`, `${fmt(t.reference, t.unit === 'KiB' ? 0 : 2)} ${t.unit}`]);
-  lines.push('Targets', table(tt));
+  lines.push('Targets', table(tt, 3));
   return lines.join('\n');
 }
 
@@ -641,15 +634,7 @@ async function main(): Promise<number> {
       samples: results,
     }, null, 2) + '\n');
   }
-  const missed = tg.filter((t) => !t.pass);
-  if (missed.length > 0 && opts.enforce) {
-    process.stderr.write(`bench: ${missed.length} target(s) missed (--enforce)\n`);
-    return 1;
-  }
-  return 0;
+  return exitStatus(tg.filter((t) => !t.pass).length, opts.enforce);
 }
 
-main().then((code) => process.exit(code), (err: unknown) => {
-  process.stderr.write(`bench: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
-  process.exit(1);
-});
+runBench(main);

@@ -1,4 +1,4 @@
-/** Pieces every benchmark here shares: option parsing, cleanup of this run's leftovers. */
+/** Pieces every benchmark here shares: option parsing, report helpers, the exit, cleanup of this run's leftovers. */
 import { readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -41,4 +41,37 @@ export function intOption(usage: string): (name: string, raw: string | undefined
 /** Removes this process's temporary directories (named with its unique run prefix). */
 export function removeRunTempDirs(): void {
   for (const f of readdirSync(tmpdir())) if (f.startsWith(RUN_PREFIX)) rmSync(join(tmpdir(), f), { recursive: true, force: true });
+}
+
+/** The median of `xs` (the mean of the middle two for an even count); NaN when empty. */
+export function median(xs: readonly number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  if (s.length === 0) return NaN;
+  const m = s.length >> 1;
+  return s.length % 2 === 1 ? (s[m] as number) : ((s[m - 1] as number) + (s[m] as number)) / 2;
+}
+
+/** `x` with `digits` decimals, or `-` when it is not a finite number. */
+export const fmt = (x: number, digits = 1): string => (Number.isFinite(x) ? x.toFixed(digits) : '-');
+
+/** Rows as aligned columns: the first `leftColumns` left-aligned, the rest right-aligned. */
+export function table(rows: readonly (readonly string[])[], leftColumns = 2): string {
+  const widths = rows[0]?.map((_, c) => Math.max(...rows.map((r) => (r[c] ?? '').length))) ?? [];
+  return rows.map((r) => r.map((cell, c) => (c < leftColumns ? cell.padEnd(widths[c] ?? 0) : cell.padStart(widths[c] ?? 0))).join('  ').trimEnd()).join('\n');
+}
+
+/** The exit status of a finished run: 1 when targets were missed and `--enforce` asks for it (said on stderr), else 0. */
+export function exitStatus(missed: number, enforce: boolean): number {
+  if (missed === 0 || !enforce) return 0;
+  process.stderr.write(`bench: ${missed} target(s) missed (--enforce)\n`);
+  return 1;
+}
+
+/** Runs a benchmark's `main` and exits with its status; an error is printed (with its cause) and exits 1. */
+export function runBench(main: () => Promise<number>): void {
+  main().then((code) => process.exit(code), (err: unknown) => {
+    process.stderr.write(`bench: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
+    if (err instanceof Error && err.cause) process.stderr.write(`bench: cause: ${String(err.cause)}\n`);
+    process.exit(1);
+  });
 }

@@ -24,7 +24,7 @@ import { type ControllerProc, TestCloud } from '../test/support/cloud.ts';
 import { type EtcdCluster, etcdSkipReason, startEtcdCluster } from '../test/support/etcd.ts';
 import { simulateJoins, type SimulationReport } from '../test/support/join-simulator.ts';
 import { delNetns, isRoot, leftoverNetns, RUN_PREFIX } from '../test/support/netns.ts';
-import { intOption, parseBenchArgs, removeRunTempDirs } from './common.ts';
+import { intOption, median, parseBenchArgs, removeRunTempDirs } from './common.ts';
 import { freePort } from '../test/support/ports.ts';
 
 const BOOTSTRAP_TOKEN = 'atoll-bench-bootstrap-0123456789';
@@ -364,13 +364,6 @@ async function agentMemory(fx: Fixture, opts: Options, withController: boolean):
 
 // ---------------------------------------------------------------------------------------------------------------
 // Statistics and the report
-
-function median(xs: readonly number[]): number {
-  const s = [...xs].sort((a, b) => a - b);
-  if (s.length === 0) return NaN;
-  const mid = s.length >> 1;
-  return s.length % 2 === 1 ? (s[mid] as number) : ((s[mid - 1] as number) + (s[mid] as number)) / 2;
-}
 
 /** Nearest-rank percentile. */
 function pct(xs: readonly number[], q: number): number {

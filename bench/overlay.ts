@@ -35,7 +35,7 @@ import { TestAgent } from '../test/support/agent.ts';
 import { type ControllerProc, TestCloud } from '../test/support/cloud.ts';
 import { addNetns, delNetns, isRoot, leftoverNetns, RUN_PREFIX, sh } from '../test/support/netns.ts';
 import { until } from '../test/support/wait.ts';
-import { intOption, parseBenchArgs, removeRunTempDirs } from './common.ts';
+import { exitStatus, fmt, intOption, median, parseBenchArgs, removeRunTempDirs, runBench, table } from './common.ts';
 
 const SELF = import.meta.filename;
 const PEERS_TARGET_MS = 1000;
@@ -709,20 +709,6 @@ async function throughput(fx: Fixture, opts: Options): Promise<ThroughputResults
 // ---------------------------------------------------------------------------------------------------------------
 // Statistics and the report
 
-function median(xs: readonly number[]): number {
-  const s = [...xs].sort((a, b) => a - b);
-  if (s.length === 0) return NaN;
-  const m = s.length >> 1;
-  return s.length % 2 === 1 ? (s[m] as number) : ((s[m - 1] as number) + (s[m] as number)) / 2;
-}
-
-const fmt = (x: number, digits = 1) => (Number.isFinite(x) ? x.toFixed(digits) : '-');
-
-function table(rows: readonly (readonly string[])[], leftColumns = 2): string {
-  const widths = rows[0]?.map((_, c) => Math.max(...rows.map((r) => (r[c] ?? '').length))) ?? [];
-  return rows.map((r) => r.map((cell, c) => (c < leftColumns ? cell.padEnd(widths[c] ?? 0) : cell.padStart(widths[c] ?? 0))).join('  ').trimEnd()).join('\n');
-}
-
 interface Target {
   readonly what: string;
   readonly value: string;
@@ -866,12 +852,7 @@ async function main(): Promise<number> {
     + `load average ${load0.map((x) => x.toFixed(2)).join(' ')} at start, ${env.loadavgEnd.map((x) => x.toFixed(2)).join(' ')} at end; `
     + `${env.cpus} CPUs, kernel ${env.kernel}\n`);
   if (opts.json) writeFileSync(opts.json, JSON.stringify({ options: opts, env, seconds: { total, ...seconds }, targets, results }, null, 2) + '\n');
-  const missed = targets.filter((t) => !t.pass);
-  if (missed.length > 0 && opts.enforce) {
-    process.stderr.write(`bench: ${missed.length} target(s) missed (--enforce)\n`);
-    return 1;
-  }
-  return 0;
+  return exitStatus(targets.filter((t) => !t.pass).length, opts.enforce);
 }
 
 if (process.argv[2] === '--worker') {
@@ -880,8 +861,5 @@ if (process.argv[2] === '--worker') {
     process.exit(1);
   });
 } else {
-  main().then((code) => process.exit(code), (err: unknown) => {
-    process.stderr.write(`bench: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
-    process.exit(1);
-  });
+  runBench(main);
 }

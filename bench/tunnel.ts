@@ -29,7 +29,7 @@ import { statusSocketOf } from '../src/agent/status-socket.ts';
 import type { TunnelStatus } from '../src/core/tunnel/status.ts';
 import { isRoot } from '../test/support/netns.ts';
 import { until } from '../test/support/wait.ts';
-import { intOption, parseBenchArgs } from './common.ts';
+import { exitStatus, fmt, intOption, median, parseBenchArgs, runBench, table } from './common.ts';
 
 const ROOT = dirname(dirname(import.meta.filename));
 const ATOLL = join(ROOT, 'bin', 'atoll');
@@ -670,20 +670,7 @@ async function shaped(fx: Fixture, opts: Options): Promise<PartResult> {
 // ---------------------------------------------------------------------------------------------------------------
 // Statistics and the report
 
-function median(xs: readonly number[]): number {
-  const s = [...xs].sort((a, b) => a - b);
-  if (s.length === 0) return NaN;
-  const m = s.length >> 1;
-  return s.length % 2 === 1 ? (s[m] as number) : ((s[m - 1] as number) + (s[m] as number)) / 2;
-}
-
-const fmt = (x: number, digits = 1) => (Number.isFinite(x) ? x.toFixed(digits) : '-');
 const mib = (kib: number) => fmt(kib / KIB_PER_MIB);
-
-function table(rows: readonly (readonly string[])[], leftColumns = 2): string {
-  const widths = rows[0]?.map((_, c) => Math.max(...rows.map((r) => (r[c] ?? '').length))) ?? [];
-  return rows.map((r) => r.map((cell, c) => (c < leftColumns ? cell.padEnd(widths[c] ?? 0) : cell.padStart(widths[c] ?? 0))).join('  ').trimEnd()).join('\n');
-}
 
 interface Target {
   readonly what: string;
@@ -836,16 +823,7 @@ async function main(): Promise<number> {
     + `load average ${load0.map((x) => x.toFixed(2)).join(' ')} at start, ${env.loadavgEnd.map((x) => x.toFixed(2)).join(' ')} at end; `
     + `${env.cpus} CPUs, kernel ${env.kernel}; every lab of this run removed\n`);
   if (opts.json) writeFileSync(opts.json, JSON.stringify({ options: opts, env, seconds: { total, ...seconds }, targets, summary, results }, null, 2) + '\n');
-  const missed = targets.filter((t) => !t.pass);
-  if (missed.length > 0 && opts.enforce) {
-    process.stderr.write(`bench: ${missed.length} target(s) missed (--enforce)\n`);
-    return 1;
-  }
-  return 0;
+  return exitStatus(targets.filter((t) => !t.pass).length, opts.enforce);
 }
 
-main().then((code) => process.exit(code), (err: unknown) => {
-  process.stderr.write(`bench: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
-  if (err instanceof Error && err.cause) process.stderr.write(`bench: cause: ${String(err.cause)}\n`);
-  process.exit(1);
-});
+runBench(main);

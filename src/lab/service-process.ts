@@ -12,14 +12,10 @@ import { isRunning, logTail, stopChild } from './child-process.ts';
 
 export type ServiceKind = 'controller' | 'relay' | 'delay-line';
 
-export interface ServiceProcessInit {
-  readonly kind: ServiceKind;
-  /** Its configuration file: the service runs as `atoll <kind> --config <configPath>`... */
-  readonly configPath?: string;
-  readonly logPath: string;
-  /** ...unless this command is given (the delay line takes arguments). */
-  readonly argv?: readonly string[];
-}
+/** `atoll <kind> --config <configPath>`, or the delay line's own command (it takes arguments). */
+export type ServiceProcessInit =
+  | { readonly kind: 'controller' | 'relay'; readonly configPath: string; readonly logPath: string }
+  | { readonly kind: 'delay-line'; readonly argv: readonly string[]; readonly logPath: string };
 
 const READY: Record<ServiceKind, RegExp> = { controller: /caCertHash (sha256:[0-9a-f]{64})/, relay: /relayPin (sha256:[0-9a-f]{64})/, 'delay-line': /delay line ready: (.*)/ };
 
@@ -45,7 +41,8 @@ export class ServiceProcess {
     const from = existsSync(this.#init.logPath) ? statSync(this.#init.logPath).size : 0;
     const out = openSync(this.#init.logPath, 'a');
     const { kind } = this.#init;
-    const argv = [...launcher, ...(this.#init.argv ?? [ATOLL_BIN, kind, '--config', this.#init.configPath ?? ''])];
+    const init = this.#init;
+    const argv = [...launcher, ...(init.kind === 'delay-line' ? init.argv : [ATOLL_BIN, init.kind, '--config', init.configPath])];
     const proc = spawn(argv[0] as string, argv.slice(1), { stdio: ['ignore', out, out], detached: true });
     closeSync(out);
     proc.unref();
