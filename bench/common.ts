@@ -1,4 +1,5 @@
 /** Pieces every benchmark here shares: option parsing, report helpers, the exit, cleanup of this run's leftovers. */
+import { type ChildProcess, spawn } from 'node:child_process';
 import { readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -74,4 +75,53 @@ export function runBench(main: () => Promise<number>): void {
     if (err instanceof Error && err.cause) process.stderr.write(`bench: cause: ${String(err.cause)}\n`);
     process.exit(1);
   });
+}
+
+/** How a bounded child process ended: its exit code (128 when killed by a signal) and its output. */
+export interface Spawned {
+  readonly code: number;
+  readonly stdout: string;
+  readonly stderr: string;
+}
+
+export interface SpawnOptions {
+  /** Stop it with SIGTERM at the limit (SIGKILL 15 s later), for a process that cleans up after itself. */
+  readonly gentle?: boolean;
+  /** Called with all its output so far whenever it writes to stdout. */
+  readonly onStdout?: (text: string) => void;
+}
+
+/**
+ * Starts argv, killed by PID after `timeoutMs` (SIGKILL, or SIGTERM then SIGKILL for a gentle one); `done` settles
+ * when it exits (rejects only when it could not start).
+ */
+export function spawnBounded(argv: readonly string[], timeoutMs: number, o: SpawnOptions = {}): { child: ChildProcess; done: Promise<Spawned> } {
+  const [cmd, ...args] = argv as [string, ...string[]];
+  const child = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+  const done = new Promise<Spawned>((resolve, reject) => {
+    const out: Buffer[] = [];
+    const err: Buffer[] = [];
+    let hard: NodeJS.Timeout | undefined;
+    const timer = setTimeout(() => {
+      child.kill(o.gentle ? 'SIGTERM' : 'SIGKILL');
+      if (o.gentle) hard = setTimeout(() => child.kill('SIGKILL'), 15_000);
+    }, timeoutMs);
+    child.stdout?.on('data', (d: Buffer) => {
+      out.push(d);
+      o.onStdout?.(Buffer.concat(out).toString('utf8'));
+    });
+    child.stderr?.on('data', (d: Buffer) => err.push(d));
+    child.on('error', (e) => {
+      clearTimeout(timer);
+      clearTimeout(hard);
+      reject(e);
+    });
+    child.on('close', (code, signal) => {
+      clearTimeout(timer);
+      clearTimeout(hard);
+      const stderr = Buffer.concat(err).toString('utf8') + (signal ? `\n(killed by ${signal}; limit ${timeoutMs} ms)` : '');
+      resolve({ code: code ?? 128, stdout: Buffer.concat(out).toString('utf8'), stderr });
+    });
+  });
+  return { child, done };
 }

@@ -16,7 +16,7 @@
  * Usage: node bench/overlay.ts [--smoke] [--only programming|throughput] [--peers N] [--reps R] [--time S]
  *        [--json FILE] [--timeout SECONDS] [--enforce]
  */
-import { type ChildProcess, spawn } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, release, tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -35,7 +35,7 @@ import { TestAgent } from '../test/support/agent.ts';
 import { type ControllerProc, TestCloud } from '../test/support/cloud.ts';
 import { addNetns, delNetns, isRoot, leftoverNetns, RUN_PREFIX, sh } from '../test/support/netns.ts';
 import { until } from '../test/support/wait.ts';
-import { exitStatus, fmt, intOption, median, parseBenchArgs, removeRunTempDirs, runBench, table } from './common.ts';
+import { exitStatus, fmt, intOption, median, parseBenchArgs, removeRunTempDirs, runBench, type Spawned, spawnBounded, table } from './common.ts';
 
 const SELF = import.meta.filename;
 const PEERS_TARGET_MS = 1000;
@@ -159,37 +159,13 @@ class Fixture {
   }
 }
 
-interface Spawned {
-  readonly code: number;
-  readonly stdout: string;
-  readonly stderr: string;
-}
-
 /** Starts argv, killed (SIGKILL, by PID) after `timeoutMs`; the process is tracked for cleanup meanwhile. */
 function start(fx: Fixture, argv: readonly string[], timeoutMs: number): { child: ChildProcess; done: Promise<Spawned> } {
-  const [cmd, ...args] = argv as [string, ...string[]];
   if (fx.stopping) throw new Error('the benchmark is stopping');
-  const child = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'] });
-  fx.live.add(child);
-  const done = new Promise<Spawned>((resolve, reject) => {
-    const out: Buffer[] = [];
-    const err: Buffer[] = [];
-    const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
-    child.stdout?.on('data', (d: Buffer) => out.push(d));
-    child.stderr?.on('data', (d: Buffer) => err.push(d));
-    child.on('error', (e) => {
-      clearTimeout(timer);
-      fx.live.delete(child);
-      reject(e);
-    });
-    child.on('close', (code, signal) => {
-      clearTimeout(timer);
-      fx.live.delete(child);
-      const stderr = Buffer.concat(err).toString('utf8') + (signal ? `\n(killed by ${signal} after at most ${timeoutMs} ms)` : '');
-      resolve({ code: code ?? 128, stdout: Buffer.concat(out).toString('utf8'), stderr });
-    });
-  });
-  return { child, done };
+  const started = spawnBounded(argv, timeoutMs);
+  fx.live.add(started.child);
+  started.done.finally(() => fx.live.delete(started.child)).catch(() => undefined);
+  return started;
 }
 
 /** Runs argv to its end, bounded as `start` does. */

@@ -19,7 +19,7 @@
  * Usage: node bench/tunnel.ts [--smoke] [--only unshaped|shaped] [--reps R] [--time S] [--rate MBIT] [--delay MS]
  *        [--json FILE] [--timeout SECONDS] [--enforce]
  */
-import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
+import { type ChildProcess, execFileSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, release, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -29,7 +29,7 @@ import { statusSocketOf } from '../src/agent/status-socket.ts';
 import type { TunnelStatus } from '../src/core/tunnel/status.ts';
 import { isRoot } from '../test/support/netns.ts';
 import { until } from '../test/support/wait.ts';
-import { exitStatus, fmt, intOption, median, parseBenchArgs, runBench, table } from './common.ts';
+import { exitStatus, fmt, intOption, median, parseBenchArgs, runBench, type Spawned, type SpawnOptions, spawnBounded, table } from './common.ts';
 
 const ROOT = dirname(dirname(import.meta.filename));
 const ATOLL = join(ROOT, 'bin', 'atoll');
@@ -109,12 +109,6 @@ function parseOptions(argv: readonly string[]): Options {
 // ---------------------------------------------------------------------------------------------------------------
 // Resources: the labs, devices and processes this run creates, and their removal
 
-interface Spawned {
-  readonly code: number;
-  readonly stdout: string;
-  readonly stderr: string;
-}
-
 interface Live {
   readonly done: Promise<Spawned>;
   /** Stopped with SIGTERM first (`atoll lab up` removes what it built on SIGTERM), else SIGKILL. */
@@ -174,49 +168,13 @@ function deleteDevice(netns: string, dev: string): void {
   }
 }
 
-interface StartOptions {
-  readonly gentle?: boolean;
-  readonly onStdout?: (text: string) => void;
-}
-
-/** Starts argv, killed by PID after `timeoutMs` (SIGTERM for a gentle one, then SIGKILL 15 s later); tracked for cleanup. */
-function start(fx: Fixture, argv: readonly string[], timeoutMs: number, o: StartOptions = {}): { child: ChildProcess; done: Promise<Spawned> } {
-  const [cmd, ...args] = argv as [string, ...string[]];
+/** Starts argv bounded in time (see spawnBounded), tracked by the fixture for cleanup until it exits. */
+function start(fx: Fixture, argv: readonly string[], timeoutMs: number, o: SpawnOptions = {}): { child: ChildProcess; done: Promise<Spawned> } {
   if (fx.stopping) throw new Error('the benchmark is stopping');
-  const child = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'] });
-  let settle: (s: Spawned) => void = () => {};
-  let fail: (e: unknown) => void = () => {};
-  const done = new Promise<Spawned>((resolve, reject) => {
-    settle = resolve;
-    fail = reject;
-  });
-  fx.live.set(child, { done, gentle: o.gentle ?? false });
-  const out: Buffer[] = [];
-  const err: Buffer[] = [];
-  let hard: NodeJS.Timeout | undefined;
-  const timer = setTimeout(() => {
-    child.kill(o.gentle ? 'SIGTERM' : 'SIGKILL');
-    if (o.gentle) hard = setTimeout(() => child.kill('SIGKILL'), 15_000);
-  }, timeoutMs);
-  child.stdout?.on('data', (d: Buffer) => {
-    out.push(d);
-    o.onStdout?.(Buffer.concat(out).toString('utf8'));
-  });
-  child.stderr?.on('data', (d: Buffer) => err.push(d));
-  child.on('error', (e) => {
-    clearTimeout(timer);
-    clearTimeout(hard);
-    fx.live.delete(child);
-    fail(e);
-  });
-  child.on('close', (code, signal) => {
-    clearTimeout(timer);
-    clearTimeout(hard);
-    fx.live.delete(child);
-    const stderr = Buffer.concat(err).toString('utf8') + (signal ? `\n(killed by ${signal}; limit ${timeoutMs} ms)` : '');
-    settle({ code: code ?? 128, stdout: Buffer.concat(out).toString('utf8'), stderr });
-  });
-  return { child, done };
+  const started = spawnBounded(argv, timeoutMs, o);
+  fx.live.set(started.child, { done: started.done, gentle: o.gentle ?? false });
+  started.done.finally(() => fx.live.delete(started.child)).catch(() => undefined);
+  return started;
 }
 
 async function run(fx: Fixture, argv: readonly string[], timeoutMs: number): Promise<Spawned> {
@@ -225,23 +183,7 @@ async function run(fx: Fixture, argv: readonly string[], timeoutMs: number): Pro
 
 /** For cleanup, when the fixture refuses new processes: runs argv bounded in time, never throws. */
 function runQuiet(argv: readonly string[], timeoutMs: number): Promise<Spawned> {
-  const [cmd, ...args] = argv as [string, ...string[]];
-  return new Promise((resolve) => {
-    const child = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'] });
-    const out: Buffer[] = [];
-    const err: Buffer[] = [];
-    const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
-    child.stdout?.on('data', (d: Buffer) => out.push(d));
-    child.stderr?.on('data', (d: Buffer) => err.push(d));
-    child.on('error', (e) => {
-      clearTimeout(timer);
-      resolve({ code: 127, stdout: '', stderr: String(e) });
-    });
-    child.on('close', (code) => {
-      clearTimeout(timer);
-      resolve({ code: code ?? 128, stdout: Buffer.concat(out).toString('utf8'), stderr: Buffer.concat(err).toString('utf8') });
-    });
-  });
+  return spawnBounded(argv, timeoutMs).done.catch((e: unknown) => ({ code: 127, stdout: '', stderr: String(e) }));
 }
 
 const inNs = (netns: string, argv: readonly string[]) => ['ip', 'netns', 'exec', netns, ...argv];
