@@ -2,8 +2,8 @@
 # `make k8s`: the pinned Kubernetes and etcd binaries the tests (and `atoll lab run --kubernetes`) run, built from
 # their Go modules through the wrapper module in k8s/ (see its go.mod), into a cache outside the checkout that later
 # runs reuse. A set is rebuilt only when the pinned versions (k8s/go.mod, k8s/go.sum) change.
-#   sh scripts/k8s.sh [control-plane|all]   control-plane: etcd, kube-apiserver, kubectl (default: all, which adds
-#                                           kubelet, kube-scheduler, kube-controller-manager and kube-proxy)
+#   sh scripts/k8s.sh [control-plane|all]   control-plane: etcd, kube-apiserver, kubectl, helm (default: all, which
+#                                           adds kubelet, kube-scheduler, kube-controller-manager and kube-proxy)
 # Prints the binaries' folder on its last line. ATOLL_K8S_CACHE moves the cache (default /var/cache/atoll/k8s).
 set -eu
 cd "$(dirname "$0")/../k8s"
@@ -18,11 +18,12 @@ if ! command -v go >/dev/null 2>&1; then
   echo "k8s.sh: no Go toolchain on PATH: install Go 1.24 or newer (Debian: golang-go from bookworm-backports)" >&2
   exit 1
 fi
-key=$(cat go.mod go.sum | sha256sum | cut -c1-12)
-out="${ATOLL_K8S_CACHE:-/var/cache/atoll/k8s}/$K8S_VERSION-$key"
+# the cache is keyed by the pinned versions alone, so editing a comment in go.mod rebuilds nothing
+pins=$(grep -hE '^[[:space:]]+(k8s.io/kubernetes|go.etcd.io/etcd/server/v3|helm.sh/helm/v3) v' go.mod helm/go.mod | awk '{print $1 "@" $2}' | sort)
+out="${ATOLL_K8S_CACHE:-/var/cache/atoll/k8s}/$K8S_VERSION-$(echo "$pins" | sha256sum | cut -c1-12)"
 mkdir -p "$out"
 todo=""
-for c in etcd $cmds; do [ -x "$out/$c" ] || todo="$todo $c"; done
+for c in etcd helm $cmds; do [ -x "$out/$c" ] || todo="$todo $c"; done
 if [ -n "$todo" ]; then
   echo "k8s.sh: building$todo ($K8S_VERSION, into $out; tens of minutes on 2 cores when the Go caches are cold)" >&2
   start=$(date +%s)
@@ -34,10 +35,11 @@ if [ -n "$todo" ]; then
   ld="$ld -X k8s.io/client-go/pkg/version.gitMinor=34"
   for c in $todo; do
     case "$c" in
-      etcd) pkg=go.etcd.io/etcd/server/v3 ;;
-      *) pkg=k8s.io/kubernetes/cmd/$c ;;
+      etcd) dir=. pkg=go.etcd.io/etcd/server/v3 ;;
+      helm) dir=helm pkg=helm.sh/helm/v3/cmd/helm ;;
+      *) dir=. pkg=k8s.io/kubernetes/cmd/$c ;;
     esac
-    go build -trimpath -ldflags "$ld" -o "$out/$c.partial" "$pkg"
+    (cd "$dir" && go build -trimpath -ldflags "$ld" -o "$out/$c.partial" "$pkg")
     mv "$out/$c.partial" "$out/$c"
   done
   echo "k8s.sh: built$todo in $(( $(date +%s) - start )) s; $(du -sh "$out" | cut -f1) of binaries" >&2
