@@ -19,7 +19,26 @@ const storeSchema = z.discriminatedUnion('type', [
     prefix: z.string().regex(/^\/[A-Za-z0-9_./-]*\/$/, 'must start and end with /').default('/atoll/'),
     leaseTtlSeconds: z.number().int().min(2).max(60).default(5),
   }),
+  z.strictObject({
+    type: z.literal('kubernetes'),
+    /** Where the Lease that elects the leader lives. */
+    leaseNamespace: z.string().regex(/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/, 'must be a namespace name').default('atoll-system'),
+    leaseName: z.string().regex(/^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$/, 'must be an object name').default('atoll-controller'),
+    leaseDurationSeconds: z.number().int().min(2).max(120).default(15),
+  }),
 ]);
+
+/** The controller on Kubernetes: where the API is, and how Node objects drive the registry. */
+const kubernetesSchema = z.strictObject({
+  /** A kubeconfig file; without it, the pod's service account (in-cluster). */
+  kubeconfig: z.string().regex(SAFE_PATH).optional(),
+  /** The API endpoint to use instead (an edge cache such as yurthub); the credentials stay the kubeconfig's. */
+  server: z.url().optional(),
+  /** A deleted Node's registration and blocks are released this long after the deletion (unless it comes back). */
+  nodeDeleteGraceSeconds: z.number().int().min(0).max(7 * 86400).default(60),
+  /** Sent as User-Agent: list it in yurthub's cache_agents to have the edge cache serve it. */
+  userAgent: z.string().min(1).max(128).default('atoll-controller'),
+});
 
 export const controllerConfigSchema = z.strictObject({
   /** Address and port the API listens on. */
@@ -43,6 +62,8 @@ export const controllerConfigSchema = z.strictObject({
   /** Tokens relays (`atoll relay`) present to watch the nodes; a relay can do nothing else with them. */
   relayTokens: z.array(secret).default([]),
   store: storeSchema.default({ type: 'embedded' }),
+  /** Follow Kubernetes Node objects (admission, labels, deletion, annotations); absent: nodes join with a token alone. */
+  kubernetes: kubernetesSchema.optional(),
   maxBodyBytes: z.number().int().min(1024).max(1 << 20).default(64 * 1024),
 });
 
@@ -56,6 +77,9 @@ export function parseControllerConfig(raw: unknown, source = 'controller configu
   }
   if (res.data.clusterCidrs.some((c) => (parseCidr(c) as Cidr).bits > res.data.blockBits)) {
     throw atollError('CONFIG_FILE_INVALID', `${source}: a cluster CIDR is smaller than one /${res.data.blockBits} block`, 'use larger cluster CIDRs or a larger blockBits');
+  }
+  if (res.data.store.type === 'kubernetes' && !res.data.kubernetes) {
+    throw atollError('CONFIG_FILE_INVALID', `${source}: store.type "kubernetes" needs the kubernetes section (kubeconfig, or {} in a pod)`, 'add "kubernetes": {} (in-cluster) or "kubernetes": {"kubeconfig": "/path"}');
   }
   return Object.freeze({ ...res.data, clusterBlocks: res.data.clusterCidrs.map((c) => parseCidr(c) as Cidr) });
 }

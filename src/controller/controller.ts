@@ -12,7 +12,10 @@ import { ClusterRegistry } from '../core/cluster/registry.ts';
 import type { ControllerConfig } from '../config/controller-config.ts';
 import { EmbeddedLeader, EmbeddedStore } from '../adapters/store-embedded.ts';
 import { EtcdLeader, EtcdStore } from '../adapters/store-etcd.ts';
+import { openKubeStore } from '../adapters/store-kube.ts';
 import { ensureControllerPki } from '../adapters/pki.ts';
+import { KubeClient } from '../adapters/kube/kube-client.ts';
+import { loadKubeConnection } from '../adapters/kube/kube-config.ts';
 import { ApiServer, type Leadership } from './api-server.ts';
 
 export interface ControllerComponents {
@@ -31,6 +34,7 @@ export class Controller {
   #campaign: Promise<void> | undefined;
   #registry: ClusterRegistry | undefined;
   #caHash = '';
+  #kube: KubeClient | undefined;
   #port = 0;
 
   constructor(components: ControllerComponents, config: ControllerConfig) {
@@ -60,16 +64,9 @@ export class Controller {
     const hosts = [...new Set([advertiseHost, ...cfg.tlsHosts, ...(cfg.listenHost === '0.0.0.0' ? [] : [cfg.listenHost])])];
     const pki = await ensureControllerPki(cfg.pkiDir ?? join(cfg.dataDir, 'pki'), { hosts });
     this.#caHash = pki.caHash;
-    let store: ClusterStore;
-    let election: LeaderElection;
-    if (cfg.store.type === 'embedded') {
-      store = await EmbeddedStore.open(join(cfg.dataDir, 'store'));
-      election = new EmbeddedLeader({ id: cfg.advertiseUrl });
-    } else {
-      const etcd = { endpoints: cfg.store.endpoints, prefix: cfg.store.prefix };
-      store = new EtcdStore(etcd);
-      election = new EtcdLeader({ ...etcd, id: cfg.advertiseUrl, ttlSeconds: cfg.store.leaseTtlSeconds });
-    }
+    const kube = cfg.kubernetes && new KubeClient(loadKubeConnection({ kubeconfig: cfg.kubernetes.kubeconfig, server: cfg.kubernetes.server, userAgent: cfg.kubernetes.userAgent }));
+    this.#kube = kube;
+    const { store, election } = await openStore(cfg, kube);
     this.#store = store;
     this.#election = election;
     this.#registry = new ClusterRegistry(
@@ -116,6 +113,22 @@ export class Controller {
     await this.#election?.resign().catch(() => undefined);
     await this.#campaign;
     await this.#store?.close();
+    this.#kube?.close();
     this.#c.log.info('atoll controller stopped');
+  }
+}
+
+/** The configured store and its leader election. */
+async function openStore(cfg: ControllerConfig, kube: KubeClient | undefined): Promise<{ store: ClusterStore; election: LeaderElection }> {
+  const s = cfg.store;
+  switch (s.type) {
+    case 'embedded':
+      return { store: await EmbeddedStore.open(join(cfg.dataDir, 'store')), election: new EmbeddedLeader({ id: cfg.advertiseUrl }) };
+    case 'etcd': {
+      const etcd = { endpoints: s.endpoints, prefix: s.prefix };
+      return { store: new EtcdStore(etcd), election: new EtcdLeader({ ...etcd, id: cfg.advertiseUrl, ttlSeconds: s.leaseTtlSeconds }) };
+    }
+    case 'kubernetes':
+      return openKubeStore(kube as KubeClient, { id: cfg.advertiseUrl, namespace: s.leaseNamespace, leaseName: s.leaseName, leaseDurationSeconds: s.leaseDurationSeconds });
   }
 }

@@ -63,6 +63,12 @@ export const ERROR_CATALOGUE = {
   TUNNEL_UNREACHABLE: { cni: CniCode.generic, summary: 'a tunnel peer or the relay could not be reached, or its TLS handshake did not finish' },
   TUNNEL_PEER_UNTRUSTED: { cni: CniCode.generic, summary: "a tunnel peer or the relay presented a key that is not the pinned one" },
   TUNNEL_PUNCH_FAILED: { cni: CniCode.generic, summary: 'hole punching to an edge peer did not get through both NATs in time (the relay carries the pair)' },
+  KUBE_API_UNAVAILABLE: { cni: CniCode.generic, summary: 'the Kubernetes API server (or the edge cache in front of it) could not be reached' },
+  KUBE_API_REFUSED: { cni: CniCode.generic, summary: 'the Kubernetes API server refused a request (status and reason in the message)' },
+  KUBE_CONFIG_INVALID: { cni: CniCode.generic, summary: 'the kubeconfig or in-cluster service account could not be read or names no usable server' },
+  NODE_NOT_IN_CLUSTER: { cni: CniCode.generic, summary: 'an agent asked to join under a name that has no Kubernetes Node' },
+  NODE_LABELS_INVALID: { cni: CniCode.generic, summary: "a Node's Atoll labels are malformed (the node keeps its last good placement)" },
+  COMMUNITY_INVALID: { cni: CniCode.generic, summary: 'a Community names unknown nodes, or a node is in two communities' },
   LAB_SPEC_INVALID: { cni: CniCode.generic, summary: 'the lab spec (flags or --spec file) names an impossible topology' },
   LAB_PREREQUISITE_MISSING: { cni: CniCode.generic, summary: 'the lab cannot run here: not root, or a tool or kernel feature it needs is missing' },
   LAB_STEP_FAILED: { cni: CniCode.generic, summary: 'a step of building the lab failed or did not finish in time' },
@@ -77,18 +83,22 @@ export interface AtollErrorInit {
   /** What the operator can do about it. */
   readonly fix?: string;
   readonly cause?: unknown;
+  /** Machine-readable facts about the failure (an HTTP status, a reason), for callers that branch on them. */
+  readonly detail?: Readonly<Record<string, unknown>>;
 }
 
 /** An error with a stable code, a fix hint and a cause. */
 export class AtollError extends Error {
   readonly code: ErrorCode;
   readonly fix: string | undefined;
+  readonly detail: Readonly<Record<string, unknown>> | undefined;
 
   constructor(code: ErrorCode, init: AtollErrorInit) {
     super(init.message, init.cause === undefined ? undefined : { cause: init.cause });
     this.name = 'AtollError';
     this.code = code;
     this.fix = init.fix;
+    this.detail = init.detail;
   }
 
   get cniCode(): CniCode {
@@ -96,9 +106,9 @@ export class AtollError extends Error {
   }
 }
 
-/** Shorthand for `new AtollError(code, { message, fix, cause })`. */
-export function atollError(code: ErrorCode, message: string, fix?: string, cause?: unknown): AtollError {
-  return new AtollError(code, { message, fix, cause });
+/** Shorthand for `new AtollError(code, { message, fix, cause, detail })`. */
+export function atollError(code: ErrorCode, message: string, fix?: string, cause?: unknown, detail?: Readonly<Record<string, unknown>>): AtollError {
+  return new AtollError(code, { message, fix, cause, detail });
 }
 
 /** Wraps anything thrown into an AtollError, keeping AtollErrors as they are. */
