@@ -19,6 +19,7 @@ commands:
                           this node's tunnel peers: path (direct, relayed, down), round trip, traffic
   ipam show|check         blocks per node and their use; find leaks and conflicts (exit 1 leaks, 2 conflicts)
   node deregister NAME    release a node's blocks (ipam and node take --controller-config FILE)
+  kubernetes secret       print the atoll-bootstrap Secret an install on Kubernetes needs (| kubectl apply -f -)
   demo                    single-node demo: an agent, two pods through containerd, a ping
   lab up|run|down         a cloud and NATed edge sites from network namespaces, with real agents and pods,
                           and a connectivity check of every pod pair (root; atoll lab --help)
@@ -103,6 +104,10 @@ async function main(argv: string[]): Promise<number> {
     case 'node': {
       const { runNode } = await import('./admin.ts');
       return runNode(rest);
+    }
+    case 'kubernetes': {
+      const { runKubernetes } = await import('./kubernetes.ts');
+      return runKubernetes(rest);
     }
     case 'demo': {
       const { runDemo } = await import('../lab/demo.ts');

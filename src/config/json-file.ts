@@ -12,8 +12,12 @@ export function describeIssues(error: z.ZodError): string {
 }
 
 /**
- * The parsed JSON of the file at `path`, which holds `what` (e.g. "the relay configuration").
- * @throws AtollError `code` when the file cannot be read (fix: pass an existing file with `flag`) or is not JSON.
+ * The parsed JSON of the file at `path`, which holds `what` (e.g. "the relay configuration"). Any value written as
+ * `{"fromFile": "/abs/path"}` is replaced by that file's text, trimmed, and any value written as `{"fromEnv": "NAME"}`
+ * by that environment variable: secrets (tokens, pins) then come from a mounted Kubernetes Secret and the node's name
+ * and address from the downward API, while the rest of the configuration sits in a ConfigMap.
+ * @throws AtollError `code` when the file cannot be read (fix: pass an existing file with `flag`), is not JSON, or a
+ * `fromFile` names a file that cannot be read.
  */
 export function readJsonFile(path: string, what: string, code: ErrorCode, flag: string): unknown {
   let text: string;
@@ -22,9 +26,34 @@ export function readJsonFile(path: string, what: string, code: ErrorCode, flag: 
   } catch (cause) {
     throw atollError(code, `cannot read ${what} ${path}`, `pass an existing file with ${flag}`, cause);
   }
+  let doc: unknown;
   try {
-    return JSON.parse(text);
+    doc = JSON.parse(text);
   } catch (cause) {
     throw atollError(code, `${what} ${path} is not JSON`, 'fix its syntax', cause);
   }
+  return resolveIndirect(doc, `${what} ${path}`, code, '');
+}
+
+function resolveIndirect(v: unknown, where: string, code: ErrorCode, at: string): unknown {
+  if (Array.isArray(v)) return v.map((x, i) => resolveIndirect(x, where, code, `${at}[${i}]`));
+  if (v === null || typeof v !== 'object') return v;
+  const o = v as Record<string, unknown>;
+  const keys = Object.keys(o);
+  if (keys.length === 1 && keys[0] === 'fromFile') {
+    const file = o.fromFile;
+    if (typeof file !== 'string' || !file.startsWith('/')) throw atollError(code, `${where}: ${at || '(top)'}.fromFile must be an absolute path`, 'write {"fromFile": "/path/to/file"}');
+    try {
+      return readFileSync(file, 'utf8').trim();
+    } catch (cause) {
+      throw atollError(code, `${where}: ${at || '(top)'} names ${file}, which cannot be read`, 'mount the Secret holding it, or fix the path', cause);
+    }
+  }
+  if (keys.length === 1 && keys[0] === 'fromEnv') {
+    const name = o.fromEnv;
+    const value = typeof name === 'string' ? process.env[name] : undefined;
+    if (value === undefined || value === '') throw atollError(code, `${where}: ${at || '(top)'} names environment variable ${String(name)}, which is not set`, 'set it (in a pod: env from the downward API), or write the value itself');
+    return value;
+  }
+  return Object.fromEntries(keys.map((k) => [k, resolveIndirect(o[k], where, code, at ? `${at}.${k}` : k)]));
 }

@@ -20,6 +20,7 @@ import type { Duplex } from 'node:stream';
 import { AtollError, asAtollError, atollError, type ErrorCode } from '../core/errors.ts';
 import type { Clock, Logger } from '../core/ports.ts';
 import type { ClusterRegistry, NodeEvent } from '../core/cluster/registry.ts';
+import type { NodeFields } from '../core/cluster/model.ts';
 import { ReplayGuard } from '../core/cluster/signing.ts';
 import { joinRequestSchema, nodeFieldsSchema, usageReportSchema } from '../config/controller-config.ts';
 import { verifyRequest } from '../adapters/node-identity.ts';
@@ -29,8 +30,16 @@ export interface Leadership {
   leaderUrl(): Promise<string | undefined>;
 }
 
+/** Decides whether a node may register or update itself, and with which fields (Kubernetes: the Node's placement). */
+export interface NodeAdmission {
+  /** @throws AtollError when the node may not (NODE_NOT_IN_CLUSTER, NODE_LABELS_INVALID). */
+  admit(name: string, fields: NodeFields): NodeFields;
+}
+
 export interface ApiServerComponents {
   readonly registry: ClusterRegistry;
+  /** Without it, any node with a bootstrap token may join with the fields it sends. */
+  readonly admission?: NodeAdmission;
   readonly log: Logger;
   readonly clock: Clock;
   readonly leadership: Leadership;
@@ -53,6 +62,8 @@ const STATUS: Partial<Record<ErrorCode, number>> = {
   API_UNAUTHENTICATED: 401,
   API_FORBIDDEN: 403,
   NODE_NOT_REGISTERED: 404,
+  NODE_NOT_IN_CLUSTER: 403,
+  NODE_LABELS_INVALID: 409,
   NODE_IDENTITY_MISMATCH: 409,
   NODE_BLOCK_LIMIT: 409,
   API_TOO_LARGE: 413,
@@ -148,7 +159,8 @@ export class ApiServer {
         await this.#verifySelf(req, name, body);
         if (method === 'PUT' && !sub) {
           await this.#requireLeader();
-          return send(res, 200, { node: await this.#c.registry.update(name, parseJson(nodeFieldsSchema, body)) });
+          const asked = parseJson(nodeFieldsSchema, body);
+          return send(res, 200, { node: await this.#c.registry.update(name, this.#c.admission ? this.#c.admission.admit(name, asked) : asked) });
         }
         if (method === 'POST' && sub === '/usage') {
           await this.#requireLeader();
@@ -194,8 +206,9 @@ export class ApiServer {
     if (!tokenMatches(join.token, this.#init.bootstrapTokens)) throw unauthenticated('unknown bootstrap token');
     this.#verifySignature(req, join.identity, join.name, body);
     await this.#requireLeader();
-    const { token: _token, ...fields } = join;
-    const view = await this.#c.registry.register({ ...fields, observedAddress: req.socket.remoteAddress?.replace(/^::ffff:/, '') ?? '' });
+    const { token: _token, name, identity, ...asked } = join;
+    const fields = this.#c.admission ? this.#c.admission.admit(name, asked) : asked;
+    const view = await this.#c.registry.register({ ...fields, name, identity, observedAddress: req.socket.remoteAddress?.replace(/^::ffff:/, '') ?? '' });
     this.#c.log.info('node joined', { node: join.name, blocks: view.blocks });
     return view;
   }

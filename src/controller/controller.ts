@@ -12,11 +12,11 @@ import { ClusterRegistry } from '../core/cluster/registry.ts';
 import type { ControllerConfig } from '../config/controller-config.ts';
 import { EmbeddedLeader, EmbeddedStore } from '../adapters/store-embedded.ts';
 import { EtcdLeader, EtcdStore } from '../adapters/store-etcd.ts';
-import { openKubeStore } from '../adapters/store-kube.ts';
 import { ensureControllerPki } from '../adapters/pki.ts';
 import { KubeClient } from '../adapters/kube/kube-client.ts';
 import { loadKubeConnection } from '../adapters/kube/kube-config.ts';
 import { ApiServer, type Leadership } from './api-server.ts';
+import { KubeNodes } from './kube-nodes.ts';
 
 export interface ControllerComponents {
   readonly log: Logger;
@@ -35,6 +35,7 @@ export class Controller {
   #registry: ClusterRegistry | undefined;
   #caHash = '';
   #kube: KubeClient | undefined;
+  #kubeNodes: KubeNodes | undefined;
   #port = 0;
 
   constructor(components: ControllerComponents, config: ControllerConfig) {
@@ -74,8 +75,14 @@ export class Controller {
       { clusterCidrs: cfg.clusterBlocks, blockBits: cfg.blockBits, maxBlocksPerNode: cfg.maxBlocksPerNode, refillBelow: cfg.refillBelow },
     );
     const leadership: Leadership = { isLeader: () => this.#leading, leaderUrl: () => election.leader().catch(() => undefined) };
+    if (kube && cfg.kubernetes) {
+      this.#kubeNodes = new KubeNodes({ kube, registry: this.#registry, log: log.child('kubernetes'), clock: this.#c.clock, isLeader: () => this.#leading },
+        { nodeDeleteGraceMs: cfg.kubernetes.nodeDeleteGraceSeconds * 1000 });
+      await this.#kubeNodes.start();
+      log.info('following Kubernetes Nodes', { server: kube.server });
+    }
     this.#api = new ApiServer(
-      { registry: this.#registry, log: log.child('api'), clock: this.#c.clock, leadership },
+      { registry: this.#registry, admission: this.#kubeNodes, log: log.child('api'), clock: this.#c.clock, leadership },
       { host: cfg.listenHost, port: cfg.listenPort, key: pki.keyPem, certChain: pki.certChainPem, bootstrapTokens: cfg.bootstrapTokens, adminToken: cfg.adminToken, relayTokens: cfg.relayTokens, maxBodyBytes: cfg.maxBodyBytes },
     );
     this.#port = await this.#api.start();
@@ -90,6 +97,7 @@ export class Controller {
       try {
         const { lost } = await election.campaign(this.#abort.signal);
         this.#leading = true;
+        this.#kubeNodes?.poke();
         this.#c.log.info('leading the controller replicas', { url: this.#cfg.advertiseUrl });
         await new Promise<void>((resolve) => {
           if (lost.aborted || this.#abort.signal.aborted) return resolve();
@@ -110,6 +118,7 @@ export class Controller {
   async stop(): Promise<void> {
     this.#abort.abort();
     await this.#api?.stop();
+    await this.#kubeNodes?.stop();
     await this.#election?.resign().catch(() => undefined);
     await this.#campaign;
     await this.#store?.close();
@@ -128,7 +137,9 @@ async function openStore(cfg: ControllerConfig, kube: KubeClient | undefined): P
       const etcd = { endpoints: s.endpoints, prefix: s.prefix };
       return { store: new EtcdStore(etcd), election: new EtcdLeader({ ...etcd, id: cfg.advertiseUrl, ttlSeconds: s.leaseTtlSeconds }) };
     }
-    case 'kubernetes':
+    case 'kubernetes': {
+      const { openKubeStore } = await import('../adapters/store-kube.ts');
       return openKubeStore(kube as KubeClient, { id: cfg.advertiseUrl, namespace: s.leaseNamespace, leaseName: s.leaseName, leaseDurationSeconds: s.leaseDurationSeconds });
+    }
   }
 }

@@ -1,0 +1,220 @@
+/**
+ * The controller on a real kube-apiserver (v1.34, with etcd 3.6; test/support/kube.ts), installed from
+ * deploy/atoll.yaml and running under the atoll-controller ServiceAccount's token, so RBAC is the manifest's: a
+ * missing permission fails here. It reaches the API through a loopback proxy set as `kubernetes.server`, as it would
+ * through an edge cache (yurthub). Nodes admit agents, labels and Communities place them, a label change moves a
+ * node, network state is published as annotations, a deleted Node releases its blocks after the grace period, bad
+ * labels and Communities change nothing, and the API server killed for 60 s changes nothing.
+ */
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { createServer, connect, type Server, type Socket } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Controller } from '../../src/controller/controller.ts';
+import { parseControllerConfig } from '../../src/config/controller-config.ts';
+import { jsonLogger } from '../../src/adapters/json-logger.ts';
+import { ControllerClient } from '../../src/adapters/controller-client.ts';
+import type { NodeFields, NodeRecord } from '../../src/core/cluster/model.ts';
+import { ROLE_ANNOTATION } from '../../src/core/tunnel/plan.ts';
+import { memoryIdentity } from '../support/join-simulator.ts';
+import { freePort } from '../support/ports.ts';
+import { until } from '../support/wait.ts';
+import { startControlPlane, type ControlPlane } from '../support/kube.ts';
+
+const BOOTSTRAP = 'atoll-test-bootstrap-0123456789';
+const ADMIN = 'atoll-test-admin-0123456789abcdef';
+const NS = 'atoll-system';
+
+/** A TCP proxy on loopback to the API server: what an edge cache would be to the controller. */
+function startProxy(target: URL): Promise<{ url: string; server: Server; sockets: Set<Socket> }> {
+  const sockets = new Set<Socket>();
+  const server = createServer((c) => {
+    const up = connect(Number(target.port), target.hostname);
+    for (const s of [c, up]) {
+      sockets.add(s);
+      s.on('close', () => sockets.delete(s));
+      s.on('error', () => { c.destroy(); up.destroy(); });
+    }
+    c.pipe(up).pipe(c);
+  });
+  return new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve({ url: `https://127.0.0.1:${(server.address() as { port: number }).port}`, server, sockets })));
+}
+
+describe('the controller on a real kube-apiserver', { timeout: 400_000 }, () => {
+  const dir = mkdtempSync(join(tmpdir(), 'atoll-kube-'));
+  let cp: ControlPlane;
+  let proxy: Awaited<ReturnType<typeof startProxy>>;
+  let controller: Controller;
+  let url = '';
+  let agentCa = '';
+  const logs: Record<string, unknown>[] = [];
+
+  const node = (name: string, labels: Record<string, string>) =>
+    cp.admin.create('/api/v1/nodes', { apiVersion: 'v1', kind: 'Node', metadata: { name, labels } });
+  const fields = (over: Partial<NodeFields> = {}): NodeFields => ({
+    site: 'claimed-by-agent', community: '', addresses: ['192.0.2.50'], vtepMac: '02:00:00:00:00:01', tunnelKey: 'sha256:' + 'ab'.repeat(32),
+    agentVersion: 'test', annotations: { [ROLE_ANNOTATION]: 'cloud' }, ...over,
+  });
+  const record = async (name: string) => controller.registry?.node(name);
+  const kubeNode = async (name: string) => cp.admin.get<{ metadata: { annotations?: Record<string, string> } }>(`/api/v1/nodes/${name}`);
+
+  before(async () => {
+    cp = await startControlPlane(dir);
+    cp.kubectl(['create', 'namespace', NS]);
+    cp.kubectl(['apply', '--server-side', '-f', 'deploy/atoll.yaml']);
+    cp.kubectl(['wait', '--for=condition=Established', '--timeout=60s', 'crd/communities.atoll.dev']);
+    proxy = await startProxy(new URL(cp.server));
+    const token = await cp.serviceAccountToken(NS, 'atoll-controller');
+    const port = await freePort();
+    url = `https://127.0.0.1:${port}`;
+    await node('cloud-1', { 'atoll.dev/site': 'cloud' });
+    await node('edge-a1', { 'node-role.kubernetes.io/edge': '', 'atoll.dev/site': 'a', 'atoll.dev/community': 'c1' });
+    await node('edge-b1', { 'openyurt.io/is-edge-worker': 'true', 'topology.kubernetes.io/zone': 'b' });
+    await cp.admin.create('/apis/atoll.dev/v1alpha1/communities', { apiVersion: 'atoll.dev/v1alpha1', kind: 'Community', metadata: { name: 'c1' }, spec: { members: ['edge-b1'] } });
+    const cfg = parseControllerConfig({
+      listenHost: '127.0.0.1', listenPort: port, advertiseUrl: url, clusterCidrs: ['10.100.0.0/16'], blockBits: 26,
+      dataDir: join(dir, 'controller'), bootstrapTokens: [BOOTSTRAP], adminToken: ADMIN,
+      kubernetes: { kubeconfig: cp.kubeconfig(token, 'atoll-controller'), server: proxy.url, nodeDeleteGraceSeconds: 3 },
+    });
+    const log = jsonLogger({ level: 'debug', write: (line) => logs.push(JSON.parse(line) as Record<string, unknown>) });
+    controller = new Controller({ log, clock: Date.now }, cfg);
+    await controller.start();
+    // agents pin the CA; these test agents read it from the controller's directory
+    agentCa = readFileSync(join(dir, 'controller', 'pki', 'ca.crt'), 'utf8');
+  });
+  const clients = new Map<string, ControllerClient>();
+  const joined = (name: string, f: NodeFields = fields()) => {
+    const identity = memoryIdentity();
+    const client = new ControllerClient({ urls: [url], caPem: agentCa, nodeName: name, identity });
+    clients.set(name, client);
+    return client.join(BOOTSTRAP, identity.publicKey, f);
+  };
+
+  after(async () => {
+    await controller?.stop();
+    proxy?.server.close();
+    for (const s of proxy?.sockets ?? []) s.destroy();
+    await cp?.stop();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  test('an agent whose name has no Node is refused with NODE_NOT_IN_CLUSTER', async () => {
+    await assert.rejects(joined('no-such-node'), (err: Error & { code?: string }) => err.code === 'NODE_NOT_IN_CLUSTER' && /no-such-node/.test(err.message));
+    assert.equal(await record('no-such-node'), undefined);
+  });
+
+  test('site, community and role come from the Node, not from what the agent says', async () => {
+    const a = await joined('edge-a1');
+    assert.equal(a.node.site, 'a');
+    assert.equal(a.node.community, 'c1');
+    assert.equal(a.node.annotations[ROLE_ANNOTATION], 'edge');
+    const b = await joined('edge-b1', fields({ community: 'whatever' }));
+    assert.deepEqual([b.node.site, b.node.community, b.node.annotations[ROLE_ANNOTATION]], ['b', 'c1', 'edge'], 'zone label, Community object, OpenYurt label');
+    const c = await joined('cloud-1', fields({ annotations: { [ROLE_ANNOTATION]: 'edge' } }));
+    assert.deepEqual([c.node.site, c.node.community, c.node.annotations[ROLE_ANNOTATION]], ['cloud', '', 'cloud']);
+    assert.ok(c.blocks.length > 0);
+  });
+
+  test('each node\'s network state is published on its Node as annotations', async () => {
+    const rec = await record('edge-a1') as NodeRecord;
+    await until('blocks annotation', async () => (await kubeNode('edge-a1'))?.metadata.annotations?.['atoll.dev/blocks'] === rec.blocks.join(','), 10_000);
+    const ann = (await kubeNode('edge-a1'))?.metadata.annotations ?? {};
+    assert.deepEqual(JSON.parse(ann['atoll.dev/backend-data'] as string), { VtepMAC: '02:00:00:00:00:01' });
+    assert.equal(ann['atoll.dev/public-ip'], '127.0.0.1');
+    assert.equal(ann['atoll.dev/tunnel-pin'], 'sha256:' + 'ab'.repeat(32));
+  });
+
+  test('a label change moves the node within seconds, and watchers see it', async () => {
+    const seen: NodeRecord[] = [];
+    const ac = new AbortController();
+    const identity = memoryIdentity();
+    // a watcher is a registered node, as agents are
+    await node('watcher', {});
+    const w = new ControllerClient({ urls: [url], caPem: agentCa, nodeName: 'watcher', identity });
+    // the controller learns of the new Node from its watch, a moment after it is created
+    await until('the watcher\'s Node seen', () => w.join(BOOTSTRAP, identity.publicKey, fields()).then(() => true, () => false), 10_000);
+    const watching = w.watch(0, (line) => {
+      if (line.type === 'put') seen.push(line.node);
+    }, ac.signal).catch(() => undefined);
+    const t0 = Date.now();
+    cp.kubectl(['label', 'node', 'edge-a1', 'atoll.dev/community=c2', 'atoll.dev/site=a2', '--overwrite']);
+    await until('community moved', async () => (await record('edge-a1'))?.community === 'c2', 10_000);
+    assert.equal((await record('edge-a1'))?.site, 'a2');
+    await until('watch event', () => seen.some((n) => n.name === 'edge-a1' && n.community === 'c2'), 10_000);
+    assert.ok(Date.now() - t0 < 10_000);
+    ac.abort();
+    await watching;
+  });
+
+  test('malformed labels and Communities are reported with a coded error and change nothing', async () => {
+    const before = await record('edge-b1');
+    cp.kubectl(['label', 'node', 'edge-b1', 'openyurt.io/is-edge-worker=maybe', '--overwrite']);
+    await cp.admin.create('/apis/atoll.dev/v1alpha1/communities', { apiVersion: 'atoll.dev/v1alpha1', kind: 'Community', metadata: { name: 'ghosts' }, spec: { members: ['ghost-1'] } });
+    await until('label problem logged', () => logs.some((l) => l.code === 'NODE_LABELS_INVALID' && String(l.err).includes('edge-b1')), 10_000);
+    await until('community problem logged', () => logs.some((l) => l.code === 'COMMUNITY_INVALID' && String(l.err).includes('ghost-1')), 10_000);
+    // a node in two communities: in neither through them; its record keeps its last good placement
+    await cp.admin.create('/apis/atoll.dev/v1alpha1/communities', { apiVersion: 'atoll.dev/v1alpha1', kind: 'Community', metadata: { name: 'c3' }, spec: { members: ['edge-b1'] } });
+    await until('double membership logged', () => logs.some((l) => l.code === 'COMMUNITY_INVALID' && /edge-b1 is a member of 2/.test(String(l.err))), 10_000);
+    const after = await record('edge-b1');
+    assert.deepEqual([after?.site, after?.community, after?.annotations[ROLE_ANNOTATION], after?.blocks], [before?.site, before?.community, before?.annotations[ROLE_ANNOTATION], before?.blocks]);
+    cp.kubectl(['delete', 'community', 'c3', 'ghosts']);
+    cp.kubectl(['label', 'node', 'edge-b1', 'openyurt.io/is-edge-worker=true', '--overwrite']);
+  });
+
+  test('the controller\'s account can do what it needs and nothing else; the agent\'s and relay\'s can do nothing', () => {
+    const can = (who: string, verb: string, what: string) =>
+      cp.kubectl(['auth', 'can-i', verb, what, `--as=system:serviceaccount:${NS}:${who}`, '-n', NS], undefined).trim() === 'yes';
+    const canNot = (who: string, verb: string, what: string) => {
+      try {
+        return !can(who, verb, what);
+      } catch (err) {
+        return /no/.test(String((err as { stdout?: string }).stdout));
+      }
+    };
+    assert.ok(can('atoll-controller', 'watch', 'nodes'));
+    assert.ok(can('atoll-controller', 'patch', 'nodes'));
+    assert.ok(can('atoll-controller', 'update', 'leases.coordination.k8s.io'));
+    for (const [verb, what] of [['get', 'secrets'], ['list', 'pods'], ['delete', 'nodes'], ['create', 'deployments.apps'], ['update', 'communities.atoll.dev']]) {
+      assert.ok(canNot('atoll-controller', verb as string, what as string), `controller may not ${verb} ${what}`);
+    }
+    for (const who of ['atoll-agent', 'atoll-relay']) {
+      for (const [verb, what] of [['get', 'nodes'], ['get', 'secrets'], ['list', 'communities.atoll.dev']]) {
+        assert.ok(canNot(who, verb as string, what as string), `${who} may not ${verb} ${what}`);
+      }
+    }
+  });
+
+  test('the API server away for 60 s changes nothing; list/watch recovers', async () => {
+    const snap = async () => (await controller.registry?.snapshot())?.nodes.map((n) => `${n.name}:${n.site}:${n.community}:${n.blocks.join(',')}`).sort();
+    const leases = async () => (await controller.registry?.leases())?.map((l) => `${l.cidr}=${l.node}`).sort();
+    const [nodesBefore, leasesBefore] = [await snap(), await leases()];
+    await cp.killApiServer();
+    try {
+      // agents keep working with the controller meanwhile: an update is admitted from the cache, nothing is released
+      const updated = await (clients.get('edge-a1') as ControllerClient).update(fields({ agentVersion: 'during-outage' }));
+      assert.equal(updated.node.agentVersion, 'during-outage');
+      assert.equal(updated.node.community, 'c2');
+      await new Promise((r) => setTimeout(r, 60_000));
+    } finally {
+      await cp.startApiServer();
+    }
+    assert.deepEqual(await snap(), nodesBefore);
+    assert.deepEqual(await leases(), leasesBefore);
+    cp.kubectl(['label', 'node', 'cloud-1', 'atoll.dev/site=cloud-2', '--overwrite']);
+    await until('a label change after the outage arrives', async () => (await record('cloud-1'))?.site === 'cloud-2', 60_000);
+    assert.deepEqual(await leases(), leasesBefore, 'no block released, duplicated or re-leased');
+  });
+
+  test('kubectl delete node deregisters it and releases its blocks after the grace period', async () => {
+    const blocks = (await record('edge-b1'))?.blocks ?? [];
+    assert.ok(blocks.length > 0);
+    const t0 = Date.now();
+    cp.kubectl(['delete', 'node', 'edge-b1']);
+    await until('edge-b1 deregistered', async () => (await record('edge-b1')) === undefined, 20_000);
+    assert.ok(Date.now() - t0 >= 2_500, 'not before the grace period');
+    const leased = new Set((await controller.registry?.leases())?.map((l) => l.cidr));
+    for (const b of blocks) assert.ok(!leased.has(b), `${b} released`);
+  });
+});
