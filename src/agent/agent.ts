@@ -37,12 +37,13 @@ export interface AgentComponents {
   readonly clock: Clock;
 }
 
-/** The shim the set-up builds, used when the configuration names none. */
+/** The agent's version, as it reports it in its node record (`agentVersion`). */
 export const AGENT_VERSION = '0.1.0';
 
 /** Outer IPv4 + UDP + VXLAN + inner Ethernet headers. */
 const VXLAN_OVERHEAD = 50;
 
+/** The shim the set-up builds, used when the configuration names none. */
 export const DEFAULT_PLUGIN_SOURCE = join(installRoot(), 'bin', 'atoll-cni');
 
 export class Agent {
