@@ -4,7 +4,7 @@
  * owns the socket.
  *
  * Why not `ip -batch`: each spawn forks the ~100 MB agent (about 2.4 ms of the main thread, blocking the event loop)
- * and takes 4 to 5 ms in all; the same changes over netlink cost tens of microseconds of kernel time (GUIDE 3.2).
+ * and takes 4 to 5 ms in all; the same changes over netlink cost tens of microseconds of kernel time.
  *
  * Design choices (measured, see docs/architecture.md "A CNI call"):
  * - rtnetlink handles a request inside the sender's `send()`: the kernel does the work, waits for the RTNL lock and
