@@ -120,12 +120,6 @@ export function netlinkError(req: NlRequest, res: NlResult, where: string): Erro
   return Object.assign(err, { errno: res.errno });
 }
 
-/** The errno of an error thrown by {@link RtnlSocket.run}, if it came from the kernel. */
-export function errnoOf(err: unknown): number | undefined {
-  const n = (err as { errno?: unknown } | undefined)?.errno;
-  return typeof n === 'number' ? n : undefined;
-}
-
 /** One NETLINK_ROUTE socket, bound to the network namespace the calling thread was in when it was opened. */
 export class RtnlSocket {
   readonly #fd: number;
