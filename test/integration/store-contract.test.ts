@@ -3,7 +3,7 @@
  * embedded store (files in a temporary directory) and etcd (real etcd processes on loopback). Then the cases only
  * one of them has: the embedded store's log, snapshot and lock; etcd's failover across members and leases.
  *
- * Under test/root because it spawns processes; it needs no root.
+ * Needs no root; it starts etcd processes, hence test/integration.
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
