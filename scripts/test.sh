@@ -1,6 +1,6 @@
 #!/bin/sh
-# Every test: types, lint, unit tests, then the root-only kernel and runtime tests (they skip, saying why, when
-# not root). Uses the project's own Node.
+# Every test: types, lint, the unit tests (pure: `npm run test:unit`, in parallel), then the integration, kernel and
+# end-to-end tests (kernel and end-to-end ones skip, saying why, when not root). Uses the project's own Node.
 set -eu
 cd "$(dirname "$0")/.."
 node=node_modules/.bin/node
@@ -8,9 +8,11 @@ echo "== typecheck"
 "$node" node_modules/typescript/bin/tsc -p tsconfig.json
 echo "== lint"
 "$node" node_modules/eslint/bin/eslint.js .
-echo "== tests"
-# One file at a time: root tests build namespaces and a private containerd, and must not overlap.
-"$node" --test --test-concurrency=1 --test-timeout=600000 "src/**/*.test.ts" "test/**/*.test.ts"
+echo "== unit tests"
+"$node" --test --test-concurrency=4 "src/**/*.test.ts" "test/*.test.ts"
+echo "== integration, kernel and end-to-end tests"
+# One file at a time: kernel tests build namespaces and a private containerd, and must not overlap.
+"$node" --test --test-concurrency=1 --test-timeout=600000 "test/*/*.test.ts"
 echo "== benchmark smoke (reports; the full runs are sh bench/run.sh [cni|controller|overlay|tunnel])"
 if [ "$(id -u)" = 0 ]; then
   "$node" bench/cni-latency.ts --smoke

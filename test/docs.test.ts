@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
-import { ERROR_CATALOGUE } from '../src/core/errors.ts';
+import { readdirSync, readFileSync } from 'node:fs';
+import { ERROR_CATALOGUE, type ErrorCode } from '../src/core/errors.ts';
 import { agentConfigSchema } from '../src/config/agent-config.ts';
 import { controllerConfigSchema } from '../src/config/controller-config.ts';
 import { relayConfigSchema } from '../src/config/relay-config.ts';
@@ -14,6 +14,24 @@ test('docs/errors.md lists exactly the codes in src/core/errors.ts, with the sam
   const rows = new Map([...doc.matchAll(/^\| `([A-Z_]+)` \| (\d+) \|/gm)].map((m) => [m[1] as string, Number(m[2])]));
   assert.deepEqual([...rows.keys()].sort(), Object.keys(ERROR_CATALOGUE).sort());
   for (const [code, entry] of Object.entries(ERROR_CATALOGUE)) assert.equal(rows.get(code), entry.cni, code);
+});
+
+/** Catalogued codes that nothing in src/ raises, each with why it stays in the catalogue (codes are stable). */
+const RESERVED: Partial<Record<ErrorCode, string>> = {
+  NODE_BLOCK_LIMIT: 'a node at maxBlocksPerNode gets no further block without an error: its usage report is answered with '
+    + 'the blocks it holds (docs/api.md), and its ADDs fail with IPAM_EXHAUSTED when its addresses run out',
+};
+
+test('every catalogued error code is raised somewhere in src/, or is reserved with a reason', () => {
+  const src = new URL('../src/', import.meta.url);
+  const files = readdirSync(src, { recursive: true, encoding: 'utf8' }).filter((f) => f.endsWith('.ts') && !f.endsWith('.test.ts'));
+  const text = files.map((f) => readFileSync(new URL(f, src), 'utf8')).join('\n');
+  // atollError('CODE', ...) or new AtollError('CODE', ...), the code possibly on the next line
+  const raised = new Set([...text.matchAll(/\b(?:atollError|AtollError)\(\s*'([A-Z_]+)'/g)].map((m) => m[1] as string));
+  for (const code of Object.keys(ERROR_CATALOGUE) as ErrorCode[]) {
+    if (RESERVED[code] === undefined) assert.ok(raised.has(code), `${code} is catalogued but nothing in src/ raises it: raise it, or list it in RESERVED with a reason`);
+    else assert.ok(!raised.has(code), `${code} is raised in src/: take it off RESERVED`);
+  }
 });
 
 /** The `| \`key\` |` rows of one `## heading` section of docs/configuration.md. */

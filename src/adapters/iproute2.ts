@@ -1,7 +1,10 @@
 /**
- * The one wrapper around iproute2's `ip`. Writes go through `ip -batch -` (one process for many changes), reads
- * through `ip -json`. Nothing else in Atoll calls `ip`. It serves reads and the paths off the hot one (the bridge,
- * reconcile, CHECK); a pod's ADD and DEL talk rtnetlink directly (netlink.ts), since each `ip` forks the agent.
+ * The wrapper around iproute2's `ip` for everything off the pod hot path: in the agent the bridge, the overlay's VXLAN
+ * device, neighbours and routes, the tunnel's routes, start-up checks, reconcile and CHECK; in the lab its namespaces,
+ * links and route lookups. Writes go through `ip -batch -` (one process for many changes), reads through `ip -json`.
+ * A pod's ADD and DEL talk rtnetlink directly (netlink.ts), since each `ip` forks the agent. The other callers of
+ * `ip`: the TUN adapter sets up its own device (tun.ts), the demo adds its namespace, and the lab starts processes
+ * under `ip netns exec`.
  */
 import { atollError } from '../core/errors.ts';
 import { type Exec, exec as realExec } from './exec.ts';
@@ -55,7 +58,8 @@ export class IpRoute2 {
   }
 
   /**
-   * Applies `lines` (each an `ip` command without the leading `ip`) in one process; stops at the first failure.
+   * Applies `lines` (each an `ip` command without the leading `ip`) in one process; stops at the first failure, or
+   * with `force` carries on past it.
    * @throws AtollError KERNEL_OP_FAILED naming the failed line and the kernel's message.
    */
   async batch(lines: readonly string[], opts: IpOptions = {}): Promise<void> {
@@ -94,13 +98,5 @@ export class IpRoute2 {
 
   async routes(opts: IpOptions = {}): Promise<IpRoute[]> {
     return this.json<IpRoute>(['route', 'show', 'table', 'all'], opts);
-  }
-
-  /** Deletes a link; succeeds when it is already gone. */
-  async deleteLink(name: string, opts: IpOptions = {}): Promise<void> {
-    const res = await this.#exec('ip', ['link', 'del', 'dev', name], { netns: opts.netns });
-    if (res.code !== 0 && !NO_DEVICE.test(res.stderr)) {
-      throw atollError('KERNEL_OP_FAILED', `deleting link ${name} failed: ${res.stderr.trim()}`);
-    }
   }
 }

@@ -4,7 +4,7 @@
  * owns the socket.
  *
  * Why not `ip -batch`: each spawn forks the ~100 MB agent (about 2.4 ms of the main thread, blocking the event loop)
- * and takes 4 to 5 ms in all; the same changes over netlink cost tens of microseconds of kernel time (GUIDE 3.2).
+ * and takes 4 to 5 ms in all; the same changes over netlink cost tens of microseconds of kernel time.
  *
  * Design choices (measured, see docs/architecture.md "A CNI call"):
  * - rtnetlink handles a request inside the sender's `send()`: the kernel does the work, waits for the RTNL lock and
@@ -118,12 +118,6 @@ export function netlinkError(req: NlRequest, res: NlResult, where: string): Erro
   const err = atollError('KERNEL_OP_FAILED', `netlink: ${req.what} in ${where} failed: ${errnoText(res.errno)}${res.message ? `: ${res.message}` : ''}`,
     'check `ip -d link` and the kernel log; the change was rolled back where it could be');
   return Object.assign(err, { errno: res.errno });
-}
-
-/** The errno of an error thrown by {@link RtnlSocket.run}, if it came from the kernel. */
-export function errnoOf(err: unknown): number | undefined {
-  const n = (err as { errno?: unknown } | undefined)?.errno;
-  return typeof n === 'number' ? n : undefined;
 }
 
 /** One NETLINK_ROUTE socket, bound to the network namespace the calling thread was in when it was opened. */

@@ -5,7 +5,7 @@
  * namespace-bound work that cannot cross an `await` (open a file under /proc/sys/net, fork a child with
  * `child_process.spawn`, which forks from the calling thread so the child lives in the pod namespace), and switches
  * back before returning. Nothing else runs on the main thread meanwhile, and libuv's thread pool never moves.
- * This saves the 1 to 13 ms of `nsenter` or of moving links between namespaces (GUIDE 3.2).
+ * This saves the 1 to 13 ms of `nsenter` or of moving links between namespaces (moving a link costs about 13 ms).
  */
 import { closeSync, openSync } from 'node:fs';
 import koffi from 'koffi';

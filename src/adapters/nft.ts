@@ -1,9 +1,10 @@
 /**
- * The one wrapper around `nft`: Atoll's table is replaced in one atomic `nft -f -` transaction (see
- * src/core/overlay/nft.ts) and read back with `nft -j`.
+ * The one wrapper around `nft`: applies a ruleset as one atomic `nft -f -` transaction, in the agent's namespace or
+ * the one given. The agent's overlay replaces Atoll's table this way on every sync (src/core/overlay/nft.ts: the
+ * ruleset declares, deletes and re-creates the table), so nothing is read back or diffed; the lab applies its NAT
+ * routers' rulesets and its faults' cuts through it too.
  */
 import { atollError } from '../core/errors.ts';
-import { NFT_TABLE } from '../core/overlay/nft.ts';
 import { type Exec, exec as realExec } from './exec.ts';
 
 export class Nft {
@@ -22,11 +23,5 @@ export class Nft {
     if (res.code !== 0) {
       throw atollError('KERNEL_OP_FAILED', `nft -f failed${opts.netns ? ` in ${opts.netns}` : ''}: ${res.stderr.trim()}`, 'check that nftables is installed and the kernel has nf_tables');
     }
-  }
-
-  /** Atoll's table as `nft list` prints it, or '' when absent. */
-  async listTable(): Promise<string> {
-    const res = await this.#exec('nft', ['list', 'table', 'ip', NFT_TABLE]);
-    return res.code === 0 ? res.stdout : '';
   }
 }

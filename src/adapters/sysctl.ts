@@ -1,5 +1,5 @@
 /** Sysctls under /proc/sys, in the agent's namespace or a pod's. */
-import { readFileSync, writeFileSync } from 'node:fs';
+import { writeFileSync } from 'node:fs';
 import { atollError } from '../core/errors.ts';
 import { inNetns } from './netns.ts';
 
@@ -20,8 +20,4 @@ export function writeSysctlHere(key: string, value: string, where?: string): voi
     throw atollError('KERNEL_OP_FAILED', `cannot set sysctl ${key.replaceAll('/', '.')}=${value}${where ? ` in ${where}` : ''}`,
       'check that /proc/sys is writable (the agent needs CAP_NET_ADMIN and CAP_SYS_ADMIN)', cause);
   }
-}
-
-export function readSysctl(key: string): string {
-  return readFileSync(`/proc/sys/${key}`, 'utf8').trim();
 }

@@ -1,11 +1,11 @@
 /**
  * A TUN device with the virtio-net header and GSO offloads, read and written from the main thread through koffi.
  *
- * Why this shape (GUIDE 3.1, measured there at 3.5 Gbit/s without offloads and 17.9 with them):
+ * Why this shape (measured before Atoll at 3.5 Gbit/s without offloads and 17.9 with them):
  * - `IFF_TUN|IFF_NO_PI|IFF_VNET_HDR`, `TUNSETVNETHDRSZ` 10 and `TUNSETOFFLOAD` CSUM|TSO4|TSO6: the kernel hands us
  *   TCP superpackets of up to 64 KB with a 10-byte virtio-net header in front and accepts the same back, so one
  *   read/write moves tens of segments. The read buffer holds the largest superpacket the device's gso_max_size
- *   allows. Measured here: the device must keep gso_max_size 65536 (the default of veths too). GUIDE 3.1's 65000 works
+ *   allows. Measured here: the device must keep gso_max_size 65536 (the default of veths too). Set to 65000, it works
  *   for traffic the node itself sends, but a superpacket *forwarded* from a pod's veth (built against the veth's 65536)
  *   that exceeds the TUN's gso_max_size is segmented in software before the TUN: 1.5 KB reads and 0.6-0.9 Gbit/s
  *   instead of 64 KB reads and 3-4 Gbit/s. A skb at the TUN is always shorter than its gso_max_size.

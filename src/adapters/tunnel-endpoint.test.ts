@@ -1,6 +1,6 @@
 /**
  * The endpoint's path choice and checks, with a stand-in TUN device and stand-in streams (plain event emitters with
- * the methods the endpoint calls): the kernel parts are tested in test/root/tunnel-datapath.test.ts and the lab.
+ * the methods the endpoint calls): the kernel parts are tested in test/kernel/tunnel-datapath.test.ts and the lab.
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';

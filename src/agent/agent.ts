@@ -21,6 +21,7 @@ import { type CniServer, startCniServer } from './cni-server.ts';
 import { ControllerLink } from './controller-link.ts';
 import { Overlay } from './overlay.ts';
 import { flannelAnnotations } from '../core/overlay/flannel.ts';
+import { vxlanMtu } from '../core/overlay/plan.ts';
 import { BridgeFdb } from '../adapters/bridge-fdb.ts';
 import { Nft } from '../adapters/nft.ts';
 import { loadOrCreateVtepMac } from '../adapters/vtep-state.ts';
@@ -37,12 +38,10 @@ export interface AgentComponents {
   readonly clock: Clock;
 }
 
-/** The shim the set-up builds, used when the configuration names none. */
+/** The agent's version, as it reports it in its node record (`agentVersion`). */
 export const AGENT_VERSION = '0.1.0';
 
-/** Outer IPv4 + UDP + VXLAN + inner Ethernet headers. */
-const VXLAN_OVERHEAD = 50;
-
+/** The shim the set-up builds, used when the configuration names none. */
 export const DEFAULT_PLUGIN_SOURCE = join(installRoot(), 'bin', 'atoll-cni');
 
 export class Agent {
@@ -78,9 +77,9 @@ export class Agent {
     const blocks = this.#blocksWith(saved.blocks);
     await this.#preflight(blocks);
     const underlay = cfg.overlay ? await this.#underlay() : undefined;
-    const mtu = cfg.mtu ?? (underlay ? underlay.mtu - VXLAN_OVERHEAD : 1500);
-    if (underlay && mtu > underlay.mtu - VXLAN_OVERHEAD) {
-      throw atollError('CONFIG_FILE_INVALID', `mtu ${mtu} does not fit VXLAN over ${underlay.device} (MTU ${underlay.mtu}): at most ${underlay.mtu - VXLAN_OVERHEAD}`,
+    const mtu = cfg.mtu ?? (underlay ? vxlanMtu(underlay.mtu) : 1500);
+    if (underlay && mtu > vxlanMtu(underlay.mtu)) {
+      throw atollError('CONFIG_FILE_INVALID', `mtu ${mtu} does not fit VXLAN over ${underlay.device} (MTU ${underlay.mtu}): at most ${vxlanMtu(underlay.mtu)}`,
         'remove mtu from the configuration to derive it from the underlay');
     }
     initNetns();
@@ -94,7 +93,7 @@ export class Agent {
       this.#overlay = new Overlay(
         { ip: this.#c.ip, fdb: new BridgeFdb(), nft: new Nft(), log: log.child('overlay') },
         { nodeName: cfg.nodeName, site: cfg.site, ...cfg.overlay, vtepMac, underlay: underlay.address, underlayDevice: underlay.device,
-          underlayNet: underlay.net, mtu: underlay.mtu - VXLAN_OVERHEAD, clusterCidrs: cfg.clusterCidrs.map((c) => parseCidr(c) as Cidr) },
+          underlayNet: underlay.net, mtu: vxlanMtu(underlay.mtu), clusterCidrs: cfg.clusterCidrs.map((c) => parseCidr(c) as Cidr) },
       );
       await this.#overlay.start();
     }

@@ -3,7 +3,7 @@
  * value, says what to do, and keeps its cause. `docs/errors.md` lists the same codes; a test keeps the two in step.
  */
 
-/** CNI spec error codes (SPEC.md "Error"). */
+/** CNI spec error codes (the CNI specification, containernetworking/cni SPEC.md, "Error"). */
 export const CniCode = {
   incompatibleVersion: 1,
   unsupportedField: 2,

@@ -12,7 +12,7 @@
  * one write per chunk and no cryptography, and the relay cannot read or alter what it carries (libp2p's circuit
  * relay makes the same choice). Only pairs the relay may connect get tokens (src/relay/relay.ts checks); a token is
  * random (128 bits), good for one connection and {@link JOIN_WITHIN_MS}. No time or byte limits once joined (the
- * circuit-relay-v2 defaults cut long flows, GUIDE 5).
+ * circuit-relay-v2 defaults of 2 min and 128 KiB cut long flows).
  */
 import { randomBytes } from 'node:crypto';
 import { createServer, type Server, type Socket } from 'node:net';

@@ -17,6 +17,7 @@ import { ClusterStateFile } from '../adapters/cluster-state-file.ts';
 import { jsonLogger } from '../adapters/json-logger.ts';
 import { type ControlMessage, dialTunnel, joinCircuit, selfSignedTunnelCert, spkiPin, type TunnelCredentials, type TunnelStream } from '../adapters/tunnel-stream.ts';
 import { freePort } from '../../test/support/ports.ts';
+import { until } from '../../test/support/wait.ts';
 import { Relay } from './relay.ts';
 
 function credentials(name: string): TunnelCredentials & { pin: string } {
@@ -29,8 +30,6 @@ const node = (name: string, pin: string, community: string, role = 'edge'): Node
   name, identity: '', site: name, community, addresses: [], observedAddress: '', vtepMac: '', tunnelKey: pin, agentVersion: '',
   annotations: { 'atoll.dev/role': role }, blocks: [], registeredAt: 0, updatedAt: 0,
 });
-
-const settle = () => new Promise((r) => setTimeout(r, 150));
 
 /** The next control message on `s` of type `t`. */
 const nextControl = (s: TunnelStream, t: string) => new Promise<ControlMessage>((resolve) => {
@@ -81,7 +80,7 @@ describe('relay', () => {
     assert.equal(sa.observed.host, '127.0.0.1');
     assert.ok(typeof sa.observed.port === 'number' && sa.observed.port > 0 && sa.observed.port !== port, 'our own (client) port, as the relay sees it');
     assert.equal(sa.observed.circuitPort, circuitPort);
-    await settle();
+    await until('the three members on the relay', () => relay.stats.connected >= 3, 10_000, 5);
     assert.equal(relay.stats.connected, 3);
     const gotB: string[] = [];
     const gotC: string[] = [];
@@ -89,7 +88,8 @@ describe('relay', () => {
     sc.s.on('relayed-control', (id: Uint8Array, m: ControlMessage) => gotC.push(m.t));
     assert.ok(sa.s.sendRelayedControl(peerIdOfPin(b.pin), { t: 'punch' }));
     assert.ok(sa.s.sendRelayedControl(peerIdOfPin(c.pin), { t: 'punch' }), 'sent, but the relay must not carry it: c is in another community');
-    await settle();
+    // a's two messages are handled in order: once both are counted, b's was forwarded and c's was not
+    await until('the relay to handle both messages', () => relay.stats.forwardedControl + relay.stats.droppedNotAllowed >= 2 && gotB.length > 0, 10_000, 5);
     assert.deepEqual(gotB, ['a punch']);
     assert.deepEqual(gotC, []);
     assert.equal(relay.stats.forwardedControl, 1);
@@ -117,16 +117,14 @@ describe('relay', () => {
     assert.equal(relay.circuits.open, 1);
     assert.ok(relay.circuits.bytes > 60_000, 'the relay carried the (encrypted) bytes');
     ca.close();
-    await settle();
-    assert.equal(relay.circuits.open, 0, 'one end closing closes the circuit');
-    assert.equal(cb.alive, false);
+    await until('one end closing to close the circuit and its other end', () => relay.circuits.open === 0 && !cb.alive, 10_000, 5);
 
     // no circuit across communities, nor to a node that is not on the relay
     const refused = nextControl(sa.s, 'circuit-refused');
     sa.s.sendControl({ t: 'circuit', to: c.pin, n: 'n2' });
     assert.equal((await refused).n, 'n2');
     sb.s.close();
-    await settle();
+    await until('b to leave the relay', () => relay.stats.connected === 2, 10_000, 5);
     const gone = nextControl(sa.s, 'circuit-refused');
     sa.s.sendControl({ t: 'circuit', to: b.pin, n: 'n3' });
     assert.equal((await gone).n, 'n3');
@@ -138,7 +136,7 @@ describe('relay', () => {
     const before = relay.stats.refused;
     const s = await dialTunnel({ host: '127.0.0.1', port, credentials: intruder, peerPin: relay.pin }).catch((e: unknown) => e);
     if (!(s instanceof Error)) await new Promise((r) => (s as TunnelStream).once('close', r));
-    await settle();
+    await until('the relay to count the refusal', () => relay.stats.refused > before, 10_000, 5);
     assert.equal(relay.stats.refused, before + 1);
 
     const bad = relay.circuits.badToken;

@@ -11,7 +11,7 @@
  *   the relay joins the two connections; the nodes run TLS end to end over them. Pairs that cannot punch (symmetric
  *   NAT), and every pair until it has punched, carry their packets this way.
  *
- * No time or byte limits (GUIDE 5: circuit-relay-v2's 2 min / 128 KiB defaults cut long flows): a circuit lives as
+ * No time or byte limits (libp2p circuit-relay-v2's 2 min / 128 KiB defaults cut long flows): a circuit lives as
  * long as both its connections do. Nodes are accepted only with a registered tunnel key, learnt from the
  * controller's watch with a relay token and kept in `<dataDir>/registry.json`, so a relay restarted while the
  * controller is down still knows everyone.

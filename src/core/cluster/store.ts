@@ -4,7 +4,7 @@
  * replicas, or two leaders during a failover, can never both hand out one block.
  *
  * Implementations: src/adapters/store-embedded.ts (one controller, crash-safe files) and src/adapters/store-etcd.ts
- * (etcd v3). One contract suite (test/root/store-contract.test.ts) runs against both.
+ * (etcd v3). One contract suite (test/integration/store-contract.test.ts) runs against both.
  */
 
 /** One stored key. Revisions are store-wide, strictly increasing, starting at 1. */

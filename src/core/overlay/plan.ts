@@ -164,7 +164,7 @@ export function renderOverlayDiff(d: OverlayDiff): { ip: string[]; bridge: strin
   return { ip, bridge };
 }
 
-/** The pod MTU over VXLAN on IPv4: the underlay's minus 50 bytes of outer headers. */
+/** The pod MTU over VXLAN on IPv4: the underlay's minus 50 bytes (outer IPv4 20, UDP 8, VXLAN 8, inner Ethernet 14). */
 export function vxlanMtu(underlayMtu: number): number {
   return underlayMtu - 50;
 }

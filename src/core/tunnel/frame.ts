@@ -10,8 +10,8 @@
  * a packet relayed inside the stream to the relay; packets now cross the relay in circuits (src/relay/circuits.ts),
  * end to end, and kind 2 is refused.
  *
- * Why 3 length bytes: with GSO offloads a TUN read returns superpackets of up to 64 KB (GUIDE 3.1), which 2 bytes
- * cannot length, and 24 bits hold any frame.
+ * Why 3 length bytes: with GSO offloads a TUN read returns superpackets of up to 64 KB (src/adapters/tun.ts), which
+ * 2 bytes cannot length, and 24 bits hold any frame.
  */
 
 export const FRAME_KIND = Object.freeze({ packet: 0, control: 1, relayedControl: 3 });

@@ -68,7 +68,7 @@ function inNs(ns: string, cmd: string, args: string[], timeoutMs = 20_000) {
 async function iperf(from: string, serverNs: string, toIp: string, seconds: number, extra: string[] = []): Promise<{ gbps: number; bytes: number }> {
   const server = spawn('ip', ['netns', 'exec', serverNs, 'timeout', String(seconds + 15), 'iperf3', '-s', '-1', '-B', toIp], { stdio: 'ignore' });
   try {
-    await new Promise((r) => setTimeout(r, 400));
+    await until(`iperf3 listening in ${serverNs}`, () => inNs(serverNs, 'ss', ['-Hltn', 'sport', '=', ':5201']).stdout.trim() !== '');
     const r = inNs(from, 'iperf3', ['-c', toIp, '-J', '--connect-timeout', '3000', ...(extra.length ? extra : ['-t', String(seconds)])], (seconds + 15) * 1000);
     assert.equal(r.status, 0, `iperf3 to ${toIp} failed: ${r.stdout.slice(-500)} ${r.stderr}`);
     const sum = JSON.parse(r.stdout).end.sum_received as { bits_per_second: number; bytes: number };

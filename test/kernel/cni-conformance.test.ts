@@ -16,7 +16,7 @@ type Version = (typeof VERSIONS)[number];
 const VERBS = ['ADD', 'DEL', 'CHECK', 'STATUS', 'GC', 'VERSION'] as const;
 type Verb = (typeof VERBS)[number];
 
-/** SPEC.md: the first config version that has each verb. */
+/** The CNI specification (containernetworking/cni SPEC.md): the first config version that has each verb. */
 const VERB_SINCE: Record<Verb, Version> = { ADD: '0.3.1', DEL: '0.3.1', VERSION: '0.3.1', CHECK: '0.4.0', STATUS: '1.1.0', GC: '1.1.0' };
 const allowed = (verb: Verb, v: Version) => VERSIONS.indexOf(v) >= VERSIONS.indexOf(VERB_SINCE[verb]);
 

@@ -32,7 +32,7 @@ async function tcpEcho(from: Pod, to: Pod): Promise<string | undefined> {
   const server = spawn('ip', ['netns', 'exec', nsName(to), PROJECT_NODE, '-e',
     "require('net').createServer((s)=>{s.pipe(s);s.on('close',()=>process.exit(0))}).listen(7008);setTimeout(()=>process.exit(2),8000)"]);
   try {
-    await new Promise((r) => setTimeout(r, 300));
+    await until(`the echo server in ${nsName(to)} listening`, () => sh('ss', ['-N', nsName(to), '-Hltn', 'sport', '=', ':7008']).trim() !== '', 10_000, 20);
     // 256 KiB each way: many full-size segments (and superpackets) through the tunnel
     const client = spawnSync('ip', ['netns', 'exec', nsName(from), PROJECT_NODE, '-e',
       `const s=require('net').connect(7008,'${to.ip}');const out=Buffer.alloc(262144,120);let n=0;s.on('connect',()=>{s.end(out)});`

@@ -36,7 +36,7 @@ function pingable(from: Pod, to: string): boolean {
  */
 async function tcpSeenSource(fromNs: string, serverNs: string, toIp: string): Promise<string | undefined> {
   const server = spawn('ip', ['netns', 'exec', serverNs, PROJECT_NODE, '-e', "require('net').createServer((s)=>{s.end(s.remoteAddress.replace('::ffff:',''));process.exit(0)}).listen(7007);setTimeout(()=>process.exit(2),5000)"]);
-  await new Promise((r) => setTimeout(r, 300));
+  await until(`the server in ${serverNs} listening`, () => sh('ss', ['-N', serverNs, '-Hltn', 'sport', '=', ':7007']).trim() !== '', 10_000, 20);
   const client = spawnSync('ip', ['netns', 'exec', fromNs, PROJECT_NODE, '-e',
     `const s=require('net').connect(7007,'${toIp}');let d='';s.on('data',x=>d+=x);s.on('end',()=>{process.stdout.write(d,()=>process.exit(0))});s.on('error',()=>process.exit(1));setTimeout(()=>process.exit(3),3000)`], { encoding: 'utf8' });
   server.kill('SIGKILL');
@@ -116,7 +116,7 @@ describe('same-site overlay over VXLAN', { skip: rootSkipReason(), timeout: 300_
     let out = '';
     ping.stdout.on('data', (d) => (out += d));
     const done = new Promise((r) => ping.on('close', r));
-    await new Promise((r) => setTimeout(r, 500));
+    await until('the ping answered before the restart', () => out.includes('bytes from'), 10_000, 10);
     const t0 = Date.now();
     await a.stop('SIGKILL');
     await a.start();
