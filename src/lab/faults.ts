@@ -165,7 +165,7 @@ class Flow {
     this.#client.stdout?.on('data', (d: Buffer) => {
       const lines = (partial + d.toString()).split('\n');
       partial = lines.pop() ?? '';
-      if (lines.length > 0) this.#last = lines.at(-1) as string;
+      this.#last = lines.at(-1) ?? this.#last;
     });
   }
 
@@ -195,6 +195,9 @@ class Flow {
     return { ...this.pair, survived: error === undefined, sentBytes: st.sent, echoedBytes: st.echoed, maxGapMs: st.gap, ...(error ? { error } : {}) };
   }
 }
+
+/** The first line of a (multi-line) error message. */
+const firstLine = (message: string): string => message.split('\n', 1)[0] ?? '';
 
 async function waitUntil(check: () => boolean, timeoutMs: number): Promise<boolean> {
   const deadline = performance.now() + timeoutMs;
@@ -322,34 +325,34 @@ async function runFault(lab: RunningLab, target: LabFaultTarget, say: (l: string
         await restartService(lab, 'relay', notes);
         break;
       case 'direct-path-cut':
-        cut = target.site as string;
-        await nft.apply(peerCutRuleset(target.peerAddress as string), { netns: nsPath(routerOf(lab, cut)) });
+        cut = target.site;
+        await nft.apply(peerCutRuleset(target.peerAddress), { netns: nsPath(routerOf(lab, cut)) });
         await sleep(HOLD_MS['direct-path-cut']);
         break;
       case 'agent-restart':
-        await restartAgent(lab, target.node as string, () => sleep(HOLD_MS['agent-restart']));
+        await restartAgent(lab, target.node, () => sleep(HOLD_MS['agent-restart']));
         break;
       case 'offline-restart':
         await restartService(lab, 'controller', notes, async () => {
-          await restartAgent(lab, target.node as string, () => sleep(HOLD_MS['offline-restart']));
+          await restartAgent(lab, target.node, () => sleep(HOLD_MS['offline-restart']));
           // the heal is the agent's start: its samples must answer again while the controller is still down
           healAt = performance.now();
           if (!(await waitUntil(() => pingers.every((p) => p.healthy(healAt)), RECOVERY_TIMEOUT_MS))) notes.push('the restarted agent did not rebuild its paths while the controller was down');
         });
         break;
       case 'pod-recreate': {
-        const { was, now } = await recreatePod(lab, target.pod as string, pingers);
+        const { was, now } = await recreatePod(lab, target.pod, pingers);
         podStartMs.push(now.addMs ?? 0);
         if (now.ip !== was.ip) notes.push(`re-created with ${now.ip}, not its former ${was.ip}`);
         break;
       }
       case 'uplink-cut':
-        cut = target.site as string;
+        cut = target.site;
         await cutUplink(lab, cut);
         await sleep(HOLD_MS['uplink-cut']);
         break;
       case 'uplink-flap':
-        cut = target.site as string;
+        cut = target.site;
         for (let i = 0; i < FLAPS; i++) {
           await cutUplink(lab, cut);
           await sleep(FLAP_MS);
@@ -360,8 +363,8 @@ async function runFault(lab: RunningLab, target: LabFaultTarget, say: (l: string
         }
         break;
       case 'node-reboot': {
-        cut = target.site as string;
-        const node = target.node as string;
+        cut = target.site;
+        const node = target.node;
         await cutUplink(lab, cut);
         await restartAgent(lab, node, () => wipeNode(lab, node));
         for (const pod of lab.plan.pods.filter((p) => p.node === node)) {
@@ -382,12 +385,12 @@ async function runFault(lab: RunningLab, target: LabFaultTarget, say: (l: string
     // meanwhile, every tunnel pair back on its expected path (hole-punched pairs punched again)
     const pathsBack = waitForTunnelPaths(lab.plan, PATHS_TIMEOUT_MS).then(
       () => (pathsBackMs = Math.round(performance.now() - healAt)),
-      (err: unknown) => notes.push(asAtollError(err).message.split('\n')[0] as string),
+      (err: unknown) => notes.push(firstLine(asAtollError(err).message)),
     );
     await waitUntil(() => pingers.every((p) => p.healthy(healAt)) && flows.every((f) => f.caughtUp()), RECOVERY_TIMEOUT_MS);
     await pathsBack;
   } catch (err) {
-    notes.push(`the fault failed: ${asAtollError(err).message.split('\n')[0]}`);
+    notes.push(`the fault failed: ${firstLine(asAtollError(err).message)}`);
   } finally {
     if (cut) await restoreUplink(lab, cut).catch((e: unknown) => notes.push(`could not restore the uplink of ${cut}: ${asAtollError(e).message}`));
   }
