@@ -35,7 +35,7 @@ import { Tc } from '../adapters/tc.ts';
 import { AgentProcess, DELAY_BIN } from './agent-process.ts';
 import { ServiceProcess } from './service-process.ts';
 import { choosePodMode, CriPods, DirectPods, type LabContainerdRecord, type LabPodInfo, type LabPodRuntime, type LabPodsChoice } from './lab-pods.ts';
-import { readTunnelStatus, statusSocketOf } from '../agent/status-socket.ts';
+import { readTunnelStatus, statusSocketOf } from '../adapters/status-socket.ts';
 import type { PeerPath } from '../core/tunnel/status.ts';
 import { labPreflight, requireRoot, uplinkDelayMethod } from './lab-preflight.ts';
 import { ProbeClient } from './probe.ts';
