@@ -6,7 +6,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { closeSync, openSync, rmSync } from 'node:fs';
 import { connect } from 'node:net';
 import { join } from 'node:path';
-import { encodeRequest } from '../cni/protocol.ts';
+import { encodeRequest } from '../core/cni-spec/shim-protocol.ts';
 import { installRoot } from '../adapters/install-root.ts';
 import { isRunning, logTail, stopChild } from './child-process.ts';
 
