@@ -1,8 +1,16 @@
 // Lint, including the layering of STYLE.md: core is pure, config only parses, adapters never reach up into entry
-// points, and entry points only wire.
+// points, entry points only wire, and only adapters start processes or call the kernel through FFI.
+// (ESLint takes a rule's options from the last matching block, so each folder has one block that lists all it may not import.)
 import tseslint from 'typescript-eslint';
 
 const nodeBuiltins = { group: ['node:*'], message: 'src/core is pure: no node: imports (put I/O in src/adapters).' };
+// Only src/adapters starts processes or loads koffi (STYLE.md 4: one wrapper per kernel tool). test/, bench/ and
+// scripts/ are harnesses outside the layers: they start agents, etcd and iperf3 themselves by design.
+const processes = [
+  { name: 'node:child_process', message: 'only src/adapters starts processes: call an adapter (exec.ts, child-process.ts, iproute2.ts, ...).' },
+  { name: 'child_process', message: 'only src/adapters starts processes: call an adapter (exec.ts, child-process.ts, iproute2.ts, ...).' },
+  { name: 'koffi', message: 'only src/adapters calls the kernel through FFI (netlink.ts, netns.ts, tun.ts).' },
+];
 const layer = (...dirs) => dirs.map((d) => ({ group: [`../${d}/*`, `../../${d}/*`], message: `this layer may not import from src/${d}.` }));
 
 export default tseslint.config(
@@ -16,11 +24,11 @@ export default tseslint.config(
   {
     files: ['src/core/**/*.ts'],
     ignores: ['src/core/**/*.test.ts'],
-    rules: { 'no-restricted-imports': ['error', { patterns: [nodeBuiltins, ...layer('config', 'adapters', 'cni', 'agent', 'controller', 'cli', 'lab')] }] },
+    rules: { 'no-restricted-imports': ['error', { paths: processes, patterns: [nodeBuiltins, ...layer('config', 'adapters', 'cni', 'agent', 'controller', 'cli', 'lab')] }] },
   },
   {
     files: ['src/config/**/*.ts'],
-    rules: { 'no-restricted-imports': ['error', { patterns: layer('adapters', 'cni', 'agent', 'controller', 'cli', 'lab') }] },
+    rules: { 'no-restricted-imports': ['error', { paths: processes, patterns: layer('adapters', 'cni', 'agent', 'controller', 'cli', 'lab') }] },
   },
   {
     files: ['src/adapters/**/*.ts'],
@@ -28,6 +36,28 @@ export default tseslint.config(
   },
   {
     files: ['src/cni/**/*.ts'],
-    rules: { 'no-restricted-imports': ['error', { patterns: layer('agent', 'controller', 'cli', 'lab') }] },
+    rules: { 'no-restricted-imports': ['error', { paths: processes, patterns: layer('agent', 'controller', 'cli', 'lab') }] },
+  },
+  {
+    files: ['src/agent/**/*.ts', 'src/controller/**/*.ts', 'src/relay/**/*.ts'],
+    rules: { 'no-restricted-imports': ['error', { paths: processes }] },
+  },
+  {
+    // the lab runs real processes, through adapters; what it shares with the agent lives in core or adapters
+    files: ['src/lab/**/*.ts'],
+    rules: { 'no-restricted-imports': ['error', { paths: processes, patterns: layer('cni', 'agent', 'controller', 'relay', 'cli') }] },
+  },
+  {
+    // the CLI wires: besides core, config and adapters it imports only the entry points it starts
+    files: ['src/cli/**/*.ts'],
+    rules: {
+      'no-restricted-imports': ['error', {
+        paths: processes,
+        patterns: [...layer('cni'), {
+          group: ['../agent/*', '!../agent/agent.ts', '../controller/*', '!../controller/controller.ts', '../relay/*', '!../relay/relay.ts'],
+          message: 'src/cli imports only the entry points it starts (agent.ts, controller.ts, relay.ts, src/lab): move shared code to src/core or src/adapters.',
+        }],
+      }],
+    },
   },
 );

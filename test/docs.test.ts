@@ -6,7 +6,7 @@ import { agentConfigSchema } from '../src/config/agent-config.ts';
 import { controllerConfigSchema } from '../src/config/controller-config.ts';
 import { relayConfigSchema } from '../src/config/relay-config.ts';
 import { MAX_STDIN_BYTES } from '../src/config/cni-request.ts';
-import { MAX_ENV_BYTES } from '../src/cni/protocol.ts';
+import { MAX_ENV_BYTES } from '../src/core/cni-spec/shim-protocol.ts';
 import { SUPPORTED_CNI_VERSIONS } from '../src/core/cni-spec/model.ts';
 
 test('docs/errors.md lists exactly the codes in src/core/errors.ts, with the same CNI codes', () => {
@@ -52,7 +52,7 @@ for (const [heading, schema] of [['Agent', agentConfigSchema], ['Controller', co
   });
 }
 
-test('src/cni/protocol.ts and the native shim agree on the limits', () => {
+test('src/core/cni-spec/shim-protocol.ts and the native shim agree on the limits', () => {
   const c = readFileSync(new URL('../native/atoll-cni.c', import.meta.url), 'utf8');
   const define = (name: string) => {
     const m = new RegExp(`#define ${name} \\((\\d+)u (<<|\\*) (\\d+)u?\\)`).exec(c);

@@ -28,7 +28,7 @@ import { loadOrCreateVtepMac } from '../adapters/vtep-state.ts';
 import { PodNetwork } from './pod-network.ts';
 import type { Server } from 'node:http';
 import { Tunnel } from './tunnel.ts';
-import { startStatusServer, statusSocketOf } from './status-socket.ts';
+import { startStatusServer, statusSocketOf } from '../adapters/status-socket.ts';
 import { loadOrCreateTunnelCredentials, spkiPin, type TunnelCredentials } from '../adapters/tunnel-stream.ts';
 import { ROLE_ANNOTATION, TUNNEL_PORT_ANNOTATION } from '../core/tunnel/plan.ts';
 

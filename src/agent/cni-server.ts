@@ -8,7 +8,7 @@ import type { PodNetworkPort } from '../core/cni-spec/ports.ts';
 import type { Logger } from '../core/ports.ts';
 import { MAX_STDIN_BYTES } from '../config/cni-request.ts';
 import { handleCni } from '../cni/handler.ts';
-import { decodeRequest, encodeResponse } from '../cni/protocol.ts';
+import { decodeRequest, encodeResponse } from '../core/cni-spec/shim-protocol.ts';
 
 export interface CniServer {
   close(): Promise<void>;

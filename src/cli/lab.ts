@@ -65,10 +65,11 @@ async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> 
   if (faultList.problems.length > 0) throw atollError('LAB_SPEC_INVALID', `--faults: ${faultList.problems.join('; ')}`, 'see `atoll lab --help`');
   if (mode === 'up' && faultList.faults.length > 0) throw atollError('LAB_SPEC_INVALID', '--faults is for `atoll lab run`', 'use `atoll lab run --faults ...`');
   const lab = await import('../lab/lab.ts');
-  const uninstall = lab.installCleanupHandlers();
+  const runs = new lab.LabRuns();
+  const uninstall = lab.installCleanupHandlers(runs);
   const t0 = performance.now();
   const keepLogs = values['keep-logs'];
-  const running = await lab.labUp(spec, { say, keepLogs, pods });
+  const running = await lab.labUp(spec, { say, keepLogs, pods, runs });
   const describe = {
     runId: running.plan.runId, prefix: running.plan.prefix, spec, podCreation: running.podCreation, startedAt: running.state.startedAt,
     uplinkDelayBy: running.plan.delayBy,
@@ -132,7 +133,7 @@ async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> 
     }
   } finally {
     if (keepLogs) lab.saveLogs(running.plan, keepLogs, say);
-    down = await lab.destroyRun(running.store, running.state, say);
+    down = await lab.destroyRun(runs, running, say);
     uninstall();
   }
   const v = verdictOf(cells);

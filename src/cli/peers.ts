@@ -1,12 +1,12 @@
 /**
  * `atoll peers [--json] [--config FILE | --socket PATH]`: this node's tunnel peers, read from the agent's status
- * socket (src/agent/status-socket.ts): the path each takes now (direct, relayed, down), its round trip, the traffic,
+ * socket (src/adapters/status-socket.ts): the path each takes now (direct, relayed, down), its round trip, the traffic,
  * hole punching, the peers left out with why, and the tunnel's drop counters.
  */
 import { parseArgs } from 'node:util';
 import { renderPeers } from '../core/tunnel/status.ts';
 import { loadAgentConfig } from '../config/agent-config.ts';
-import { readTunnelStatus, statusSocketOf } from '../agent/status-socket.ts';
+import { readTunnelStatus, statusSocketOf } from '../adapters/status-socket.ts';
 
 export async function runPeers(argv: string[]): Promise<number> {
   const { values } = parseArgs({ args: argv, options: { json: { type: 'boolean', default: false }, config: { type: 'string' }, socket: { type: 'string' } } });

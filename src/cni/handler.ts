@@ -7,12 +7,7 @@ import { asAtollError, type AtollError, describeCauses } from '../core/errors.ts
 import { renderCniError, renderResult, renderVersionInfo } from '../core/cni-spec/model.ts';
 import type { PodNetworkPort } from '../core/cni-spec/ports.ts';
 import { decodeCniRequest, decodeVerb, versionForErrors } from '../config/cni-request.ts';
-
-export interface CniResponse {
-  readonly exitCode: number;
-  readonly stdout: string;
-  readonly stderr: string;
-}
+import type { CniResponse } from '../core/cni-spec/shim-protocol.ts';
 
 /** The one mapping from errors to the spec's error object. */
 export function toCniError(err: AtollError, version: string): Record<string, unknown> {

@@ -2,13 +2,12 @@
  * An `atoll agent` as a real child process, for the lab and the demo: started behind a launcher prefix (e.g.
  * `ip netns exec NS` or `nsenter ...`), ready once its socket answers a VERSION request, stopped by PID.
  */
-import { type ChildProcess, spawn } from 'node:child_process';
-import { closeSync, openSync, rmSync } from 'node:fs';
+import { rmSync } from 'node:fs';
 import { connect } from 'node:net';
 import { join } from 'node:path';
-import { encodeRequest } from '../cni/protocol.ts';
+import { encodeRequest } from '../core/cni-spec/shim-protocol.ts';
+import { Child, logTail } from '../adapters/child-process.ts';
 import { installRoot } from '../adapters/install-root.ts';
-import { isRunning, logTail, stopChild } from './child-process.ts';
 
 export const REPO_ROOT = installRoot();
 /** The `atoll` command as users run it (the bundle, rebuilt when the sources changed). */
@@ -47,7 +46,7 @@ export function agentAnswers(socketPath: string, timeoutMs = 1000): Promise<bool
 
 export class AgentProcess {
   readonly #init: AgentProcessInit;
-  #proc: ChildProcess | undefined;
+  #proc: Child | undefined;
 
   constructor(init: AgentProcessInit) {
     this.#init = init;
@@ -58,18 +57,15 @@ export class AgentProcess {
   }
 
   get running(): boolean {
-    return isRunning(this.#proc);
+    return this.#proc?.running ?? false;
   }
 
   /** Starts the agent behind `launcher` and waits (bounded) until it serves. @throws Error with the log tail. */
   async start(launcher: readonly string[], timeoutMs = 15_000): Promise<void> {
     const { configPath, socketPath, logPath } = this.#init;
     rmSync(socketPath, { force: true });
-    const out = openSync(logPath, 'a');
     const argv = [...launcher, ATOLL_BIN, 'agent', '--config', configPath, '--log-level', this.#init.logLevel ?? 'info'];
-    const proc = spawn(argv[0] as string, argv.slice(1), { stdio: ['ignore', out, out], detached: this.#init.detached ?? false });
-    closeSync(out);
-    if (this.#init.detached) proc.unref();
+    const proc = new Child(argv, { output: { log: logPath }, detached: this.#init.detached ?? false });
     this.#proc = proc;
     const deadline = Date.now() + timeoutMs;
     while (Date.now() < deadline) {
@@ -82,7 +78,7 @@ export class AgentProcess {
 
   /** Stops the agent by PID: SIGTERM (graceful) or SIGKILL; escalates to SIGKILL after 5 s. */
   stop(signal: 'SIGTERM' | 'SIGKILL' = 'SIGTERM'): Promise<void> {
-    return stopChild(this.#proc, signal);
+    return this.#proc?.stop(signal) ?? Promise.resolve();
   }
 
   logTail(lines = 40): string {

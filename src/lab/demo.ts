@@ -6,8 +6,9 @@ import { existsSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync 
 import { randomBytes } from 'node:crypto';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { execFileSync } from 'node:child_process';
 import { startContainerd, type Containerd } from '../adapters/containerd/containerd.ts';
+import { IpRoute2 } from '../adapters/iproute2.ts';
+import { NETNS_DIR } from '../adapters/processes.ts';
 import { AgentProcess } from './agent-process.ts';
 
 const REQUIRED = [
@@ -42,17 +43,14 @@ export async function runDemo(_argv: readonly string[]): Promise<number> {
   const confDir = join(dir, 'cni-conf');
   const socketPath = join(dir, 'agent.sock');
   const configPath = join(dir, 'agent.json');
+  const ip = new IpRoute2();
   let ctd: Containerd | undefined;
   const agent = new AgentProcess({ configPath, socketPath, logPath: join(dir, 'agent.log') });
   const cleanup = async () => {
     // containerd first: removing its sandboxes calls DEL, which needs the agent
     await ctd?.stop().catch((e: Error) => say(`  (containerd stop: ${e.message})`));
     await agent.stop().catch(() => undefined);
-    try {
-      execFileSync('ip', ['netns', 'del', netns], { stdio: 'ignore' });
-    } catch {
-      // already gone
-    }
+    await ip.batch([`netns del ${netns}`]).catch(() => undefined); // already gone
     rmSync(dir, { recursive: true, force: true });
   };
   const onSignal = () => {
@@ -63,8 +61,8 @@ export async function runDemo(_argv: readonly string[]): Promise<number> {
   process.once('SIGTERM', onSignal);
   try {
     say(`atoll demo: one node (network namespace ${netns}), a private containerd, the Atoll agent as its CNI`);
-    execFileSync('ip', ['netns', 'add', netns]);
-    execFileSync('ip', ['-n', netns, 'link', 'set', 'lo', 'up']);
+    await ip.batch([`netns add ${netns}`]);
+    await ip.batch(['link set lo up'], { netns: join(NETNS_DIR, netns) });
     mkdirSync(binDir);
     symlinkSync('/usr/lib/cni/loopback', join(binDir, 'loopback'));
     writeFileSync(configPath, JSON.stringify({

@@ -8,7 +8,6 @@
  * Safety: everything happens inside the run's namespaces; processes are stopped by PID (the ones the lab started);
  * every wait is bounded; a fault that throws still restores the uplink it cut.
  */
-import { type ChildProcess, spawn } from 'node:child_process';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { asAtollError } from '../core/errors.ts';
 import {
@@ -20,8 +19,8 @@ import { verdictOf } from '../core/lab/report.ts';
 import { NFT_TABLE } from '../core/overlay/nft.ts';
 import { IpRoute2 } from '../adapters/iproute2.ts';
 import { Nft } from '../adapters/nft.ts';
+import { Child } from '../adapters/child-process.ts';
 import { ServiceProcess } from './service-process.ts';
-import { stopChild } from './child-process.ts';
 import { PROJECT_NODE } from './agent-process.ts';
 import { type LabOptions, type LabPodInfo, nsPath, recordProcess, runChecks, type RunningLab, waitForTunnelPaths } from './lab.ts';
 
@@ -49,22 +48,21 @@ class Pinger {
   readonly pair: LabPodPair;
   readonly replies: PingReply[] = [];
   readonly #to: LabPodInfo;
-  #proc: ChildProcess;
+  #proc: Child;
   #out = '';
-  #exited: Promise<void>;
   /** Packets the earlier ping processes of this sample transmitted. */
   #seqBase = 0;
 
   constructor(pair: LabPodPair, from: LabPodInfo, to: LabPodInfo) {
     this.pair = pair;
     this.#to = to;
-    [this.#proc, this.#exited] = this.#spawn(from);
+    this.#proc = this.#spawn(from);
   }
 
-  #spawn(from: LabPodInfo): [ChildProcess, Promise<void>] {
+  #spawn(from: LabPodInfo): Child {
     // -w bounds its life even if the lab forgets it; the lab stops it with SIGINT (ping then prints its statistics)
     const argv = [...from.enter, 'ping', '-n', '-i', PING_INTERVAL_S, '-W', '1', '-w', '300', this.#to.ip];
-    const proc = spawn(argv[0] as string, argv.slice(1), { stdio: ['ignore', 'pipe', 'pipe'] });
+    const proc = new Child(argv, { output: 'pipe' });
     this.#out = '';
     const base = this.#seqBase;
     let partial = '';
@@ -80,7 +78,7 @@ class Pinger {
       }
     });
     proc.stderr?.on('data', () => {});
-    return [proc, new Promise((r) => proc.once('close', () => r()))];
+    return proc;
   }
 
   /** Answering now: the last three packets sent got replies, the last one after `sinceMs`. */
@@ -94,7 +92,7 @@ class Pinger {
   /** Continues the sample from `from` (the source pod re-created): stops this ping, starts one there. */
   async moveTo(from: LabPodInfo): Promise<void> {
     this.#seqBase += await this.#stopProcess();
-    [this.#proc, this.#exited] = this.#spawn(from);
+    this.#proc = this.#spawn(from);
   }
 
   /** Stops the ping by PID and returns what the sample transmitted in all. */
@@ -104,10 +102,10 @@ class Pinger {
 
   async #stopProcess(): Promise<number> {
     const proc = this.#proc;
-    if (proc.exitCode === null && proc.signalCode === null) {
+    if (proc.running) {
       proc.kill('SIGINT');
       const timer = setTimeout(() => proc.kill('SIGKILL'), 2000);
-      await this.#exited;
+      await proc.closed();
       clearTimeout(timer);
     }
     return Number(/(\d+) packets transmitted/.exec(this.#out)?.[1] ?? 0);
@@ -130,8 +128,8 @@ class Flow {
   readonly pair: LabPodPair;
   readonly #from: LabPodInfo;
   readonly #to: LabPodInfo;
-  readonly #server: ChildProcess;
-  #client: ChildProcess | undefined;
+  readonly #server: Child;
+  #client: Child | undefined;
   /** The client's last report. */
   #last = '';
 
@@ -139,7 +137,7 @@ class Flow {
     this.pair = pair;
     const server = [...to.enter, PROJECT_NODE, '-e',
       `require('net').createServer((s)=>{s.on('error',()=>{});s.pipe(s)}).listen(${FLOW_PORT});setTimeout(()=>process.exit(0),${FLOW_MAX_S * 1000})`];
-    this.#server = spawn(server[0] as string, server.slice(1), { stdio: 'ignore' });
+    this.#server = new Child(server, { output: 'ignore' });
     this.#from = from;
     this.#to = to;
   }
@@ -160,12 +158,12 @@ class Flow {
       `setTimeout(()=>process.exit(3),${FLOW_MAX_S * 1000})`,
     ].join('');
     const client = [...this.#from.enter, PROJECT_NODE, '-e', script];
-    this.#client = spawn(client[0] as string, client.slice(1), { stdio: ['ignore', 'pipe', 'ignore'] });
+    this.#client = new Child(client, { output: 'stdout' });
     let partial = '';
     this.#client.stdout?.on('data', (d: Buffer) => {
       const lines = (partial + d.toString()).split('\n');
       partial = lines.pop() ?? '';
-      if (lines.length > 0) this.#last = lines.at(-1) as string;
+      this.#last = lines.at(-1) ?? this.#last;
     });
   }
 
@@ -190,11 +188,14 @@ class Flow {
   async stop(): Promise<FlowResult> {
     const st = this.#last ? this.#state() : { sent: 0, echoed: 0, gap: 0, err: 'the flow client said nothing' };
     const caughtUp = this.caughtUp();
-    await Promise.all([stopChild(this.#client, 'SIGKILL'), stopChild(this.#server, 'SIGKILL')]);
+    await Promise.all([this.#client?.stop('SIGKILL'), this.#server.stop('SIGKILL')]);
     const error = st.err || (caughtUp ? undefined : `${st.sent - st.echoed} bytes never echoed`);
     return { ...this.pair, survived: error === undefined, sentBytes: st.sent, echoedBytes: st.echoed, maxGapMs: st.gap, ...(error ? { error } : {}) };
   }
 }
+
+/** The first line of a (multi-line) error message. */
+const firstLine = (message: string): string => message.split('\n', 1)[0] ?? '';
 
 async function waitUntil(check: () => boolean, timeoutMs: number): Promise<boolean> {
   const deadline = performance.now() + timeoutMs;
@@ -322,34 +323,34 @@ async function runFault(lab: RunningLab, target: LabFaultTarget, say: (l: string
         await restartService(lab, 'relay', notes);
         break;
       case 'direct-path-cut':
-        cut = target.site as string;
-        await nft.apply(peerCutRuleset(target.peerAddress as string), { netns: nsPath(routerOf(lab, cut)) });
+        cut = target.site;
+        await nft.apply(peerCutRuleset(target.peerAddress), { netns: nsPath(routerOf(lab, cut)) });
         await sleep(HOLD_MS['direct-path-cut']);
         break;
       case 'agent-restart':
-        await restartAgent(lab, target.node as string, () => sleep(HOLD_MS['agent-restart']));
+        await restartAgent(lab, target.node, () => sleep(HOLD_MS['agent-restart']));
         break;
       case 'offline-restart':
         await restartService(lab, 'controller', notes, async () => {
-          await restartAgent(lab, target.node as string, () => sleep(HOLD_MS['offline-restart']));
+          await restartAgent(lab, target.node, () => sleep(HOLD_MS['offline-restart']));
           // the heal is the agent's start: its samples must answer again while the controller is still down
           healAt = performance.now();
           if (!(await waitUntil(() => pingers.every((p) => p.healthy(healAt)), RECOVERY_TIMEOUT_MS))) notes.push('the restarted agent did not rebuild its paths while the controller was down');
         });
         break;
       case 'pod-recreate': {
-        const { was, now } = await recreatePod(lab, target.pod as string, pingers);
+        const { was, now } = await recreatePod(lab, target.pod, pingers);
         podStartMs.push(now.addMs ?? 0);
         if (now.ip !== was.ip) notes.push(`re-created with ${now.ip}, not its former ${was.ip}`);
         break;
       }
       case 'uplink-cut':
-        cut = target.site as string;
+        cut = target.site;
         await cutUplink(lab, cut);
         await sleep(HOLD_MS['uplink-cut']);
         break;
       case 'uplink-flap':
-        cut = target.site as string;
+        cut = target.site;
         for (let i = 0; i < FLAPS; i++) {
           await cutUplink(lab, cut);
           await sleep(FLAP_MS);
@@ -360,8 +361,8 @@ async function runFault(lab: RunningLab, target: LabFaultTarget, say: (l: string
         }
         break;
       case 'node-reboot': {
-        cut = target.site as string;
-        const node = target.node as string;
+        cut = target.site;
+        const node = target.node;
         await cutUplink(lab, cut);
         await restartAgent(lab, node, () => wipeNode(lab, node));
         for (const pod of lab.plan.pods.filter((p) => p.node === node)) {
@@ -382,12 +383,12 @@ async function runFault(lab: RunningLab, target: LabFaultTarget, say: (l: string
     // meanwhile, every tunnel pair back on its expected path (hole-punched pairs punched again)
     const pathsBack = waitForTunnelPaths(lab.plan, PATHS_TIMEOUT_MS).then(
       () => (pathsBackMs = Math.round(performance.now() - healAt)),
-      (err: unknown) => notes.push(asAtollError(err).message.split('\n')[0] as string),
+      (err: unknown) => notes.push(firstLine(asAtollError(err).message)),
     );
     await waitUntil(() => pingers.every((p) => p.healthy(healAt)) && flows.every((f) => f.caughtUp()), RECOVERY_TIMEOUT_MS);
     await pathsBack;
   } catch (err) {
-    notes.push(`the fault failed: ${asAtollError(err).message.split('\n')[0]}`);
+    notes.push(`the fault failed: ${firstLine(asAtollError(err).message)}`);
   } finally {
     if (cut) await restoreUplink(lab, cut).catch((e: unknown) => notes.push(`could not restore the uplink of ${cut}: ${asAtollError(e).message}`));
   }

@@ -19,7 +19,7 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { AtollError, asAtollError, atollError } from '../core/errors.ts';
 import {
-  agentConfigFor, classifyRoute, expectationOf, expectedPath, LAB_NETNS_PREFIX, labPrefix, type LabPath, type LabPlan, type LabSetupStep, relayConfigFor,
+  agentConfigFor, classifyRoute, expectationOf, expectedPath, LAB_NETNS_PREFIX, type LabNamespace, labPrefix, type LabPath, type LabPlan, type LabSetupStep, relayConfigFor,
   type ObservedRoute, planLab, renderLabSetup, runIdOfNetns,
 } from '../core/lab/plan.ts';
 import { judgeCell, type LabCell, type PingResult, type TcpResult } from '../core/lab/report.ts';
@@ -35,7 +35,7 @@ import { Tc } from '../adapters/tc.ts';
 import { AgentProcess, DELAY_BIN } from './agent-process.ts';
 import { ServiceProcess } from './service-process.ts';
 import { choosePodMode, CriPods, DirectPods, type LabContainerdRecord, type LabPodInfo, type LabPodRuntime, type LabPodsChoice } from './lab-pods.ts';
-import { readTunnelStatus, statusSocketOf } from '../agent/status-socket.ts';
+import { readTunnelStatus, statusSocketOf } from '../adapters/status-socket.ts';
 import type { PeerPath } from '../core/tunnel/status.ts';
 import { labPreflight, requireRoot, uplinkDelayMethod } from './lab-preflight.ts';
 import { ProbeClient } from './probe.ts';
@@ -48,6 +48,11 @@ export interface LabOptions {
   readonly keepLogs?: string;
   /** How to create pods (`--pods`); default `auto`: through containerd's CRI when it is installed. */
   readonly pods?: LabPodsChoice;
+}
+
+/** `labUp`'s options: the runs of this process, shared with the clean-up handlers, besides the common ones. */
+export interface LabUpOptions extends LabOptions {
+  readonly runs: LabRuns;
 }
 
 export type { LabPodInfo } from './lab-pods.ts';
@@ -71,6 +76,8 @@ export interface RunningLab {
   readonly relayPin: string;
   /** The agent of every node, by node name. */
   readonly agents: ReadonlyMap<string, AgentProcess>;
+  /** The runs of the process that built it. */
+  readonly runs: LabRuns;
   state: LabState;
 }
 
@@ -112,40 +119,59 @@ async function mapLimit<T, R>(items: readonly T[], limit: number, fn: (item: T) 
 // ---------------------------------------------------------------------------------------------------------------
 // Cleanup on signals and crashes
 
-let active: { store: LabStateStore; state: LabState; say: (l: string) => void; starting?: { abort: AbortController; settled: Promise<unknown> } } | undefined;
-let cleaning: Promise<unknown> | undefined;
+/** The run a process is building or running: what its clean-up handlers remove. */
+interface ActiveRun {
+  readonly store: LabStateStore;
+  state: LabState;
+  readonly say: (l: string) => void;
+  /** containerds being started: told to stop starting more, and awaited, before the run is removed. */
+  starting?: { abort: AbortController; settled: Promise<unknown> };
+}
+
+/**
+ * The lab runs of one process: the run being built or running (what SIGINT, SIGTERM and crashes remove), the pod
+ * runtime of each live run (closed when it goes) and the removals under way (one per run). The caller makes one per
+ * process and passes it to the clean-up handlers and to `labUp`.
+ */
+export class LabRuns {
+  active: ActiveRun | undefined;
+  /** The removal the clean-up handlers started. */
+  cleaning: Promise<unknown> | undefined;
+  readonly runtimes = new Map<string, LabPodRuntime>();
+  readonly removals = new Map<string, Promise<DownSummary>>();
+}
 
 /**
  * Removes the active run; containerds still starting are told to stop starting more and awaited first (each is
  * recorded in the state as it spawns, so the removal reads the state after they settled).
  */
-async function removeActive(run: NonNullable<typeof active>): Promise<unknown> {
+async function removeActive(runs: LabRuns, run: ActiveRun): Promise<unknown> {
   if (run.starting) {
     run.starting.abort.abort();
     await run.starting.settled;
   }
-  return destroyRun(run.store, run.state, run.say);
+  return destroyRun(runs, run, run.say);
 }
 
 /**
- * Removes the active run on SIGINT, SIGTERM or an uncaught error, then exits (130, 143 or 1). Returns a function
- * that uninstalls the handlers.
+ * Removes the active run of `runs` on SIGINT, SIGTERM or an uncaught error, then exits (130, 143 or 1). Returns a
+ * function that uninstalls the handlers.
  */
-export function installCleanupHandlers(): () => void {
+export function installCleanupHandlers(runs: LabRuns): () => void {
   const onSignal = (signal: NodeJS.Signals) => {
-    const run = active;
-    if (cleaning) {
+    const run = runs.active;
+    if (runs.cleaning) {
       run?.say(`  (${signal}: still removing the lab)`);
       return;
     }
     if (run) run.say(`\n${signal}: removing lab ${run.state.runId}`);
-    cleaning = (run ? removeActive(run) : Promise.resolve()).finally(() => process.exit(signal === 'SIGINT' ? 130 : 143));
+    runs.cleaning = (run ? removeActive(runs, run) : Promise.resolve()).finally(() => process.exit(signal === 'SIGINT' ? 130 : 143));
   };
   const onCrash = (err: unknown) => {
-    const run = active;
+    const run = runs.active;
     process.stderr.write(`atoll lab crashed: ${asAtollError(err).message}\n`);
-    if (cleaning) return;
-    cleaning = (run ? removeActive(run) : Promise.resolve()).finally(() => process.exit(1));
+    if (runs.cleaning) return;
+    runs.cleaning = (run ? removeActive(runs, run) : Promise.resolve()).finally(() => process.exit(1));
   };
   process.on('SIGINT', onSignal);
   process.on('SIGTERM', onSignal);
@@ -294,19 +320,17 @@ export function recordProcess(lab: RunningLab, role: string, pid: number | undef
   if (pid === undefined) return;
   lab.state = { ...lab.state, processes: [...lab.state.processes, { role, pid }] };
   lab.store.save(lab.state);
+  const active = lab.runs.active;
   if (active?.state.runId === lab.state.runId) active.state = lab.state;
 }
 
-/** The pod runtime of each live run in this process, closed when the run is removed. */
-const runtimes = new Map<string, LabPodRuntime>();
-
 /** Removes runs whose `atoll lab` process is gone without detaching (it crashed or was killed). */
-async function removeStaleRuns(store: LabStateStore, say: (l: string) => void): Promise<void> {
+async function removeStaleRuns(runs: LabRuns, store: LabStateStore, say: (l: string) => void): Promise<void> {
   for (const id of store.list()) {
     const s = store.load(id);
     if (!s || s.detached || isLive(s)) continue;
     say(`  removing the leftovers of lab ${id} (its lab process ${s.labPid} is gone)`);
-    await destroyRun(store, s, say);
+    await destroyRun(runs, { store, state: s }, say);
   }
 }
 
@@ -314,18 +338,40 @@ function isLive(s: LabState): boolean {
   return !s.detached && s.labPid !== process.pid && isAlive(s.labPid) && (commandLine(s.labPid) ?? '').includes(' lab ');
 }
 
-/**
- * Builds the lab for `spec` and returns it running: topology, controller, agents (every one with a block, every
- * peer and its same-site routes) and pods.
- * @throws AtollError LAB_PREREQUISITE_MISSING before creating anything; LAB_STEP_FAILED after removing what it built.
- */
-export async function labUp(spec: LabSpec, opts: LabOptions): Promise<RunningLab> {
-  requireRoot();
-  const say = opts.say;
+/** A run being built: what the phases of {@link labUp} read and add to. */
+interface Build {
+  readonly runs: LabRuns;
+  readonly store: LabStateStore;
+  readonly spec: LabSpec;
+  readonly plan: LabPlan;
+  readonly mode: 'cri' | 'direct';
+  /** Why `mode` was chosen, for the terminal. */
+  readonly why: string;
+  /** The namespaces the run makes (under CRI containerd creates the pods' own). */
+  readonly namespaces: readonly LabNamespace[];
+  readonly say: (l: string) => void;
+  readonly timingsMs: Record<string, number>;
+  readonly agents: Map<string, AgentProcess>;
+  /** The run as recorded in its state file; also `runs.active` while it is being built or runs. */
+  readonly run: ActiveRun;
+  /** What is under way, for the error when it fails. */
+  step: string;
+  /** The pod runtime while it starts (a containerd per node starts beside the controller). */
+  runtimeStarting?: Promise<LabPodRuntime>;
+}
+
+/** Records a process of the run being built in its state file, before anything waits for it. */
+function recordStarted(b: Build, role: string, pid: number | undefined): void {
+  if (pid === undefined) return;
+  b.run.state = { ...b.run.state, processes: [...b.run.state.processes, { role, pid }] };
+  b.store.save(b.run.state);
+}
+
+/** Plans the run and records it (its state file, the process's active run) before anything is created. */
+async function beginRun(spec: LabSpec, opts: LabUpOptions): Promise<Build> {
+  const { say, runs } = opts;
   const store = opts.store ?? new LabStateStore();
-  const t0 = performance.now();
-  const timingsMs: Record<string, number> = {};
-  await removeStaleRuns(store, say);
+  await removeStaleRuns(runs, store, say);
   const runId = newRunId(store);
   const prefix = labPrefix(runId);
   const dir = store.runDir(runId);
@@ -335,129 +381,180 @@ export async function labUp(spec: LabSpec, opts: LabOptions): Promise<RunningLab
   const { mode, why } = choosePodMode(opts.pods ?? 'auto');
   // under CRI, containerd creates the pods' namespaces; the planned ones are not made
   const namespaces = plan.namespaces.filter((n) => mode === 'direct' || n.role !== 'pod');
-  let state: LabState = {
+  const state: LabState = {
     runId, prefix, dir, labPid: process.pid, detached: false, startedAt: new Date().toISOString(),
     namespaces: [...namespaces.map((n) => n.name), `${prefix}probe`], processes: [], containerds: [],
   };
-  const record = (role: string, pid: number | undefined) => {
-    if (pid === undefined) return;
-    state = { ...state, processes: [...state.processes, { role, pid }] };
-    store.save(state);
-    if (active) active.state = state;
-  };
-  const recordContainerd = (rec: LabContainerdRecord) => {
-    state = { ...state, containerds: [...(state.containerds ?? []), rec] };
-    store.save(state);
-    if (active) active.state = state;
-  };
   store.save(state);
-  active = { store, state, say };
+  const run: ActiveRun = { store, state, say };
+  runs.active = run;
   say(`atoll lab ${runId}: ${describeLabSpec(spec)}`);
-  const agents = new Map<string, AgentProcess>();
-  let step = 'preflight';
-  let runtimeStarting: Promise<LabPodRuntime> | undefined;
+  return { runs, store, spec, plan, mode, why, namespaces, say, timingsMs: {}, agents: new Map(), run, step: 'preflight' };
+}
+
+/** Phase: root, the tools, and every kernel feature the spec needs, tried in a throwaway namespace. */
+async function preflight(b: Build): Promise<void> {
+  const t = performance.now();
+  const features = await labPreflight(b.spec, `${b.plan.prefix}probe`);
+  b.say(`  preflight: root; ip, nft, tc, ping; kernel: netns, ${features.join(', ')} (${secs(since(t))})`);
+  b.say(`  pods will be created by ${b.mode === 'cri' ? 'containerd\'s CRI' : 'direct CNI calls'} (${b.why})`);
+}
+
+/** Phase: the namespaces, links, NAT routers and qdiscs of the plan, and the delay lines of a kernel without netem. */
+async function buildTopology(b: Build): Promise<void> {
+  const { plan, namespaces } = b;
+  b.step = 'building the topology';
+  const t = performance.now();
+  mkdirSync(plan.controller.dir, { recursive: true, mode: 0o700 });
+  writeFileSync(plan.controller.configPath, JSON.stringify(plan.controller.config, null, 2));
+  for (const phase of renderLabSetup({ ...plan, namespaces })) await mapLimit(phase, 8, applyStep);
+  b.timingsMs.topology = since(t);
+  const count = (role: string) => namespaces.filter((n) => n.role === role).length;
+  b.say(`  topology: ${namespaces.length} namespaces (wan, ${count('router')} routers, controller, ${count('node')} nodes${b.mode === 'direct' ? `, ${count('pod')} pods` : ''}), `
+    + `${plan.veths.length} veth links, ${plan.nat.length} NAT router${plan.nat.length === 1 ? '' : 's'}${plan.qdiscs.length ? `, ${plan.qdiscs.length} uplink qdiscs` : ''} (${secs(b.timingsMs.topology)})`);
+  for (const d of plan.delayLines) {
+    const line = new ServiceProcess({ kind: 'delay-line', logPath: d.logPath, argv: [DELAY_BIN, String(d.delayMs), d.ports[0].tap, d.ports[1].tap, plan.dir] });
+    const ready = line.start(['ip', 'netns', 'exec', d.netns]);
+    recordStarted(b, `delay-line ${d.site}`, line.pid);
+    b.say(`  delay line: uplink of ${d.site}, ${await ready} (pid ${line.pid}; this kernel has no netem)`);
+  }
+}
+
+/** Phase: the controller, and meanwhile the pod runtime (under CRI a containerd per node, each recorded as it spawns). */
+async function startControllerAndPods(b: Build): Promise<{ controller: ServiceProcess; caCertHash: string; podRuntime: LabPodRuntime }> {
+  const { plan, run } = b;
+  b.step = b.mode === 'cri' ? 'starting the controller and a containerd per node' : 'starting the controller';
+  const t = performance.now();
+  const tCtd = performance.now();
+  const abort = new AbortController();
+  const recordContainerd = (rec: LabContainerdRecord) => {
+    run.state = { ...run.state, containerds: [...(run.state.containerds ?? []), rec] };
+    b.store.save(run.state);
+  };
+  const runtimeStarting = b.mode === 'cri'
+    ? CriPods.start({ plan, record: recordContainerd, signal: abort.signal }).then((r) => {
+      b.timingsMs.containerd = since(tCtd);
+      return r;
+    })
+    : Promise.resolve(new DirectPods(plan));
+  b.runtimeStarting = runtimeStarting;
+  const settled = runtimeStarting.then((r) => b.runs.runtimes.set(plan.runId, r), () => undefined); // also: a rejection is handled
+  run.starting = { abort, settled };
+  const controller = new ServiceProcess({ kind: 'controller', configPath: plan.controller.configPath, logPath: plan.controller.logPath });
+  const started = controller.start(['ip', 'netns', 'exec', plan.controller.netns]);
+  recordStarted(b, 'controller', controller.pid);
+  const caCertHash = await started;
+  b.timingsMs.controller = since(t);
+  b.say(`  controller: ${plan.controller.url} in ${plan.controller.netns} (pid ${controller.pid}), CA pin ${caCertHash.slice(0, 23)}... (${secs(b.timingsMs.controller)})`);
+  const podRuntime = await runtimeStarting;
+  run.starting = undefined;
+  if (podRuntime instanceof CriPods) {
+    const pids = [...podRuntime.containerds.values()].map((c) => c.pid);
+    b.say(`  containerd: ${pids.length} private instances, one per node in its namespace with its CNI dirs (pids ${pids.join(', ')}), pause image built once (${secs(b.timingsMs.containerd ?? 0)})`);
+  }
+  return { controller, caCertHash, podRuntime };
+}
+
+/** Phase: the relay beside the controller, following it with a relay token. */
+async function startRelay(b: Build, caCertHash: string): Promise<{ relay: ServiceProcess; relayPin: string }> {
+  const { plan } = b;
+  b.step = 'starting the relay';
+  const t = performance.now();
+  mkdirSync(plan.relay.dir, { recursive: true, mode: 0o700 });
+  writeFileSync(plan.relay.configPath, JSON.stringify(relayConfigFor(plan.relay, caCertHash), null, 2));
+  const relay = new ServiceProcess({ kind: 'relay', configPath: plan.relay.configPath, logPath: plan.relay.logPath });
+  const relayStarted = relay.start(['ip', 'netns', 'exec', plan.relay.netns]);
+  recordStarted(b, 'relay', relay.pid);
+  const relayPin = await relayStarted;
+  b.timingsMs.relay = since(t);
+  b.say(`  relay: ${plan.relay.address}:${plan.relay.port} in ${plan.relay.netns} (pid ${relay.pid}), key pin ${relayPin.slice(0, 23)}... (${secs(b.timingsMs.relay)})`);
+  return { relay, relayPin };
+}
+
+/** Phase: an agent per node, then until each holds a block, knows every node and routes its site's and tunnel peers' blocks. */
+async function startAgents(b: Build, peers: { podRuntime: LabPodRuntime; caCertHash: string; relayPin: string }): Promise<void> {
+  const { plan, agents } = b;
+  b.step = 'starting the agents';
+  const t = performance.now();
+  await mapLimit(plan.nodes, 8, async (n) => {
+    mkdirSync(n.dir, { recursive: true, mode: 0o700 });
+    writeFileSync(n.configPath, JSON.stringify(agentConfigFor(n, peers.caCertHash, { plan: plan.relay, pin: peers.relayPin }), null, 2));
+    const agent = new AgentProcess({ configPath: n.configPath, socketPath: n.socketPath, logPath: n.logPath, detached: true });
+    agents.set(n.name, agent);
+    const starting = agent.start(peers.podRuntime.agentLauncher(n), 30_000);
+    recordStarted(b, `agent ${n.name}`, agent.pid);
+    await starting;
+  });
+  b.step = 'waiting for blocks and peers';
+  await waitForBlocksAndPeers(plan, agents);
+  b.step = 'waiting for same-site and tunnel routes';
+  await waitForSiteRoutes(plan);
+  b.timingsMs.agents = since(t);
+  b.say(`  agents: ${plan.nodes.length} up; each holds a block, knows all ${plan.nodes.length} nodes and routes its site's and its tunnel peers' blocks (${secs(b.timingsMs.agents)})`);
+}
+
+/** Phase: until every tunnel pair runs over its expected path (hole-punched, relayed, cloud <-> edge). */
+async function awaitTunnelPaths(b: Build): Promise<void> {
+  b.step = 'waiting for tunnel paths (hole punching, relay)';
+  const t = performance.now();
+  const paths = await waitForTunnelPaths(b.plan);
+  b.timingsMs.tunnelPaths = since(t);
+  b.say(`  tunnel paths: ${Object.entries(paths).map(([p, n]) => `${n} ${p}`).join(', ') || 'none'} node pairs up (${secs(b.timingsMs.tunnelPaths)})`);
+}
+
+/** Phase: every planned pod, through the pod runtime. */
+async function createPods(b: Build, podRuntime: LabPodRuntime): Promise<LabPodInfo[]> {
+  b.step = 'creating pods';
+  const t = performance.now();
+  const pods = await mapLimit(b.plan.pods, 8, (pod) => podRuntime.create(pod));
+  b.timingsMs.pods = since(t);
+  const adds = pods.map((p) => p.addMs ?? 0).sort((x, y) => x - y);
+  b.say(`  pods: ${pods.length} created by ${podRuntime.description} (${secs(b.timingsMs.pods)}; ${b.mode === 'cri' ? 'RunPodSandbox' : 'CNI ADD'} median ${adds[Math.floor(adds.length / 2)]} ms, max ${adds.at(-1)} ms)`);
+  return pods;
+}
+
+/** After a failed phase: saves the logs when asked, removes the whole run, and returns the error to throw. */
+async function abandonRun(b: Build, err: unknown, keepLogs: string | undefined): Promise<AtollError> {
+  const e = asAtollError(err);
+  const refused = e.code === 'LAB_PREREQUISITE_MISSING';
+  if (refused) b.say('  refused: nothing was created');
+  else b.say(`  failed while ${b.step}; removing everything`);
+  if (keepLogs && !refused) saveLogs(b.plan, keepLogs, b.say);
+  // containerds still starting are recorded as they spawn: let them finish before removing the run
+  await b.runtimeStarting?.then((r) => b.runs.runtimes.set(b.plan.runId, r), () => undefined);
+  b.run.starting = undefined;
+  await destroyRun(b.runs, b.run, refused ? () => {} : b.say);
+  b.runs.active = undefined;
+  if (err instanceof AtollError) return err;
+  return atollError('LAB_STEP_FAILED', `atoll lab failed while ${b.step}: ${e.message}`, 'read the message and log tails above; `atoll lab down --all` removes any leftovers', err);
+}
+
+/**
+ * Builds the lab for `spec` and returns it running: topology, controller, agents (every one with a block, every
+ * peer and its same-site routes) and pods. In phases: {@link beginRun} (plan and record), {@link preflight},
+ * {@link buildTopology}, {@link startControllerAndPods}, {@link startRelay}, {@link startAgents},
+ * {@link awaitTunnelPaths}, {@link createPods}; a failed phase ends in {@link abandonRun}.
+ * @throws AtollError LAB_PREREQUISITE_MISSING before creating anything; LAB_STEP_FAILED after removing what it built.
+ */
+export async function labUp(spec: LabSpec, opts: LabUpOptions): Promise<RunningLab> {
+  requireRoot();
+  const t0 = performance.now();
+  const b = await beginRun(spec, opts);
   try {
-    let t = performance.now();
-    const features = await labPreflight(spec, `${prefix}probe`);
-    say(`  preflight: root; ip, nft, tc, ping; kernel: netns, ${features.join(', ')} (${secs(since(t))})`);
-    say(`  pods will be created by ${mode === 'cri' ? 'containerd\'s CRI' : 'direct CNI calls'} (${why})`);
-
-    step = 'building the topology';
-    t = performance.now();
-    mkdirSync(plan.controller.dir, { recursive: true, mode: 0o700 });
-    writeFileSync(plan.controller.configPath, JSON.stringify(plan.controller.config, null, 2));
-    for (const phase of renderLabSetup({ ...plan, namespaces })) await mapLimit(phase, 8, applyStep);
-    timingsMs.topology = since(t);
-    const count = (role: string) => namespaces.filter((n) => n.role === role).length;
-    say(`  topology: ${namespaces.length} namespaces (wan, ${count('router')} routers, controller, ${count('node')} nodes${mode === 'direct' ? `, ${count('pod')} pods` : ''}), `
-      + `${plan.veths.length} veth links, ${plan.nat.length} NAT router${plan.nat.length === 1 ? '' : 's'}${plan.qdiscs.length ? `, ${plan.qdiscs.length} uplink qdiscs` : ''} (${secs(timingsMs.topology)})`);
-    for (const d of plan.delayLines) {
-      const line = new ServiceProcess({ kind: 'delay-line', logPath: d.logPath, argv: [DELAY_BIN, String(d.delayMs), d.ports[0].tap, d.ports[1].tap, dir] });
-      const ready = line.start(['ip', 'netns', 'exec', d.netns]);
-      record(`delay-line ${d.site}`, line.pid);
-      say(`  delay line: uplink of ${d.site}, ${await ready} (pid ${line.pid}; this kernel has no netem)`);
-    }
-
-    step = mode === 'cri' ? 'starting the controller and a containerd per node' : 'starting the controller';
-    t = performance.now();
-    const tCtd = performance.now();
-    const abort = new AbortController();
-    runtimeStarting = mode === 'cri'
-      ? CriPods.start({ plan, record: recordContainerd, signal: abort.signal }).then((r) => {
-        timingsMs.containerd = since(tCtd);
-        return r;
-      })
-      : Promise.resolve(new DirectPods(plan));
-    const settled = runtimeStarting.then((r) => runtimes.set(runId, r), () => undefined); // also: a rejection is handled
-    if (active) active.starting = { abort, settled };
-    const controller = new ServiceProcess({ kind: 'controller', configPath: plan.controller.configPath, logPath: plan.controller.logPath });
-    const started = controller.start(['ip', 'netns', 'exec', plan.controller.netns]);
-    record('controller', controller.pid);
-    const caCertHash = await started;
-    timingsMs.controller = since(t);
-    say(`  controller: ${plan.controller.url} in ${plan.controller.netns} (pid ${controller.pid}), CA pin ${caCertHash.slice(0, 23)}... (${secs(timingsMs.controller)})`);
-    const podRuntime = await runtimeStarting;
-    if (active) active.starting = undefined;
-    if (podRuntime instanceof CriPods) {
-      const pids = [...podRuntime.containerds.values()].map((c) => c.pid);
-      say(`  containerd: ${pids.length} private instances, one per node in its namespace with its CNI dirs (pids ${pids.join(', ')}), pause image built once (${secs(timingsMs.containerd ?? 0)})`);
-    }
-
-    step = 'starting the relay';
-    t = performance.now();
-    mkdirSync(plan.relay.dir, { recursive: true, mode: 0o700 });
-    writeFileSync(plan.relay.configPath, JSON.stringify(relayConfigFor(plan.relay, caCertHash), null, 2));
-    const relay = new ServiceProcess({ kind: 'relay', configPath: plan.relay.configPath, logPath: plan.relay.logPath });
-    const relayStarted = relay.start(['ip', 'netns', 'exec', plan.relay.netns]);
-    record('relay', relay.pid);
-    const relayPin = await relayStarted;
-    timingsMs.relay = since(t);
-    say(`  relay: ${plan.relay.address}:${plan.relay.port} in ${plan.relay.netns} (pid ${relay.pid}), key pin ${relayPin.slice(0, 23)}... (${secs(timingsMs.relay)})`);
-
-    step = 'starting the agents';
-    t = performance.now();
-    await mapLimit(plan.nodes, 8, async (n) => {
-      mkdirSync(n.dir, { recursive: true, mode: 0o700 });
-      writeFileSync(n.configPath, JSON.stringify(agentConfigFor(n, caCertHash, { plan: plan.relay, pin: relayPin }), null, 2));
-      const agent = new AgentProcess({ configPath: n.configPath, socketPath: n.socketPath, logPath: n.logPath, detached: true });
-      agents.set(n.name, agent);
-      const starting = agent.start(podRuntime.agentLauncher(n), 30_000);
-      record(`agent ${n.name}`, agent.pid);
-      await starting;
-    });
-    step = 'waiting for blocks and peers';
-    await waitForBlocksAndPeers(plan, agents);
-    step = 'waiting for same-site and tunnel routes';
-    await waitForSiteRoutes(plan);
-    timingsMs.agents = since(t);
-    say(`  agents: ${plan.nodes.length} up; each holds a block, knows all ${plan.nodes.length} nodes and routes its site's and its tunnel peers' blocks (${secs(timingsMs.agents)})`);
-
-    step = 'waiting for tunnel paths (hole punching, relay)';
-    t = performance.now();
-    const paths = await waitForTunnelPaths(plan);
-    timingsMs.tunnelPaths = since(t);
-    say(`  tunnel paths: ${Object.entries(paths).map(([p, n]) => `${n} ${p}`).join(', ') || 'none'} node pairs up (${secs(timingsMs.tunnelPaths)})`);
-
-    step = 'creating pods';
-    t = performance.now();
-    const pods = await mapLimit(plan.pods, 8, (pod) => podRuntime.create(pod));
-    timingsMs.pods = since(t);
-    const adds = pods.map((p) => p.addMs ?? 0).sort((a, b) => a - b);
-    say(`  pods: ${pods.length} created by ${podRuntime.description} (${secs(timingsMs.pods)}; ${mode === 'cri' ? 'RunPodSandbox' : 'CNI ADD'} median ${adds[Math.floor(adds.length / 2)]} ms, max ${adds.at(-1)} ms)`);
-    timingsMs.up = since(t0);
-    return { plan, store, caCertHash, pods, podRuntime, podCreation: podRuntime.description, timingsMs, controller, relay, relayPin, agents, state };
+    await preflight(b);
+    await buildTopology(b);
+    const { controller, caCertHash, podRuntime } = await startControllerAndPods(b);
+    const { relay, relayPin } = await startRelay(b, caCertHash);
+    await startAgents(b, { podRuntime, caCertHash, relayPin });
+    await awaitTunnelPaths(b);
+    const pods = await createPods(b, podRuntime);
+    b.timingsMs.up = since(t0);
+    return {
+      plan: b.plan, store: b.store, caCertHash, pods, podRuntime, podCreation: podRuntime.description, timingsMs: b.timingsMs, controller, relay, relayPin,
+      agents: b.agents, runs: b.runs, state: b.run.state,
+    };
   } catch (err) {
-    const e = asAtollError(err);
-    if (e.code === 'LAB_PREREQUISITE_MISSING') say('  refused: nothing was created');
-    else say(`  failed while ${step}; removing everything`);
-    if (opts.keepLogs && e.code !== 'LAB_PREREQUISITE_MISSING') saveLogs(plan, opts.keepLogs, say);
-    // containerds still starting are recorded as they spawn: let them finish before removing the run
-    await runtimeStarting?.then((r) => runtimes.set(runId, r), () => undefined);
-    if (active) active.starting = undefined;
-    await destroyRun(store, state, e.code === 'LAB_PREREQUISITE_MISSING' ? () => {} : say);
-    active = undefined;
-    if (err instanceof AtollError) throw err;
-    throw atollError('LAB_STEP_FAILED', `atoll lab failed while ${step}: ${e.message}`, 'read the message and log tails above; `atoll lab down --all` removes any leftovers', err);
+    throw await abandonRun(b, err, opts.keepLogs);
   }
 }
 
@@ -478,10 +575,10 @@ export function saveLogs(plan: LabPlan, toDir: string, say: (l: string) => void)
 /** Marks `lab` as living on without its builder (`atoll lab up --detach`). */
 export function detachLab(lab: RunningLab): void {
   lab.podRuntime.close();
-  runtimes.delete(lab.state.runId);
+  lab.runs.runtimes.delete(lab.state.runId);
   lab.state = { ...lab.state, detached: true };
   lab.store.save(lab.state);
-  active = undefined;
+  lab.runs.active = undefined;
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -577,22 +674,21 @@ function rowSummary(cells: readonly LabCell[]): string {
  * namespaces, its namespaces (recorded, and any with its prefix), its directory and its state file. Idempotent;
  * each step runs even when an earlier one failed.
  */
-export function destroyRun(store: LabStateStore, state: LabState, say: (l: string) => void): Promise<DownSummary> {
+export function destroyRun(runs: LabRuns, run: { readonly store: LabStateStore; readonly state: LabState }, say: (l: string) => void): Promise<DownSummary> {
   // one removal per run at a time: a Ctrl-C during the normal teardown joins it instead of racing it
-  let removal = removals.get(state.runId);
+  const { store, state } = run;
+  let removal = runs.removals.get(state.runId);
   if (!removal) {
-    removal = removeRun(store, state, say).finally(() => removals.delete(state.runId));
-    removals.set(state.runId, removal);
+    removal = removeRun(runs, store, state, say).finally(() => runs.removals.delete(state.runId));
+    runs.removals.set(state.runId, removal);
   }
   return removal;
 }
 
-const removals = new Map<string, Promise<DownSummary>>();
-
-async function removeRun(store: LabStateStore, state: LabState, say: (l: string) => void): Promise<DownSummary> {
+async function removeRun(runs: LabRuns, store: LabStateStore, state: LabState, say: (l: string) => void): Promise<DownSummary> {
   const t = performance.now();
-  runtimes.get(state.runId)?.close();
-  runtimes.delete(state.runId);
+  runs.runtimes.get(state.runId)?.close();
+  runs.runtimes.delete(state.runId);
   const processes = await Promise.all(state.processes.map(async (p) => ({ ...p, outcome: await stopPid(p.pid, { tag: state.dir, graceMs: 3000 }) })));
   // containerd, its shims and sandboxes, their mounts (in containerd's own mount namespace) and cgroups
   await Promise.all((state.containerds ?? []).map((c) => removeContainerdLeftovers(c).catch((e: unknown) => {
@@ -611,7 +707,7 @@ async function removeRun(store: LabStateStore, state: LabState, say: (l: string)
   }));
   const leftovers = listNetns().filter((n) => n.startsWith(state.prefix));
   if (leftovers.length === 0) store.remove(state.runId);
-  if (active?.state.runId === state.runId) active = undefined;
+  if (runs.active?.state.runId === state.runId) runs.active = undefined;
   const stopped = processes.filter((p) => p.outcome !== 'gone' && p.outcome !== 'not ours').length;
   const ctds = state.containerds?.length ?? 0;
   say(`  removed lab ${state.runId}: ${stopped} process${stopped === 1 ? '' : 'es'} stopped, ${ctds ? `${ctds} containerd${ctds === 1 ? '' : 's'} with their pods removed, ` : ''}${names.length - leftovers.length} namespaces deleted`
@@ -633,7 +729,8 @@ export async function labDown(target: { runId: string } | { all: boolean }, opts
   requireRoot();
   const store = opts.store ?? new LabStateStore();
   const say = opts.say;
-  if ('runId' in target) return [await destroyRun(store, store.load(target.runId) ?? orphanState(store, target.runId), say)];
+  const runs = new LabRuns();
+  if ('runId' in target) return [await destroyRun(runs, { store, state: store.load(target.runId) ?? orphanState(store, target.runId) }, say)];
   const out: DownSummary[] = [];
   for (const id of store.list()) {
     const s = store.load(id) ?? orphanState(store, id);
@@ -641,11 +738,11 @@ export async function labDown(target: { runId: string } | { all: boolean }, opts
       say(`  lab ${id} is live (lab process ${s.labPid}): left alone; stop it with Ctrl-C there, or \`atoll lab down ${id}\``);
       continue;
     }
-    out.push(await destroyRun(store, s, say));
+    out.push(await destroyRun(runs, { store, state: s }, say));
   }
   const known = new Set(store.list());
   const orphans = [...new Set(listNetns().filter((n) => n.startsWith(LAB_NETNS_PREFIX)).map(runIdOfNetns).filter((x): x is string => x !== undefined && !known.has(x)))];
-  for (const id of orphans) out.push(await destroyRun(store, orphanState(store, id), say));
+  for (const id of orphans) out.push(await destroyRun(runs, { store, state: orphanState(store, id) }, say));
   if (out.length === 0) say('  no lab to remove');
   return out;
 }

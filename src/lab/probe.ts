@@ -6,11 +6,11 @@
  *
  * Lab side: {@link ProbeClient} starts one and sends it requests.
  */
-import { type ChildProcess, spawn } from 'node:child_process';
 import { connect, createServer, type Socket } from 'node:net';
 import { createInterface } from 'node:readline';
 import { parseArgs } from 'node:util';
 import type { TcpResult } from '../core/lab/report.ts';
+import { Child } from '../adapters/child-process.ts';
 import { ATOLL_BIN } from './agent-process.ts';
 
 export const PROBE_PORT = 7777;
@@ -85,7 +85,7 @@ export async function runProbe(argv: readonly string[]): Promise<number> {
 
 /** The lab side of one pod's probe process. */
 export class ProbeClient {
-  readonly #proc: ChildProcess;
+  readonly #proc: Child;
   readonly #pending = new Map<number, (r: TcpResult) => void>();
   #next = 1;
   #ready: Promise<void>;
@@ -96,7 +96,7 @@ export class ProbeClient {
    */
   constructor(enter: readonly string[], pod: string, tag: string, port = PROBE_PORT) {
     const argv = [...enter, ATOLL_BIN, 'lab', 'probe', '--port', String(port), '--tag', tag];
-    this.#proc = spawn(argv[0] as string, argv.slice(1), { stdio: ['pipe', 'pipe', 'pipe'] });
+    this.#proc = new Child(argv, { stdin: true, output: 'pipe' });
     this.#proc.stdin?.on('error', () => {});
     let stderr = '';
     this.#proc.stderr?.on('data', (d: Buffer) => {
@@ -105,7 +105,7 @@ export class ProbeClient {
     const lines = createInterface({ input: this.#proc.stdout as NodeJS.ReadableStream });
     this.#ready = new Promise((resolve, reject) => {
       const timer = setTimeout(() => reject(new Error(`the TCP probe in pod ${pod} did not start within 20 s: ${stderr}`)), 20_000);
-      this.#proc.once('exit', (code) => {
+      void this.#proc.exited().then((code) => {
         clearTimeout(timer);
         reject(new Error(`the TCP probe in pod ${pod} exited (${code}): ${stderr}`));
         for (const [, settle] of this.#pending) settle({ ok: false, error: 'the probe exited' });
@@ -146,11 +146,10 @@ export class ProbeClient {
   /** Closes stdin (the probe exits by itself); kills it by PID if it lingers. */
   async close(): Promise<void> {
     const p = this.#proc;
-    if (p.exitCode !== null || p.signalCode !== null) return;
-    const exited = new Promise<void>((r) => p.once('exit', () => r()));
+    if (!p.running) return;
     p.stdin?.end();
     const timer = setTimeout(() => p.kill('SIGKILL'), 2000);
-    await exited;
+    await p.exited();
     clearTimeout(timer);
   }
 }

@@ -4,11 +4,10 @@
  * nothing but is never tied to a terminal), ready once it prints its ready line (the controller's CA pin, the relay's
  * key pin, the delay line's settings).
  */
-import { type ChildProcess, spawn } from 'node:child_process';
-import { closeSync, existsSync, openSync, readFileSync, statSync } from 'node:fs';
+import { existsSync, readFileSync, statSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { Child, logTail } from '../adapters/child-process.ts';
 import { ATOLL_BIN } from './agent-process.ts';
-import { isRunning, logTail, stopChild } from './child-process.ts';
 
 export type ServiceKind = 'controller' | 'relay' | 'delay-line';
 
@@ -21,7 +20,7 @@ const READY: Record<ServiceKind, RegExp> = { controller: /caCertHash (sha256:[0-
 
 export class ServiceProcess {
   readonly #init: ServiceProcessInit;
-  #proc: ChildProcess | undefined;
+  #proc: Child | undefined;
 
   constructor(init: ServiceProcessInit) {
     this.#init = init;
@@ -39,13 +38,10 @@ export class ServiceProcess {
   async start(launcher: readonly string[], timeoutMs = 30_000): Promise<string> {
     // a restart appends to the same log: only a ready line printed after this point counts
     const from = existsSync(this.#init.logPath) ? statSync(this.#init.logPath).size : 0;
-    const out = openSync(this.#init.logPath, 'a');
     const { kind } = this.#init;
     const init = this.#init;
     const argv = [...launcher, ...(init.kind === 'delay-line' ? init.argv : [ATOLL_BIN, init.kind, '--config', init.configPath])];
-    const proc = spawn(argv[0] as string, argv.slice(1), { stdio: ['ignore', out, out], detached: true });
-    closeSync(out);
-    proc.unref();
+    const proc = new Child(argv, { output: { log: init.logPath }, detached: true });
     this.#proc = proc;
     const deadline = Date.now() + timeoutMs;
     while (Date.now() < deadline) {
@@ -58,12 +54,12 @@ export class ServiceProcess {
   }
 
   get running(): boolean {
-    return isRunning(this.#proc);
+    return this.#proc?.running ?? false;
   }
 
   /** Stops the service by PID (SIGKILL for the lab's kill faults); escalates to SIGKILL after 5 s. */
   stop(signal: 'SIGTERM' | 'SIGKILL' = 'SIGTERM'): Promise<void> {
-    return stopChild(this.#proc, signal);
+    return this.#proc?.stop(signal) ?? Promise.resolve();
   }
 
   #logSince(offset: number): string {

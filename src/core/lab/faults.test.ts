@@ -1,10 +1,16 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { judgeFault, LAB_FAULTS, parseFaultList, peerCutRuleset, planFault, renderFaults, sampleStats, uplinkCutRuleset, type LabFaultTarget } from './faults.ts';
+import { judgeFault, LAB_FAULTS, type LabFaultKind, type LabFaultTarget, type LabFaultTargetOf, parseFaultList, peerCutRuleset, planFault, renderFaults, sampleStats, uplinkCutRuleset } from './faults.ts';
 import { planLab } from './plan.ts';
 import { DEFAULT_LAB_SPEC, type LabSpec } from './spec.ts';
 
 const plan = (spec: LabSpec) => planLab({ spec, runId: '0abc', dir: '/run/atoll-lab/0abc', bootstrapToken: 'bootstrap-token-0123456789', adminToken: 'admin-token-0123456789', relayToken: 'relay-token-0123456789' });
+/** The target `planFault` gives for `kind`, narrowed to that kind; fails the test when the fault is skipped. */
+function targetOf<K extends LabFaultKind>(p: ReturnType<typeof plan>, kind: K, pods?: 'cri' | 'direct'): LabFaultTargetOf<K> {
+  const t = planFault(p, kind, pods);
+  if ('skipped' in t || t.kind !== kind) assert.fail(`${kind}: expected a target, got ${JSON.stringify(t)}`);
+  return t as LabFaultTargetOf<K>;
+}
 const pair = { from: 'x', to: 'y' };
 
 test('--faults: all, none, a list in the canonical order, unknown names named', () => {
@@ -16,29 +22,29 @@ test('--faults: all, none, a list in the canonical order, unknown names named', 
 
 test('fault targets: the first edge site, its first node and pod; samples only pairs that should work', () => {
   const p = plan(DEFAULT_LAB_SPEC);
-  const agent = planFault(p, 'agent-restart') as LabFaultTarget;
+  const agent = targetOf(p, 'agent-restart');
   assert.equal(agent.node, 'a-1');
   assert.deepEqual(agent.samples, [{ from: 'cloud-1-p1', to: 'a-1-p1' }, { from: 'a-1-p1', to: 'cloud-1-p1' }, { from: 'a-2-p1', to: 'a-1-p1' }, { from: 'a-1-p1', to: 'a-1-p2' }]);
-  const ctl = planFault(p, 'controller-kill') as LabFaultTarget;
+  const ctl = targetOf(p, 'controller-kill');
   assert.equal(ctl.lossless, true);
-  assert.equal((planFault(p, 'pod-recreate') as LabFaultTarget).pod, 'a-1-p1');
-  const relay = planFault(p, 'relay-kill') as LabFaultTarget;
+  assert.equal(targetOf(p, 'pod-recreate').pod, 'a-1-p1');
+  const relay = targetOf(p, 'relay-kill');
   assert.deepEqual(relay.flows, [{ from: 'a-1-p1', to: 'b-1-p1' }], 'a hole-punched pair keeps a TCP flow through the relay kill');
-  const mixed = planFault(plan({ ...DEFAULT_LAB_SPEC, edges: [...DEFAULT_LAB_SPEC.edges, { name: 'c', nodes: 1, community: 'edge', nat: 'symmetric', uplink: {} }] }), 'relay-kill') as LabFaultTarget;
+  const mixed = targetOf(plan({ ...DEFAULT_LAB_SPEC, edges: [...DEFAULT_LAB_SPEC.edges, { name: 'c', nodes: 1, community: 'edge', nat: 'symmetric', uplink: {} }] }), 'relay-kill');
   assert.deepEqual(mixed.flows, [{ from: 'a-1-p1', to: 'b-1-p1' }, { from: 'a-1-p1', to: 'c-1-p1' }], 'and a relayed pair');
-  const cut = planFault(p, 'direct-path-cut') as LabFaultTarget;
+  const cut = targetOf(p, 'direct-path-cut');
   assert.deepEqual([cut.site, cut.peerAddress, cut.flows], ['a', '198.51.100.12', [{ from: 'a-1-p1', to: 'b-1-p1' }]]);
   assert.match(peerCutRuleset('198.51.100.12'), /ip saddr 198\.51\.100\.12 drop\n {4}ip daddr 198\.51\.100\.12 drop/);
-  const offline = planFault(plan({ ...DEFAULT_LAB_SPEC, edges: [...DEFAULT_LAB_SPEC.edges, { name: 'c', nodes: 1, community: 'edge', nat: 'symmetric', uplink: {} }] }), 'offline-restart') as LabFaultTarget;
+  const offline = targetOf(plan({ ...DEFAULT_LAB_SPEC, edges: [...DEFAULT_LAB_SPEC.edges, { name: 'c', nodes: 1, community: 'edge', nat: 'symmetric', uplink: {} }] }), 'offline-restart');
   assert.equal(offline.node, 'a-1');
   assert.deepEqual(offline.samples.map((s) => s.to), ['cloud-1-p1', 'b-1-p1', 'c-1-p1', 'a-2-p1'], 'a tunnel pair of every kind, and its site');
   assert.deepEqual(planFault(plan({ ...DEFAULT_LAB_SPEC, edges: DEFAULT_LAB_SPEC.edges.slice(0, 1) }), 'relay-kill'), { kind: 'relay-kill', skipped: 'no edge <-> edge pair: nothing uses the relay' });
-  assert.match((planFault(p, 'pod-recreate') as LabFaultTarget).description, /\(CNI DEL\).*\(CNI ADD\)/);
-  assert.match((planFault(p, 'pod-recreate', 'cri') as LabFaultTarget).description, /StopPodSandbox, RemovePodSandbox\).*\(RunPodSandbox/);
-  assert.equal((planFault(p, 'uplink-cut') as LabFaultTarget).site, 'a');
+  assert.match(targetOf(p, 'pod-recreate').description, /\(CNI DEL\).*\(CNI ADD\)/);
+  assert.match(targetOf(p, 'pod-recreate', 'cri').description, /StopPodSandbox, RemovePodSandbox\).*\(RunPodSandbox/);
+  assert.equal(targetOf(p, 'uplink-cut').site, 'a');
   const cloudOnly = plan({ ...DEFAULT_LAB_SPEC, edges: [] });
   assert.deepEqual(planFault(cloudOnly, 'uplink-flap'), { kind: 'uplink-flap', skipped: 'no edge site' });
-  assert.equal((planFault(cloudOnly, 'agent-restart') as LabFaultTarget).node, 'cloud-2');
+  assert.equal(targetOf(cloudOnly, 'agent-restart').node, 'cloud-2');
 });
 
 test('uplink cut ruleset: its own table, drops forwarding in and out of the uplink', () => {
@@ -80,7 +86,7 @@ test('judging a fault: ok when the matrix after works and every sample recovered
 });
 
 test('judging a fault: its own matrix before is reported as measured, and a broken one is named', () => {
-  const target: LabFaultTarget = { kind: 'agent-restart', description: 'd', samples: [pair], flows: [], lossless: false };
+  const target: LabFaultTarget = { kind: 'agent-restart', node: 'a-1', description: 'd', samples: [pair], flows: [], lossless: false };
   const stats = sampleStats(pair, [{ seq: 1, atMs: 0 }, { seq: 2, atMs: 100 }], 2, 0);
   const before = { ok: false, shouldWork: 100, working: 97 };
   const after = { ok: true, shouldWork: 100, working: 100 };

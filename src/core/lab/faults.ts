@@ -38,16 +38,10 @@ export interface LabPodPair {
   readonly to: string;
 }
 
-/** Whom a fault hits and what is watched while it lasts. */
-export interface LabFaultTarget {
-  readonly kind: LabFaultKind;
+/** What every fault target has: what is watched while it lasts. */
+interface LabFaultWatch {
   /** One line for the terminal, e.g. `agent of a-1 killed (SIGKILL) and restarted`. */
   readonly description: string;
-  readonly node?: string;
-  readonly site?: string;
-  readonly pod?: string;
-  /** For direct-path-cut: the public address whose traffic `site`'s router drops. */
-  readonly peerAddress?: string;
   /** Pod pairs pinged continuously (pairs that should work when the lab is healthy). */
   readonly samples: readonly LabPodPair[];
   /** Pod pairs with a TCP connection held open through the fault, exchanging a line every 100 ms: none may break. */
@@ -56,13 +50,39 @@ export interface LabFaultTarget {
   readonly lossless: boolean;
 }
 
+/** Whom each kind of fault hits. */
+interface LabFaultHits {
+  readonly 'controller-kill': object;
+  readonly 'relay-kill': object;
+  /** `site`'s router drops everything to and from `peerAddress` (another edge router's public address). */
+  readonly 'direct-path-cut': { readonly site: string; readonly peerAddress: string };
+  readonly 'agent-restart': { readonly node: string };
+  readonly 'offline-restart': { readonly node: string };
+  readonly 'pod-recreate': { readonly node: string; readonly pod: string };
+  readonly 'uplink-cut': { readonly site: string };
+  readonly 'uplink-flap': { readonly site: string };
+  readonly 'node-reboot': { readonly site: string; readonly node: string };
+}
+
+/** The target of one kind of fault: whom it hits and what is watched while it lasts. */
+export type LabFaultTargetOf<K extends LabFaultKind> = LabFaultWatch & { readonly kind: K } & LabFaultHits[K];
+
+/** Whom a fault hits, by kind, and what is watched while it lasts. */
+export type LabFaultTarget = { [K in LabFaultKind]: LabFaultTargetOf<K> }[LabFaultKind];
+
+/** A fault that cannot run in a lab, and why. */
+export interface LabFaultSkipped {
+  readonly kind: LabFaultKind;
+  readonly skipped: string;
+}
+
 const MAX_SAMPLES = 4;
 
 /**
  * The target of `kind` in `plan`, or the reason it cannot run there (e.g. an uplink fault without edge sites).
  * Deterministic: the first edge site, its first node and that node's first pod.
  */
-export function planFault(plan: LabPlan, kind: LabFaultKind, pods: 'cri' | 'direct' = 'direct'): LabFaultTarget | { kind: LabFaultKind; skipped: string } {
+export function planFault(plan: LabPlan, kind: LabFaultKind, pods: 'cri' | 'direct' = 'direct'): LabFaultTarget | LabFaultSkipped {
   const podsOf = (node: string) => plan.pods.filter((p) => p.node === node).map((p) => p.name);
   const cloudPod = plan.pods.find((p) => plan.nodes.find((n) => n.name === p.node)?.site === CLOUD_SITE)?.name;
   const edgeSite = plan.spec.edges[0]?.name;
@@ -105,8 +125,9 @@ export function planFault(plan: LabPlan, kind: LabFaultKind, pods: 'cri' | 'dire
       const punched = plan.pods.flatMap((a) => plan.pods.filter((b) => expectedPath(plan, a.node, b.node) === 'tunnel hole-punched').map((b) => [a, b] as const))[0];
       if (!punched) return { kind, skipped: 'no hole-punched pair' };
       const [from, to] = punched;
-      const siteOf = (n: string) => plan.nodes.find((x) => x.name === n)?.site as string;
-      const [site, peerSite] = [siteOf(from.node), siteOf(to.node)];
+      const site = plan.nodes.find((x) => x.name === from.node)?.site;
+      const peerSite = plan.nodes.find((x) => x.name === to.node)?.site;
+      if (site === undefined || peerSite === undefined) return { kind, skipped: 'no hole-punched pair' };
       const peerAddress = routerAddress(plan, peerSite);
       if (!peerAddress) return { kind, skipped: `edge site ${peerSite} has no router address` };
       return { kind, site, peerAddress, lossless: false,
@@ -137,11 +158,16 @@ export function planFault(plan: LabPlan, kind: LabFaultKind, pods: 'cri' | 'dire
     case 'node-reboot': {
       if (!edgeSite || !node) return { kind, skipped: 'no edge site' };
       const samples = pairs([[cloudPod, sitePods[0]], [sitePods[0], cloudPod], [cloudPod, sitePods[1]], [sitePods[1], cloudPod]]);
-      const description = kind === 'uplink-cut' ? `uplink of edge site ${edgeSite} cut, then restored`
-        : kind === 'uplink-flap' ? `uplink of edge site ${edgeSite} flapping (down and up several times), then restored`
-          : `node ${node.name} rebooted while site ${edgeSite} is cut off: agent killed, its devices and nft table deleted, agent started offline, pods added again, uplink restored`;
       // a TCP flow across a cut uplink survives (it pauses and resumes); one into a rebooted node does not (its pods are new)
-      return { kind, site: edgeSite, ...(kind === 'node-reboot' ? { node: node.name } : {}), description, samples, lossless: false, flows: kind === 'node-reboot' ? [] : samples.slice(0, 1) };
+      switch (kind) {
+        case 'uplink-cut':
+          return { kind, site: edgeSite, description: `uplink of edge site ${edgeSite} cut, then restored`, samples, lossless: false, flows: samples.slice(0, 1) };
+        case 'uplink-flap':
+          return { kind, site: edgeSite, description: `uplink of edge site ${edgeSite} flapping (down and up several times), then restored`, samples, lossless: false, flows: samples.slice(0, 1) };
+        case 'node-reboot':
+          return { kind, site: edgeSite, node: node.name, lossless: false, flows: [], samples,
+            description: `node ${node.name} rebooted while site ${edgeSite} is cut off: agent killed, its devices and nft table deleted, agent started offline, pods added again, uplink restored` };
+      }
     }
   }
 }
@@ -335,6 +361,6 @@ export function renderFaults(results: readonly LabFaultResult[]): string[] {
       r.podStartMs && r.podStartMs.length > 0 ? `${Math.max(...r.podStartMs)} ms` : '-', r.skipped ?? (r.notes ?? []).join('; '),
     ]);
   }
-  const widths = (rows[0] as string[]).map((_, i) => Math.max(...rows.map((r) => (r[i] as string).length)));
-  return rows.map((r) => r.map((v, i) => (i === 0 || i === 1 || i === r.length - 1 ? v.padEnd(widths[i] as number) : v.padStart(widths[i] as number))).join('  ').trimEnd());
+  const widths = rows.reduce<number[]>((w, r) => r.map((v, i) => Math.max(w[i] ?? 0, v.length)), []);
+  return rows.map((r) => r.map((v, i) => (i === 0 || i === 1 || i === r.length - 1 ? v.padEnd(widths[i] ?? 0) : v.padStart(widths[i] ?? 0))).join('  ').trimEnd());
 }

@@ -6,12 +6,19 @@
  *   response: u32 exitCode | u32 stdoutLen | stdout | u32 stderrLen | stderr
  *
  * Integers are big-endian. The shim sends only CNI_* variables and at most MAX_STDIN_BYTES + 1 bytes of stdin.
- * The shim's C source is native/atoll-cni.c; keep both in step.
+ * The shim's C source is native/atoll-cni.c; keep both in step. Pure, in core because both ends use it: the agent's
+ * CNI server (src/agent/cni-server.ts) and the lab, which asks a starting agent for its VERSION.
  */
-import type { CniResponse } from './handler.ts';
 
 export const MAGIC = 'ATL1';
 export const MAX_ENV_BYTES = 64 * 1024;
+
+/** What the agent answers the shim: its exit code and what it prints. */
+export interface CniResponse {
+  readonly exitCode: number;
+  readonly stdout: string;
+  readonly stderr: string;
+}
 
 export interface CniInvocation {
   readonly env: Record<string, string>;

@@ -1,7 +1,8 @@
 /**
  * The agent's status socket: HTTP on a unix socket beside the CNI socket (root only, mode 0600), read by
  * `atoll peers` and the lab. `GET /v1/peers` answers the tunnel's {@link TunnelStatus} as JSON (`{"tunnel": null}`
- * on a node without a tunnel).
+ * on a node without a tunnel). An adapter, not part of the agent, because both sides use it: the agent serves it,
+ * `atoll peers` and the lab read it.
  */
 import { chmodSync, unlinkSync } from 'node:fs';
 import { createServer, request, type Server } from 'node:http';
