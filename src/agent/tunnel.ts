@@ -31,6 +31,8 @@ import { type StreamKind, TunnelEndpoint } from '../adapters/tunnel-endpoint.ts'
 import type { PeerPath, TunnelStatus } from '../core/tunnel/status.ts';
 import { type ControlMessage, dialTunnel, joinCircuit, listenTunnel, punchTunnel, type TunnelCredentials, type TunnelStream } from '../adapters/tunnel-stream.ts';
 import { peerIdOfPin, pinOfPeerId } from '../core/tunnel/frame.ts';
+import { Backoff, pollUntil } from '../core/retry.ts';
+import { monotonicClock, sleep } from '../adapters/timers.ts';
 
 export interface TunnelComponents {
   readonly ip: IpRoute2;
@@ -219,7 +221,7 @@ export class Tunnel {
    * (ask, join as the TLS client, wait for it to close); a little after a direct stream took over, close it.
    */
   async #circuitLoop(peer: TunnelPeerPlan, signal: AbortSignal): Promise<void> {
-    let backoff = CIRCUIT_RETRY_MIN_MS;
+    const backoff = new Backoff({ minMs: CIRCUIT_RETRY_MIN_MS, maxMs: CIRCUIT_RETRY_MAX_MS }, sleep);
     let lastError = '';
     while (!signal.aborted) {
       const direct = this.#endpoint?.streamOf(peer.name);
@@ -242,7 +244,7 @@ export class Tunnel {
           return;
         }
         this.#attach(peer, stream, 'circuitIn');
-        backoff = CIRCUIT_RETRY_MIN_MS;
+        backoff.reset();
         lastError = '';
         await this.#untilDirect(peer, stream, signal);
         if (stream.alive) {
@@ -251,17 +253,16 @@ export class Tunnel {
         }
       } catch (err) {
         const message = err instanceof Error ? err.message : String(err);
-        if (message !== lastError) this.#c.log.warn('circuit through the relay failed; retrying with backoff', { peer: peer.name, err: message, retryInMs: backoff });
+        if (message !== lastError) this.#c.log.warn('circuit through the relay failed; retrying with backoff', { peer: peer.name, err: message, retryInMs: backoff.delayMs });
         lastError = message;
-        await sleep(backoff, signal);
-        backoff = Math.min(CIRCUIT_RETRY_MAX_MS, backoff * 2);
+        await backoff.wait(signal);
       }
     }
   }
 
   /** Resolves when `circuit` closed, or a direct stream to `peer` is up. */
   async #untilDirect(peer: TunnelPeerPlan, circuit: TunnelStream, signal: AbortSignal): Promise<void> {
-    while (circuit.alive && !signal.aborted && !this.#endpoint?.streamOf(peer.name)) await sleep(CIRCUIT_CHECK_MS, signal);
+    await pollUntil(() => !circuit.alive || this.#endpoint?.streamOf(peer.name) !== undefined, { intervalMs: CIRCUIT_CHECK_MS, signal }, { clock: monotonicClock, sleep });
   }
 
   /** A circuit the peer asked for (it receives on it, we send): join it as the TLS server. */
@@ -305,9 +306,7 @@ export class Tunnel {
    */
   async #keepUp(label: Record<string, string>, to: { host: string; port: number; pin: string }, signal: AbortSignal, maxBackoffMs: number,
     up: (stream: TunnelStream) => () => void): Promise<void> {
-    const min = this.#init.retryMinMs ?? 500;
-    const max = Math.min(maxBackoffMs, this.#init.retryMaxMs ?? maxBackoffMs);
-    let backoff = min;
+    const backoff = new Backoff({ minMs: this.#init.retryMinMs ?? 500, maxMs: Math.min(maxBackoffMs, this.#init.retryMaxMs ?? maxBackoffMs) }, sleep);
     let lastError = '';
     while (!signal.aborted) {
       try {
@@ -321,14 +320,13 @@ export class Tunnel {
         const upAt = Date.now();
         await untilClosed(stream, signal);
         down();
-        if (Date.now() - upAt >= STABLE_STREAM_MS) backoff = min;
+        if (Date.now() - upAt >= STABLE_STREAM_MS) backoff.reset();
       } catch (err) {
         const message = err instanceof Error ? err.message : String(err);
-        if (message !== lastError) this.#c.log.warn(`${label.what} dial failed; retrying with backoff`, { ...label, err: message, retryInMs: backoff });
+        if (message !== lastError) this.#c.log.warn(`${label.what} dial failed; retrying with backoff`, { ...label, err: message, retryInMs: backoff.delayMs });
         lastError = message;
       }
-      await sleep(backoff, signal);
-      backoff = Math.min(max, backoff * 2);
+      await backoff.wait(signal);
     }
   }
 
@@ -378,12 +376,12 @@ export class Tunnel {
 
   /** The initiator's side: while the peer has no direct stream, punch (through the relay's help), with backoff. */
   async #punchLoop(peer: TunnelPeerPlan, signal: AbortSignal): Promise<void> {
-    let backoff = PUNCH_RETRY_MIN_MS;
+    const backoff = new Backoff({ minMs: PUNCH_RETRY_MIN_MS, maxMs: PUNCH_RETRY_MAX_MS }, sleep);
     while (!signal.aborted) {
       const direct = this.#endpoint?.streamOf(peer.name);
       if (direct) {
         await untilClosed(direct, signal);
-        backoff = PUNCH_RETRY_MIN_MS;
+        backoff.reset();
         await sleep(PUNCH_AFTER_CLOSE_MS, signal);
         continue;
       }
@@ -402,10 +400,9 @@ export class Tunnel {
         await this.#punchTo(peer, { host: ack.host, port: ack.port }, me.localPort, 'client', signal);
       } catch (err) {
         const message = err instanceof Error ? err.message : String(err);
-        if (message !== st.lastError) this.#c.log.info('hole punching failed; the relay carries the traffic meanwhile', { peer: peer.name, err: message, retryInMs: backoff });
+        if (message !== st.lastError) this.#c.log.info('hole punching failed; the relay carries the traffic meanwhile', { peer: peer.name, err: message, retryInMs: backoff.delayMs });
         st.lastError = message;
-        await sleep(backoff, signal);
-        backoff = Math.min(PUNCH_RETRY_MAX_MS, backoff * 2);
+        await backoff.wait(signal);
       }
     }
   }
@@ -535,17 +532,4 @@ async function untilClosed(stream: TunnelStream, signal: AbortSignal): Promise<v
   signal.addEventListener('abort', onAbort, { once: true });
   await closed;
   signal.removeEventListener('abort', onAbort);
-}
-
-function sleep(ms: number, signal: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    if (signal.aborted) return resolve();
-    const done = () => {
-      clearTimeout(t);
-      signal.removeEventListener('abort', done);
-      resolve();
-    };
-    const t = setTimeout(done, ms);
-    signal.addEventListener('abort', done, { once: true });
-  });
 }

@@ -27,6 +27,8 @@ import { ClusterStateFile } from '../adapters/cluster-state-file.ts';
 import { discoverPinnedCa } from '../adapters/pki.ts';
 import { type ControlMessage, listenTunnel, loadOrCreateTunnelCredentials, spkiPin, type TunnelStream } from '../adapters/tunnel-stream.ts';
 import { CircuitBroker, type CircuitStats } from './circuits.ts';
+import { sleep } from '../adapters/timers.ts';
+import { Backoff } from '../core/retry.ts';
 import type { RelayConfig } from '../config/relay-config.ts';
 
 export interface RelayStats {
@@ -193,24 +195,23 @@ export class Relay {
   /** Follows the controller's node list (with backoff while it is unreachable), keeping the registry file current. */
   async #follow(): Promise<void> {
     const signal = this.#abort.signal;
-    let backoff = 500;
+    const backoff = new Backoff({ minMs: 500, maxMs: 30_000 }, sleep);
     while (!signal.aborted) {
       try {
         const caPem = await this.#ca();
         const client = new ControllerClient({ urls: this.#cfg.controller.urls, caPem, nodeName: 'relay', bearerToken: this.#cfg.controller.token });
         await client.watch(this.#registry.load().revision, (line) => {
           if (line.type === 'ping') return;
-          backoff = 500;
+          backoff.reset();
           this.#nodes = applyWatchLine(this.#nodes, line);
           this.#registry.save({ blocks: [], revision: line.revision, peers: this.#nodes });
           this.#setMembers();
         }, signal);
       } catch (err) {
         if (signal.aborted) return;
-        this.#log.warn('controller watch failed; the relay keeps its saved registry and retries', { err: err instanceof Error ? err.message : String(err), retryInMs: backoff });
+        this.#log.warn('controller watch failed; the relay keeps its saved registry and retries', { err: err instanceof Error ? err.message : String(err), retryInMs: backoff.delayMs });
       }
-      await new Promise((r) => setTimeout(r, backoff));
-      backoff = Math.min(30_000, backoff * 2);
+      await backoff.wait(signal);
     }
   }
 
