@@ -24,6 +24,8 @@ import { atollError } from '../core/errors.ts';
 import { encodeFrame, FRAME_HEADER, FRAME_KIND, FrameDecoder, FrameError, type FrameKind, PEER_ID_LEN, writeFrameHeader } from '../core/tunnel/frame.ts';
 import { writeFileDurably } from './durable-file.ts';
 import { circuitServerName } from '../core/tunnel/circuit.ts';
+import { pollUntil } from '../core/retry.ts';
+import { monotonicClock, sleep } from './timers.ts';
 
 /** A node's tunnel credentials: its private key and the self-signed certificate of its public key (both PEM). */
 export interface TunnelCredentials {
@@ -410,33 +412,34 @@ export async function punchTunnel(opts: PunchTunnelOptions): Promise<TunnelStrea
   const where = `${opts.host}:${opts.port}`;
   const deadline = performance.now() + opts.deadlineMs;
   let last = 'no attempt';
-  while (performance.now() < deadline) {
-    const attempt = await new Promise<Promise<TunnelStream> | undefined>((resolve) => {
-      const tap = new ReadTap();
-      const tls = punchSocket(opts, tap);
-      const timer = setTimeout(() => {
-        last = 'timed out';
-        tls.destroy();
-        resolve(undefined);
-      }, Math.max(1, deadline - performance.now()));
-      const failed = (err: Error) => {
-        clearTimeout(timer);
-        last = err.message;
-        tls.destroy();
-        resolve(undefined);
-      };
-      tls.once('error', failed);
-      tls.once('connect', () => {
-        clearTimeout(timer);
-        tls.off('error', failed);
-        const client = opts.tlsRole === 'client';
-        resolve(pinnedHandshake(tls, client ? 'secureConnect' : 'secure', `punched tunnel to ${where}`, opts.peerPin,
-          Math.max(1000, deadline - performance.now()), opts.streamOptions, tap));
-      });
+  let stream: TunnelStream | undefined;
+  const attempt = () => new Promise<TunnelStream | undefined>((resolve) => {
+    const tap = new ReadTap();
+    const tls = punchSocket(opts, tap);
+    const timer = setTimeout(() => {
+      last = 'timed out';
+      tls.destroy();
+      resolve(undefined);
+    }, Math.max(1, deadline - performance.now()));
+    const failed = (err: Error) => {
+      clearTimeout(timer);
+      last = err.message;
+      tls.destroy();
+      resolve(undefined);
+    };
+    tls.once('error', failed);
+    tls.once('connect', () => {
+      clearTimeout(timer);
+      tls.off('error', failed);
+      const client = opts.tlsRole === 'client';
+      resolve(pinnedHandshake(tls, client ? 'secureConnect' : 'secure', `punched tunnel to ${where}`, opts.peerPin,
+        Math.max(1000, deadline - performance.now()), opts.streamOptions, tap));
     });
-    if (attempt) return attempt;
-    await new Promise((r) => setTimeout(r, PUNCH_RETRY_MS));
-  }
+  });
+  // no attempt starts after the deadline
+  await pollUntil(async () => performance.now() < deadline && (stream = await attempt()) !== undefined,
+    { intervalMs: PUNCH_RETRY_MS, timeoutMs: opts.deadlineMs }, { clock: monotonicClock, sleep });
+  if (stream) return stream;
   throw atollError('TUNNEL_PUNCH_FAILED', `hole punching to ${where} from local port ${opts.localPort} failed within ${opts.deadlineMs} ms (${last})`,
     'nothing to do behind a symmetric NAT: the relay carries the pair; punching is retried with backoff');
 }

@@ -121,7 +121,7 @@ describe('pollUntil', () => {
     assert.equal(n, 3);
   });
 
-  test('false once the timeout has passed; no check starts after it', async () => {
+  test('false when a check at or past the timeout fails: the last check comes after the timeout', async () => {
     const t = new ManualClock();
     const checkedAt: number[] = [];
     const polled = pollUntil(() => {
@@ -130,8 +130,16 @@ describe('pollUntil', () => {
     }, { intervalMs: 150, timeoutMs: 500 }, t);
     await t.advance(10_000);
     assert.equal(await polled, false);
-    assert.deepEqual(checkedAt, [0, 150, 300, 450]);
+    assert.deepEqual(checkedAt, [0, 150, 300, 450, 600]);
     assert.equal(t.pending, 0);
+  });
+
+  test('a condition that came true during the last pause is seen', async () => {
+    const t = new ManualClock();
+    const polled = pollUntil(() => t.now >= 450, { intervalMs: 100, timeoutMs: 500 }, t);
+    await t.advance(10_000);
+    assert.equal(await polled, true);
+    assert.equal(t.now, 10_000);
   });
 
   test('without a timeout it polls until the signal aborts, then gives up', async () => {

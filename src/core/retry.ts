@@ -48,7 +48,7 @@ export class Backoff {
 export interface PollInit {
   /** The pause between two checks. */
   readonly intervalMs: number;
-  /** No check starts later than this after the first one; unbounded when absent (then stop it with `signal`). */
+  /** Give up once a check fails this long or longer after the start; never when absent (then stop it with `signal`). */
   readonly timeoutMs?: number;
   readonly signal?: AbortSignal;
 }
@@ -59,15 +59,18 @@ export interface PollTimers {
 }
 
 /**
- * Checks `check` at once and then every `intervalMs` until it holds. Bounded: gives up when, after a pause, the clock
- * is at or past `timeoutMs` from the start, or `signal` aborted; a check is never started after that.
+ * Checks `check` at once and then every `intervalMs` until it holds. Bounded: gives up when a check fails at or past
+ * `timeoutMs` from the start (so the last check comes after the timeout, and a condition that came true during the
+ * last pause is seen), or when `signal` aborts (no check after that).
  * @returns true when `check` held, false when it gave up.
  */
 export async function pollUntil(check: () => boolean | Promise<boolean>, init: PollInit, timers: PollTimers): Promise<boolean> {
   const deadline = timers.clock() + (init.timeoutMs ?? Number.POSITIVE_INFINITY);
+  const aborted = () => init.signal?.aborted === true;
   for (;;) {
     if (await check()) return true;
+    if (aborted() || timers.clock() >= deadline) return false;
     await timers.sleep(init.intervalMs, init.signal);
-    if (init.signal?.aborted === true || timers.clock() >= deadline) return false;
+    if (aborted()) return false;
   }
 }
