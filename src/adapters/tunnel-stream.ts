@@ -21,7 +21,8 @@ import { join } from 'node:path';
 import { type AddressInfo, connect as netConnect, type Socket } from 'node:net';
 import { type ConnectionOptions, connect, createSecureContext, createServer, type Server, TLSSocket, type TLSSocketOptions } from 'node:tls';
 import { atollError } from '../core/errors.ts';
-import { encodeFrame, FRAME_HEADER, FRAME_KIND, FrameDecoder, FrameError, type FrameKind, PEER_ID_LEN, writeFrameHeader } from '../core/tunnel/frame.ts';
+import { encodeFrame, FRAME_HEADER, FRAME_KIND, FrameDecoder, type FrameKind, PEER_ID_LEN, writeFrameHeader } from '../core/tunnel/frame.ts';
+import { type ControlMessage, decodeTunnelMessage, type PeerMessage } from '../core/tunnel/messages.ts';
 import { writeFileDurably } from './durable-file.ts';
 import { circuitServerName } from '../core/tunnel/circuit.ts';
 import { pollUntil } from '../core/retry.ts';
@@ -132,12 +133,6 @@ export interface TunnelStreamStats {
   droppedQueueFull: number;
 }
 
-/** A control message: a small JSON object with a type tag `t`. */
-export interface ControlMessage {
-  readonly t: string;
-  readonly [key: string]: unknown;
-}
-
 export interface TunnelStreamOptions {
   readonly keepaliveMs?: number;
   readonly deadAfterMs?: number;
@@ -145,10 +140,11 @@ export interface TunnelStreamOptions {
 
 /**
  * An established, pinned stream to one peer. Events: `frame` (payload: Uint8Array, a view valid during the call: a
- * split payload is assembled in a buffer reused for the next), `control` (msg: ControlMessage), `relayed-control`
- * (peerId, msg, its bytes; views valid during the call), `drain` (the queue fell below the high-water mark), `close`
- * (err?: Error; the stream is dead). Keepalive pings and their answers are handled here; {@link rttMs} is the last
- * round trip.
+ * split payload is assembled in a buffer reused for the next), `control` (msg: ControlMessage, never a ping or pong),
+ * `relayed-control` (peerId, msg: PeerMessage, its bytes; views valid during the call), `drain` (the queue fell below
+ * the high-water mark), `close` (err?: Error; the stream is dead). Keepalive pings and their answers are handled
+ * here; {@link rttMs} is the last round trip. Messages are decoded by src/core/tunnel/messages.ts: one that does not
+ * decode closes the stream with its TUNNEL_MESSAGE_INVALID error.
  */
 export class TunnelStream extends EventEmitter {
   readonly peerPin: string;
@@ -201,15 +197,19 @@ export class TunnelStream extends EventEmitter {
         this.emit('frame', payload);
         return;
       case FRAME_KIND.control: {
-        const msg = parseControl(payload);
+        const r = decodeTunnelMessage(payload, 'control');
+        if (!r.ok) throw r.error;
+        const msg = r.message;
         if (msg.t === 'ping') this.sendControl({ t: 'pong', at: msg.at });
-        else if (msg.t === 'pong' && typeof msg.at === 'number') this.rttMs = Math.max(0, performance.now() - msg.at);
+        else if (msg.t === 'pong') this.rttMs = Math.max(0, performance.now() - msg.at);
         else this.emit('control', msg);
         return;
       }
       case FRAME_KIND.relayedControl: {
         const body = payload.subarray(PEER_ID_LEN);
-        this.emit('relayed-control', payload.subarray(0, PEER_ID_LEN), parseControl(body), body);
+        const r = decodeTunnelMessage(body, 'relayed');
+        if (!r.ok) throw r.error;
+        this.emit('relayed-control', payload.subarray(0, PEER_ID_LEN), r.message, body);
         return;
       }
     }
@@ -269,7 +269,7 @@ export class TunnelStream extends EventEmitter {
   }
 
   /** Sends a control message through the relay (this stream goes to it) to the peer `peerId`. */
-  sendRelayedControl(peerId: Uint8Array, msg: ControlMessage): boolean {
+  sendRelayedControl(peerId: Uint8Array, msg: PeerMessage): boolean {
     if (this.dead) return false;
     this.write(relayedControlFrame(peerId, Buffer.from(JSON.stringify(msg))));
     return true;
@@ -305,18 +305,6 @@ function relayedControlFrame(peerId: Uint8Array, body: Uint8Array): Buffer {
   frame.set(peerId, FRAME_HEADER);
   frame.set(body, FRAME_HEADER + PEER_ID_LEN);
   return frame;
-}
-
-/** A control payload as a message. @throws FrameError when it is not a JSON object with a string `t`. */
-function parseControl(payload: Uint8Array): ControlMessage {
-  let v: unknown;
-  try {
-    v = JSON.parse(Buffer.from(payload.buffer, payload.byteOffset, payload.length).toString('utf8'));
-  } catch {
-    throw new FrameError('a control frame is not JSON');
-  }
-  if (typeof v !== 'object' || v === null || typeof (v as { t?: unknown }).t !== 'string') throw new FrameError('a control frame has no type');
-  return v as ControlMessage;
 }
 
 const unreachable = (message: string, cause?: unknown) =>

@@ -29,7 +29,8 @@ import type { IpRoute2 } from '../adapters/iproute2.ts';
 import { openTun } from '../adapters/tun.ts';
 import { type StreamKind, TunnelEndpoint } from '../adapters/tunnel-endpoint.ts';
 import type { PeerPath, TunnelStatus } from '../core/tunnel/status.ts';
-import { type ControlMessage, dialTunnel, joinCircuit, listenTunnel, punchTunnel, type TunnelCredentials, type TunnelStream } from '../adapters/tunnel-stream.ts';
+import { dialTunnel, joinCircuit, listenTunnel, punchTunnel, type TunnelCredentials, type TunnelStream } from '../adapters/tunnel-stream.ts';
+import type { CircuitReady, CircuitRefused, ControlMessage, PeerMessage, PunchAck, PunchRequest } from '../core/tunnel/messages.ts';
 import { peerIdOfPin, pinOfPeerId } from '../core/tunnel/frame.ts';
 import { Backoff, pollUntil } from '../core/retry.ts';
 import { monotonicClock, sleep } from '../adapters/timers.ts';
@@ -85,8 +86,9 @@ export class Tunnel {
   readonly #punchers = new Map<string, Dialer>();
   readonly #circuitKeepers = new Map<string, Dialer>();
   readonly #punch = new Map<string, PunchState>();
-  /** Answers from peers (punch-ack) and from the relay (circuit-ready, circuit-refused) awaited, by nonce. */
-  readonly #acks = new Map<string, (msg: ControlMessage) => void>();
+  /** Answers awaited, by nonce: from the relay (circuit-ready, circuit-refused) and from peers (punch-ack). */
+  readonly #circuitAnswers = new Map<string, (msg: CircuitReady | CircuitRefused) => void>();
+  readonly #punchAnswers = new Map<string, (msg: PunchAck) => void>();
   readonly #pathSince = new Map<string, { path: PeerPath; since: number }>();
 
   constructor(components: TunnelComponents, init: TunnelInit) {
@@ -200,7 +202,7 @@ export class Tunnel {
       stream.sendControl({ t: 'hello' });
       this.#relayStream = stream;
       stream.on('control', (msg: ControlMessage) => this.#onRelayControl(msg));
-      stream.on('relayed-control', (id: Uint8Array, msg: ControlMessage) => this.#onRelayedControl(pinOfPeerId(id), msg));
+      stream.on('relayed-control', (id: Uint8Array, msg: PeerMessage) => this.#onRelayedControl(pinOfPeerId(id), msg));
       this.#c.log.info('relay stream up', { relay: `${relay.host}:${relay.port}` });
       return () => {
         this.#relayStream = undefined;
@@ -211,9 +213,9 @@ export class Tunnel {
 
   /** The relay's own messages: its circuit port, answers to our circuit requests, and circuits peers asked for. */
   #onRelayControl(msg: ControlMessage): void {
-    if (msg.t === 'observed' && typeof msg.circuitPort === 'number') this.#circuitPort = msg.circuitPort;
-    else if ((msg.t === 'circuit-ready' || msg.t === 'circuit-refused') && typeof msg.n === 'string') this.#acks.get(msg.n)?.(msg);
-    else if (msg.t === 'circuit-join' && typeof msg.from === 'string' && typeof msg.token === 'string') void this.#joinAsked(msg.from, msg.token);
+    if (msg.t === 'observed') this.#circuitPort = msg.circuitPort;
+    else if (msg.t === 'circuit-ready' || msg.t === 'circuit-refused') this.#circuitAnswers.get(msg.n)?.(msg);
+    else if (msg.t === 'circuit-join') void this.#joinAsked(msg.from, msg.token);
   }
 
   /**
@@ -236,8 +238,8 @@ export class Tunnel {
         continue;
       }
       try {
-        const answer = await this.#ask(relay, { t: 'circuit', to: peer.pin }, 'the relay did not answer the circuit request within 5 s');
-        if (answer.t !== 'circuit-ready' || typeof answer.token !== 'string') throw new Error(`the relay refused the circuit: ${String(answer.reason)}`);
+        const answer = await this.#ask(this.#circuitAnswers, (n) => relay.sendControl({ t: 'circuit', to: peer.pin, n }), 'the relay did not answer the circuit request within 5 s');
+        if (answer.t === 'circuit-refused') throw new Error(`the relay refused the circuit: ${answer.reason}`);
         const stream = await joinCircuit({ host: relayAt.host, port: this.#circuitPort, token: answer.token, credentials: this.#init.credentials, peerPin: peer.pin, tlsRole: 'client' });
         if (signal.aborted) {
           stream.close();
@@ -282,21 +284,21 @@ export class Tunnel {
     }
   }
 
-  /** Sends `msg` with a fresh nonce `n` on `stream` and waits (bounded) for the answer carrying that nonce. */
-  #ask(stream: TunnelStream, msg: ControlMessage, timeoutText: string, send = (m: ControlMessage) => stream.sendControl(m)): Promise<ControlMessage> {
+  /** Sends a request with a fresh nonce `n` (`send`) and waits (bounded) for the answer in `answers` carrying that nonce. */
+  #ask<A>(answers: Map<string, (msg: A) => void>, send: (n: string) => void, timeoutText: string): Promise<A> {
     const n = Math.random().toString(16).slice(2, 14);
-    const answered = new Promise<ControlMessage>((resolve, reject) => {
+    const answered = new Promise<A>((resolve, reject) => {
       const t = setTimeout(() => {
-        this.#acks.delete(n);
+        answers.delete(n);
         reject(new Error(timeoutText));
       }, ASK_TIMEOUT_MS);
-      this.#acks.set(n, (m) => {
+      answers.set(n, (m) => {
         clearTimeout(t);
-        this.#acks.delete(n);
+        answers.delete(n);
         resolve(m);
       });
     });
-    send({ ...msg, n });
+    send(n);
     return answered;
   }
 
@@ -330,11 +332,11 @@ export class Tunnel {
     }
   }
 
-  #onRelayedControl(fromPin: string, msg: ControlMessage): void {
+  #onRelayedControl(fromPin: string, msg: PeerMessage): void {
     const peer = this.#plan.peers.find((p) => p.pin === fromPin && p.mode === 'punch');
     if (!peer) return; // not (or no longer) a peer we may reach: the relay should not have sent it
-    if (msg.t === 'punch-ack' && typeof msg.n === 'string') this.#acks.get(msg.n)?.(msg);
-    else if (msg.t === 'punch' && !peer.initiator) void this.#answerPunch(peer, msg);
+    if (msg.t === 'punch-ack') this.#punchAnswers.get(msg.n)?.(msg);
+    else if (!peer.initiator) void this.#answerPunch(peer, msg);
   }
 
   /**
@@ -356,7 +358,7 @@ export class Tunnel {
               resolve(m);
             });
           });
-          if (msg.t !== 'observed' || typeof msg.host !== 'string' || typeof msg.port !== 'number') throw new Error(`the relay answered ${msg.t}, not observed`);
+          if (msg.t !== 'observed') throw new Error(`the relay answered ${msg.t}, not observed`);
           return { localPort, host: msg.host, port: msg.port };
         } finally {
           stream.close();
@@ -394,9 +396,8 @@ export class Tunnel {
       st.attempts++;
       try {
         const me = await this.#observe();
-        const ack = await this.#ask(relay, { t: 'punch', host: me.host, port: me.port }, 'the peer did not answer the punch request through the relay within 5 s',
-          (m) => relay.sendRelayedControl(peerIdOfPin(peer.pin), m));
-        if (typeof ack.host !== 'string' || typeof ack.port !== 'number') throw new Error('the peer\'s punch answer has no address');
+        const ack = await this.#ask(this.#punchAnswers, (n) => relay.sendRelayedControl(peerIdOfPin(peer.pin), { t: 'punch', n, host: me.host, port: me.port }),
+          'the peer did not answer the punch request through the relay within 5 s');
         await this.#punchTo(peer, { host: ack.host, port: ack.port }, me.localPort, 'client', signal);
       } catch (err) {
         const message = err instanceof Error ? err.message : String(err);
@@ -426,11 +427,10 @@ export class Tunnel {
   }
 
   /** The responder's side of a punch request: learn our public address, answer, and connect at the same time. */
-  async #answerPunch(peer: TunnelPeerPlan, msg: ControlMessage): Promise<void> {
+  async #answerPunch(peer: TunnelPeerPlan, msg: PunchRequest): Promise<void> {
     const st = this.#punchState(peer.name);
     st.attempts++;
     try {
-      if (typeof msg.host !== 'string' || typeof msg.port !== 'number' || typeof msg.n !== 'string') throw new Error('a punch request without an address');
       const me = await this.#observe();
       this.#relayStream?.sendRelayedControl(peerIdOfPin(peer.pin), { t: 'punch-ack', n: msg.n, host: me.host, port: me.port });
       await this.#punchTo(peer, { host: msg.host, port: msg.port }, me.localPort, 'server', this.#abort.signal);

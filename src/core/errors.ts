@@ -63,6 +63,7 @@ export const ERROR_CATALOGUE = {
   TUNNEL_UNREACHABLE: { cni: CniCode.generic, summary: 'a tunnel peer or the relay could not be reached, or its TLS handshake did not finish' },
   TUNNEL_PEER_UNTRUSTED: { cni: CniCode.generic, summary: "a tunnel peer or the relay presented a key that is not the pinned one" },
   TUNNEL_PUNCH_FAILED: { cni: CniCode.generic, summary: 'hole punching to an edge peer did not get through both NATs in time (the relay carries the pair)' },
+  TUNNEL_MESSAGE_INVALID: { cni: CniCode.generic, summary: 'a tunnel peer or the relay sent a control message that is not one of the protocol (the stream is closed)' },
   LAB_SPEC_INVALID: { cni: CniCode.generic, summary: 'the lab spec (flags or --spec file) names an impossible topology' },
   LAB_PREREQUISITE_MISSING: { cni: CniCode.generic, summary: 'the lab cannot run here: not root, or a tool or kernel feature it needs is missing' },
   LAB_STEP_FAILED: { cni: CniCode.generic, summary: 'a step of building the lab failed or did not finish in time' },

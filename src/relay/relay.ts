@@ -25,7 +25,8 @@ import type { NodeRecord } from '../core/cluster/model.ts';
 import { applyWatchLine, ControllerClient } from '../adapters/controller-client.ts';
 import { ClusterStateFile } from '../adapters/cluster-state-file.ts';
 import { discoverPinnedCa } from '../adapters/pki.ts';
-import { type ControlMessage, listenTunnel, loadOrCreateTunnelCredentials, spkiPin, type TunnelStream } from '../adapters/tunnel-stream.ts';
+import { listenTunnel, loadOrCreateTunnelCredentials, spkiPin, type TunnelStream } from '../adapters/tunnel-stream.ts';
+import type { CircuitRequest, ControlMessage } from '../core/tunnel/messages.ts';
 import { CircuitBroker, type CircuitStats } from './circuits.ts';
 import { sleep } from '../adapters/timers.ts';
 import { Backoff } from '../core/retry.ts';
@@ -130,7 +131,7 @@ export class Relay {
         this.#offerCircuit(member, stream, msg);
         return;
       }
-      if (msg.t !== 'hello') return;
+      if (msg.t !== 'hello') return; // answers only the relay sends
       // a node's relay stream (not a short observing connection): the newest one wins
       const old = this.#sessions.get(member.pin);
       this.#sessions.set(member.pin, { member, stream });
@@ -176,14 +177,14 @@ export class Relay {
   }
 
   /**
-   * A node asks for a circuit to a peer (`{ t: 'circuit', to: <pin>, n: <nonce> }`): when the pair may be connected
+   * A node asks for a circuit to a peer (`circuit`): when the pair may be connected
    * and the peer is here, each gets a token (the asker `circuit-ready` with its nonce, the peer `circuit-join` naming
    * the asker); otherwise the asker gets `circuit-refused`.
    */
-  #offerCircuit(from: RelayMember, stream: TunnelStream, msg: ControlMessage): void {
-    const to = typeof msg.to === 'string' ? this.#peerOf(from, msg.to) : undefined;
+  #offerCircuit(from: RelayMember, stream: TunnelStream, msg: CircuitRequest): void {
+    const to = this.#peerOf(from, msg.to);
     if (!to) {
-      stream.sendControl({ t: 'circuit-refused', n: msg.n, reason: `${String(msg.to)} is not on the relay or may not be connected with ${from.name}` });
+      stream.sendControl({ t: 'circuit-refused', n: msg.n, reason: `${msg.to} is not on the relay or may not be connected with ${from.name}` });
       return;
     }
     const [mine, theirs] = this.#circuits.offer(`${from.name} -> ${to.member.name}`);
