@@ -5,7 +5,10 @@ import type { Server } from 'node:tls';
 import { FRAME_HEADER } from '../core/tunnel/frame.ts';
 import { AtollError } from '../core/errors.ts';
 import type { ControlMessage } from '../core/tunnel/messages.ts';
-import { dialTunnel, listenTunnel, punchTunnel, selfSignedTunnelCert, spkiPin, type TunnelCredentials, type TunnelStream } from './tunnel-stream.ts';
+import { selfSignedTunnelCert, spkiPin } from './pki.ts';
+import type { TunnelCredentials } from './tunnel-credentials.ts';
+import { dialTunnel, listenTunnel, punchTunnel } from './tunnel-dial.ts';
+import type { TunnelStream } from './tunnel-stream.ts';
 import { freePort } from '../../test/support/ports.ts';
 
 function credentials(name: string): TunnelCredentials & { pin: string } {

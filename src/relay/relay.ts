@@ -24,8 +24,10 @@ import { relayAllows, type RelayMember, relayMembers } from '../core/tunnel/plan
 import type { NodeRecord } from '../core/cluster/model.ts';
 import { applyWatchLine, ControllerClient } from '../adapters/controller-client.ts';
 import { ClusterStateFile } from '../adapters/cluster-state-file.ts';
-import { discoverPinnedCa } from '../adapters/pki.ts';
-import { listenTunnel, loadOrCreateTunnelCredentials, spkiPin, type TunnelStream } from '../adapters/tunnel-stream.ts';
+import { discoverPinnedCa, spkiPin } from '../adapters/pki.ts';
+import { loadOrCreateTunnelCredentials } from '../adapters/tunnel-credentials.ts';
+import { listenTunnel } from '../adapters/tunnel-dial.ts';
+import type { TunnelStream } from '../adapters/tunnel-stream.ts';
 import type { CircuitRequest, ControlMessage } from '../core/tunnel/messages.ts';
 import { CircuitBroker, type CircuitStats } from './circuits.ts';
 import { sleep } from '../adapters/timers.ts';
