@@ -2,7 +2,9 @@
  * The one wrapper around iproute2's `ip`. Writes go through `ip -batch -` (one process for many changes), reads
  * through `ip -json`. Nothing else in Atoll calls `ip`. It serves reads and the paths off the hot one (the bridge,
  * reconcile, CHECK); a pod's ADD and DEL talk rtnetlink directly (netlink.ts), since each `ip` forks the agent.
+ * {@link ipSync} serves the one synchronous caller, opening a TUN device (tun.ts).
  */
+import { spawnSync } from 'node:child_process';
 import { atollError } from '../core/errors.ts';
 import { type Exec, exec as realExec } from './exec.ts';
 
@@ -102,5 +104,20 @@ export class IpRoute2 {
     if (res.code !== 0 && !NO_DEVICE.test(res.stderr)) {
       throw atollError('KERNEL_OP_FAILED', `deleting link ${name} failed: ${res.stderr.trim()}`);
     }
+  }
+}
+
+/**
+ * Runs one `ip` command and waits for it, blocking: for opening a TUN device (tun.ts), which is synchronous so the
+ * device comes up with its settings or not at all. `opts.netns`: the path of a named namespace (/var/run/netns/NAME),
+ * passed as `ip -n NAME`. `what` names the object in the error.
+ * @throws AtollError KERNEL_OP_FAILED with the command and the kernel's message.
+ */
+export function ipSync(args: readonly string[], what: string, opts: Pick<IpOptions, 'netns'> = {}): void {
+  const full = opts.netns ? ['-n', opts.netns.split('/').pop() as string, ...args] : [...args];
+  const r = spawnSync('ip', full, { encoding: 'utf8', timeout: 10_000 });
+  if (r.status !== 0) {
+    throw atollError('KERNEL_OP_FAILED', `${what}: \`ip ${full.join(' ')}\` failed: ${(r.stderr || String(r.error ?? '')).trim()}`,
+      'check that iproute2 is installed and the device exists');
   }
 }
