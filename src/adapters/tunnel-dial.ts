@@ -186,7 +186,7 @@ export interface JoinCircuitOptions {
  * token, then TLS 1.3 end to end with the peer, its key pinned; the relay sees only ciphertext. The TLS client end
  * sends its token as the server name of its ClientHello, so Node opens the connection and its reads go through a
  * ReadTap; the server end sends a token line first, over a socket we open (its reads use Node's own buffers: that
- * end of a circuit is the one that sends, see src/agent/tunnel.ts). Rejects as {@link dialTunnel} does.
+ * end of a circuit is the one that sends, see src/agent/tunnel-circuits.ts). Rejects as {@link dialTunnel} does.
  */
 export function joinCircuit(opts: JoinCircuitOptions): Promise<TunnelStream> {
   const what = `circuit through ${opts.host}:${opts.port} to ${opts.peerPin.slice(0, 19)}...`;
