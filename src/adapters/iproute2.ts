@@ -1,11 +1,12 @@
 /**
- * The wrapper around iproute2's `ip` for everything off the pod hot path: in the agent the bridge, the overlay's VXLAN
- * device, neighbours and routes, the tunnel's routes, start-up checks, reconcile and CHECK; in the lab its namespaces,
- * links and route lookups. Writes go through `ip -batch -` (one process for many changes), reads through `ip -json`.
- * A pod's ADD and DEL talk rtnetlink directly (netlink.ts), since each `ip` forks the agent. The other callers of
- * `ip`: the TUN adapter sets up its own device (tun.ts), the demo adds its namespace, and the lab starts processes
- * under `ip netns exec`.
+ * The one wrapper around iproute2's `ip`. Writes go through `ip -batch -` (one process for many changes), reads
+ * through `ip -json`. In the agent it serves the bridge, the overlay's VXLAN device, neighbours and routes, the
+ * tunnel's routes, start-up checks, reconcile and CHECK; in the lab and the demo their namespaces, links and route
+ * lookups. A pod's ADD and DEL talk rtnetlink directly (netlink.ts), since each `ip` forks the agent.
+ * {@link ipSync} serves the one synchronous caller, opening a TUN device (tun.ts). Besides this file, only the
+ * process launchers name `ip`, to start processes under `ip netns exec`.
  */
+import { spawnSync } from 'node:child_process';
 import { atollError } from '../core/errors.ts';
 import { type Exec, exec as realExec } from './exec.ts';
 
@@ -98,5 +99,20 @@ export class IpRoute2 {
 
   async routes(opts: IpOptions = {}): Promise<IpRoute[]> {
     return this.json<IpRoute>(['route', 'show', 'table', 'all'], opts);
+  }
+}
+
+/**
+ * Runs one `ip` command and waits for it, blocking: for opening a TUN device (tun.ts), which is synchronous so the
+ * device comes up with its settings or not at all. `opts.netns`: the path of a named namespace (/var/run/netns/NAME),
+ * passed as `ip -n NAME`. `what` names the object in the error.
+ * @throws AtollError KERNEL_OP_FAILED with the command and the kernel's message.
+ */
+export function ipSync(args: readonly string[], what: string, opts: Pick<IpOptions, 'netns'> = {}): void {
+  const full = opts.netns ? ['-n', opts.netns.split('/').pop() as string, ...args] : [...args];
+  const r = spawnSync('ip', full, { encoding: 'utf8', timeout: 10_000 });
+  if (r.status !== 0) {
+    throw atollError('KERNEL_OP_FAILED', `${what}: \`ip ${full.join(' ')}\` failed: ${(r.stderr || String(r.error ?? '')).trim()}`,
+      'check that iproute2 is installed and the device exists');
   }
 }

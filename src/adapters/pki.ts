@@ -1,5 +1,7 @@
 /**
- * The controller's TLS: its own CA, a server certificate that CA signs, and the agents' side of trusting it.
+ * The controller's TLS: its own CA, a server certificate that CA signs, and the agents' side of trusting it. Also the
+ * one place that runs `openssl` and computes key pins: the tunnel's self-signed certificates and SPKI pins
+ * (src/adapters/tunnel-credentials.ts) come from here too.
  *
  * Why a private CA pinned by hash (as kubeadm's `--discovery-token-ca-cert-hash`): an agent joining over the
  * internet has no trust store that knows the controller, and copying a CA file to every edge node is the step
@@ -18,8 +20,10 @@
  * One controller process owns a directory at a time.
  */
 import { createHash, createPrivateKey, createPublicKey, randomBytes, X509Certificate, type KeyObject } from 'node:crypto';
-import { mkdirSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { isIP } from 'node:net';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { connect } from 'node:tls';
 import { atollError } from '../core/errors.ts';
@@ -162,6 +166,37 @@ export async function discoverPinnedCa(url: string, caHash: string, timeoutMs = 
       `${target.host} (it names ${leaf.subjectAltName ?? 'nothing'})`, `dial one of the names it lists, or add ${target.host} to the controller's listen hosts and restart it`);
   }
   return ca.toString();
+}
+
+/** `sha256:<hex>` of the SubjectPublicKeyInfo DER of a PEM public key, private key or certificate: a tunnel key pin. */
+export function spkiPin(pem: string): string {
+  return `sha256:${spkiSha256(pem.includes('CERTIFICATE') ? new X509Certificate(pem).publicKey : createPublicKey(pem))}`;
+}
+
+/**
+ * Issues a self-signed certificate for `keyPem` (Ed25519, P-256 or RSA) with the `openssl` CLI (Node cannot issue
+ * certificates). The certificate only carries the key to a peer that pins it (the tunnel): its fields and dates are
+ * not checked. Synchronous, unlike the controller's PKI: a node's tunnel credentials are loaded once at start, and
+ * tests issue certificates in synchronous set-up.
+ * @throws AtollError PKI_FAILED when openssl is missing or refuses the key.
+ */
+export function selfSignedTunnelCert(keyPem: string, commonName: string): string {
+  // The key goes through a private temporary file: openssl cannot read a key from a pipe on stdin.
+  const dir = mkdtempSync(join(tmpdir(), 'atoll-tunnel-cert-'));
+  let r;
+  try {
+    const keyFile = join(dir, 'key.pem');
+    writeFileSync(keyFile, keyPem, { mode: 0o600 });
+    r = spawnSync('openssl', ['req', '-x509', '-new', '-key', keyFile, '-subj', `/CN=${commonName.replace(/[^A-Za-z0-9.-]/g, '-')}`, '-days', '36500'],
+      { encoding: 'utf8', timeout: 10_000 });
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+  if (r.status !== 0 || !r.stdout.includes('BEGIN CERTIFICATE')) {
+    throw atollError('PKI_FAILED', `could not issue the tunnel certificate for ${commonName}: ${(r.stderr || String(r.error ?? '')).trim()}`,
+      'install openssl and check that the tunnel key file holds a private key');
+  }
+  return r.stdout;
 }
 
 function checkHosts(hosts: readonly string[]): string[] {

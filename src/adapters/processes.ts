@@ -6,7 +6,8 @@
  */
 import { readdirSync, readFileSync, readlinkSync, statSync } from 'node:fs';
 import { join } from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
+import { pollUntil } from '../core/retry.ts';
+import { sleep, wallClock } from './timers.ts';
 
 /** Where `ip netns add` keeps named network namespaces. */
 export const NETNS_DIR = '/var/run/netns';
@@ -47,11 +48,7 @@ export async function stopPid(pid: number, opts: { tag?: string; graceMs?: numbe
     }
   };
   signal('SIGTERM');
-  const until = async (ms: number) => {
-    const deadline = Date.now() + ms;
-    while (isAlive(pid) && Date.now() < deadline) await sleep(25);
-    return !isAlive(pid);
-  };
+  const until = (ms: number) => pollUntil(() => !isAlive(pid), { intervalMs: 25, timeoutMs: ms }, { clock: wallClock, sleep });
   if (await until(opts.graceMs ?? 3000)) return 'stopped';
   signal('SIGKILL');
   return (await until(2000)) ? 'killed' : 'survived';

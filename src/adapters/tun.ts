@@ -18,11 +18,11 @@
  * - The device lives in the network namespace the fd was opened in: pass `netns` to open it there (the main thread
  *   switches for the open and the ioctls only; see netns.ts).
  */
-import { spawnSync } from 'node:child_process';
 import { Socket } from 'node:net';
 import { getSystemErrorMessage, getSystemErrorName } from 'node:util';
 import koffi from 'koffi';
 import { atollError } from '../core/errors.ts';
+import { ipSync } from './iproute2.ts';
 import { inNetns } from './netns.ts';
 import { SlabPool } from './slab-pool.ts';
 
@@ -236,15 +236,6 @@ export class TunDevice {
   }
 }
 
-function ip(args: string[], netns: string | undefined, name: string): void {
-  const full = netns ? ['-n', netns.split('/').pop() as string, ...args] : args;
-  const r = spawnSync('ip', full, { encoding: 'utf8', timeout: 10_000 });
-  if (r.status !== 0) {
-    throw atollError('KERNEL_OP_FAILED', `TUN device ${name}: \`ip ${full.join(' ')}\` failed: ${(r.stderr || String(r.error ?? '')).trim()}`,
-      'check that iproute2 is installed and the device exists');
-  }
-}
-
 /**
  * Creates (or attaches to) the TUN device `name` with the virtio-net header and TCP/checksum offloads, sets its
  * gso_max_size and brings it up. The device disappears when the returned handle is closed or the process exits.
@@ -278,7 +269,7 @@ export function openTun(opts: OpenTunOptions): TunDevice {
   try {
     const set = ['link', 'set', 'dev', name, 'gso_max_size', String(TUN_GSO_MAX_SIZE)];
     if (opts.mtu !== undefined) set.push('mtu', String(opts.mtu));
-    ip([...set, 'up'], opts.netns, name);
+    ipSync([...set, 'up'], `TUN device ${name}`, { netns: opts.netns });
   } catch (err) {
     lib.close(fd);
     throw err;

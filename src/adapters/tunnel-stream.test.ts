@@ -3,7 +3,12 @@ import assert from 'node:assert/strict';
 import { generateKeyPairSync } from 'node:crypto';
 import type { Server } from 'node:tls';
 import { FRAME_HEADER } from '../core/tunnel/frame.ts';
-import { dialTunnel, listenTunnel, punchTunnel, selfSignedTunnelCert, spkiPin, type TunnelCredentials, type TunnelStream } from './tunnel-stream.ts';
+import { AtollError } from '../core/errors.ts';
+import type { ControlMessage } from '../core/tunnel/messages.ts';
+import { selfSignedTunnelCert, spkiPin } from './pki.ts';
+import type { TunnelCredentials } from './tunnel-credentials.ts';
+import { dialTunnel, listenTunnel, punchTunnel } from './tunnel-dial.ts';
+import type { TunnelStream } from './tunnel-stream.ts';
 import { freePort } from '../../test/support/ports.ts';
 import { until } from '../../test/support/wait.ts';
 
@@ -62,6 +67,23 @@ describe('pinned TLS tunnel stream', () => {
     await until('the listener to report the refusal', () => refusals.length > before, 10_000, 5);
     assert.equal(refusals.length, before + 1);
     assert.match(refusals.at(-1)!, new RegExp(intruder.pin));
+  });
+
+  test('a control message that does not decode closes the stream with TUNNEL_MESSAGE_INVALID; valid ones arrive typed', async () => {
+    const client = await dialTunnel({ host: '127.0.0.1', port, credentials: a, peerPin: b.pin });
+    await new Promise((r) => setTimeout(r, 50));
+    const server = accepted.at(-1) ?? assert.fail('the server accepted no stream');
+    const got: ControlMessage[] = [];
+    server.on('control', (m: ControlMessage) => got.push(m));
+    const closed = new Promise<Error | undefined>((r) => server.once('close', r));
+    client.sendControl({ t: 'hello' });
+    client.sendControl({ t: 'circuit', to: 'node-b' } as unknown as ControlMessage);
+    const err = await closed;
+    assert.deepEqual(got, [{ t: 'hello' }]);
+    assert.ok(err instanceof AtollError);
+    assert.equal(err.code, 'TUNNEL_MESSAGE_INVALID');
+    assert.match(err.message, /"circuit" message has to "node-b", not a key pin .*, no n/);
+    client.close();
   });
 
   test('the dialler refuses a listener whose key is not the pinned one', async () => {

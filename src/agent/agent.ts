@@ -29,7 +29,8 @@ import { PodNetwork } from './pod-network.ts';
 import type { Server } from 'node:http';
 import { Tunnel } from './tunnel.ts';
 import { startStatusServer, statusSocketOf } from '../adapters/status-socket.ts';
-import { loadOrCreateTunnelCredentials, spkiPin, type TunnelCredentials } from '../adapters/tunnel-stream.ts';
+import { spkiPin } from '../adapters/pki.ts';
+import { loadOrCreateTunnelCredentials, type TunnelCredentials } from '../adapters/tunnel-credentials.ts';
 import { ROLE_ANNOTATION, TUNNEL_PORT_ANNOTATION } from '../core/tunnel/plan.ts';
 
 export interface AgentComponents {

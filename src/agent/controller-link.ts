@@ -14,6 +14,8 @@ import { applyWatchLine, ControllerClient, type WatchLine } from '../adapters/co
 import { writeFileDurably } from '../adapters/durable-file.ts';
 import type { NodeIdentity } from '../adapters/node-identity.ts';
 import { discoverPinnedCa } from '../adapters/pki.ts';
+import { sleep } from '../adapters/timers.ts';
+import { Backoff } from '../core/retry.ts';
 
 export interface ControllerLinkComponents {
   readonly log: Logger;
@@ -79,25 +81,20 @@ export class ControllerLink {
   }
 
   async #run(): Promise<void> {
-    const min = this.#init.retryMinMs ?? 500;
-    const max = this.#init.retryMaxMs ?? 30_000;
-    let backoff = min;
+    const backoff = new Backoff({ minMs: this.#init.retryMinMs ?? 500, maxMs: this.#init.retryMaxMs ?? 30_000 }, sleep);
     while (!this.#abort.signal.aborted) {
       try {
-        await this.#session(() => {
-          backoff = min;
-        });
+        await this.#session(() => backoff.reset());
       } catch (e) {
         const err = asAtollError(e);
         if (this.#abort.signal.aborted) break;
         if (this.#status !== 'offline' || this.#lastError !== err.message) {
-          this.#c.log.warn('controller unreachable; working from local state', { err: err.message, code: err.code, retryInMs: backoff });
+          this.#c.log.warn('controller unreachable; working from local state', { err: err.message, code: err.code, retryInMs: backoff.delayMs });
         }
         this.#status = 'offline';
         this.#lastError = err.message;
       }
-      await sleep(backoff, this.#abort.signal);
-      backoff = Math.min(max, backoff * 2);
+      await backoff.wait(this.#abort.signal);
     }
   }
 
@@ -175,17 +172,4 @@ export class ControllerLink {
     }
     throw lastErr;
   }
-}
-
-function sleep(ms: number, signal: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    if (signal.aborted) return resolve();
-    const t = setTimeout(done, ms);
-    function done() {
-      clearTimeout(t);
-      signal.removeEventListener('abort', done);
-      resolve();
-    }
-    signal.addEventListener('abort', done, { once: true });
-  });
 }

@@ -9,8 +9,8 @@ import { randomBytes } from 'node:crypto';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { ensureControllerPki } from '../adapters/pki.ts';
-import { loadOrCreateTunnelCredentials, spkiPin } from '../adapters/tunnel-stream.ts';
+import { ensureControllerPki, spkiPin } from '../adapters/pki.ts';
+import { loadOrCreateTunnelCredentials } from '../adapters/tunnel-credentials.ts';
 
 const USAGE = `usage: atoll kubernetes secret [--namespace NAME]
 

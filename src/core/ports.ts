@@ -12,3 +12,9 @@ export interface Logger {
 
 /** Milliseconds since the epoch; injected so leases and reservations can be tested with a manual clock. */
 export type Clock = () => number;
+
+/**
+ * Waits `ms` milliseconds; injected so backoff and polling can be tested with a manual clock. Resolves early, and
+ * never rejects, when `signal` aborts (at once if it already has).
+ */
+export type Sleep = (ms: number, signal?: AbortSignal) => Promise<void>;

@@ -15,7 +15,11 @@ import type { NodeRecord } from '../core/cluster/model.ts';
 import { FRAME_HEADER, pinOfPeerId, peerIdOfPin } from '../core/tunnel/frame.ts';
 import { ClusterStateFile } from '../adapters/cluster-state-file.ts';
 import { jsonLogger } from '../adapters/json-logger.ts';
-import { type ControlMessage, dialTunnel, joinCircuit, selfSignedTunnelCert, spkiPin, type TunnelCredentials, type TunnelStream } from '../adapters/tunnel-stream.ts';
+import { selfSignedTunnelCert, spkiPin } from '../adapters/pki.ts';
+import type { TunnelCredentials } from '../adapters/tunnel-credentials.ts';
+import { dialTunnel, joinCircuit } from '../adapters/tunnel-dial.ts';
+import type { TunnelStream } from '../adapters/tunnel-stream.ts';
+import type { ControlMessage, PeerMessage } from '../core/tunnel/messages.ts';
 import { freePort } from '../../test/support/ports.ts';
 import { until } from '../../test/support/wait.ts';
 import { Relay } from './relay.ts';
@@ -32,11 +36,11 @@ const node = (name: string, pin: string, community: string, role = 'edge'): Node
 });
 
 /** The next control message on `s` of type `t`. */
-const nextControl = (s: TunnelStream, t: string) => new Promise<ControlMessage>((resolve) => {
+const nextControl = <T extends ControlMessage['t']>(s: TunnelStream, t: T) => new Promise<Extract<ControlMessage, { t: T }>>((resolve) => {
   const on = (m: ControlMessage) => {
     if (m.t !== t) return;
     s.off('control', on);
-    resolve(m);
+    resolve(m as Extract<ControlMessage, { t: T }>);
   };
   s.on('control', on);
 });
@@ -84,10 +88,11 @@ describe('relay', () => {
     assert.equal(relay.stats.connected, 3);
     const gotB: string[] = [];
     const gotC: string[] = [];
-    sb.s.on('relayed-control', (id: Uint8Array, m: ControlMessage) => gotB.push(`${pinOfPeerId(id) === a.pin ? 'a' : '?'} ${m.t}`));
-    sc.s.on('relayed-control', (id: Uint8Array, m: ControlMessage) => gotC.push(m.t));
-    assert.ok(sa.s.sendRelayedControl(peerIdOfPin(b.pin), { t: 'punch' }));
-    assert.ok(sa.s.sendRelayedControl(peerIdOfPin(c.pin), { t: 'punch' }), 'sent, but the relay must not carry it: c is in another community');
+    sb.s.on('relayed-control', (id: Uint8Array, m: PeerMessage) => gotB.push(`${pinOfPeerId(id) === a.pin ? 'a' : '?'} ${m.t}`));
+    sc.s.on('relayed-control', (id: Uint8Array, m: PeerMessage) => gotC.push(m.t));
+    const punch = { t: 'punch', n: 'p1', host: '127.0.0.1', port: 20_000 } as const;
+    assert.ok(sa.s.sendRelayedControl(peerIdOfPin(b.pin), punch));
+    assert.ok(sa.s.sendRelayedControl(peerIdOfPin(c.pin), punch), 'sent, but the relay must not carry it: c is in another community');
     // a's two messages are handled in order: once both are counted, b's was forwarded and c's was not
     await until('the relay to handle both messages', () => relay.stats.forwardedControl + relay.stats.droppedNotAllowed >= 2 && gotB.length > 0, 10_000, 5);
     assert.deepEqual(gotB, ['a punch']);
@@ -103,8 +108,8 @@ describe('relay', () => {
     assert.equal(mine.n, 'n1');
     assert.equal(theirs.from, a.pin);
     const [ca, cb] = await Promise.all([
-      joinCircuit({ host: '127.0.0.1', port: circuitPort, token: String(mine.token), credentials: a, peerPin: b.pin, tlsRole: 'client' }),
-      joinCircuit({ host: '127.0.0.1', port: circuitPort, token: String(theirs.token), credentials: b, peerPin: a.pin, tlsRole: 'server' }),
+      joinCircuit({ host: '127.0.0.1', port: circuitPort, token: mine.token, credentials: a, peerPin: b.pin, tlsRole: 'client' }),
+      joinCircuit({ host: '127.0.0.1', port: circuitPort, token: theirs.token, credentials: b, peerPin: a.pin, tlsRole: 'server' }),
     ]);
     streams.push(ca, cb);
     const got = new Promise<Uint8Array>((resolve) => cb.once('frame', (p: Uint8Array) => resolve(Uint8Array.from(p))));

@@ -24,9 +24,14 @@ import { relayAllows, type RelayMember, relayMembers } from '../core/tunnel/plan
 import type { NodeRecord } from '../core/cluster/model.ts';
 import { applyWatchLine, ControllerClient } from '../adapters/controller-client.ts';
 import { ClusterStateFile } from '../adapters/cluster-state-file.ts';
-import { discoverPinnedCa } from '../adapters/pki.ts';
-import { type ControlMessage, listenTunnel, loadOrCreateTunnelCredentials, spkiPin, type TunnelStream } from '../adapters/tunnel-stream.ts';
+import { discoverPinnedCa, spkiPin } from '../adapters/pki.ts';
+import { loadOrCreateTunnelCredentials } from '../adapters/tunnel-credentials.ts';
+import { listenTunnel } from '../adapters/tunnel-dial.ts';
+import type { TunnelStream } from '../adapters/tunnel-stream.ts';
+import type { CircuitRequest, ControlMessage } from '../core/tunnel/messages.ts';
 import { CircuitBroker, type CircuitStats } from './circuits.ts';
+import { sleep } from '../adapters/timers.ts';
+import { Backoff } from '../core/retry.ts';
 import type { RelayConfig } from '../config/relay-config.ts';
 
 export interface RelayStats {
@@ -128,7 +133,7 @@ export class Relay {
         this.#offerCircuit(member, stream, msg);
         return;
       }
-      if (msg.t !== 'hello') return;
+      if (msg.t !== 'hello') return; // answers only the relay sends
       // a node's relay stream (not a short observing connection): the newest one wins
       const old = this.#sessions.get(member.pin);
       this.#sessions.set(member.pin, { member, stream });
@@ -174,14 +179,14 @@ export class Relay {
   }
 
   /**
-   * A node asks for a circuit to a peer (`{ t: 'circuit', to: <pin>, n: <nonce> }`): when the pair may be connected
+   * A node asks for a circuit to a peer (`circuit`): when the pair may be connected
    * and the peer is here, each gets a token (the asker `circuit-ready` with its nonce, the peer `circuit-join` naming
    * the asker); otherwise the asker gets `circuit-refused`.
    */
-  #offerCircuit(from: RelayMember, stream: TunnelStream, msg: ControlMessage): void {
-    const to = typeof msg.to === 'string' ? this.#peerOf(from, msg.to) : undefined;
+  #offerCircuit(from: RelayMember, stream: TunnelStream, msg: CircuitRequest): void {
+    const to = this.#peerOf(from, msg.to);
     if (!to) {
-      stream.sendControl({ t: 'circuit-refused', n: msg.n, reason: `${String(msg.to)} is not on the relay or may not be connected with ${from.name}` });
+      stream.sendControl({ t: 'circuit-refused', n: msg.n, reason: `${msg.to} is not on the relay or may not be connected with ${from.name}` });
       return;
     }
     const [mine, theirs] = this.#circuits.offer(`${from.name} -> ${to.member.name}`);
@@ -193,24 +198,23 @@ export class Relay {
   /** Follows the controller's node list (with backoff while it is unreachable), keeping the registry file current. */
   async #follow(): Promise<void> {
     const signal = this.#abort.signal;
-    let backoff = 500;
+    const backoff = new Backoff({ minMs: 500, maxMs: 30_000 }, sleep);
     while (!signal.aborted) {
       try {
         const caPem = await this.#ca();
         const client = new ControllerClient({ urls: this.#cfg.controller.urls, caPem, nodeName: 'relay', bearerToken: this.#cfg.controller.token });
         await client.watch(this.#registry.load().revision, (line) => {
           if (line.type === 'ping') return;
-          backoff = 500;
+          backoff.reset();
           this.#nodes = applyWatchLine(this.#nodes, line);
           this.#registry.save({ blocks: [], revision: line.revision, peers: this.#nodes });
           this.#setMembers();
         }, signal);
       } catch (err) {
         if (signal.aborted) return;
-        this.#log.warn('controller watch failed; the relay keeps its saved registry and retries', { err: err instanceof Error ? err.message : String(err), retryInMs: backoff });
+        this.#log.warn('controller watch failed; the relay keeps its saved registry and retries', { err: err instanceof Error ? err.message : String(err), retryInMs: backoff.delayMs });
       }
-      await new Promise((r) => setTimeout(r, backoff));
-      backoff = Math.min(30_000, backoff * 2);
+      await backoff.wait(signal);
     }
   }
 

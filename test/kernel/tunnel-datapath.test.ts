@@ -13,7 +13,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { addNetns, delNetns, dumpNetns, leftoverNetns, rootSkipReason, sh } from '../support/netns.ts';
 import { PROJECT_NODE } from '../../src/lab/agent-process.ts';
-import { dialTunnel, selfSignedTunnelCert, spkiPin } from '../../src/adapters/tunnel-stream.ts';
+import { selfSignedTunnelCert, spkiPin } from '../../src/adapters/pki.ts';
+import { dialTunnel } from '../../src/adapters/tunnel-dial.ts';
 import type { TunnelNodeSpec } from '../support/tunnel-node.ts';
 
 const TUN = 'atltun0';
@@ -197,7 +198,7 @@ describe('cross-site tunnel data path', { skip: rootSkipReason(), timeout: 180_0
     const refused0 = statsOf(b)!.refused;
     // Dial from the host namespace into node b through a helper in node a's namespace is not needed: the dial runs
     // in a child inside node a's namespace so traffic stays between our namespaces.
-    const code = `import('${join(import.meta.dirname, '..', '..', 'src', 'adapters', 'tunnel-stream.ts')}').then(async (m) => {
+    const code = `import('${join(import.meta.dirname, '..', '..', 'src', 'adapters', 'tunnel-dial.ts')}').then(async (m) => {
       const creds = ${JSON.stringify(credentials)};
       try { const s = await m.dialTunnel({ host: '${b.underlay}', port: ${PORT}, credentials: creds, peerPin: '${b.pin}', timeoutMs: 3000 });
         s.on('close', () => { console.log('closed'); process.exit(0); }); setTimeout(() => { console.log('open'); process.exit(1); }, 3000);

@@ -6,7 +6,8 @@
 import { readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { parseCidr } from '../../src/core/net/ipv4.ts';
 import { openTun } from '../../src/adapters/tun.ts';
-import { dialTunnel, listenTunnel, type TunnelStream } from '../../src/adapters/tunnel-stream.ts';
+import { dialTunnel, listenTunnel } from '../../src/adapters/tunnel-dial.ts';
+import type { TunnelStream } from '../../src/adapters/tunnel-stream.ts';
 import { TunnelEndpoint } from '../../src/adapters/tunnel-endpoint.ts';
 
 export interface TunnelNodeSpec {

@@ -24,7 +24,8 @@ import { closeSync, existsSync, openSync } from 'node:fs';
 import { mkdir, readFile, readdir, readlink, rmdir, writeFile } from 'node:fs/promises';
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
+import { pollUntil } from '../../core/retry.ts';
+import { sleep, wallClock } from '../timers.ts';
 import { connectCri, type CriClient } from './cri-client.ts';
 import { buildPauseImage, PAUSE_IMAGE_REF } from './pause-image.ts';
 
@@ -235,11 +236,7 @@ function checkPreconditions(init: ContainerdInit, p: Paths): string {
 
 /** Waits until `check` returns true, polling every `intervalMs`; rejects with `what` after `timeoutMs`. */
 async function waitFor(check: () => Promise<boolean>, timeoutMs: number, what: string, intervalMs = 50): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-    await sleep(intervalMs);
-  }
+  if (!(await pollUntil(check, { intervalMs, timeoutMs }, { clock: wallClock, sleep }))) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
 }
 
 /** Resolves once `child` has exited (immediately if it already has), or after `timeoutMs` with false. */

@@ -1,0 +1,264 @@
+/**
+ * Opening tunnel streams (src/adapters/tunnel-stream.ts): dialling a peer's or the relay's listener, hole punching by
+ * TCP simultaneous open, joining a circuit through the relay, and listening for peers. Each checks the far end's key
+ * against its pin before anything is sent, and hands over a {@link TunnelStream} or rejects with an AtollError naming
+ * the address.
+ */
+import { type AddressInfo, connect as netConnect, type Socket } from 'node:net';
+import { createSecureContext, createServer, type Server, TLSSocket, type TLSSocketOptions } from 'node:tls';
+import { atollError } from '../core/errors.ts';
+import { circuitServerName } from '../core/tunnel/circuit.ts';
+import { pollUntil } from '../core/retry.ts';
+import { spkiPin } from './pki.ts';
+import { monotonicClock, sleep } from './timers.ts';
+import type { TunnelCredentials } from './tunnel-credentials.ts';
+import { ReadTap, TunnelStream, type TunnelStreamOptions } from './tunnel-stream.ts';
+
+const TLS_BASE = {
+  minVersion: 'TLSv1.3',
+  maxVersion: 'TLSv1.3',
+  // AES-GCM first: AES-NI makes it the fastest suite on servers and most edge CPUs.
+  ciphers: 'TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256',
+} as const;
+
+const unreachable = (message: string, cause?: unknown) =>
+  atollError('TUNNEL_UNREACHABLE', message, 'the agent retries with backoff; check that the far end runs and its port is reachable', cause);
+const untrusted = (message: string) =>
+  atollError('TUNNEL_PEER_UNTRUSTED', message, "check the far end's key: a node's tunnelKey in the registry, or the relay's pin in tunnel.relay.pin");
+
+function peerPinOf(socket: TLSSocket): string | undefined {
+  const cert = socket.getPeerX509Certificate();
+  return cert ? spkiPin(cert.toString()) : undefined;
+}
+
+export interface DialTunnelOptions {
+  readonly host: string;
+  readonly port: number;
+  readonly credentials: TunnelCredentials;
+  /** The pin (`sha256:<hex>`) the peer's key must have; anything else is refused. */
+  readonly peerPin: string;
+  readonly timeoutMs?: number;
+  /** Bind the connection to this local port (hole punching observes and reuses it). */
+  readonly localPort?: number;
+  readonly streamOptions?: TunnelStreamOptions;
+}
+
+/**
+ * Connects to a peer's tunnel listener and checks its key against `peerPin` before anything is sent.
+ * Rejects with an AtollError naming the address: TUNNEL_UNREACHABLE when the connection or handshake fails or times
+ * out, TUNNEL_PEER_UNTRUSTED when the key differs from the pin.
+ */
+export function dialTunnel(opts: DialTunnelOptions): Promise<TunnelStream> {
+  const tap = new ReadTap();
+  const socket = tap.connect({
+    ...TLS_BASE, host: opts.host, port: opts.port, key: opts.credentials.keyPem, cert: opts.credentials.certPem,
+    rejectUnauthorized: false, checkServerIdentity: () => undefined, ...(opts.localPort ? { localPort: opts.localPort } : {}),
+  });
+  return pinnedHandshake(socket, 'secureConnect', `tunnel to ${opts.host}:${opts.port}`, opts.peerPin, opts.timeoutMs ?? 10_000, opts.streamOptions, tap);
+}
+
+/**
+ * Waits (bounded) for the TLS handshake of `tls` to finish (`event`: 'secureConnect' for a client, 'secure' for a
+ * server) and checks the peer's key against `peerPin` before anything is sent; the stream on success.
+ * @throws AtollError TUNNEL_UNREACHABLE (failed or timed out), TUNNEL_PEER_UNTRUSTED (another key).
+ */
+function pinnedHandshake(tls: TLSSocket, event: 'secureConnect' | 'secure', what: string, peerPin: string, timeoutMs: number,
+  streamOptions: TunnelStreamOptions | undefined, tap?: ReadTap): Promise<TunnelStream> {
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => fail(unreachable(`${what}: no TLS handshake within ${timeoutMs} ms`)), timeoutMs);
+    const fail = (err: Error) => {
+      clearTimeout(timer);
+      tls.destroy();
+      reject(err);
+    };
+    tls.once('error', (err) => fail(unreachable(`${what} failed: ${err.message}`, err)));
+    tls.once(event, () => {
+      clearTimeout(timer);
+      const pin = peerPinOf(tls);
+      if (pin !== peerPin) {
+        fail(untrusted(`${what}: the peer's key ${pin ?? '(none)'} is not the pinned ${peerPin}; refused`));
+        return;
+      }
+      tls.removeAllListeners('error');
+      resolve(new TunnelStream(tls, pin, streamOptions, tap));
+    });
+  });
+}
+
+export interface PunchTunnelOptions {
+  /** The peer's address as the relay observed it (its NAT's public side). */
+  readonly host: string;
+  readonly port: number;
+  /** Our local port whose public mapping the peer was told (observed through the relay). */
+  readonly localPort: number;
+  readonly credentials: TunnelCredentials;
+  readonly peerPin: string;
+  /** Which end runs TLS as the client: the initiator; the other end is the TLS server. */
+  readonly tlsRole: 'client' | 'server';
+  /** Give up after this long. */
+  readonly deadlineMs: number;
+  readonly streamOptions?: TunnelStreamOptions;
+}
+
+/** Pause between connection attempts while punching (a refused or reset attempt is retried until the deadline). */
+const PUNCH_RETRY_MS = 150;
+
+/**
+ * TCP hole punching by simultaneous open: both ends connect to each other's observed public address from the local
+ * port that mapping belongs to, at about the same time, so each NAT has seen an outgoing SYN before the other's
+ * arrives. Attempts the far NAT refuses or resets (its mapping not there yet) are repeated until `deadlineMs`. The
+ * one TCP connection that results carries TLS 1.3 with both keys pinned, as any tunnel stream.
+ * Rejects when no connection comes up in time (a symmetric NAT: the peer's mapping for us is not the observed one).
+ */
+export async function punchTunnel(opts: PunchTunnelOptions): Promise<TunnelStream> {
+  const where = `${opts.host}:${opts.port}`;
+  const deadline = performance.now() + opts.deadlineMs;
+  let last = 'no attempt';
+  let stream: TunnelStream | undefined;
+  const attempt = () => new Promise<TunnelStream | undefined>((resolve) => {
+    const tap = new ReadTap();
+    const tls = punchSocket(opts, tap);
+    const timer = setTimeout(() => {
+      last = 'timed out';
+      tls.destroy();
+      resolve(undefined);
+    }, Math.max(1, deadline - performance.now()));
+    const failed = (err: Error) => {
+      clearTimeout(timer);
+      last = err.message;
+      tls.destroy();
+      resolve(undefined);
+    };
+    tls.once('error', failed);
+    tls.once('connect', () => {
+      clearTimeout(timer);
+      tls.off('error', failed);
+      const client = opts.tlsRole === 'client';
+      resolve(pinnedHandshake(tls, client ? 'secureConnect' : 'secure', `punched tunnel to ${where}`, opts.peerPin,
+        Math.max(1000, deadline - performance.now()), opts.streamOptions, tap));
+    });
+  });
+  // no attempt starts after the deadline
+  await pollUntil(async () => performance.now() < deadline && (stream = await attempt()) !== undefined,
+    { intervalMs: PUNCH_RETRY_MS, timeoutMs: opts.deadlineMs }, { clock: monotonicClock, sleep });
+  if (stream) return stream;
+  throw atollError('TUNNEL_PUNCH_FAILED', `hole punching to ${where} from local port ${opts.localPort} failed within ${opts.deadlineMs} ms (${last})`,
+    'nothing to do behind a symmetric NAT: the relay carries the pair; punching is retried with backoff');
+}
+
+/**
+ * One connection attempt of a punch: a TLS socket in the given role that opens the TCP connection itself (so its
+ * reads go through `tap`), from the observed local port to the peer's observed address.
+ */
+function punchSocket(opts: PunchTunnelOptions, tap: ReadTap): TLSSocket {
+  const tlsOpts = tlsOptionsOf(opts.credentials);
+  const to = { host: opts.host, port: opts.port, localPort: opts.localPort };
+  if (opts.tlsRole === 'client') return tap.connect({ ...tlsOpts, ...to, checkServerIdentity: () => undefined });
+  // a TLS server that dials: Node's TLSSocket takes `onread` when it has no socket yet, and connects like net.Socket
+  const server = new TLSSocket(undefined as unknown as Socket, {
+    isServer: true, requestCert: true, secureContext: createSecureContext(tlsOpts), rejectUnauthorized: false, onread: tap.onread,
+  } as TLSSocketOptions);
+  return server.connect(to);
+}
+
+/** TLS options of our end of a stream: our key and certificate; the peer's key is checked against its pin after. */
+function tlsOptionsOf(credentials: TunnelCredentials) {
+  return { ...TLS_BASE, key: credentials.keyPem, cert: credentials.certPem, rejectUnauthorized: false };
+}
+
+export interface JoinCircuitOptions {
+  /** The relay's circuit port (it says which in its `observed` message). */
+  readonly host: string;
+  readonly port: number;
+  /** Our end's one-time token, from the relay's offer. */
+  readonly token: string;
+  readonly credentials: TunnelCredentials;
+  /** The peer at the other end: its key is pinned end to end, the relay only joins bytes. */
+  readonly peerPin: string;
+  /** The end that asked for the circuit runs TLS as the client (and receives on it), the other as the server. */
+  readonly tlsRole: 'client' | 'server';
+  readonly timeoutMs?: number;
+  readonly streamOptions?: TunnelStreamOptions;
+}
+
+/**
+ * Our end of a circuit through the relay (src/relay/circuits.ts): a TCP connection to the relay's circuit port, the
+ * token, then TLS 1.3 end to end with the peer, its key pinned; the relay sees only ciphertext. The TLS client end
+ * sends its token as the server name of its ClientHello, so Node opens the connection and its reads go through a
+ * ReadTap; the server end sends a token line first, over a socket we open (its reads use Node's own buffers: that
+ * end of a circuit is the one that sends, see src/agent/tunnel-circuits.ts). Rejects as {@link dialTunnel} does.
+ */
+export function joinCircuit(opts: JoinCircuitOptions): Promise<TunnelStream> {
+  const what = `circuit through ${opts.host}:${opts.port} to ${opts.peerPin.slice(0, 19)}...`;
+  const timeoutMs = opts.timeoutMs ?? 10_000;
+  if (opts.tlsRole === 'client') {
+    const tap = new ReadTap();
+    const tls = tap.connect({
+      ...tlsOptionsOf(opts.credentials), host: opts.host, port: opts.port, servername: circuitServerName(opts.token),
+      checkServerIdentity: () => undefined,
+    });
+    return pinnedHandshake(tls, 'secureConnect', what, opts.peerPin, timeoutMs, opts.streamOptions, tap);
+  }
+  return new Promise((resolve, reject) => {
+    const socket = netConnect({ host: opts.host, port: opts.port });
+    const timer = setTimeout(() => {
+      socket.destroy();
+      reject(unreachable(`${what}: no connection within ${timeoutMs} ms`));
+    }, timeoutMs);
+    socket.once('error', (err) => {
+      clearTimeout(timer);
+      socket.destroy();
+      reject(unreachable(`${what} failed: ${err.message}`, err));
+    });
+    socket.once('connect', () => {
+      clearTimeout(timer);
+      socket.removeAllListeners('error');
+      socket.setNoDelay(true);
+      socket.write(`${opts.token}\n`);
+      const tls = new TLSSocket(socket, { isServer: true, requestCert: true, secureContext: createSecureContext(tlsOptionsOf(opts.credentials)), rejectUnauthorized: false });
+      resolve(pinnedHandshake(tls, 'secure', what, opts.peerPin, timeoutMs, opts.streamOptions));
+    });
+  });
+}
+
+export interface ListenTunnelOptions {
+  readonly host: string;
+  /** 0 for any free port (see the returned address). */
+  readonly port: number;
+  readonly credentials: TunnelCredentials;
+  /** Whether a peer with this pin may connect (a registered peer's tunnel key). */
+  readonly acceptPin: (pin: string) => boolean;
+  /** A pinned peer connected. */
+  readonly onStream: (stream: TunnelStream) => void;
+  /** A connection was refused (unknown key, no certificate, failed handshake). */
+  readonly onRefused?: (reason: string) => void;
+  readonly streamOptions?: TunnelStreamOptions;
+}
+
+/** Listens for peers' tunnel streams, accepting only clients whose key is pinned by `acceptPin`. */
+export async function listenTunnel(opts: ListenTunnelOptions): Promise<{ server: Server; port: number }> {
+  const server = createServer({
+    ...TLS_BASE, key: opts.credentials.keyPem, cert: opts.credentials.certPem, requestCert: true, rejectUnauthorized: false,
+    handshakeTimeout: 10_000,
+  });
+  server.on('secureConnection', (socket: TLSSocket) => {
+    const pin = peerPinOf(socket);
+    if (pin === undefined || !opts.acceptPin(pin)) {
+      opts.onRefused?.(`client ${socket.remoteAddress}:${socket.remotePort} with key ${pin ?? '(none)'} is not a registered peer`);
+      socket.destroy();
+      return;
+    }
+    opts.onStream(new TunnelStream(socket, pin, opts.streamOptions));
+  });
+  server.on('tlsClientError', (err, socket) => {
+    opts.onRefused?.(`TLS handshake from ${socket.remoteAddress} failed: ${err.message}`);
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(opts.port, opts.host, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  return { server, port: (server.address() as AddressInfo).port };
+}
