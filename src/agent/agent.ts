@@ -177,7 +177,8 @@ export class Agent {
   async #syncPeers(peers: readonly NodeRecord[]): Promise<void> {
     await this.#syncOverlay(peers);
     if (!this.#tunnel) return;
-    const site = this.#cfg.site;
+    // the controller's record of this node wins over the configuration: on Kubernetes it carries the Node's labels
+    const site = peers.find((p) => p.name === this.#cfg.nodeName)?.site ?? this.#cfg.site;
     const probed = new Set(this.#overlay?.plan?.remotePeers ?? []);
     const remote = new Set(peers.filter((p) => (site !== '' && p.site !== '' ? p.site !== site : probed.has(p.name))).map((p) => p.name));
     try {

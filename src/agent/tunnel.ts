@@ -159,7 +159,9 @@ export class Tunnel {
   async #sync(peers: readonly NodeRecord[], remote: ReadonlySet<string>): Promise<void> {
     const endpoint = this.#endpoint;
     if (!endpoint) return;
-    const { nodeName: name, role, port, community } = this.#init;
+    const { nodeName: name, role, port } = this.#init;
+    // the controller's record of this node wins over the configuration: on Kubernetes it carries the Node's labels
+    const community = peers.find((p) => p.name === name)?.community ?? this.#init.community;
     const plan = planTunnel({ name, role, port, community, relay: this.#init.relay !== undefined }, peers, remote);
     const changed = JSON.stringify(plan) !== JSON.stringify(this.#plan);
     this.#plan = plan;

@@ -7,6 +7,8 @@
  */
 import { asAtollError } from '../../core/errors.ts';
 import type { Logger } from '../../core/ports.ts';
+import { Backoff } from '../../core/retry.ts';
+import { sleep } from '../timers.ts';
 import type { KubeClient, KubeObject } from './kube-client.ts';
 
 export interface ReflectorInit {
@@ -70,7 +72,7 @@ export class Reflector<T extends KubeObject> {
 
   async #run(signal: AbortSignal): Promise<void> {
     let rv = '';
-    let backoff = 1000;
+    const backoff = new Backoff({ minMs: 1000, maxMs: 30_000 }, sleep);
     while (!signal.aborted) {
       try {
         if (rv === '') {
@@ -88,7 +90,7 @@ export class Reflector<T extends KubeObject> {
           else this.#items.set(e.object.metadata.name, e.object);
           this.#changed();
         }, { labelSelector: this.#init.labelSelector, signal });
-        backoff = 1000;
+        backoff.reset();
       } catch (err) {
         if (signal.aborted) break;
         const e = asAtollError(err);
@@ -97,12 +99,8 @@ export class Reflector<T extends KubeObject> {
           rv = '';
           continue;
         }
-        this.#log.warn(`${this.#init.what}: list/watch failed; retrying`, { code: e.code, err: e.message, retryInMs: backoff });
-        await new Promise<void>((resolve) => {
-          const t = setTimeout(resolve, backoff);
-          signal.addEventListener('abort', () => { clearTimeout(t); resolve(); }, { once: true });
-        });
-        backoff = Math.min(backoff * 2, 30_000);
+        this.#log.warn(`${this.#init.what}: list/watch failed; retrying`, { code: e.code, err: e.message, retryInMs: backoff.delayMs });
+        await backoff.wait(signal);
       }
     }
   }
