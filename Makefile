@@ -1,5 +1,5 @@
 # The two commands of the README: `make lab` (the main job) and `make test` (every test). Both set up first.
-.PHONY: setup lab demo test bench
+.PHONY: setup lab demo test bench k8s image
 
 setup:
 	sh scripts/setup.sh
@@ -13,6 +13,15 @@ demo: setup
 
 test: setup
 	sh scripts/test.sh
+
+# Kubernetes v1.34 (kube-apiserver, kubelet, ...), etcd 3.6 and helm, built from their Go modules into
+# /var/cache/atoll/k8s (minutes the first time; `make test` runs it; `make lab` does not need it)
+k8s:
+	sh scripts/k8s.sh all
+
+# The Atoll image as a docker-archive tarball (build/image/), for `ctr -n k8s.io images import`
+image: setup
+	node_modules/.bin/node scripts/image.ts
 
 bench: setup
 	sh bench/run.sh
