@@ -1,7 +1,9 @@
 /**
- * One contract for the controller store port (src/core/cluster/store.ts), run against both implementations: the
- * embedded store (files in a temporary directory) and etcd (real etcd processes on loopback). Then the cases only
- * one of them has: the embedded store's log, snapshot and lock; etcd's failover across members and leases.
+ * One contract for the controller store port (src/core/cluster/store.ts), run against every implementation: the
+ * embedded store (files in a temporary directory), etcd (real etcd processes on loopback) and Kubernetes (a real
+ * kube-apiserver and its etcd on loopback, test/support/kube.ts, with the CRDs of deploy/crds/). Then the cases only
+ * one of them has: the embedded store's log, snapshot and lock; etcd's failover across members and leases; the
+ * Kubernetes store's roll-forward after a crash mid-apply and its hand-edited objects.
  *
  * Needs no root; it starts etcd processes, hence test/integration.
  */
@@ -16,8 +18,14 @@ import { randomBytes } from 'node:crypto';
 import type { ClusterStore, LeaderElection, TxnOp, WatchEvent } from '../../src/core/cluster/store.ts';
 import { EmbeddedLeader, EmbeddedStore } from '../../src/adapters/store-embedded.ts';
 import { EtcdLeader, EtcdStore } from '../../src/adapters/store-etcd.ts';
+import { type EntryObject, type LogObject, KubeStore } from '../../src/adapters/store-kube.ts';
+import { KubeLeaseElection } from '../../src/adapters/store-kube-lease.ts';
 import { etcdSkipReason, startEtcdCluster, type EtcdCluster } from '../support/etcd.ts';
+import { type ControlPlane, startControlPlane } from '../support/kube.ts';
 import { until } from '../support/wait.ts';
+import { ClusterRegistry } from '../../src/core/cluster/registry.ts';
+import { parseCidr } from '../../src/core/net/ipv4.ts';
+import type { Cidr } from '../../src/core/net/ipv4.ts';
 
 const put = (key: string, value: string): TxnOp => ({ type: 'put', key, value });
 const del = (key: string): TxnOp => ({ type: 'delete', key });
@@ -143,7 +151,67 @@ function etcdBackend(): Backend {
   };
 }
 
-for (const backend of [embeddedBackend(), etcdBackend()]) {
+const CRD_DIR = join(import.meta.dirname, '../../deploy/crds');
+const LEASE_NAMESPACE = 'atoll-test';
+const STORELOGS = '/apis/atoll.dev/v1alpha1/storelogs';
+const STOREENTRIES = '/apis/atoll.dev/v1alpha1/storeentries';
+
+/** A control plane with the CRDs installed and the lease namespace created. */
+async function startKubeStorePlane(): Promise<ControlPlane> {
+  const cp = await startControlPlane(tmpRoot);
+  cp.kubectl(['apply', '--server-side', '-f', CRD_DIR]);
+  cp.kubectl(['wait', '--for=condition=Established', '--timeout=60s', '-f', CRD_DIR]);
+  cp.kubectl(['create', 'namespace', LEASE_NAMESPACE]);
+  return cp;
+}
+
+function kubeBackend(): Backend {
+  let cp: ControlPlane | undefined;
+  return {
+    name: 'kubernetes',
+    skip: false,
+    manyElectors: true,
+    leaseMs: ELECTOR_TTL_SECONDS * 1000,
+    async setup() {
+      cp = await startKubeStorePlane();
+    },
+    async teardown() {
+      await cp?.stop();
+    },
+    async subject() {
+      // A fresh StoreLog per subject: its entries carry its name, so subjects never see each other's keys.
+      const name = `t-${randomBytes(4).toString('hex')}`;
+      const kube = cp!.admin;
+      const stores: KubeStore[] = [];
+      const open = async () => {
+        const s = await KubeStore.open({ kube }, { name });
+        stores.push(s);
+        return s;
+      };
+      let store = await open();
+      return {
+        get store() {
+          return store;
+        },
+        writer: () => open(),
+        async reopen() {
+          await store.close();
+          store = await open();
+        },
+        async forgetHistory() {
+          const log = (await kube.get<LogObject>(`${STORELOGS}/${name}`))!;
+          await kube.replace(`${STORELOGS}/${name}`, { ...log, spec: { ...log.spec, history: [], compacted: log.spec.revision, appliedThrough: log.spec.revision } });
+        },
+        elector: (id) => new KubeLeaseElection({ kube }, { namespace: LEASE_NAMESPACE, name, id, leaseDurationSeconds: ELECTOR_TTL_SECONDS }),
+        async cleanup() {
+          await Promise.all(stores.map((s) => s.close()));
+        },
+      };
+    },
+  };
+}
+
+for (const backend of [embeddedBackend(), etcdBackend(), kubeBackend()]) {
   describe(`ClusterStore contract: ${backend.name}`, { skip: backend.skip }, () => {
     const subjects: Subject[] = [];
     const subject = async () => {
@@ -540,5 +608,74 @@ describe('EtcdStore and EtcdLeader: failover and leases', { skip: etcdSkipReason
     await until('lost to abort', () => lost.aborted, 3000);
     assert.match(String((lost.reason as Error).message), /no longer holds its lease/);
     await a.resign();
+  });
+});
+
+describe('KubeStore: a crash mid-apply, and objects edited by hand', () => {
+  let cp: ControlPlane;
+  before(async () => {
+    cp = await startKubeStorePlane();
+  });
+  after(() => cp?.stop());
+  const freshName = () => `t-${randomBytes(4).toString('hex')}`;
+
+  test('a transaction committed to the log but applied in part is seen whole, watched, and rolled forward by the next writer', async () => {
+    const name = freshName();
+    const a = await KubeStore.open({ kube: cp.admin }, { name });
+    const r1 = (await a.txn([], [put('x/a', '1'), put('x/gone', 'g')])).revision;
+    const seen: WatchEvent[] = [];
+    const ac = new AbortController();
+    const watching = a.watch('x/', r1, (e) => seen.push(...e), ac.signal);
+    // What a writer that died after its commit leaves: revision r1+1 in the log, its ops on no object but one.
+    const path = `${STORELOGS}/${name}`;
+    const log = (await cp.admin.get<LogObject>(path))!;
+    const r2 = r1 + 1;
+    const ops = [{ type: 'put' as const, key: 'x/a', value: '2', createRevision: r1 }, { type: 'put' as const, key: 'x/b', value: '3', createRevision: r2 }, { type: 'delete' as const, key: 'x/gone' }];
+    await cp.admin.replace(path, { ...log, spec: { ...log.spec, revision: r2, appliedThrough: r1, history: [...log.spec.history, { revision: r2, ops }] } });
+    const objA = (await cp.admin.list<EntryObject>(STOREENTRIES, { labelSelector: `atoll.dev/store=${name}` })).items.find((o) => o.spec.key === 'x/a')!;
+    await cp.admin.replace(`${STOREENTRIES}/${objA.metadata.name}`, { ...objA, spec: { ...objA.spec, value: '2', modRevision: r2 } });
+
+    const reader = await KubeStore.open({ kube: cp.admin }, { name });
+    const want = [{ key: 'x/a', value: '2', createRevision: r1, modRevision: r2 }, { key: 'x/b', value: '3', createRevision: r2, modRevision: r2 }];
+    assert.deepEqual(await reader.list('x/'), { entries: want, revision: r2 });
+    assert.equal(await reader.get('x/gone'), undefined);
+    assert.deepEqual(await reader.get('x/b'), want[1]);
+    await until('the committed transaction on the watch', () => seen.length === 3);
+    assert.deepEqual(seen.map((e) => [e.type, e.key, e.modRevision]), [['put', 'x/a', r2], ['put', 'x/b', r2], ['delete', 'x/gone', r2]]);
+
+    // The objects still lack it (readers never write) until a writer rolls it forward before its own commit.
+    const objects = async () => (await cp.admin.list<EntryObject>(STOREENTRIES, { labelSelector: `atoll.dev/store=${name}` }))
+      .items.map((o) => [o.spec.key, o.spec.value, o.spec.modRevision]).sort();
+    assert.deepEqual(await objects(), [['x/a', '2', r2], ['x/gone', 'g', r1]]);
+    const writer = await KubeStore.open({ kube: cp.admin }, { name });
+    const r3 = (await writer.txn([{ key: 'x/b', modRevision: r2 }], [put('y', '4')])).revision;
+    assert.equal(r3, r2 + 1);
+    assert.deepEqual(await objects(), [['x/a', '2', r2], ['x/b', '3', r2], ['y', '4', r3]]);
+    assert.equal((await cp.admin.get<LogObject>(path))!.spec.appliedThrough, r2);
+    ac.abort();
+    await watching;
+    await Promise.all([a, reader, writer].map((s) => s.close()));
+  });
+
+  test('an IPBlock edited by hand to overlap another is surfaced as it is: kubectl sees it, ipam check reports it', async () => {
+    const name = freshName();
+    const store = await KubeStore.open({ kube: cp.admin }, { name });
+    const lease = (cidr: string, node: string) => JSON.stringify({ cidr, node, leasedAt: 1 });
+    const node = (n: string) => JSON.stringify({ name: n });
+    await store.txn([], [put('nodes/a', node('a')), put('nodes/b', node('b')), put('blocks/10.100.0.0-27', lease('10.100.0.0/27', 'a')), put('blocks/10.100.0.64-27', lease('10.100.0.64/27', 'b'))]);
+    // A later commit marks those applied (appliedThrough); until then the log, not the objects, speaks for them.
+    await store.txn([], [put('usage/a', '{}')]);
+    const listed = cp.kubectl(['get', 'ipblocks', '-l', `atoll.dev/store=${name},atoll.dev/node=b`]);
+    assert.match(listed, /KEY\s+NODE\s+REVISION\s+AGE/);
+    assert.match(listed, new RegExp(`${name}\\.10\\.100\\.0\\.64-27\\s+blocks/10\\.100\\.0\\.64-27\\s+b\\s`));
+    assert.doesNotMatch(listed, /10\.100\.0\.0-27/);
+    // By hand: b's block becomes a /26 over a's.
+    cp.kubectl(['patch', 'ipblock', `${name}.10.100.0.64-27`, '--type=merge', '-p', JSON.stringify({ spec: { key: 'blocks/10.100.0.0-26', value: lease('10.100.0.0/26', 'b') } })]);
+    assert.deepEqual((await store.list('blocks/')).entries.map((e) => e.key), ['blocks/10.100.0.0-26', 'blocks/10.100.0.0-27']);
+    const registry = new ClusterRegistry({ store, clock: Date.now }, { clusterCidrs: [parseCidr('10.100.0.0/16') as Cidr], blockBits: 27, maxBlocksPerNode: 4, refillBelow: 8 });
+    const { problems } = await registry.ipamReport();
+    assert.deepEqual(problems.map((p) => p.kind), ['conflict']);
+    assert.match(problems[0]!.message, /overlaps/);
+    await store.close();
   });
 });

@@ -4,6 +4,10 @@
  * makes in its cert dir, service-account signing keys, `--authorization-mode=Node,RBAC` and a static token for an
  * admin user (group system:masters). Binaries come from `sh scripts/k8s.sh control-plane` (built once, cached outside
  * the checkout). Stopped by pid; the directory is removed.
+ *
+ * With `netns`, both run inside that network namespace (on its loopback), for processes there (controllers in a
+ * test cloud); this process cannot reach them then, so `admin` throws and readiness and kubectl go through
+ * `ip netns exec`.
  */
 import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
 import { generateKeyPairSync, randomBytes } from 'node:crypto';
@@ -49,9 +53,9 @@ interface Proc {
   alive: boolean;
 }
 
-function run(bin: string, args: readonly string[], log: string): Proc {
+function run(bin: string, args: readonly string[], log: string, netns?: string): Proc {
   const out = openSync(log, 'a');
-  const child = spawn(bin, args, { stdio: ['ignore', out, out] });
+  const child = netns ? spawn('ip', ['netns', 'exec', netns, bin, ...args], { stdio: ['ignore', out, out] }) : spawn(bin, args, { stdio: ['ignore', out, out] });
   closeSync(out);
   const p: Proc = { child, alive: true, exited: Promise.resolve() };
   (p as { exited: Promise<void> }).exited = new Promise((resolve) => child.once('exit', () => {
@@ -74,7 +78,8 @@ function tail(file: string): string {
   }
 }
 
-export async function startControlPlane(dir: string): Promise<ControlPlane> {
+export async function startControlPlane(dir: string, opts: { netns?: string } = {}): Promise<ControlPlane> {
+  const { netns } = opts;
   const bins = kubeBinDir();
   const root = join(dir, `kube-${randomBytes(3).toString('hex')}`);
   const certDir = join(root, 'certs');
@@ -86,7 +91,7 @@ export async function startControlPlane(dir: string): Promise<ControlPlane> {
     '--data-dir', join(root, 'etcd'), '--listen-client-urls', etcdUrl, '--advertise-client-urls', etcdUrl,
     '--listen-peer-urls', `http://127.0.0.1:${etcdPeer}`, '--initial-advertise-peer-urls', `http://127.0.0.1:${etcdPeer}`,
     '--initial-cluster', `default=http://127.0.0.1:${etcdPeer}`, '--unsafe-no-fsync', '--log-level', 'warn',
-  ], etcdLog);
+  ], etcdLog, netns);
 
   const adminToken = randomBytes(16).toString('hex');
   writeFileSync(join(root, 'tokens.csv'), `${adminToken},atoll-test-admin,atoll-test-admin,"system:masters"\n`, { mode: 0o600 });
@@ -103,7 +108,7 @@ export async function startControlPlane(dir: string): Promise<ControlPlane> {
     '--token-auth-file', join(root, 'tokens.csv'), '--disable-admission-plugins', 'ServiceAccount',
     '--enable-priority-and-fairness=false', '--profiling=false', '--v=0',
   ];
-  let api: Proc | undefined = run(join(bins, 'kube-apiserver'), apiArgs, apiLog);
+  let api: Proc | undefined = run(join(bins, 'kube-apiserver'), apiArgs, apiLog, netns);
   let admin: KubeClient | undefined;
   let ca = '';
 
@@ -115,9 +120,13 @@ export async function startControlPlane(dir: string): Promise<ControlPlane> {
       if (!api?.alive) throw new Error(`kube-apiserver exited while starting:\n${tail(apiLog)}`);
       try {
         ca ||= readFileSync(join(certDir, 'apiserver.crt'), 'utf8');
-        admin ??= new KubeClient({ server: new URL(server), ca, token: () => adminToken, userAgent: 'atoll-test' });
-        const ready = await admin.request<string>('GET', '/readyz');
-        if (String(ready) === 'ok' || ready === undefined) return;
+        if (netns) {
+          if (cp.kubectl(['get', '--raw=/readyz']).trim() === 'ok') return;
+        } else {
+          admin ??= new KubeClient({ server: new URL(server), ca, token: () => adminToken, userAgent: 'atoll-test' });
+          const ready = await admin.request<string>('GET', '/readyz');
+          if (String(ready) === 'ok' || ready === undefined) return;
+        }
       } catch (err) {
         last = String(err);
       }
@@ -133,6 +142,7 @@ export async function startControlPlane(dir: string): Promise<ControlPlane> {
     },
     adminToken,
     get admin() {
+      if (netns) throw new Error(`the control plane runs in network namespace ${netns}: use kubectl`);
       return admin as KubeClient;
     },
     kubeconfig(token = adminToken, name = 'admin') {
@@ -147,7 +157,9 @@ export async function startControlPlane(dir: string): Promise<ControlPlane> {
       return path;
     },
     kubectl(args, input) {
-      return execFileSync(join(bins, 'kubectl'), ['--kubeconfig', cp.kubeconfig(), ...args], { encoding: 'utf8', input, stdio: ['pipe', 'pipe', 'pipe'] });
+      const argv = [join(bins, 'kubectl'), '--kubeconfig', cp.kubeconfig(), ...args];
+      return netns ? execFileSync('ip', ['netns', 'exec', netns, ...argv], { encoding: 'utf8', input, stdio: ['pipe', 'pipe', 'pipe'] })
+        : execFileSync(argv[0]!, argv.slice(1), { encoding: 'utf8', input, stdio: ['pipe', 'pipe', 'pipe'] });
     },
     async serviceAccountToken(namespace, name) {
       const res = await (admin as KubeClient).create<{ status: { token: string } }>(`/api/v1/namespaces/${namespace}/serviceaccounts/${name}/token`,
@@ -159,7 +171,7 @@ export async function startControlPlane(dir: string): Promise<ControlPlane> {
       api = undefined;
     },
     async startApiServer() {
-      api = run(join(bins, 'kube-apiserver'), apiArgs, apiLog);
+      api = run(join(bins, 'kube-apiserver'), apiArgs, apiLog, netns);
       await waitReady();
     },
     async stop() {

@@ -11,6 +11,7 @@
 import { Agent, request as httpsRequest } from 'node:https';
 import { request as httpRequest } from 'node:http';
 import type { IncomingMessage } from 'node:http';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { AtollError, atollError } from '../../core/errors.ts';
 import type { KubeConnection } from './kube-config.ts';
 
@@ -61,6 +62,7 @@ interface RequestInit {
 }
 
 const MAX_RESPONSE_BYTES = 64 << 20;
+const MAX_TOO_MANY = 10;
 
 export class KubeClient {
   readonly #conn: KubeConnection;
@@ -128,14 +130,17 @@ export class KubeClient {
   }
 
   /**
-   * Watches a collection from `resourceVersion` (with bookmarks), calling `onEvent` for each event in order, until
+   * Watches a collection from `resourceVersion` (with bookmarks; `fieldSelector` `metadata.name=N` for one object), calling `onEvent` for each event in order, until
    * the server ends the watch (resolves: resume from the last resourceVersion seen) or `signal` aborts (resolves).
    * Rejects with STORE_COMPACTED on 410 Gone (re-list), KUBE_API_* otherwise.
    */
-  async watch<T>(path: string, resourceVersion: string, onEvent: (e: KubeWatchEvent<T>) => void, opts: { labelSelector?: string; signal: AbortSignal; timeoutSeconds?: number }): Promise<void> {
+  async watch<T>(path: string, resourceVersion: string, onEvent: (e: KubeWatchEvent<T>) => void, opts: { labelSelector?: string; fieldSelector?: string; signal: AbortSignal; timeoutSeconds?: number }): Promise<void> {
     const res = await this.#open('GET', path, {
       signal: opts.signal,
-      query: { watch: '1', resourceVersion, allowWatchBookmarks: 'true', labelSelector: opts.labelSelector, timeoutSeconds: String(opts.timeoutSeconds ?? 300) },
+      query: {
+        watch: '1', resourceVersion, allowWatchBookmarks: 'true', labelSelector: opts.labelSelector, fieldSelector: opts.fieldSelector,
+        timeoutSeconds: String(opts.timeoutSeconds ?? 300),
+      },
     });
     if (res.statusCode === 410) {
       res.resume();
@@ -183,10 +188,18 @@ export class KubeClient {
     });
   }
 
-  /** One request with a JSON answer. */
+  /**
+   * One request with a JSON answer. A 429 (the server is starting, or priority and fairness sheds load) was not
+   * processed, so it is sent again after the server's Retry-After (at most 1 s), up to {@link MAX_TOO_MANY} times.
+   */
   async request<T>(method: string, path: string, init: RequestInit = {}): Promise<T> {
-    const res = await this.#open(method, path, init);
-    const text = await readBody(res, method, path);
+    let res = await this.#open(method, path, init);
+    let text = await readBody(res, method, path);
+    for (let i = 0; i < MAX_TOO_MANY && res.statusCode === 429; i++) {
+      await sleep(Math.min(1000, 1000 * (Number(res.headers['retry-after']) || 0.2)), undefined, { signal: init.signal });
+      res = await this.#open(method, path, init);
+      text = await readBody(res, method, path);
+    }
     if ((res.statusCode ?? 0) >= 300) throw refusalOf(method, path, res.statusCode ?? 0, text);
     if (text === '') return undefined as T;
     return (String(res.headers['content-type']).includes('json') ? JSON.parse(text) : text) as T;

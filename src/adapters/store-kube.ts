@@ -1,0 +1,509 @@
+/**
+ * The {@link ClusterStore} on the Kubernetes API, so a Kubernetes install needs no etcd of its own: keys are
+ * custom resources (IPBlock, NodeRegistration, StoreEntry; src/adapters/store-kube-names.ts maps keys to objects),
+ * and leadership is a Lease (src/adapters/store-kube-lease.ts). CRDs: deploy/crds/.
+ *
+ * Why a log object: Kubernetes compares-and-swaps one object at a time (resourceVersion), but the registry needs
+ * transactions over several keys (a block lease and the node record that lists it; a deregistration). So one
+ * StoreLog object per store is the commit point: it holds the store revision, the last committed transactions
+ * (bounded by count and bytes) and `appliedThrough`. A transaction (in fact a batch of them: concurrent callers of
+ * one store share a commit) goes:
+ *   1. read the log (resourceVersion R, revision N);
+ *   2. roll forward: apply the transactions after `appliedThrough` to the entry objects, unless this store applied
+ *      them itself (idempotent: an object whose spec.modRevision is already that high is left alone);
+ *   3. read the entry objects of the keys named, and evaluate the compares against them with the log laid over;
+ *   4. replace the log at resourceVersion R with revision N+k, the new transactions appended and
+ *      `appliedThrough: N`: this is the commit; a 409 means another writer committed first: start again;
+ *   5. apply the ops to the entry objects (create, replace at their resourceVersion, delete with a resourceVersion
+ *      precondition; each carries spec.modRevision), and resolve.
+ * A crash between 4 and 5 leaves the newest transactions committed but not applied; the next writer's step 2 heals
+ * it. Readers never write: get and list read the entry objects first, then the log, and lay the log's history over
+ * them (a key the history changed later than its object says is taken from the history), so a committed
+ * transaction is seen whole or not at all, whoever applies it and however late.
+ *
+ * Watches replay the log's history, then follow the StoreLog object with a Kubernetes watch; a gap larger than the
+ * history rejects STORE_COMPACTED. Objects edited by hand (kubectl edit) are surfaced as they are, as long as their
+ * spec.modRevision is not lowered: `atoll ipam check` then reports, say, an IPBlock made to overlap another.
+ * docs/architecture.md, "The Kubernetes store", has the limits.
+ */
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { ClusterStore, KvEntry, KvList, LeaderElection, TxnCompare, TxnOp, TxnResult, WatchEvent } from '../core/cluster/store.ts';
+import { AtollError, atollError } from '../core/errors.ts';
+import { type KubeClient, type KubeObject, kubeStatusOf } from './kube/kube-client.ts';
+import { checkTxnOps } from './store-txn-check.ts';
+import { type EntryKind, KIND_PLURAL, kindOfKey, kindsForPrefix, objectName, storeTag } from './store-kube-names.ts';
+import { KubeLeaseElection, storeError } from './store-kube-lease.ts';
+
+export const API_GROUP = 'atoll.dev';
+const API_VERSION = `${API_GROUP}/v1alpha1`;
+const API_PATH = `/apis/${API_VERSION}`;
+/** Label on every entry object: the tag of the store it belongs to. */
+export const STORE_LABEL = `${API_GROUP}/store`;
+/** Label on an IPBlock: the node its value names, so `kubectl get ipblocks -l atoll.dev/node=NODE` works. */
+export const NODE_LABEL = `${API_GROUP}/node`;
+const LABEL_VALUE = /^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)$/;
+
+/** Transactions per commit at most (concurrent callers of one store share a commit). */
+const MAX_BATCH = 64;
+/** Commits lost to other writers in a row before a batch gives up with STORE_UNAVAILABLE. */
+const MAX_COMMIT_ATTEMPTS = 100;
+/** Conflicting writes to one entry object in a row before applying it gives up. */
+const MAX_APPLY_ATTEMPTS = 20;
+/** How long a watch keeps trying to reach the API server before it rejects. */
+const WATCH_RETRY_MS = 30_000;
+
+export interface EntrySpec {
+  readonly key: string;
+  readonly value: string;
+  readonly createRevision: number;
+  readonly modRevision: number;
+}
+
+export interface EntryObject extends KubeObject {
+  readonly spec: EntrySpec;
+}
+
+export interface LogOp {
+  readonly type: 'put' | 'delete';
+  readonly key: string;
+  readonly value?: string;
+  readonly createRevision?: number;
+}
+
+export interface LogTxn {
+  readonly revision: number;
+  readonly ops: readonly LogOp[];
+}
+
+export interface LogSpec {
+  readonly revision: number;
+  /** The history holds every transaction after this revision. */
+  readonly compacted: number;
+  /** Every transaction up to this revision is applied to the entry objects. */
+  readonly appliedThrough: number;
+  readonly history: readonly LogTxn[];
+}
+
+export interface LogObject extends KubeObject {
+  readonly spec: LogSpec;
+}
+
+export interface KubeStoreInit {
+  /** The StoreLog's name; entry objects carry its tag (store-kube-names.ts), so stores can share a cluster. */
+  readonly name: string;
+  /** Bound on the history's JSON size (default 64 KiB): every commit rewrites the log object whole. */
+  readonly historyBytes?: number;
+  /** Bound on the number of transactions in the history (default 1000). */
+  readonly historyCount?: number;
+}
+
+interface Pending {
+  readonly compares: readonly TxnCompare[];
+  readonly ops: readonly TxnOp[];
+  readonly resolve: (r: TxnResult) => void;
+  readonly reject: (err: unknown) => void;
+}
+
+/** The newest op on each key in a history, with its revision. */
+type Latest = Map<string, { readonly op: LogOp; readonly revision: number }>;
+
+export class KubeStore implements ClusterStore {
+  readonly name: string;
+  readonly #kube: KubeClient;
+  readonly #tag: string;
+  readonly #logPath: string;
+  readonly #historyBytes: number;
+  readonly #historyCount: number;
+  readonly #closed = new AbortController();
+  #queue: Pending[] = [];
+  #committing = false;
+  /** Revisions up to this one are applied to the entry objects, by this store itself. */
+  #appliedByMe = 0;
+
+  constructor(components: { readonly kube: KubeClient }, init: KubeStoreInit) {
+    this.#kube = components.kube;
+    this.name = init.name;
+    this.#tag = storeTag(init.name);
+    this.#logPath = `${API_PATH}/storelogs/${init.name}`;
+    this.#historyBytes = init.historyBytes ?? 64 * 1024;
+    this.#historyCount = init.historyCount ?? 1000;
+  }
+
+  /**
+   * Opens the store named `init.name`, creating its empty StoreLog if there is none.
+   * @throws AtollError STORE_UNAVAILABLE when the API server cannot be reached, or the CRDs are not installed.
+   */
+  static async open(components: { readonly kube: KubeClient }, init: KubeStoreInit): Promise<KubeStore> {
+    const store = new KubeStore(components, init);
+    await store.#ensureLog();
+    return store;
+  }
+
+  async get(key: string): Promise<KvEntry | undefined> {
+    this.#assertOpen();
+    try {
+      const [obj, log] = await Promise.all([this.#getEntry(key), this.#readLog()]);
+      return resolveKey(key, obj?.spec.key === key ? obj.spec : undefined, latestOps(log.spec.history), log.spec.appliedThrough);
+    } catch (err) {
+      throw storeError(err, `read key ${key}`);
+    }
+  }
+
+  /** The entry objects are listed before the log is read, so the log covers any transaction they show in part. */
+  async list(prefix: string): Promise<KvList> {
+    this.#assertOpen();
+    try {
+      const lists = await Promise.all(kindsForPrefix(prefix).map((kind) =>
+        this.#kube.list<EntryObject>(`${API_PATH}/${KIND_PLURAL[kind]}`, { labelSelector: `${STORE_LABEL}=${this.#tag}` })));
+      const log = await this.#readLog();
+      const objects = new Map<string, EntrySpec>();
+      for (const obj of lists.flatMap((l) => l.items)) {
+        const key = obj.spec?.key;
+        if (typeof key !== 'string' || !key.startsWith(prefix)) continue;
+        // Two objects for one key (one renamed by hand): the one at the key's own name wins.
+        if (!objects.has(key) || obj.metadata.name === objectName(this.#tag, key)) objects.set(key, obj.spec);
+      }
+      const latest = latestOps(log.spec.history);
+      const keys = new Set([...objects.keys(), ...[...latest.keys()].filter((k) => k.startsWith(prefix))]);
+      const entries = [...keys].sort().flatMap((k) => resolveKey(k, objects.get(k), latest, log.spec.appliedThrough) ?? []);
+      return { entries, revision: log.spec.revision };
+    } catch (err) {
+      throw storeError(err, `list keys under "${prefix}"`);
+    }
+  }
+
+  /**
+   * Commits with the other transactions pending on this store, in one replace of the log.
+   * @throws AtollError STORE_UNAVAILABLE when the API server cannot be reached (if the log replace itself was cut
+   *   off, whether it applied is unknown: re-read), or after MAX_COMMIT_ATTEMPTS commits lost to other writers.
+   */
+  async txn(compares: readonly TxnCompare[], ops: readonly TxnOp[]): Promise<TxnResult> {
+    checkTxnOps(ops);
+    this.#assertOpen();
+    return new Promise((resolve, reject) => {
+      this.#queue.push({ compares, ops, resolve, reject });
+      void this.#drain();
+    });
+  }
+
+  async watch(prefix: string, afterRevision: number, onEvent: (events: readonly WatchEvent[]) => void, signal: AbortSignal): Promise<void> {
+    this.#assertOpen();
+    const stop = AbortSignal.any([signal, this.#closed.signal]);
+    let last = afterRevision;
+    let gap: AtollError | undefined;
+    /** Delivers the transactions of `spec` after `last`; throws `gap` when some are no longer held. */
+    const deliver = (spec: LogSpec) => {
+      if (spec.compacted > last) {
+        gap = atollError('STORE_COMPACTED', `StoreLog ${this.name} holds the transactions after revision ${spec.compacted} only; a watch needs those after ${last}`,
+          'list the keys again and watch from the revision of that listing');
+        throw gap;
+      }
+      for (const t of spec.history) {
+        if (t.revision <= last) continue;
+        last = t.revision;
+        const events = t.ops.filter((op) => op.key.startsWith(prefix)).map((op): WatchEvent =>
+          ({ type: op.type, key: op.key, value: op.type === 'put' ? op.value ?? '' : '', modRevision: t.revision }));
+        if (events.length > 0) onEvent(events);
+      }
+    };
+    let failingSince: number | undefined;
+    let rv: string | undefined;
+    while (!stop.aborted) {
+      try {
+        if (rv === undefined) {
+          const log = await this.#readLog();
+          deliver(log.spec);
+          rv = log.metadata.resourceVersion ?? '';
+        }
+        await this.#kube.watch<LogObject>(`${API_PATH}/storelogs`, rv, (e) => {
+          if (e.type === 'DELETED') throw atollError('STORE_UNAVAILABLE', `StoreLog ${this.name} was deleted`, 'restore the store, then restart the controllers');
+          rv = e.object.metadata.resourceVersion ?? rv;
+          if (e.type !== 'BOOKMARK') deliver(e.object.spec);
+          failingSince = undefined;
+        }, { fieldSelector: `metadata.name=${this.name}`, signal: stop });
+      } catch (err) {
+        if (stop.aborted) break;
+        if (err === gap || !(err instanceof AtollError)) throw err;
+        if (err.code === 'STORE_COMPACTED') {
+          rv = undefined; // the API server's watch cache moved on: read the log again (its history covers the gap)
+          continue;
+        }
+        if (!err.code.startsWith('KUBE_API_')) throw err;
+        failingSince ??= performance.now();
+        if (performance.now() - failingSince > WATCH_RETRY_MS) throw storeError(err, `watch StoreLog ${this.name}`);
+        await sleep(500, undefined, { signal: stop }).catch(() => undefined);
+      }
+    }
+    if (!signal.aborted) throw this.#closedError();
+  }
+
+  /** Ends every watch (with STORE_UNAVAILABLE) and refuses further calls; pending transactions still finish. */
+  async close(): Promise<void> {
+    this.#closed.abort();
+  }
+
+  async #ensureLog(): Promise<void> {
+    try {
+      if (await this.#kube.get<LogObject>(this.#logPath)) return;
+      const spec: LogSpec = { revision: 0, compacted: 0, appliedThrough: 0, history: [] };
+      await this.#kube.create(`${API_PATH}/storelogs`, { apiVersion: API_VERSION, kind: 'StoreLog', metadata: { name: this.name }, spec });
+    } catch (err) {
+      if (kubeStatusOf(err)?.status === 409) return; // another replica created it
+      throw storeError(err, `open StoreLog ${this.name}`);
+    }
+  }
+
+  async #readLog(): Promise<LogObject> {
+    const log = await this.#kube.get<LogObject>(this.#logPath);
+    if (log === undefined) {
+      throw atollError('STORE_UNAVAILABLE', `StoreLog ${this.name} does not exist (deleted?)`, 'restore it from a backup, or restart the controller to begin an empty store');
+    }
+    return log;
+  }
+
+  #entryPath(key: string, kind: EntryKind = kindOfKey(key)): string {
+    return `${API_PATH}/${KIND_PLURAL[kind]}/${objectName(this.#tag, key)}`;
+  }
+
+  #getEntry(key: string): Promise<EntryObject | undefined> {
+    return this.#kube.get<EntryObject>(this.#entryPath(key));
+  }
+
+  async #drain(): Promise<void> {
+    if (this.#committing) return;
+    this.#committing = true;
+    try {
+      while (this.#queue.length > 0) {
+        const batch = this.#queue.splice(0, MAX_BATCH);
+        try {
+          const results = await this.#commit(batch);
+          batch.forEach((p, i) => p.resolve(results[i]!));
+        } catch (err) {
+          for (const p of batch) p.reject(err);
+        }
+      }
+    } finally {
+      this.#committing = false;
+    }
+  }
+
+  /** Steps 1 to 5 of the header, for a batch; the results in the batch's order. */
+  async #commit(batch: readonly Pending[]): Promise<TxnResult[]> {
+    for (let attempt = 1; attempt <= MAX_COMMIT_ATTEMPTS; attempt++) {
+      let log: LogObject;
+      let objects: Map<string, EntryObject | undefined>;
+      try {
+        log = await this.#readLog();
+        await this.#rollForward(log.spec);
+        const keys = [...new Set(batch.flatMap((p) => [...p.compares.map((c) => c.key), ...p.ops.map((o) => o.key)]))];
+        const got = await Promise.all(keys.map((k) => this.#getEntry(k)));
+        objects = new Map(keys.map((k, i) => [k, got[i]]));
+      } catch (err) {
+        throw storeError(err, 'prepare a transaction');
+      }
+      const { results, txns } = evaluate(batch, log.spec, objects);
+      if (txns.length === 0) return results;
+      const spec = this.#nextLog(log.spec, txns);
+      try {
+        await this.#kube.replace(this.#logPath, { ...log, spec });
+      } catch (err) {
+        const status = kubeStatusOf(err)?.status;
+        if (status === 409) {
+          await sleep(Math.random() * Math.min(50, attempt * 5));
+          continue;
+        }
+        if (status !== undefined) throw storeError(err, `commit revision ${spec.revision} (refused, not applied)`);
+        throw atollError('STORE_UNAVAILABLE', `Kubernetes store: the commit of revision ${spec.revision} to StoreLog ${this.name} was cut off; whether it was applied is unknown`,
+          're-read the keys the transaction compares, then retry if it was not applied', err);
+      }
+      // Committed. Applying is best effort: whatever is left undone, the next writer rolls forward.
+      await this.#apply(txns, objects).then(() => {
+        this.#appliedByMe = spec.revision;
+      }, () => undefined);
+      return results;
+    }
+    throw atollError('STORE_UNAVAILABLE', `Kubernetes store: lost ${MAX_COMMIT_ATTEMPTS} commits in a row to other writers on StoreLog ${this.name}`,
+      'retry; if it persists, check how many controllers write (only the leader should)');
+  }
+
+  /** The log after `txns`: revision, history trimmed to its bounds (never the new transactions), appliedThrough. */
+  #nextLog(spec: LogSpec, txns: readonly LogTxn[]): LogSpec {
+    const history = [...spec.history, ...txns];
+    let bytes = history.reduce((n, t) => n + JSON.stringify(t).length, 0);
+    let drop = 0;
+    let compacted = spec.compacted;
+    while (drop < spec.history.length && (history.length - drop > this.#historyCount || bytes > this.#historyBytes)) {
+      bytes -= JSON.stringify(history[drop]).length;
+      compacted = history[drop]!.revision;
+      drop++;
+    }
+    return { revision: txns.at(-1)!.revision, compacted, appliedThrough: spec.revision, history: history.slice(drop) };
+  }
+
+  /** Applies the log's transactions after appliedThrough, unless this store applied them itself. */
+  async #rollForward(spec: LogSpec): Promise<void> {
+    const from = Math.max(spec.appliedThrough, this.#appliedByMe);
+    if (spec.revision <= from) return;
+    await this.#apply(spec.history.filter((t) => t.revision > from), new Map());
+    this.#appliedByMe = spec.revision;
+  }
+
+  /**
+   * Brings each key the transactions touch to its newest op, in parallel. `known` holds objects already read
+   * (a guess: a conflict re-reads). Objects this creates are checked against the log afterwards.
+   */
+  async #apply(txns: readonly LogTxn[], known: ReadonlyMap<string, EntryObject | undefined>): Promise<void> {
+    const latest = latestOps(txns);
+    const created: EntryObject[] = [];
+    await Promise.all([...latest].map(async ([key, { op, revision }]) => {
+      const made = await this.#applyOp(key, op, revision, known.has(key) ? known.get(key) : await this.#getEntry(key));
+      if (made) created.push(made);
+    }));
+    if (created.length > 0) await this.#undoStaleCreates(created);
+  }
+
+  /** One key to the state `op` at `revision` gives it; returns the object when it created one. */
+  async #applyOp(key: string, op: LogOp, revision: number, first: EntryObject | undefined): Promise<EntryObject | undefined> {
+    let obj = first;
+    const path = this.#entryPath(key);
+    for (let attempt = 0; attempt < MAX_APPLY_ATTEMPTS; attempt++) {
+      // An object already at this revision or later (applied, or changed by a later transaction) is left alone.
+      if (obj !== undefined && obj.spec.key === key && obj.spec.modRevision >= revision) return undefined;
+      try {
+        if (op.type === 'delete') {
+          if (obj === undefined) return undefined;
+          await this.#kube.delete(path, { resourceVersion: obj.metadata.resourceVersion });
+          return undefined;
+        }
+        const body = this.#entryObject(key, { key, value: op.value ?? '', createRevision: op.createRevision ?? revision, modRevision: revision }, obj);
+        if (obj !== undefined) {
+          await this.#kube.replace(path, body);
+          return undefined;
+        }
+        return await this.#kube.create<EntryObject>(`${API_PATH}/${KIND_PLURAL[kindOfKey(key)]}`, body);
+      } catch (err) {
+        const status = kubeStatusOf(err)?.status;
+        if (status !== 409 && status !== 404) throw err;
+        obj = await this.#getEntry(key); // another writer got there first: look again
+      }
+    }
+    throw atollError('STORE_UNAVAILABLE', `Kubernetes store: object ${path} kept changing while revision ${revision} was applied to it`, 'the next transaction rolls it forward');
+  }
+
+  /**
+   * A create can land late: a slow writer reads "absent", another applies the same transaction and a later one
+   * that deletes the key, then the slow create arrives. The history names such keys; the object is removed again.
+   * (Until then readers do not see it: the history lays the delete over it.)
+   */
+  async #undoStaleCreates(created: readonly EntryObject[]): Promise<void> {
+    const latest = latestOps((await this.#readLog()).spec.history);
+    await Promise.all(created.map(async (obj) => {
+      const newest = latest.get(obj.spec.key);
+      if (newest === undefined || newest.revision <= obj.spec.modRevision || newest.op.type !== 'delete') return;
+      await this.#kube.delete(this.#entryPath(obj.spec.key), { resourceVersion: obj.metadata.resourceVersion }).catch(() => undefined);
+    }));
+  }
+
+  #entryObject(key: string, spec: EntrySpec, previous: EntryObject | undefined): EntryObject {
+    const labels: Record<string, string> = { ...previous?.metadata.labels, [STORE_LABEL]: this.#tag };
+    delete labels[NODE_LABEL];
+    const node = kindOfKey(key) === 'IPBlock' ? nodeOf(spec.value) : undefined;
+    if (node !== undefined) labels[NODE_LABEL] = node;
+    const name = objectName(this.#tag, key);
+    const metadata = previous === undefined ? { name, labels } : { ...previous.metadata, labels };
+    return { apiVersion: API_VERSION, kind: kindOfKey(key), metadata, spec };
+  }
+
+  #assertOpen(): void {
+    if (this.#closed.signal.aborted) throw this.#closedError();
+  }
+
+  #closedError(): AtollError {
+    return atollError('STORE_UNAVAILABLE', `the Kubernetes store ${this.name} is closed`, 'open a new store');
+  }
+}
+
+/**
+ * Evaluates a batch in order against the objects read and the log laid over them, each transaction seeing the
+ * ones before it: the results, and the transactions to commit (one revision each, only ops that change something).
+ */
+export function evaluate(batch: readonly Pick<Pending, 'compares' | 'ops'>[], log: LogSpec, objects: ReadonlyMap<string, EntryObject | undefined>): { results: TxnResult[]; txns: LogTxn[] } {
+  const latest = latestOps(log.history);
+  const view = new Map<string, KvEntry | undefined>();
+  for (const [key, obj] of objects) view.set(key, resolveKey(key, obj?.spec.key === key ? obj.spec : undefined, latest, log.appliedThrough));
+  let revision = log.revision;
+  const results: TxnResult[] = [];
+  const txns: LogTxn[] = [];
+  for (const p of batch) {
+    if (!p.compares.every((c) => (view.get(c.key)?.modRevision ?? 0) === c.modRevision)) {
+      results.push({ succeeded: false, revision });
+      continue;
+    }
+    const next = revision + 1;
+    const ops = p.ops.flatMap((op): LogOp[] => op.type === 'put'
+      ? [{ type: 'put', key: op.key, value: op.value, createRevision: view.get(op.key)?.createRevision ?? next }]
+      : view.get(op.key) !== undefined ? [{ type: 'delete', key: op.key }] : []);
+    if (ops.length > 0) {
+      revision = next;
+      txns.push({ revision, ops });
+      for (const op of ops) {
+        view.set(op.key, op.type === 'put' ? { key: op.key, value: op.value ?? '', createRevision: op.createRevision ?? revision, modRevision: revision } : undefined);
+      }
+    }
+    results.push({ succeeded: true, revision });
+  }
+  return { results, txns };
+}
+
+export function latestOps(history: readonly LogTxn[]): Latest {
+  const latest: Latest = new Map();
+  for (const t of history) for (const op of t.ops) latest.set(op.key, { op, revision: t.revision });
+  return latest;
+}
+
+/**
+ * What a key holds, from its object (if any) with the log laid over: an object at or past the key's newest
+ * revision in the history is taken as it is (applied; or edited by hand since); otherwise the history decides,
+ * except that a key the history shows applied but whose object is gone stays gone (deleted by hand).
+ */
+export function resolveKey(key: string, obj: EntrySpec | undefined, latest: Latest, appliedThrough: number): KvEntry | undefined {
+  const newest = latest.get(key);
+  if (newest === undefined || (obj !== undefined && obj.modRevision >= newest.revision)) return obj && toKv(obj);
+  if (obj === undefined && newest.revision <= appliedThrough) return undefined;
+  if (newest.op.type === 'delete') return undefined;
+  return { key, value: newest.op.value ?? '', createRevision: newest.op.createRevision ?? newest.revision, modRevision: newest.revision };
+}
+
+function toKv(s: EntrySpec): KvEntry {
+  return { key: s.key, value: s.value, createRevision: s.createRevision, modRevision: s.modRevision };
+}
+
+/** The `node` field of a JSON value, when it is a valid label value. */
+function nodeOf(value: string): string | undefined {
+  try {
+    const node = (JSON.parse(value) as { node?: unknown } | null)?.node;
+    return typeof node === 'string' && LABEL_VALUE.test(node) ? node : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+export interface KubeStoreConfig {
+  /** This replica's identity (its API URL): the Lease's holderIdentity. */
+  readonly id: string;
+  /** The Lease's namespace (it must exist). */
+  readonly namespace: string;
+  /** The Lease's name, and the StoreLog's. */
+  readonly leaseName: string;
+  readonly leaseDurationSeconds: number;
+}
+
+/**
+ * The controller's store and election on Kubernetes: the StoreLog and the Lease are both named `leaseName`.
+ * @throws AtollError STORE_UNAVAILABLE when the API server cannot be reached or the CRDs are not installed.
+ */
+export async function openKubeStore(kube: KubeClient, cfg: KubeStoreConfig): Promise<{ store: ClusterStore; election: LeaderElection }> {
+  const store = await KubeStore.open({ kube }, { name: cfg.leaseName });
+  const election = new KubeLeaseElection({ kube }, { namespace: cfg.namespace, name: cfg.leaseName, id: cfg.id, leaseDurationSeconds: cfg.leaseDurationSeconds });
+  return { store, election };
+}
