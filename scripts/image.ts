@@ -63,7 +63,8 @@ try {
     copyFileSync(realpathSync(lib), join(rootfs, lib));
   }
   // it runs: `atoll version` inside the tree
-  const said = sh('chroot', [rootfs, '/opt/atoll/bin/atoll', 'version']);
+  const { NODE_EXTRA_CA_CERTS: _hostCas, ...env } = process.env;
+  const said = execFileSync('chroot', [rootfs, '/opt/atoll/bin/atoll', 'version'], { encoding: 'utf8', env }).trim();
   if (!/^atoll \d/.test(said)) throw new Error(`image: atoll version in the image printed ${JSON.stringify(said)}`);
   mkdirSync('build/image', { recursive: true });
   const out = join('build/image', `atoll-${tag}.tar`);

@@ -239,7 +239,7 @@ export class KubeLeaseElection implements LeaderElection {
 export function storeError(err: unknown, what: string): unknown {
   if (!(err instanceof AtollError) || !err.code.startsWith('KUBE_API_')) return err;
   const status = kubeStatusOf(err);
-  const hint = status?.status === 404 ? 'install the CRDs (kubectl apply --server-side -f deploy/crds/) and create the lease namespace'
+  const hint = status?.status === 404 ? 'install the CRDs (kubectl apply --server-side -f deploy/helm/atoll/crds/) and create the lease namespace'
     : status?.status === 403 ? "grant the controller's service account the atoll.dev resources and leases (deploy/atoll.yaml)"
       : 'check that the Kubernetes API server is reachable; the controller retries';
   return atollError('STORE_UNAVAILABLE', `Kubernetes store: cannot ${what}: ${err.message}`, hint, err);

@@ -16,7 +16,7 @@ import { createHash } from 'node:crypto';
 
 export type EntryKind = 'IPBlock' | 'NodeRegistration' | 'StoreEntry';
 
-/** The plural resource name of each kind, as in deploy/crds/. */
+/** The plural resource name of each kind, as in deploy/helm/atoll/crds/. */
 export const KIND_PLURAL: Readonly<Record<EntryKind, string>> = { IPBlock: 'ipblocks', NodeRegistration: 'noderegistrations', StoreEntry: 'storeentries' };
 
 /** The key prefix each kind holds ('' for StoreEntry: every key the others do not). */

@@ -1,7 +1,7 @@
 /**
  * The {@link ClusterStore} on the Kubernetes API, so a Kubernetes install needs no etcd of its own: keys are
  * custom resources (IPBlock, NodeRegistration, StoreEntry; src/adapters/store-kube-names.ts maps keys to objects),
- * and leadership is a Lease (src/adapters/store-kube-lease.ts). CRDs: deploy/crds/.
+ * and leadership is a Lease (src/adapters/store-kube-lease.ts). CRDs: deploy/helm/atoll/crds/.
  *
  * Why a log object: Kubernetes compares-and-swaps one object at a time (resourceVersion), but the registry needs
  * transactions over several keys (a block lease and the node record that lists it; a deregistration). So one

@@ -1,7 +1,7 @@
 /**
  * One contract for the controller store port (src/core/cluster/store.ts), run against every implementation: the
  * embedded store (files in a temporary directory), etcd (real etcd processes on loopback) and Kubernetes (a real
- * kube-apiserver and its etcd on loopback, test/support/kube.ts, with the CRDs of deploy/crds/). Then the cases only
+ * kube-apiserver and its etcd on loopback, test/support/kube.ts, with the CRDs of deploy/helm/atoll/crds/). Then the cases only
  * one of them has: the embedded store's log, snapshot and lock; etcd's failover across members and leases; the
  * Kubernetes store's roll-forward after a crash mid-apply and its hand-edited objects.
  *
@@ -151,7 +151,7 @@ function etcdBackend(): Backend {
   };
 }
 
-const CRD_DIR = join(import.meta.dirname, '../../deploy/crds');
+const CRD_DIR = join(import.meta.dirname, '../../deploy/helm/atoll/crds');
 const LEASE_NAMESPACE = 'atoll-test';
 const STORELOGS = '/apis/atoll.dev/v1alpha1/storelogs';
 const STOREENTRIES = '/apis/atoll.dev/v1alpha1/storeentries';
