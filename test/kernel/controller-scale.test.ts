@@ -1,7 +1,8 @@
 /**
  * Hundreds of agents joining at once (test/support/join-simulator.ts, run inside the cloud namespace), with the
  * controller dying in the middle: the embedded-store controller is SIGKILLed and started again; of two replicas over
- * a three-member etcd, the leader is SIGKILLed and the other takes over. Every node must end up joined with its
+ * a three-member etcd, or over the Kubernetes store (a real kube-apiserver in the cloud namespace), the leader is
+ * SIGKILLed and the other takes over. Every node must end up joined with its
  * own blocks: no block leased twice (in the agents' answers and in the controller's `atoll ipam show`/`check`).
  */
 import { after, before, describe, test } from 'node:test';
@@ -13,6 +14,7 @@ import { fileURLToPath } from 'node:url';
 import { PROJECT_NODE } from '../../src/lab/agent-process.ts';
 import { BOOTSTRAP_TOKEN, type ControllerProc, TestCloud } from '../support/cloud.ts';
 import { type EtcdCluster, etcdSkipReason, startEtcdCluster } from '../support/etcd.ts';
+import { type ControlPlane, startControlPlane } from '../support/kube.ts';
 import type { SimulationProgress, SimulationReport } from '../support/join-simulator.ts';
 import { leftoverNetns, rootSkipReason } from '../support/netns.ts';
 import { until } from '../support/wait.ts';
@@ -192,5 +194,64 @@ describe(`${NODES} agents join two controllers over etcd; the leader is killed m
     assert.equal(report.reported, NODES);
     checkReport(report, 2);
     checkController(cloud, survivor, report, 2);
+  });
+});
+
+describe(`${NODES} agents join two controllers over the Kubernetes store; the leader is killed midway`, { skip: rootSkipReason(), timeout: 240_000 }, () => {
+  let cloud: TestCloud;
+  let cp: ControlPlane;
+  let pkiDir: string;
+  const controllers: ControllerProc[] = [];
+  let sim: Simulation | undefined;
+
+  before(async () => {
+    cloud = new TestCloud();
+    cp = await startControlPlane(cloud.dir, { netns: cloud.netns });
+    const crds = fileURLToPath(new URL('../../deploy/crds', import.meta.url));
+    cp.kubectl(['apply', '--server-side', '-f', crds]);
+    cp.kubectl(['wait', '--for=condition=Established', '--timeout=60s', '-f', crds]);
+    cp.kubectl(['create', 'namespace', 'atoll-system']);
+    const store = { type: 'kubernetes', leaseName: `atoll-${randomBytes(3).toString('hex')}`, leaseDurationSeconds: 3 };
+    const kubernetes = { kubeconfig: cp.kubeconfig() };
+    pkiDir = join(cloud.dir, 'shared-pki');
+    for (const [name, port] of [['ctl-a', 17491], ['ctl-b', 17492]] as const) {
+      controllers.push(await cloud.startController(name, { port, store, extra: { pkiDir, kubernetes } }));
+    }
+  });
+
+  after(async () => {
+    if (sim && sim.proc.exitCode === null && sim.proc.signalCode === null) sim.proc.kill('SIGKILL');
+    await cp?.stop();
+    await cloud?.cleanup();
+    assert.deepEqual(leftoverNetns(), []);
+  });
+
+  function leader(): ControllerProc | undefined {
+    return controllers.find((c) => c.proc?.exitCode === null && cloud.health(c)?.leader === true);
+  }
+
+  test('all join and get a second block, no block twice, ipam check clean', async () => {
+    await until('a leader', () => leader() !== undefined, 20_000, 200);
+    const t0 = Date.now();
+    const s = startSimulation(cloud, caOf(pkiDir), controllers.map((c) => c.url), 'k8s-', ['--second-block']);
+    sim = s;
+    await until('a third of the nodes to join', () => s.progress.joined >= NODES / 3 || s.proc.exitCode !== null, 60_000);
+    const old = leader() as ControllerProc;
+    const joinedAtKill = s.progress.joined;
+    await cloud.stopController(old, 'SIGKILL');
+    const killedAt = Date.now() - t0;
+    const report = await s.done;
+    const survivor = controllers.find((c) => c !== old) as ControllerProc;
+    process.stdout.write(`# kubernetes: killed leader ${old.url} at ${killedAt} ms with ${joinedAtKill}/${NODES} joined; all done at ${report.ms} ms ` +
+      `after ${report.attempts} requests (p50 ${report.requestMsP50} ms, p99 ${report.requestMsP99} ms); errors ${JSON.stringify(report.errors.slice(0, 3))}\n`);
+    assert.ok(joinedAtKill > 0 && joinedAtKill < NODES, `the leader died midway (${joinedAtKill} joined before)`);
+    assert.equal(cloud.health(survivor)?.leader, true, 'the other replica leads');
+    assert.equal(report.reported, NODES);
+    checkReport(report, 2);
+    checkController(cloud, survivor, report, 2);
+    // The same view from kubectl: one IPBlock per leased block, each labelled with its node.
+    const blocks = JSON.parse(cp.kubectl(['get', 'ipblocks', '-o', 'json'])) as { items: { spec: { key: string }; metadata: { labels?: Record<string, string> } }[] };
+    assert.equal(blocks.items.length, Object.values(report.blocks).flat().length);
+    assert.ok(blocks.items.every((b) => b.metadata.labels?.['atoll.dev/node']?.startsWith('k8s-')));
   });
 });
