@@ -207,7 +207,7 @@ describe(`${NODES} agents join two controllers over the Kubernetes store; the le
   before(async () => {
     cloud = new TestCloud();
     cp = await startControlPlane(cloud.dir, { netns: cloud.netns });
-    const crds = fileURLToPath(new URL('../../deploy/crds', import.meta.url));
+    const crds = fileURLToPath(new URL('../../deploy/helm/atoll/crds', import.meta.url));
     cp.kubectl(['apply', '--server-side', '-f', crds]);
     cp.kubectl(['wait', '--for=condition=Established', '--timeout=60s', '-f', crds]);
     cp.kubectl(['create', 'namespace', 'atoll-system']);

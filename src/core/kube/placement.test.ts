@@ -18,7 +18,8 @@ test('role, site and community from labels, with the documented precedence', () 
 });
 
 test('malformed labels are NODE_LABELS_INVALID naming the node and the label', () => {
-  for (const labels of [{ 'openyurt.io/is-edge-worker': 'maybe' }, { 'atoll.dev/site': '' }, { 'atoll.dev/community': '-bad' }]) {
+  const bad: Record<string, string>[] = [{ 'openyurt.io/is-edge-worker': 'maybe' }, { 'atoll.dev/site': '' }, { 'atoll.dev/community': '-bad' }];
+  for (const labels of bad) {
     const p = placementOf('edge-1', labels, none);
     assert.ok(!('role' in p));
     assert.equal(p.code, 'NODE_LABELS_INVALID');
