@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { readdirSync, readFileSync } from 'node:fs';
 import { ERROR_CATALOGUE, type ErrorCode } from '../src/core/errors.ts';
 import { agentConfigSchema } from '../src/config/agent-config.ts';
-import { controllerConfigSchema } from '../src/config/controller-config.ts';
+import { controllerConfigSchema, kubernetesSchema } from '../src/config/controller-config.ts';
 import { relayConfigSchema } from '../src/config/relay-config.ts';
 import { MAX_STDIN_BYTES } from '../src/config/cni-request.ts';
 import { MAX_ENV_BYTES } from '../src/core/cni-spec/shim-protocol.ts';
@@ -44,7 +44,7 @@ function documentedKeys(heading: string): Set<string> {
   return new Set([...section.matchAll(/^\| `([A-Za-z]+)` \|/gm)].map((m) => m[1] as string));
 }
 
-for (const [heading, schema] of [['Agent', agentConfigSchema], ['Controller', controllerConfigSchema], ['Relay', relayConfigSchema]] as const) {
+for (const [heading, schema] of [['Agent', agentConfigSchema], ['Controller', controllerConfigSchema], ['Relay', relayConfigSchema], ['The controller\'s `kubernetes` section', kubernetesSchema]] as const) {
   test(`docs/configuration.md documents every ${heading.toLowerCase()} configuration key, and no other`, () => {
     const documented = documentedKeys(heading);
     for (const key of Object.keys(schema.shape)) assert.ok(documented.has(key), `docs/configuration.md (${heading}) lacks ${key}`);

@@ -29,7 +29,7 @@ const storeSchema = z.discriminatedUnion('type', [
 ]);
 
 /** The controller on Kubernetes: where the API is, and how Node objects drive the registry. */
-const kubernetesSchema = z.strictObject({
+export const kubernetesSchema = z.strictObject({
   /** A kubeconfig file; without it, the pod's service account (in-cluster). */
   kubeconfig: z.string().regex(SAFE_PATH).optional(),
   /** The API endpoint to use instead (an edge cache such as yurthub); the credentials stay the kubeconfig's. */
