@@ -3,7 +3,7 @@
  * embedded store (files in a temporary directory), etcd (real etcd processes on loopback) and Kubernetes (a real
  * kube-apiserver and its etcd on loopback, test/support/kube.ts, with the CRDs of deploy/crds/). Then the cases only
  * one of them has: the embedded store's log, snapshot and lock; etcd's failover across members and leases; the
- * Kubernetes store's roll-forward after a crash mid-apply and its hand-edited objects.
+ * Kubernetes store's roll-forward after a crash mid-apply, its shared watch, its Lease and its hand-edited objects.
  *
  * Under test/root because it spawns processes; it needs no root.
  */
@@ -606,7 +606,7 @@ describe('EtcdStore and EtcdLeader: failover and leases', { skip: etcdSkipReason
   });
 });
 
-describe('KubeStore: a crash mid-apply, and objects edited by hand', () => {
+describe('KubeStore: a crash mid-apply, shared watches through an API server restart, a Lease taken away, objects edited by hand', () => {
   let cp: ControlPlane;
   before(async () => {
     cp = await startKubeStorePlane();
@@ -650,6 +650,38 @@ describe('KubeStore: a crash mid-apply, and objects edited by hand', () => {
     ac.abort();
     await watching;
     await Promise.all([a, reader, writer].map((s) => s.close()));
+  });
+
+  test('watchers share one watch that outlives an API server restart; a txn meanwhile rejects STORE_UNAVAILABLE; close ends them', async () => {
+    const store = await KubeStore.open({ kube: cp.admin }, { name: freshName() });
+    const r0 = (await store.txn([], [put('v/a', '0')])).revision;
+    const seen: WatchEvent[][] = [[], [], []];
+    const ended = seen.map((mine, i) => store.watch(i === 2 ? 'other/' : 'v/', r0, (e) => mine.push(...e), new AbortController().signal));
+    await cp.killApiServer();
+    try {
+      await assert.rejects(store.txn([], [put('v/b', 'lost')]), { code: 'STORE_UNAVAILABLE' });
+    } finally {
+      await cp.startApiServer();
+    }
+    const r1 = (await store.txn([], [put('v/b', '1'), put('other/x', '2')])).revision;
+    await until('the events after the restart', () => seen[0]!.length === 1 && seen[1]!.length === 1 && seen[2]!.length === 1, 20_000);
+    assert.deepEqual(seen.map((s) => s.map((e) => [e.key, e.modRevision])), [[['v/b', r1]], [['v/b', r1]], [['other/x', r1]]]);
+    const watches = /^apiserver_longrunning_requests\{[^}]*resource="storelogs"[^}]*verb="WATCH"[^}]*\} (\d+)/m.exec(await cp.admin.request<string>('GET', '/metrics'));
+    assert.equal(watches?.[1], '1', 'three watchers, one Kubernetes watch');
+    await store.close();
+    for (const e of ended) await assert.rejects(e, { code: 'STORE_UNAVAILABLE' });
+  });
+
+  test('leader: lost aborts when the Lease is taken by another holder; leader() names the new one', async () => {
+    const name = freshName();
+    const a = new KubeLeaseElection({ kube: cp.admin }, { namespace: LEASE_NAMESPACE, name, id: 'http://a', leaseDurationSeconds: 3 });
+    const { lost } = await a.campaign(new AbortController().signal);
+    cp.kubectl(['patch', 'lease', '-n', LEASE_NAMESPACE, name, '--type=merge', '-p', JSON.stringify({ spec: { holderIdentity: 'http://b' } })]);
+    await until('lost to abort at the next renewal', () => lost.aborted, 3000);
+    assert.match(String((lost.reason as Error).message), /another replica holds the Lease/);
+    assert.equal(await a.leader(), 'http://b');
+    await a.resign();
+    assert.equal(await a.leader(), 'http://b', 'resigning a lost term leaves the new holder alone');
   });
 
   test('an IPBlock edited by hand to overlap another is surfaced as it is: kubectl sees it, ipam check reports it', async () => {
