@@ -1,14 +1,15 @@
 /**
  * The cloud controller's throughput and memory, and the agent's idle memory, in one run on one machine:
  *   throughput  registrations/s and block allocations/s through the real HTTPS API, for each store side by side
- *               (embedded; etcd with 1 member; etcd with 3 members): a real controller process (`bin/atoll
- *               controller`) on 127.0.0.1, and simulated agents (test/support/join-simulator.ts) in this process;
+ *               (embedded; etcd with 1 member; etcd with 3 members; the Kubernetes store on a real kube-apiserver):
+ *               a real controller process (`bin/atoll controller`) on 127.0.0.1, and simulated agents
+ *               (test/support/join-simulator.ts) in this process;
  *   controller  VmRSS and VmHWM of the controller process holding `--rss-nodes` registered nodes (default 5,000);
  *   agent       VmRSS of a real idle agent (test/support/agent.ts) without and with a controller, against an empty
  *               Node process (`node -e "setInterval(()=>{},1e9)"`), which is what Node itself costs.
  * bench/README.md explains what is measured and why.
  *
- * Usage: node bench/controller.ts [--smoke] [--nodes N] [--runs R] [--concurrency C] [--stores embedded,etcd1,etcd3]
+ * Usage: node bench/controller.ts [--smoke] [--nodes N] [--runs R] [--concurrency C] [--stores embedded,etcd1,etcd3,kubernetes]
  *        [--rss-nodes M] [--rss-store S] [--agent-samples K] [--no-agent] [--json FILE] [--timeout SECONDS]
  */
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
@@ -22,6 +23,7 @@ import { ATOLL_BIN, PROJECT_NODE } from '../src/lab/agent-process.ts';
 import { TestAgent } from '../test/support/agent.ts';
 import { type ControllerProc, TestCloud } from '../test/support/cloud.ts';
 import { type EtcdCluster, etcdSkipReason, startEtcdCluster } from '../test/support/etcd.ts';
+import { type ControlPlane, startControlPlane } from '../test/support/kube.ts';
 import { simulateJoins, type SimulationReport } from '../test/support/join-simulator.ts';
 import { delNetns, isRoot, leftoverNetns, RUN_PREFIX } from '../test/support/netns.ts';
 import { intOption, median, parseBenchArgs, removeRunTempDirs } from './common.ts';
@@ -35,9 +37,10 @@ const KIB_PER_MIB = 1024;
 // ---------------------------------------------------------------------------------------------------------------
 // Options
 
-type StoreKey = 'embedded' | 'etcd1' | 'etcd3';
-const STORE_KEYS: readonly StoreKey[] = ['embedded', 'etcd1', 'etcd3'];
-const STORE_LABEL: Record<StoreKey, string> = { embedded: 'embedded', etcd1: 'etcd, 1 member', etcd3: 'etcd, 3 members' };
+type StoreKey = 'embedded' | 'etcd1' | 'etcd3' | 'kubernetes';
+const STORE_KEYS: readonly StoreKey[] = ['embedded', 'etcd1', 'etcd3', 'kubernetes'];
+const STORE_LABEL: Record<StoreKey, string> = { embedded: 'embedded', etcd1: 'etcd, 1 member', etcd3: 'etcd, 3 members', kubernetes: 'kubernetes (CRDs)' };
+const CRD_DIR = join(import.meta.dirname, '..', 'deploy', 'crds');
 
 interface Options {
   readonly smoke: boolean;
@@ -59,7 +62,8 @@ const USAGE = `usage: node bench/controller.ts [options]
   --nodes N            simulated agents per throughput run (default 500)
   --runs R             throughput runs per store, interleaved across stores (default 3)
   --concurrency C      requests in flight from the simulated agents (default 64)
-  --stores LIST        stores to compare, of embedded,etcd1,etcd3 (default all; etcd needs the etcd binary)
+  --stores LIST        stores to compare, of embedded,etcd1,etcd3,kubernetes (default all; etcd needs the etcd binary,
+                       kubernetes the control plane of scripts/k8s.sh, built the first time)
   --rss-nodes M        registered nodes the controller holds when its memory is read (default 5000; 0 skips)
   --rss-store S        the store of that controller (default embedded)
   --agent-samples K    VmRSS samples per process, 1 s apart, after it settled (default 5)
@@ -107,6 +111,7 @@ class Fixture {
   readonly dir: string = mkdtempSync(join(tmpdir(), `${RUN_PREFIX}cbench-`));
   readonly procs = new Set<ChildProcess>();
   readonly etcd = new Map<StoreKey, EtcdCluster>();
+  kube: ControlPlane | undefined;
   readonly agents = new Set<TestAgent>();
   cloud: TestCloud | undefined;
   #cleaned: Promise<void> | undefined;
@@ -121,6 +126,7 @@ class Fixture {
     for (const p of this.procs) if (p.exitCode === null && p.signalCode === null) p.kill('SIGKILL');
     for (const a of this.agents) await a.cleanup().catch((e: unknown) => process.stderr.write(`bench: agent cleanup failed: ${String(e)}\n`));
     for (const e of this.etcd.values()) await e.stop().catch((err: unknown) => process.stderr.write(`bench: etcd cleanup failed: ${String(err)}\n`));
+    await this.kube?.stop().catch((err: unknown) => process.stderr.write(`bench: control plane cleanup failed: ${String(err)}\n`));
     await this.cloud?.cleanup().catch((e: unknown) => process.stderr.write(`bench: cloud cleanup failed: ${String(e)}\n`));
     if (isRoot()) for (const ns of leftoverNetns()) delNetns(ns); // only names with this process's unique prefix
     rmSync(this.dir, { recursive: true, force: true });
@@ -164,15 +170,18 @@ interface Controller {
 }
 
 
-/** Starts `bin/atoll controller` (the bundle users run) with a fresh data directory; resolves once it serves. */
-async function startController(fx: Fixture, name: string, store: Record<string, unknown>): Promise<Controller> {
+/**
+ * Starts `bin/atoll controller` (the bundle users run) with a fresh data directory and the configuration sections
+ * `sections` (the store's); resolves once it serves.
+ */
+async function startController(fx: Fixture, name: string, sections: Record<string, unknown>): Promise<Controller> {
   const port = await freePort();
   const dataDir = join(fx.dir, name);
   const url = `https://127.0.0.1:${port}`;
   const configPath = join(fx.dir, `${name}.json`);
   writeFileSync(configPath, JSON.stringify({
     listenHost: '127.0.0.1', listenPort: port, advertiseUrl: url, clusterCidrs: ['10.0.0.0/8'], blockBits: 26, maxBlocksPerNode: 4, refillBelow: 8,
-    dataDir, bootstrapTokens: [BOOTSTRAP_TOKEN], adminToken: ADMIN_TOKEN, store,
+    dataDir, bootstrapTokens: [BOOTSTRAP_TOKEN], adminToken: ADMIN_TOKEN, ...sections,
   }));
   const log = join(fx.dir, `${name}.log`);
   const proc = spawn(ATOLL_BIN, ['controller', '--config', configPath], { stdio: ['ignore', 'pipe', openSync(log, 'w')] });
@@ -206,15 +215,27 @@ async function stopController(fx: Fixture, c: Controller): Promise<void> {
   fx.procs.delete(c.proc);
 }
 
-/** The store section of a controller configuration; etcd clusters are started once and shared (one prefix a run). */
+/**
+ * The store's sections of a controller configuration; etcd clusters and the Kubernetes control plane are started
+ * once and shared (one prefix, or one StoreLog and Lease, a run).
+ */
 async function storeConfig(fx: Fixture, store: StoreKey): Promise<Record<string, unknown>> {
-  if (store === 'embedded') return { type: 'embedded' };
+  if (store === 'embedded') return { store: { type: 'embedded' } };
+  if (store === 'kubernetes') {
+    if (!fx.kube) {
+      fx.kube = await startControlPlane(fx.dir);
+      fx.kube.kubectl(['apply', '--server-side', '-f', CRD_DIR]);
+      fx.kube.kubectl(['wait', '--for=condition=Established', '--timeout=60s', '-f', CRD_DIR]);
+      fx.kube.kubectl(['create', 'namespace', 'atoll-system']);
+    }
+    return { store: { type: 'kubernetes', leaseName: `bench-${randomBytes(4).toString('hex')}` }, kubernetes: { kubeconfig: fx.kube.kubeconfig() } };
+  }
   let etcd = fx.etcd.get(store);
   if (!etcd) {
     etcd = await startEtcdCluster({ members: store === 'etcd1' ? 1 : 3, dir: fx.dir });
     fx.etcd.set(store, etcd);
   }
-  return { type: 'etcd', endpoints: etcd.endpoints, prefix: `/bench-${randomBytes(4).toString('hex')}/` };
+  return { store: { type: 'etcd', endpoints: etcd.endpoints, prefix: `/bench-${randomBytes(4).toString('hex')}/` } };
 }
 
 interface IpamReport {
@@ -407,7 +428,7 @@ async function main(argv: readonly string[]): Promise<number> {
   timer.unref();
 
   const etcdMissing = etcdSkipReason();
-  const stores = opts.stores.filter((s) => s === 'embedded' || !etcdMissing);
+  const stores = opts.stores.filter((s) => !s.startsWith('etcd') || !etcdMissing);
   const skipped = opts.stores.filter((s) => !stores.includes(s)).map((s) => `${STORE_LABEL[s]} (${etcdMissing})`);
   const machine = { cpus: cpus().length, cpu: cpus()[0]?.model, kernel: release(), node: spawnSync(PROJECT_NODE, ['--version'], { encoding: 'utf8' }).stdout.trim(),
     etcd: etcdMissing ? undefined : /etcd Version: (\S+)/.exec(spawnSync('etcd', ['--version'], { encoding: 'utf8' }).stdout)?.[1], loadAtStart: loadavg() };

@@ -11,7 +11,8 @@
  *   1. read the log (resourceVersion R, revision N);
  *   2. roll forward: apply the transactions after `appliedThrough` to the entry objects, unless this store applied
  *      them itself (idempotent: an object whose spec.modRevision is already that high is left alone);
- *   3. read the entry objects of the keys named, and evaluate the compares against them with the log laid over;
+ *   3. read the entry objects of the keys named (beside step 1: an object newer than the log fails step 4, an older
+ *      one is covered by the log), and evaluate the compares against them with the log laid over;
  *   4. replace the log at resourceVersion R with revision N+k, the new transactions appended and
  *      `appliedThrough: N`: this is the commit; a 409 means another writer committed first: start again;
  *   5. apply the ops to the entry objects (create, replace at their resourceVersion, delete with a resourceVersion
@@ -21,8 +22,8 @@
  * them (a key the history changed later than its object says is taken from the history), so a committed
  * transaction is seen whole or not at all, whoever applies it and however late.
  *
- * Watches replay the log's history, then follow the StoreLog object with a Kubernetes watch; a gap larger than the
- * history rejects STORE_COMPACTED. Objects edited by hand (kubectl edit) are surfaced as they are, as long as their
+ * Watches replay the log's history, then follow the StoreLog object through one Kubernetes watch per store, shared
+ * by all its watchers (a controller streams to every agent); a gap larger than the history rejects STORE_COMPACTED. Objects edited by hand (kubectl edit) are surfaced as they are, as long as their
  * spec.modRevision is not lowered: `atoll ipam check` then reports, say, an IPBlock made to overlap another.
  * docs/architecture.md, "The Kubernetes store", has the limits.
  */
@@ -91,7 +92,10 @@ export interface LogObject extends KubeObject {
 export interface KubeStoreInit {
   /** The StoreLog's name; entry objects carry its tag (store-kube-names.ts), so stores can share a cluster. */
   readonly name: string;
-  /** Bound on the history's JSON size (default 64 KiB): every commit rewrites the log object whole. */
+  /**
+   * Bound on the history's JSON size (default 32 KiB). Every commit rewrites the log object whole and every read
+   * fetches it: on loopback a commit took 24 ms with 64 KiB of history and 12 ms with 16 KiB.
+   */
   readonly historyBytes?: number;
   /** Bound on the number of transactions in the history (default 1000). */
   readonly historyCount?: number;
@@ -102,6 +106,14 @@ interface Pending {
   readonly ops: readonly TxnOp[];
   readonly resolve: (r: TxnResult) => void;
   readonly reject: (err: unknown) => void;
+}
+
+/** One {@link KubeStore.watch}, as the shared watch of the StoreLog feeds it. */
+interface LogWatcher {
+  /** Delivers what `spec` holds after the revision this watcher is at (or ends it: a gap, or its handler threw). */
+  deliver(spec: LogSpec): void;
+  /** Ends the watch: resolved without `err`, rejected with it. */
+  end(err?: unknown): void;
 }
 
 /** The newest op on each key in a history, with its revision. */
@@ -119,13 +131,16 @@ export class KubeStore implements ClusterStore {
   #committing = false;
   /** Revisions up to this one are applied to the entry objects, by this store itself. */
   #appliedByMe = 0;
+  readonly #watchers = new Set<LogWatcher>();
+  /** Stops the shared watch of the StoreLog; undefined while none runs. */
+  #follower: AbortController | undefined;
 
   constructor(components: { readonly kube: KubeClient }, init: KubeStoreInit) {
     this.#kube = components.kube;
     this.name = init.name;
     this.#tag = storeTag(init.name);
     this.#logPath = `${API_PATH}/storelogs/${init.name}`;
-    this.#historyBytes = init.historyBytes ?? 64 * 1024;
+    this.#historyBytes = init.historyBytes ?? 32 * 1024;
     this.#historyCount = init.historyCount ?? 1000;
   }
 
@@ -186,60 +201,114 @@ export class KubeStore implements ClusterStore {
     });
   }
 
-  async watch(prefix: string, afterRevision: number, onEvent: (events: readonly WatchEvent[]) => void, signal: AbortSignal): Promise<void> {
-    this.#assertOpen();
-    const stop = AbortSignal.any([signal, this.#closed.signal]);
-    let last = afterRevision;
-    let gap: AtollError | undefined;
-    /** Delivers the transactions of `spec` after `last`; throws `gap` when some are no longer held. */
-    const deliver = (spec: LogSpec) => {
-      if (spec.compacted > last) {
-        gap = atollError('STORE_COMPACTED', `StoreLog ${this.name} holds the transactions after revision ${spec.compacted} only; a watch needs those after ${last}`,
-          'list the keys again and watch from the revision of that listing');
-        throw gap;
-      }
-      for (const t of spec.history) {
-        if (t.revision <= last) continue;
-        last = t.revision;
-        const events = t.ops.filter((op) => op.key.startsWith(prefix)).map((op): WatchEvent =>
-          ({ type: op.type, key: op.key, value: op.type === 'put' ? op.value ?? '' : '', modRevision: t.revision }));
-        if (events.length > 0) onEvent(events);
-      }
-    };
-    let failingSince: number | undefined;
-    let rv: string | undefined;
-    while (!stop.aborted) {
+  /**
+   * The history after `afterRevision` (from a fresh read of the log), then each commit as the store's one shared
+   * watch of the StoreLog sees it: however many watchers, one Kubernetes watch per store.
+   */
+  watch(prefix: string, afterRevision: number, onEvent: (events: readonly WatchEvent[]) => void, signal: AbortSignal): Promise<void> {
+    return new Promise<void>((resolve, reject) => {
+      this.#assertOpen();
+      if (signal.aborted) return resolve();
+      let last = afterRevision;
+      const end = (err?: unknown) => {
+        if (!this.#watchers.delete(watcher)) return;
+        signal.removeEventListener('abort', onAbort);
+        if (this.#watchers.size === 0) this.#follower?.abort();
+        if (err === undefined) resolve(); else reject(err);
+      };
+      const onAbort = () => end();
+      const watcher: LogWatcher = {
+        deliver: (spec) => {
+          if (spec.compacted > last) {
+            return end(atollError('STORE_COMPACTED', `StoreLog ${this.name} holds the transactions after revision ${spec.compacted} only; a watch needs those after ${last}`,
+              'list the keys again and watch from the revision of that listing'));
+          }
+          for (const t of spec.history) {
+            if (t.revision <= last) continue;
+            last = t.revision;
+            const events = t.ops.filter((op) => op.key.startsWith(prefix)).map((op): WatchEvent =>
+              ({ type: op.type, key: op.key, value: op.type === 'put' ? op.value ?? '' : '', modRevision: t.revision }));
+            if (events.length === 0) continue;
+            try {
+              onEvent(events);
+            } catch (err) {
+              return end(err);
+            }
+          }
+        },
+        end,
+      };
+      signal.addEventListener('abort', onAbort, { once: true });
+      this.#watchers.add(watcher);
+      this.#follow();
+      void this.#replay(watcher);
+    });
+  }
+
+  /** The history a new watcher asks for, from a fresh read of the log; retried while the API server is away. */
+  async #replay(watcher: LogWatcher): Promise<void> {
+    const since = performance.now();
+    while (this.#watchers.has(watcher)) {
       try {
-        if (rv === undefined) {
-          const log = await this.#readLog();
-          deliver(log.spec);
-          rv = log.metadata.resourceVersion ?? '';
-        }
-        await this.#kube.watch<LogObject>(`${API_PATH}/storelogs`, rv, (e) => {
-          if (e.type === 'DELETED') throw atollError('STORE_UNAVAILABLE', `StoreLog ${this.name} was deleted`, 'restore the store, then restart the controllers');
-          rv = e.object.metadata.resourceVersion ?? rv;
-          if (e.type !== 'BOOKMARK') deliver(e.object.spec);
-          failingSince = undefined;
-        }, { fieldSelector: `metadata.name=${this.name}`, signal: stop });
+        return watcher.deliver((await this.#readLog()).spec);
       } catch (err) {
-        if (stop.aborted) break;
-        if (err === gap || !(err instanceof AtollError)) throw err;
-        if (err.code === 'STORE_COMPACTED') {
-          rv = undefined; // the API server's watch cache moved on: read the log again (its history covers the gap)
-          continue;
+        if (!(err instanceof AtollError && err.code.startsWith('KUBE_API_')) || performance.now() - since > WATCH_RETRY_MS) {
+          return watcher.end(storeError(err, `read StoreLog ${this.name}`));
         }
-        if (!err.code.startsWith('KUBE_API_')) throw err;
-        failingSince ??= performance.now();
-        if (performance.now() - failingSince > WATCH_RETRY_MS) throw storeError(err, `watch StoreLog ${this.name}`);
-        await sleep(500, undefined, { signal: stop }).catch(() => undefined);
+        await sleep(500);
       }
     }
-    if (!signal.aborted) throw this.#closedError();
+  }
+
+  /** Starts the shared watch of the StoreLog unless it runs; it stops when the last watcher leaves. */
+  #follow(): void {
+    if (this.#follower !== undefined) return;
+    const stop = new AbortController();
+    this.#follower = stop;
+    const signal = AbortSignal.any([stop.signal, this.#closed.signal]);
+    const deliver = (spec: LogSpec) => {
+      for (const w of [...this.#watchers]) w.deliver(spec);
+    };
+    void (async () => {
+      let failingSince: number | undefined;
+      let rv: string | undefined;
+      while (!signal.aborted) {
+        try {
+          if (rv === undefined) {
+            const log = await this.#readLog();
+            failingSince = undefined;
+            deliver(log.spec);
+            rv = log.metadata.resourceVersion ?? '';
+          }
+          await this.#kube.watch<LogObject>(`${API_PATH}/storelogs`, rv, (e) => {
+            if (e.type === 'DELETED') throw atollError('STORE_UNAVAILABLE', `StoreLog ${this.name} was deleted`, 'restore the store, then restart the controllers');
+            rv = e.object.metadata.resourceVersion ?? rv;
+            if (e.type !== 'BOOKMARK') deliver(e.object.spec);
+          }, { fieldSelector: `metadata.name=${this.name}`, signal });
+        } catch (err) {
+          if (signal.aborted) break;
+          // Read the log again before watching again: after a 410 (the API server's watch cache moved on) or an
+          // outage, its history covers the gap, and a successful read ends the outage's count.
+          rv = undefined;
+          if (err instanceof AtollError && err.code === 'STORE_COMPACTED') continue;
+          failingSince ??= performance.now();
+          if (!(err instanceof AtollError && err.code.startsWith('KUBE_API_')) || performance.now() - failingSince > WATCH_RETRY_MS) {
+            for (const w of [...this.#watchers]) w.end(storeError(err, `watch StoreLog ${this.name}`));
+            break;
+          }
+          await sleep(500, undefined, { signal }).catch(() => undefined);
+        }
+      }
+      if (this.#follower === stop) this.#follower = undefined;
+      // A watcher that came while this one was stopping needs a follower of its own.
+      if (this.#watchers.size > 0 && !this.#closed.signal.aborted) this.#follow();
+    })();
   }
 
   /** Ends every watch (with STORE_UNAVAILABLE) and refuses further calls; pending transactions still finish. */
   async close(): Promise<void> {
     this.#closed.abort();
+    for (const w of [...this.#watchers]) w.end(this.#closedError());
   }
 
   async #ensureLog(): Promise<void> {
@@ -293,11 +362,13 @@ export class KubeStore implements ClusterStore {
       let log: LogObject;
       let objects: Map<string, EntryObject | undefined>;
       try {
-        log = await this.#readLog();
-        await this.#rollForward(log.spec);
+        // The objects may be read beside the log: one newer than the log fails the commit below (the log moved),
+        // one older is covered by the log's history.
         const keys = [...new Set(batch.flatMap((p) => [...p.compares.map((c) => c.key), ...p.ops.map((o) => o.key)]))];
-        const got = await Promise.all(keys.map((k) => this.#getEntry(k)));
-        objects = new Map(keys.map((k, i) => [k, got[i]]));
+        const [read, ...got] = await Promise.all([this.#readLog(), ...keys.map((k) => this.#getEntry(k))]);
+        log = read as LogObject;
+        objects = new Map(keys.map((k, i) => [k, got[i] as EntryObject | undefined]));
+        await this.#rollForward(log.spec);
       } catch (err) {
         throw storeError(err, 'prepare a transaction');
       }

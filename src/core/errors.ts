@@ -45,7 +45,7 @@ export const ERROR_CATALOGUE = {
   PREFLIGHT_CNI_CONF_ORDER: { cni: CniCode.generic, summary: "another CNI configuration sorts before Atoll's in the conf dir" },
   PREFLIGHT_RANGE_OVERLAP: { cni: CniCode.generic, summary: "the node's pod range overlaps a host address or route" },
   PREFLIGHT_FOREIGN_DEVICE: { cni: CniCode.generic, summary: 'a device Atoll would create exists with a foreign configuration' },
-  STORE_UNAVAILABLE: { cni: CniCode.generic, summary: 'the controller store (files or etcd) could not be reached or written' },
+  STORE_UNAVAILABLE: { cni: CniCode.generic, summary: 'the controller store (files, etcd or Kubernetes) could not be reached or written' },
   STORE_COMPACTED: { cni: CniCode.generic, summary: 'the store no longer holds the history a watch asked for' },
   NODE_IDENTITY_MISMATCH: { cni: CniCode.generic, summary: 'the node name is registered with another identity key' },
   NODE_NOT_REGISTERED: { cni: CniCode.generic, summary: 'the node is not registered with the controller' },

@@ -3,7 +3,7 @@
  * embedded store (files in a temporary directory), etcd (real etcd processes on loopback) and Kubernetes (a real
  * kube-apiserver and its etcd on loopback, test/support/kube.ts, with the CRDs of deploy/helm/atoll/crds/). Then the cases only
  * one of them has: the embedded store's log, snapshot and lock; etcd's failover across members and leases; the
- * Kubernetes store's roll-forward after a crash mid-apply and its hand-edited objects.
+ * Kubernetes store's roll-forward after a crash mid-apply, its shared watch, its Lease and its hand-edited objects.
  *
  * Needs no root; it starts etcd processes, hence test/integration.
  */
@@ -20,6 +20,7 @@ import { EmbeddedLeader, EmbeddedStore } from '../../src/adapters/store-embedded
 import { EtcdLeader, EtcdStore } from '../../src/adapters/store-etcd.ts';
 import { type EntryObject, type LogObject, KubeStore } from '../../src/adapters/store-kube.ts';
 import { KubeLeaseElection } from '../../src/adapters/store-kube-lease.ts';
+import { KubeClient } from '../../src/adapters/kube/kube-client.ts';
 import { etcdSkipReason, startEtcdCluster, type EtcdCluster } from '../support/etcd.ts';
 import { type ControlPlane, startControlPlane } from '../support/kube.ts';
 import { until } from '../support/wait.ts';
@@ -151,37 +152,41 @@ function etcdBackend(): Backend {
   };
 }
 
-const CRD_DIR = join(import.meta.dirname, '../../deploy/helm/atoll/crds');
-const LEASE_NAMESPACE = 'atoll-test';
+const MANIFEST = join(import.meta.dirname, '../../deploy/atoll.yaml');
+/** The manifest's namespace, where its Role lets the controller's account take the Lease. */
+const LEASE_NAMESPACE = 'atoll-system';
 const STORELOGS = '/apis/atoll.dev/v1alpha1/storelogs';
 const STOREENTRIES = '/apis/atoll.dev/v1alpha1/storeentries';
 
-/** A control plane with the CRDs installed and the lease namespace created. */
-async function startKubeStorePlane(): Promise<ControlPlane> {
+/** A control plane with deploy/atoll.yaml applied (CRDs, namespace, RBAC), and a client with only the controller's role. */
+async function startKubeStorePlane(): Promise<{ cp: ControlPlane; controller: KubeClient }> {
   const cp = await startControlPlane(tmpRoot);
-  cp.kubectl(['apply', '--server-side', '-f', CRD_DIR]);
-  cp.kubectl(['wait', '--for=condition=Established', '--timeout=60s', '-f', CRD_DIR]);
-  cp.kubectl(['create', 'namespace', LEASE_NAMESPACE]);
-  return cp;
+  cp.kubectl(['apply', '--server-side', '-f', MANIFEST]);
+  cp.kubectl(['wait', '--for=condition=Established', '--timeout=60s', 'crd', '--all']);
+  const token = await cp.serviceAccountToken(LEASE_NAMESPACE, 'atoll-controller');
+  return { cp, controller: new KubeClient({ server: new URL(cp.server), ca: cp.ca, token: () => token, userAgent: 'atoll-controller' }) };
 }
 
 function kubeBackend(): Backend {
   let cp: ControlPlane | undefined;
+  let controller: KubeClient | undefined;
   return {
     name: 'kubernetes',
     skip: false,
     manyElectors: true,
     leaseMs: ELECTOR_TTL_SECONDS * 1000,
     async setup() {
-      cp = await startKubeStorePlane();
+      ({ cp, controller } = await startKubeStorePlane());
     },
     async teardown() {
+      controller?.close();
       await cp?.stop();
     },
     async subject() {
       // A fresh StoreLog per subject: its entries carry its name, so subjects never see each other's keys.
       const name = `t-${randomBytes(4).toString('hex')}`;
-      const kube = cp!.admin;
+      // the store runs with the controller's account from deploy/atoll.yaml: a permission it lacks fails here
+      const kube = controller!;
       const stores: KubeStore[] = [];
       const open = async () => {
         const s = await KubeStore.open({ kube }, { name });
@@ -611,17 +616,21 @@ describe('EtcdStore and EtcdLeader: failover and leases', { skip: etcdSkipReason
   });
 });
 
-describe('KubeStore: a crash mid-apply, and objects edited by hand', () => {
+describe('KubeStore: a crash mid-apply, shared watches through an API server restart, a Lease taken away, objects edited by hand', () => {
   let cp: ControlPlane;
+  let controller: KubeClient;
   before(async () => {
-    cp = await startKubeStorePlane();
+    ({ cp, controller } = await startKubeStorePlane());
   });
-  after(() => cp?.stop());
+  after(async () => {
+    controller?.close();
+    await cp?.stop();
+  });
   const freshName = () => `t-${randomBytes(4).toString('hex')}`;
 
   test('a transaction committed to the log but applied in part is seen whole, watched, and rolled forward by the next writer', async () => {
     const name = freshName();
-    const a = await KubeStore.open({ kube: cp.admin }, { name });
+    const a = await KubeStore.open({ kube: controller }, { name });
     const r1 = (await a.txn([], [put('x/a', '1'), put('x/gone', 'g')])).revision;
     const seen: WatchEvent[] = [];
     const ac = new AbortController();
@@ -635,7 +644,7 @@ describe('KubeStore: a crash mid-apply, and objects edited by hand', () => {
     const objA = (await cp.admin.list<EntryObject>(STOREENTRIES, { labelSelector: `atoll.dev/store=${name}` })).items.find((o) => o.spec.key === 'x/a')!;
     await cp.admin.replace(`${STOREENTRIES}/${objA.metadata.name}`, { ...objA, spec: { ...objA.spec, value: '2', modRevision: r2 } });
 
-    const reader = await KubeStore.open({ kube: cp.admin }, { name });
+    const reader = await KubeStore.open({ kube: controller }, { name });
     const want = [{ key: 'x/a', value: '2', createRevision: r1, modRevision: r2 }, { key: 'x/b', value: '3', createRevision: r2, modRevision: r2 }];
     assert.deepEqual(await reader.list('x/'), { entries: want, revision: r2 });
     assert.equal(await reader.get('x/gone'), undefined);
@@ -647,7 +656,7 @@ describe('KubeStore: a crash mid-apply, and objects edited by hand', () => {
     const objects = async () => (await cp.admin.list<EntryObject>(STOREENTRIES, { labelSelector: `atoll.dev/store=${name}` }))
       .items.map((o) => [o.spec.key, o.spec.value, o.spec.modRevision]).sort();
     assert.deepEqual(await objects(), [['x/a', '2', r2], ['x/gone', 'g', r1]]);
-    const writer = await KubeStore.open({ kube: cp.admin }, { name });
+    const writer = await KubeStore.open({ kube: controller }, { name });
     const r3 = (await writer.txn([{ key: 'x/b', modRevision: r2 }], [put('y', '4')])).revision;
     assert.equal(r3, r2 + 1);
     assert.deepEqual(await objects(), [['x/a', '2', r2], ['x/b', '3', r2], ['y', '4', r3]]);
@@ -657,9 +666,41 @@ describe('KubeStore: a crash mid-apply, and objects edited by hand', () => {
     await Promise.all([a, reader, writer].map((s) => s.close()));
   });
 
+  test('watchers share one watch that outlives an API server restart; a txn meanwhile rejects STORE_UNAVAILABLE; close ends them', async () => {
+    const store = await KubeStore.open({ kube: controller }, { name: freshName() });
+    const r0 = (await store.txn([], [put('v/a', '0')])).revision;
+    const seen: WatchEvent[][] = [[], [], []];
+    const ended = seen.map((mine, i) => store.watch(i === 2 ? 'other/' : 'v/', r0, (e) => mine.push(...e), new AbortController().signal));
+    await cp.killApiServer();
+    try {
+      await assert.rejects(store.txn([], [put('v/b', 'lost')]), { code: 'STORE_UNAVAILABLE' });
+    } finally {
+      await cp.startApiServer();
+    }
+    const r1 = (await store.txn([], [put('v/b', '1'), put('other/x', '2')])).revision;
+    await until('the events after the restart', () => seen[0]!.length === 1 && seen[1]!.length === 1 && seen[2]!.length === 1, 20_000);
+    assert.deepEqual(seen.map((s) => s.map((e) => [e.key, e.modRevision])), [[['v/b', r1]], [['v/b', r1]], [['other/x', r1]]]);
+    const watches = /^apiserver_longrunning_requests\{[^}]*resource="storelogs"[^}]*verb="WATCH"[^}]*\} (\d+)/m.exec(await cp.admin.request<string>('GET', '/metrics'));
+    assert.equal(watches?.[1], '1', 'three watchers, one Kubernetes watch');
+    await store.close();
+    for (const e of ended) await assert.rejects(e, { code: 'STORE_UNAVAILABLE' });
+  });
+
+  test('leader: lost aborts when the Lease is taken by another holder; leader() names the new one', async () => {
+    const name = freshName();
+    const a = new KubeLeaseElection({ kube: controller }, { namespace: LEASE_NAMESPACE, name, id: 'http://a', leaseDurationSeconds: 3 });
+    const { lost } = await a.campaign(new AbortController().signal);
+    cp.kubectl(['patch', 'lease', '-n', LEASE_NAMESPACE, name, '--type=merge', '-p', JSON.stringify({ spec: { holderIdentity: 'http://b' } })]);
+    await until('lost to abort at the next renewal', () => lost.aborted, 3000);
+    assert.match(String((lost.reason as Error).message), /another replica holds the Lease/);
+    assert.equal(await a.leader(), 'http://b');
+    await a.resign();
+    assert.equal(await a.leader(), 'http://b', 'resigning a lost term leaves the new holder alone');
+  });
+
   test('an IPBlock edited by hand to overlap another is surfaced as it is: kubectl sees it, ipam check reports it', async () => {
     const name = freshName();
-    const store = await KubeStore.open({ kube: cp.admin }, { name });
+    const store = await KubeStore.open({ kube: controller }, { name });
     const lease = (cidr: string, node: string) => JSON.stringify({ cidr, node, leasedAt: 1 });
     const node = (n: string) => JSON.stringify({ name: n });
     await store.txn([], [put('nodes/a', node('a')), put('nodes/b', node('b')), put('blocks/10.100.0.0-27', lease('10.100.0.0/27', 'a')), put('blocks/10.100.0.64-27', lease('10.100.0.64/27', 'b'))]);

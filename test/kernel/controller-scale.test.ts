@@ -147,6 +147,34 @@ describe(`${NODES} agents join an embedded-store controller that is restarted mi
   });
 });
 
+/**
+ * The storm with the leader killed -9 midway: waits for a leader, starts `NODES` simulated agents (each asking for a
+ * second block), kills the leader once a third have joined, and checks that everything joined through the other
+ * replica with no block leased twice and `atoll ipam check` clean.
+ */
+async function stormWithLeaderKilled(cloud: TestCloud, pkiDir: string, controllers: ControllerProc[], label: string, prefix: string, started: (s: Simulation) => void): Promise<PrintedReport> {
+  const leader = () => controllers.find((c) => c.proc?.exitCode === null && cloud.health(c)?.leader === true);
+  await until('a leader', () => leader() !== undefined, 20_000, 200);
+  const t0 = Date.now();
+  const s = startSimulation(cloud, caOf(pkiDir), controllers.map((c) => c.url), prefix, ['--second-block']);
+  started(s);
+  await until('a third of the nodes to join', () => s.progress.joined >= NODES / 3 || s.proc.exitCode !== null, 60_000);
+  const old = leader() as ControllerProc;
+  const joinedAtKill = s.progress.joined;
+  await cloud.stopController(old, 'SIGKILL');
+  const killedAt = Date.now() - t0;
+  const report = await s.done;
+  const survivor = controllers.find((c) => c !== old) as ControllerProc;
+  process.stdout.write(`# ${label}: killed leader ${old.url} at ${killedAt} ms with ${joinedAtKill}/${NODES} joined; all done at ${report.ms} ms ` +
+    `after ${report.attempts} requests (p50 ${report.requestMsP50} ms, p99 ${report.requestMsP99} ms); errors ${JSON.stringify(report.errors.slice(0, 3))}\n`);
+  assert.ok(joinedAtKill > 0 && joinedAtKill < NODES, `the leader died midway (${joinedAtKill} joined before)`);
+  assert.equal(cloud.health(survivor)?.leader, true, 'the other replica leads');
+  assert.equal(report.reported, NODES);
+  checkReport(report, 2);
+  checkController(cloud, survivor, report, 2);
+  return report;
+}
+
 describe(`${NODES} agents join two controllers over etcd; the leader is killed midway`, { skip: rootSkipReason() || etcdSkipReason(), timeout: 180_000 }, () => {
   let cloud: TestCloud;
   let etcd: EtcdCluster;
@@ -171,29 +199,8 @@ describe(`${NODES} agents join two controllers over etcd; the leader is killed m
     assert.deepEqual(leftoverNetns(), []);
   });
 
-  function leader(): ControllerProc | undefined {
-    return controllers.find((c) => c.proc?.exitCode === null && cloud.health(c)?.leader === true);
-  }
-
   test('all join and get a second block, no block twice, ipam check clean', async () => {
-    await until('a leader', () => leader() !== undefined, 20_000, 200);
-    const t0 = Date.now();
-    const s = startSimulation(cloud, caOf(pkiDir), controllers.map((c) => c.url), 'etc-', ['--second-block']);
-    sim = s;
-    await until('a third of the nodes to join', () => s.progress.joined >= NODES / 3 || s.proc.exitCode !== null, 60_000);
-    const old = leader() as ControllerProc;
-    const joinedAtKill = s.progress.joined;
-    await cloud.stopController(old, 'SIGKILL');
-    const killedAt = Date.now() - t0;
-    const report = await s.done;
-    const survivor = controllers.find((c) => c !== old) as ControllerProc;
-    process.stdout.write(`# etcd: killed leader ${old.url} at ${killedAt} ms with ${joinedAtKill}/${NODES} joined; all done at ${report.ms} ms ` +
-      `after ${report.attempts} requests (p50 ${report.requestMsP50} ms, p99 ${report.requestMsP99} ms); errors ${JSON.stringify(report.errors.slice(0, 3))}\n`);
-    assert.ok(joinedAtKill > 0 && joinedAtKill < NODES, `the leader died midway (${joinedAtKill} joined before)`);
-    assert.equal(cloud.health(survivor)?.leader, true, 'the other replica leads');
-    assert.equal(report.reported, NODES);
-    checkReport(report, 2);
-    checkController(cloud, survivor, report, 2);
+    await stormWithLeaderKilled(cloud, pkiDir, controllers, 'etcd', 'etc-', (s) => { sim = s; });
   });
 });
 
@@ -207,12 +214,16 @@ describe(`${NODES} agents join two controllers over the Kubernetes store; the le
   before(async () => {
     cloud = new TestCloud();
     cp = await startControlPlane(cloud.dir, { netns: cloud.netns });
-    const crds = fileURLToPath(new URL('../../deploy/helm/atoll/crds', import.meta.url));
-    cp.kubectl(['apply', '--server-side', '-f', crds]);
-    cp.kubectl(['wait', '--for=condition=Established', '--timeout=60s', '-f', crds]);
-    cp.kubectl(['create', 'namespace', 'atoll-system']);
+    // installed as users install it: the manifest's CRDs and RBAC; the controllers run as its service account
+    cp.kubectl(['apply', '--server-side', '-f', fileURLToPath(new URL('../../deploy/atoll.yaml', import.meta.url))]);
+    cp.kubectl(['wait', '--for=condition=Established', '--timeout=60s', 'crd', '--all']);
+    // the kubelets would have registered a Node for every agent (the controller admits only those)
+    const width = String(NODES - 1).length;
+    const nodes = Array.from({ length: NODES }, (_, i) => ({ apiVersion: 'v1', kind: 'Node', metadata: { name: `k8s-${String(i).padStart(width, '0')}` } }));
+    cp.kubectl(['create', '-f', '-'], JSON.stringify({ apiVersion: 'v1', kind: 'List', items: nodes }));
     const store = { type: 'kubernetes', leaseName: `atoll-${randomBytes(3).toString('hex')}`, leaseDurationSeconds: 3 };
-    const kubernetes = { kubeconfig: cp.kubeconfig() };
+    const token = cp.kubectl(['create', 'token', 'atoll-controller', '-n', 'atoll-system', '--duration=1h']).trim();
+    const kubernetes = { kubeconfig: cp.kubeconfig(token, 'atoll-controller') };
     pkiDir = join(cloud.dir, 'shared-pki');
     for (const [name, port] of [['ctl-a', 17491], ['ctl-b', 17492]] as const) {
       controllers.push(await cloud.startController(name, { port, store, extra: { pkiDir, kubernetes } }));
@@ -226,29 +237,8 @@ describe(`${NODES} agents join two controllers over the Kubernetes store; the le
     assert.deepEqual(leftoverNetns(), []);
   });
 
-  function leader(): ControllerProc | undefined {
-    return controllers.find((c) => c.proc?.exitCode === null && cloud.health(c)?.leader === true);
-  }
-
   test('all join and get a second block, no block twice, ipam check clean', async () => {
-    await until('a leader', () => leader() !== undefined, 20_000, 200);
-    const t0 = Date.now();
-    const s = startSimulation(cloud, caOf(pkiDir), controllers.map((c) => c.url), 'k8s-', ['--second-block']);
-    sim = s;
-    await until('a third of the nodes to join', () => s.progress.joined >= NODES / 3 || s.proc.exitCode !== null, 60_000);
-    const old = leader() as ControllerProc;
-    const joinedAtKill = s.progress.joined;
-    await cloud.stopController(old, 'SIGKILL');
-    const killedAt = Date.now() - t0;
-    const report = await s.done;
-    const survivor = controllers.find((c) => c !== old) as ControllerProc;
-    process.stdout.write(`# kubernetes: killed leader ${old.url} at ${killedAt} ms with ${joinedAtKill}/${NODES} joined; all done at ${report.ms} ms ` +
-      `after ${report.attempts} requests (p50 ${report.requestMsP50} ms, p99 ${report.requestMsP99} ms); errors ${JSON.stringify(report.errors.slice(0, 3))}\n`);
-    assert.ok(joinedAtKill > 0 && joinedAtKill < NODES, `the leader died midway (${joinedAtKill} joined before)`);
-    assert.equal(cloud.health(survivor)?.leader, true, 'the other replica leads');
-    assert.equal(report.reported, NODES);
-    checkReport(report, 2);
-    checkController(cloud, survivor, report, 2);
+    const report = await stormWithLeaderKilled(cloud, pkiDir, controllers, 'kubernetes', 'k8s-', (s) => { sim = s; });
     // The same view from kubectl: one IPBlock per leased block, each labelled with its node.
     const blocks = JSON.parse(cp.kubectl(['get', 'ipblocks', '-o', 'json'])) as { items: { spec: { key: string }; metadata: { labels?: Record<string, string> } }[] };
     assert.equal(blocks.items.length, Object.values(report.blocks).flat().length);
