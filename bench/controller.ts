@@ -40,7 +40,7 @@ const KIB_PER_MIB = 1024;
 type StoreKey = 'embedded' | 'etcd1' | 'etcd3' | 'kubernetes';
 const STORE_KEYS: readonly StoreKey[] = ['embedded', 'etcd1', 'etcd3', 'kubernetes'];
 const STORE_LABEL: Record<StoreKey, string> = { embedded: 'embedded', etcd1: 'etcd, 1 member', etcd3: 'etcd, 3 members', kubernetes: 'kubernetes (CRDs)' };
-const CRD_DIR = join(import.meta.dirname, '..', 'deploy', 'crds');
+const MANIFEST = join(import.meta.dirname, '..', 'deploy', 'atoll.yaml');
 
 interface Options {
   readonly smoke: boolean;
@@ -112,6 +112,7 @@ class Fixture {
   readonly procs = new Set<ChildProcess>();
   readonly etcd = new Map<StoreKey, EtcdCluster>();
   kube: ControlPlane | undefined;
+  kubeToken = '';
   readonly agents = new Set<TestAgent>();
   cloud: TestCloud | undefined;
   #cleaned: Promise<void> | undefined;
@@ -224,11 +225,12 @@ async function storeConfig(fx: Fixture, store: StoreKey): Promise<Record<string,
   if (store === 'kubernetes') {
     if (!fx.kube) {
       fx.kube = await startControlPlane(fx.dir);
-      fx.kube.kubectl(['apply', '--server-side', '-f', CRD_DIR]);
-      fx.kube.kubectl(['wait', '--for=condition=Established', '--timeout=60s', '-f', CRD_DIR]);
-      fx.kube.kubectl(['create', 'namespace', 'atoll-system']);
+      fx.kube.kubectl(['apply', '--server-side', '-f', MANIFEST]);
+      fx.kube.kubectl(['wait', '--for=condition=Established', '--timeout=60s', 'crd', '--all']);
+      fx.kubeToken = fx.kube.kubectl(['create', 'token', 'atoll-controller', '-n', 'atoll-system', '--duration=24h']).trim();
     }
-    return { store: { type: 'kubernetes', leaseName: `bench-${randomBytes(4).toString('hex')}` }, kubernetes: { kubeconfig: fx.kube.kubeconfig() } };
+    // as installed: the manifest's CRDs and RBAC, the controller's service account
+    return { store: { type: 'kubernetes', leaseName: `bench-${randomBytes(4).toString('hex')}` }, kubernetes: { kubeconfig: fx.kube.kubeconfig(fx.kubeToken, 'atoll-controller') } };
   }
   let etcd = fx.etcd.get(store);
   if (!etcd) {
@@ -275,8 +277,21 @@ interface ThroughputRun {
  * One run: a fresh controller (and store prefix); `nodes` agents join at once, then, once all have joined, each
  * reports free = 0 and gets a second block. The two phases are timed apart.
  */
+/**
+ * On the Kubernetes store the controller admits only agents whose Node exists (as kubelets would have registered
+ * them): create `count` Nodes named as the simulator names its agents. Nothing for the other stores.
+ */
+function registerNodes(fx: Fixture, store: StoreKey, prefix: string, count: number): void {
+  if (store !== 'kubernetes' || !fx.kube) return;
+  const width = String(count - 1).length;
+  const items = Array.from({ length: count }, (_, i) => ({ apiVersion: 'v1', kind: 'Node', metadata: { name: `${prefix}${String(i).padStart(width, '0')}` } }));
+  fx.kube.kubectl(['create', '-f', '-'], JSON.stringify({ apiVersion: 'v1', kind: 'List', items }));
+}
+
 async function throughputRun(fx: Fixture, store: StoreKey, run: number, opts: Options): Promise<ThroughputRun> {
-  const c = await startController(fx, `${store}-run${run}`, await storeConfig(fx, store));
+  const config = await storeConfig(fx, store);
+  registerNodes(fx, store, `b${run}-`, opts.nodes);
+  const c = await startController(fx, `${store}-run${run}`, config);
   try {
     const report: SimulationReport = await simulateJoins({
       urls: [c.url], caPem: c.caPem, token: BOOTSTRAP_TOKEN, count: opts.nodes, prefix: `b${run}-`, deadlineMs: 900_000,
@@ -309,7 +324,9 @@ interface ControllerMemory {
 }
 
 async function controllerMemory(fx: Fixture, opts: Options): Promise<ControllerMemory> {
-  const c = await startController(fx, `rss-${opts.rssStore}`, await storeConfig(fx, opts.rssStore));
+  const config = await storeConfig(fx, opts.rssStore);
+  registerNodes(fx, opts.rssStore, 'm-', opts.rssNodes);
+  const c = await startController(fx, `rss-${opts.rssStore}`, config);
   try {
     await sleep(opts.settleMs);
     const idleAtStart = await sampleMem(c.pid, opts.agentSamples);
