@@ -22,6 +22,8 @@ import {
 } from '../core/kube/placement.ts';
 import type { KubeClient, KubeObject } from '../adapters/kube/kube-client.ts';
 import { Reflector } from '../adapters/kube/reflector.ts';
+import { sleep } from '../adapters/timers.ts';
+import { Backoff } from '../core/retry.ts';
 
 export const COMMUNITIES_PATH = '/apis/atoll.dev/v1alpha1/communities';
 const NODES_PATH = '/api/v1/nodes';
@@ -65,6 +67,7 @@ export class KubeNodes {
   #timer: NodeJS.Timeout | undefined;
   #resync: NodeJS.Timeout | undefined;
   #running: Promise<void> = Promise.resolve();
+  #registryWatch: Promise<void> = Promise.resolve();
 
   constructor(components: KubeNodesComponents, init: KubeNodesInit) {
     this.#c = components;
@@ -85,7 +88,26 @@ export class KubeNodes {
     }
     await Promise.all([this.#nodes.synced(signal), this.#communities.synced(signal)]);
     this.#resync = setInterval(() => this.poke(), RESYNC_MS);
+    this.#registryWatch = this.#followRegistry(signal);
     this.poke();
+  }
+
+  /** A pass after every registry change too (a join, a new block): the annotations follow within moments. */
+  async #followRegistry(signal: AbortSignal): Promise<void> {
+    const backoff = new Backoff({ minMs: 500, maxMs: 30_000 }, sleep);
+    while (!signal.aborted) {
+      try {
+        const { revision } = await this.#c.registry.snapshot();
+        await this.#c.registry.watchNodes(revision, () => {
+          backoff.reset();
+          this.poke();
+        }, signal);
+      } catch (err) {
+        if (signal.aborted) break;
+        this.#c.log.debug('registry watch ended; following again', { err: asAtollError(err).message });
+        await backoff.wait(signal);
+      }
+    }
   }
 
   get synced(): boolean {
@@ -125,7 +147,7 @@ export class KubeNodes {
     this.#abort.abort();
     clearTimeout(this.#timer);
     clearInterval(this.#resync);
-    await Promise.all([this.#nodes.stopped(), this.#communities.stopped(), this.#running]);
+    await Promise.all([this.#nodes.stopped(), this.#communities.stopped(), this.#running, this.#registryWatch]);
   }
 
   #placementOf(node: KubeNode): Placement | undefined {
