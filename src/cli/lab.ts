@@ -3,13 +3,13 @@
  * one and the picture. (`atoll lab probe` is the lab's own helper inside each pod.)
  */
 import { writeFileSync } from 'node:fs';
-import { parseArgs } from 'node:util';
 import { LAB_FLAG_OPTIONS, LAB_FLAGS_HELP, type LabFlags, labPodsFromFlag, labSpecFromFlags } from '../config/lab-spec.ts';
 import { LAB_RUN_ID } from '../core/lab/plan.ts';
 import { type LabFaultResult, parseFaultList, renderFaults } from '../core/lab/faults.ts';
 import { atollError } from '../core/errors.ts';
 import { type LabCell, renderFailures, renderMatrix, renderSummary, summarize, verdictOf } from '../core/lab/report.ts';
 import { labSvgInputOf, renderLabSvg } from '../core/lab/svg.ts';
+import { parseCommand, subcommand, UsageError } from './usage.ts';
 
 export const LAB_USAGE = `usage: atoll lab <command> [flags]
 
@@ -54,11 +54,7 @@ function writeSvg(path: string | undefined, svg: () => string): void {
 }
 
 async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> {
-  const { values } = parseArgs({ args: [...argv], options: { ...LAB_FLAG_OPTIONS, json: { type: 'string' }, svg: { type: 'string' }, 'keep-logs': { type: 'string' }, faults: { type: 'string' }, pods: { type: 'string' }, detach: { type: 'boolean', default: false }, help: { type: 'boolean', short: 'h' } } });
-  if (values.help) {
-    process.stdout.write(LAB_USAGE);
-    return 0;
-  }
+  const { values } = parseCommand(argv, { command: `atoll lab ${mode}`, usage: LAB_USAGE, options: { ...LAB_FLAG_OPTIONS, json: { type: 'string' }, svg: { type: 'string' }, 'keep-logs': { type: 'string' }, faults: { type: 'string' }, pods: { type: 'string' }, detach: { type: 'boolean', default: false } } });
   const spec = labSpecFromFlags(values as LabFlags);
   const pods = labPodsFromFlag(values.pods);
   const faultList = parseFaultList(values.faults ?? (mode === 'run' ? 'all' : 'none'));
@@ -145,23 +141,21 @@ async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> 
 }
 
 async function downCmd(argv: readonly string[]): Promise<number> {
-  const { values, positionals } = parseArgs({ args: [...argv], options: { all: { type: 'boolean', default: false }, help: { type: 'boolean', short: 'h' } }, allowPositionals: true });
-  if (values.help) {
-    process.stdout.write(LAB_USAGE);
-    return 0;
-  }
+  const { values, positionals } = parseCommand(argv, { command: 'atoll lab down', usage: LAB_USAGE, options: { all: { type: 'boolean', default: false } }, positionals: { min: 0, max: 1 } });
   const id = positionals[0];
-  if (id !== undefined && !LAB_RUN_ID.test(id)) {
-    process.stderr.write(`atoll lab down: "${id}" is not a run id (4 hex digits, as in atl-lab-<runid>-...)\n`);
-    return 2;
-  }
+  if (id !== undefined && !LAB_RUN_ID.test(id)) throw new UsageError('atoll lab down', `"${id}" is not a run id (4 hex digits, as in atl-lab-<runid>-...)`, LAB_USAGE);
   const { labDown } = await import('../lab/lab.ts');
   const res = await labDown(id ? { runId: id } : { all: values.all }, { say });
   return res.every((r) => r.leftovers.length === 0) ? 0 : 1;
 }
 
 export async function runLab(argv: readonly string[]): Promise<number> {
-  const [cmd, ...rest] = argv;
+  // probe is the lab's own helper inside each pod, not listed in the usage
+  if (argv[0] === 'probe') {
+    const { runProbe } = await import('../lab/probe.ts');
+    return runProbe(argv.slice(1));
+  }
+  const [cmd, rest] = subcommand(argv, 'atoll lab', ['up', 'run', 'down'], LAB_USAGE);
   switch (cmd) {
     case 'up':
       return up(rest, 'up');
@@ -169,18 +163,5 @@ export async function runLab(argv: readonly string[]): Promise<number> {
       return up(rest, 'run');
     case 'down':
       return downCmd(rest);
-    case 'probe': {
-      const { runProbe } = await import('../lab/probe.ts');
-      return runProbe(rest);
-    }
-    case undefined:
-    case 'help':
-    case '--help':
-    case '-h':
-      process.stdout.write(LAB_USAGE);
-      return cmd === undefined ? 2 : 0;
-    default:
-      process.stderr.write(`atoll lab: unknown command "${cmd}"\n${LAB_USAGE}`);
-      return 2;
   }
 }

@@ -3,13 +3,22 @@
  * socket (src/adapters/status-socket.ts): the path each takes now (direct, relayed, down), its round trip, the traffic,
  * hole punching, the peers left out with why, and the tunnel's drop counters.
  */
-import { parseArgs } from 'node:util';
 import { renderPeers } from '../core/tunnel/status.ts';
 import { loadAgentConfig } from '../config/agent-config.ts';
 import { readTunnelStatus, statusSocketOf } from '../adapters/status-socket.ts';
+import { parseCommand } from './usage.ts';
+
+const USAGE = `usage: atoll peers [--json] [--config FILE | --socket PATH]
+
+This node's tunnel peers, from its agent's status socket (root): the path each takes (direct, relayed, down), the
+round trip, the traffic, hole punching, the peers left out and why, and the tunnel's drop counters.
+  --json          the agent's answer as JSON
+  --config FILE   the agent's configuration (its socketPath locates the status socket)
+  --socket PATH   the status socket itself (default /run/atoll/atoll-status.sock)
+`;
 
 export async function runPeers(argv: string[]): Promise<number> {
-  const { values } = parseArgs({ args: argv, options: { json: { type: 'boolean', default: false }, config: { type: 'string' }, socket: { type: 'string' } } });
+  const { values } = parseCommand(argv, { command: 'atoll peers', usage: USAGE, options: { json: { type: 'boolean', default: false }, config: { type: 'string' }, socket: { type: 'string' } } });
   const socket = values.socket ?? statusSocketOf(values.config ? loadAgentConfig(values.config).socketPath : '/run/atoll/atoll.sock');
   const tunnel = await readTunnelStatus(socket);
   // a reader that went away (`atoll peers | head`) is not an error
