@@ -32,6 +32,10 @@ import { startStatusServer, statusSocketOf } from '../adapters/status-socket.ts'
 import { spkiPin } from '../adapters/pki.ts';
 import { loadOrCreateTunnelCredentials, type TunnelCredentials } from '../adapters/tunnel-credentials.ts';
 import { ROLE_ANNOTATION, TUNNEL_PORT_ANNOTATION } from '../core/tunnel/plan.ts';
+import { Metrics } from '../adapters/metrics.ts';
+import { type OpsServer, type Readiness, startOpsServer } from '../adapters/ops-server.ts';
+import { registerAgentMetrics } from './agent-metrics.ts';
+import type { CniObserver } from './cni-server.ts';
 
 export interface AgentComponents {
   readonly ip: IpRoute2;
@@ -58,6 +62,10 @@ export class Agent {
   #tunnelCredentials: TunnelCredentials | undefined;
   /** Peers from local state, for an agent without a controller link. */
   #peersOffline: readonly NodeRecord[] = [];
+  #ops: OpsServer | undefined;
+  #observeCni: CniObserver | undefined;
+  /** Start-up is done and the CNI socket serves. */
+  #ready = false;
 
   constructor(components: AgentComponents, config: AgentConfig) {
     this.#c = components;
@@ -68,11 +76,47 @@ export class Agent {
     return this.#pods;
   }
 
-  /** Checks the node, then builds what is missing and starts serving. @throws AtollError on any start-up problem. */
+  /**
+   * Starts the metrics and health listener (when configured: it answers /healthz at once, /readyz 503 until the end),
+   * checks the node, then builds what is missing and starts serving. @throws AtollError on any start-up problem.
+   */
   async start(): Promise<void> {
     const cfg = this.#cfg;
+    this.#c.log.info('atoll agent starting', { config: { ...cfg, controller: cfg.controller && { ...cfg.controller, token: '(redacted)' } } });
+    if (cfg.metrics) {
+      const metrics = new Metrics();
+      this.#observeCni = registerAgentMetrics(metrics, {
+        clock: this.#c.clock,
+        ipam: () => this.#pods && { usage: this.#pods.ipam.usage(), blocks: this.#pods.ipam.blocks.length, allocations: this.#pods.allocations },
+        tunnel: () => this.#tunnel?.status(),
+        link: () => this.#link?.status,
+      });
+      this.#ops = await startOpsServer({ listen: cfg.metrics.listen, registry: metrics.registry, readiness: () => this.readiness() });
+    }
+    try {
+      await this.#startServing();
+    } catch (err) {
+      await this.#ops?.close();
+      throw err;
+    }
+    this.#ready = true;
+    this.#c.log.info('atoll agent ready', { socket: cfg.socketPath, usage: this.#pods?.ipam.usage(), metrics: cfg.metrics && { listen: cfg.metrics.listen, port: this.#ops?.port } });
+  }
+
+  /** Ready: start-up finished and the CNI socket serves (/readyz). */
+  readiness(): Readiness {
+    if (this.#ready && this.#server) return { ready: true, reasons: [] };
+    return { ready: false, reasons: [this.#server ? 'stopping' : 'starting: the CNI socket does not serve yet'] };
+  }
+
+  /** The port of the metrics and health listener, when it runs. */
+  get opsPort(): number | undefined {
+    return this.#ops?.port;
+  }
+
+  async #startServing(): Promise<void> {
+    const cfg = this.#cfg;
     const log = this.#c.log;
-    log.info('atoll agent starting', { config: { ...cfg, controller: cfg.controller && { ...cfg.controller, token: '(redacted)' } } });
     const stateFile = new ClusterStateFile(join(cfg.dataDir, 'cluster-state.json'));
     const saved = stateFile.load();
     const blocks = this.#blocksWith(saved.blocks);
@@ -112,7 +156,7 @@ export class Agent {
     this.#peersOffline = saved.peers;
     await this.#syncPeers(saved.peers); // from local state: works with the controller unreachable
     if (cfg.controller) this.#startLink(cfg.controller, stateFile, vtepMac);
-    this.#server = await startCniServer(cfg.socketPath, this.#pods, log.child('cni'));
+    this.#server = await startCniServer(cfg.socketPath, this.#pods, log.child('cni'), this.#observeCni);
     this.#status = await startStatusServer(statusSocketOf(cfg.socketPath), () => this.#tunnel?.status());
     const changed = installCni({
       binDir: cfg.cniBinDir,
@@ -124,7 +168,6 @@ export class Agent {
     if (changed.length > 0) log.info('installed the CNI plugin', { files: changed });
     this.#timer = setInterval(() => void this.#resync(), cfg.resyncPeriod);
     this.#timer.unref();
-    log.info('atoll agent ready', { socket: cfg.socketPath, usage: this.#pods.ipam.usage() });
   }
 
   get link(): ControllerLink | undefined {
@@ -225,6 +268,7 @@ export class Agent {
   }
 
   async stop(): Promise<void> {
+    this.#ready = false;
     await this.#link?.stop();
     this.#overlay?.stop();
     this.#tunnel?.stop();
@@ -232,6 +276,7 @@ export class Agent {
     this.#pods?.stop();
     await this.#server?.close();
     this.#status?.close();
+    await this.#ops?.close();
     this.#c.log.info('atoll agent stopped');
   }
 
