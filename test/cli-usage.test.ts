@@ -7,7 +7,7 @@ const MAIN = new URL('../src/cli/main.ts', import.meta.url).pathname;
 /** Every command and subcommand `atoll --help` lists. */
 const COMMANDS = [
   [], ['agent'], ['controller'], ['relay'], ['peers'], ['ipam', 'show'], ['ipam', 'check'], ['node', 'deregister'],
-  ['demo'], ['lab', 'up'], ['lab', 'run'], ['lab', 'down'], ['kubernetes', 'secret'], ['version'],
+  ['status'], ['trace'], ['demo'], ['lab', 'up'], ['lab', 'run'], ['lab', 'down'], ['kubernetes', 'secret'], ['version'],
 ];
 
 function atoll(args: string[]) {
@@ -43,7 +43,7 @@ test('a missing or unknown subcommand is a usage error', () => {
 });
 
 test('missing and extra arguments are usage errors', () => {
-  for (const args of [['agent'], ['node', 'deregister'], ['node', 'deregister', 'a', 'b'], ['version', 'extra'], ['agent', '--config']]) {
+  for (const args of [['agent'], ['node', 'deregister'], ['node', 'deregister', 'a', 'b'], ['version', 'extra'], ['agent', '--config'], ['trace', '10.0.0.1']]) {
     const r = atoll(args);
     assert.equal(r.code, 2, `${args.join(' ')}: ${r.err}`);
     assert.doesNotMatch(r.err, /INTERNAL/);

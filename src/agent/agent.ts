@@ -6,7 +6,7 @@ import { readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { AtollError, atollError } from '../core/errors.ts';
 import type { NodeRecord } from '../core/cluster/model.ts';
-import { type Cidr, formatCidr, parseCidr } from '../core/net/ipv4.ts';
+import { type Cidr, formatCidr, formatIpv4, parseCidr } from '../core/net/ipv4.ts';
 import { preflight } from '../core/plan/preflight.ts';
 import type { Clock, Logger } from '../core/ports.ts';
 import type { AgentConfig } from '../config/agent-config.ts';
@@ -31,7 +31,8 @@ import { Tunnel } from './tunnel.ts';
 import { startStatusServer, statusSocketOf } from '../adapters/status-socket.ts';
 import { spkiPin } from '../adapters/pki.ts';
 import { loadOrCreateTunnelCredentials, type TunnelCredentials } from '../adapters/tunnel-credentials.ts';
-import { ROLE_ANNOTATION, TUNNEL_PORT_ANNOTATION } from '../core/tunnel/plan.ts';
+import { ROLE_ANNOTATION, roleOf, TUNNEL_PORT_ANNOTATION } from '../core/tunnel/plan.ts';
+import type { AgentStatus, StatusNode } from '../core/ops/agent-status.ts';
 import { Metrics } from '../adapters/metrics.ts';
 import { type OpsServer, type Readiness, startOpsServer } from '../adapters/ops-server.ts';
 import { registerAgentMetrics } from './agent-metrics.ts';
@@ -66,10 +67,12 @@ export class Agent {
   #observeCni: CniObserver | undefined;
   /** Start-up is done and the CNI socket serves. */
   #ready = false;
+  readonly #startedAt: number;
 
   constructor(components: AgentComponents, config: AgentConfig) {
     this.#c = components;
     this.#cfg = config;
+    this.#startedAt = components.clock();
   }
 
   get pods(): PodNetwork | undefined {
@@ -107,6 +110,29 @@ export class Agent {
   readiness(): Readiness {
     if (this.#ready && this.#server) return { ready: true, reasons: [] };
     return { ready: false, reasons: [this.#server ? 'stopping' : 'starting: the CNI socket does not serve yet'] };
+  }
+
+  /** What `atoll status` and `atoll trace` read from the status socket. */
+  status(): AgentStatus {
+    const cfg = this.#cfg;
+    const ipam = this.#pods?.ipam;
+    const nodes = (this.#link?.peers ?? this.#peersOffline).map(statusNodeOf);
+    const own = nodes.find((n) => n.name === cfg.nodeName);
+    const blocks = (ipam?.blocks ?? []).map(formatCidr);
+    const plan = this.#overlay?.plan;
+    const link = this.#link?.status;
+    return {
+      version: AGENT_VERSION, startedAt: this.#startedAt, now: this.#c.clock(), ready: this.#ready,
+      node: { name: cfg.nodeName, site: own?.site ?? cfg.site, community: own?.community ?? cfg.community, role: cfg.tunnel?.role ?? '', addresses: cfg.underlayAddresses, blocks, agentVersion: AGENT_VERSION },
+      ...(link ? { controller: link } : {}),
+      ipam: {
+        blocks, usage: ipam?.usage() ?? { capacity: 0, allocated: 0, reserved: 0, free: 0 }, allocations: { ...(this.#pods?.allocations ?? { existing: 0, sticky: 0, fresh: 0, reclaimed: 0 }) },
+        pods: (ipam?.records() ?? []).map((r) => ({ ip: formatIpv4(r.ip), namespace: r.namespace, name: r.name, ...(r.releasedAt === undefined ? {} : { releasedAt: r.releasedAt }) })),
+      },
+      ...(plan ? { overlay: { vtepAddress: plan.vtepAddress, sitePeers: plan.sitePeers, remotePeers: plan.remotePeers } } : {}),
+      tunnel: this.#tunnel?.status() ?? null,
+      nodes,
+    };
   }
 
   /** The port of the metrics and health listener, when it runs. */
@@ -157,7 +183,7 @@ export class Agent {
     await this.#syncPeers(saved.peers); // from local state: works with the controller unreachable
     if (cfg.controller) this.#startLink(cfg.controller, stateFile, vtepMac);
     this.#server = await startCniServer(cfg.socketPath, this.#pods, log.child('cni'), this.#observeCni);
-    this.#status = await startStatusServer(statusSocketOf(cfg.socketPath), () => this.#tunnel?.status());
+    this.#status = await startStatusServer(statusSocketOf(cfg.socketPath), () => this.#tunnel?.status(), () => this.status());
     const changed = installCni({
       binDir: cfg.cniBinDir,
       confDir: cfg.cniConfDir,
@@ -325,4 +351,8 @@ function relayOf(r: { address: string; pin: string } | undefined): { host: strin
   if (!r) return undefined;
   const colon = r.address.lastIndexOf(':');
   return { host: r.address.slice(0, colon), port: Number(r.address.slice(colon + 1)), pin: r.pin };
+}
+
+function statusNodeOf(n: NodeRecord): StatusNode {
+  return { name: n.name, site: n.site, community: n.community, role: roleOf(n) ?? '', addresses: n.addresses, blocks: n.blocks, agentVersion: n.agentVersion };
 }

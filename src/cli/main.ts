@@ -17,6 +17,9 @@ commands:
   relay --config FILE     run the relay edge nodes meet at (hole punching, relayed traffic); prints its pin
   peers [--json] [--config FILE | --socket PATH]
                           this node's tunnel peers: path (direct, relayed, down), round trip, traffic
+  status [--json]         this node: the agent, the controller link and offline time, blocks and their use, peers
+                          by path, versions
+  trace FROM TO           how a packet from pod FROM (on this node) reaches pod TO, hop by hop, or why it cannot
   ipam show|check         blocks per node and their use; find leaks and conflicts (exit 1 leaks, 2 conflicts)
   node deregister NAME    release a node's blocks (ipam and node take --controller-config FILE)
   kubernetes secret       print the atoll-bootstrap Secret an install on Kubernetes needs (| kubectl apply -f -)
@@ -118,6 +121,14 @@ async function main(argv: string[]): Promise<number> {
     case 'peers': {
       const { runPeers } = await import('./peers.ts');
       return runPeers(rest);
+    }
+    case 'status': {
+      const { runStatus } = await import('./status.ts');
+      return runStatus(rest);
+    }
+    case 'trace': {
+      const { runTrace } = await import('./status.ts');
+      return runTrace(rest);
     }
     case 'ipam': {
       const { runIpam } = await import('./admin.ts');
