@@ -33,9 +33,7 @@ import { spkiPin } from '../adapters/pki.ts';
 import { loadOrCreateTunnelCredentials, type TunnelCredentials } from '../adapters/tunnel-credentials.ts';
 import { ROLE_ANNOTATION, roleOf, TUNNEL_PORT_ANNOTATION } from '../core/tunnel/plan.ts';
 import type { AgentStatus, StatusNode } from '../core/ops/agent-status.ts';
-import { Metrics } from '../adapters/metrics.ts';
-import { type OpsServer, type Readiness, startOpsServer } from '../adapters/ops-server.ts';
-import { registerAgentMetrics } from './agent-metrics.ts';
+import type { OpsServer, Readiness } from '../adapters/ops-server.ts';
 import type { CniObserver } from './cni-server.ts';
 
 export interface AgentComponents {
@@ -87,6 +85,8 @@ export class Agent {
     const cfg = this.#cfg;
     this.#c.log.info('atoll agent starting', { config: { ...cfg, controller: cfg.controller && { ...cfg.controller, token: '(redacted)' } } });
     if (cfg.metrics) {
+      // loaded only when configured: prom-client stays out of the memory of a component without metrics
+      const [{ Metrics }, { startOpsServer }, { registerAgentMetrics }] = await Promise.all([import('../adapters/metrics.ts'), import('../adapters/ops-server.ts'), import('./agent-metrics.ts')]);
       const metrics = new Metrics();
       this.#observeCni = registerAgentMetrics(metrics, {
         clock: this.#c.clock,

@@ -17,10 +17,8 @@ import { KubeClient } from '../adapters/kube/kube-client.ts';
 import { loadKubeConnection } from '../adapters/kube/kube-config.ts';
 import { ApiServer, type Leadership } from './api-server.ts';
 import { KubeNodes } from './kube-nodes.ts';
-import { Metrics } from '../adapters/metrics.ts';
-import { type OpsServer, type Readiness, startOpsServer } from '../adapters/ops-server.ts';
+import type { OpsServer, Readiness } from '../adapters/ops-server.ts';
 import { cidrSize } from '../core/net/ipv4.ts';
-import { registerControllerMetrics } from './controller-metrics.ts';
 import { TimedStore, type StoreObserver } from './timed-store.ts';
 
 export interface ControllerComponents {
@@ -71,6 +69,8 @@ export class Controller {
     this.#c.log.info('atoll controller starting', { config: { ...cfg, bootstrapTokens: '(redacted)', adminToken: '(redacted)', relayTokens: '(redacted)' } });
     let observeStore: StoreObserver | undefined;
     if (cfg.metrics) {
+      // loaded only when configured: prom-client stays out of the memory of a component without metrics
+      const [{ Metrics }, { startOpsServer }, { registerControllerMetrics }] = await Promise.all([import('../adapters/metrics.ts'), import('../adapters/ops-server.ts'), import('./controller-metrics.ts')]);
       const metrics = new Metrics();
       observeStore = registerControllerMetrics(metrics, {
         isLeader: () => this.#leading,

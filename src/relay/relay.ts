@@ -33,9 +33,7 @@ import { CircuitBroker, type CircuitStats } from './circuits.ts';
 import { sleep } from '../adapters/timers.ts';
 import { Backoff } from '../core/retry.ts';
 import type { RelayConfig } from '../config/relay-config.ts';
-import { Metrics } from '../adapters/metrics.ts';
-import { type OpsServer, type Readiness, startOpsServer } from '../adapters/ops-server.ts';
-import { registerRelayMetrics } from './relay-metrics.ts';
+import type { OpsServer, Readiness } from '../adapters/ops-server.ts';
 
 export interface RelayStats {
   /** Nodes with a control stream now. */
@@ -116,6 +114,8 @@ export class Relay {
   /** Starts the metrics and health listener (when configured), loads or creates the key, listens, and starts following the controller. */
   async start(): Promise<void> {
     if (this.#cfg.metrics) {
+      // loaded only when configured: prom-client stays out of the memory of a component without metrics
+      const [{ Metrics }, { startOpsServer }, { registerRelayMetrics }] = await Promise.all([import('../adapters/metrics.ts'), import('../adapters/ops-server.ts'), import('./relay-metrics.ts')]);
       const metrics = new Metrics();
       registerRelayMetrics(metrics, { stats: this.stats, circuits: () => this.#circuits.stats, members: () => this.#members.size });
       this.#ops = await startOpsServer({ listen: this.#cfg.metrics.listen, registry: metrics.registry, readiness: () => this.readiness() });
