@@ -28,14 +28,15 @@ const NODE_USAGE = `usage: atoll node deregister NAME [--controller-config FILE]
 ${CONNECTION_HELP}
 `;
 
-interface IpamReport {
+export interface IpamReport {
   readonly nodes: { name: string; blocks: string[]; usage?: NodeUsage }[];
   readonly problems: LeaseProblem[];
 }
 
-const CONNECTION = { 'controller-config': { type: 'string', default: '/etc/atoll/controller.json' } } as const;
+export const CONNECTION = { 'controller-config': { type: 'string', default: '/etc/atoll/controller.json' } } as const;
 
-function connection(values: { 'controller-config': string; json?: boolean }) {
+/** The admin connection to the controller its configuration file names (URL, admin token, CA). */
+export function connection(values: { 'controller-config': string; json?: boolean }) {
   const cfg = loadControllerConfig(values['controller-config'] as string);
   const ca = readFileSync(join(cfg.pkiDir ?? join(cfg.dataDir, 'pki'), 'ca.crt'), 'utf8');
   const call = (method: string, path: string) => adminRequest(cfg.advertiseUrl, ca, cfg.adminToken, method, path);

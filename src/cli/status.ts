@@ -3,7 +3,9 @@
  * (src/adapters/status-socket.ts) and explained by the pure core (src/core/ops/).
  */
 import { renderStatus } from '../core/ops/agent-status.ts';
-import { blockOwner, renderTrace, resolvePodRef, tracePath } from '../core/ops/trace.ts';
+import { blockOwner, type ControllerView, renderTrace, resolvePodRef, tracePath } from '../core/ops/trace.ts';
+import { asAtollError } from '../core/errors.ts';
+import type { IpamReport } from './admin.ts';
 import { parseIpv4 } from '../core/net/ipv4.ts';
 import { readAgentStatus } from '../adapters/status-socket.ts';
 import { parseCommand, UsageError } from './usage.ts';
@@ -21,7 +23,7 @@ peers by path (direct, hole-punched, relayed, down), the relay, and the agent ve
 ${SOCKET_HELP}
 `;
 
-const TRACE_USAGE = `usage: atoll trace FROM TO [--json] [--config FILE | --socket PATH]
+const TRACE_USAGE = `usage: atoll trace FROM TO [--json] [--config FILE | --socket PATH] [--controller-config FILE]
 
 Explains hop by hop how a packet from pod FROM (on this node) reaches pod TO, from this node's agent (root): same
 node; same site over VXLAN to a node's VTEP, or a direct route; beyond the site the tunnel, direct, hole-punched or
@@ -30,6 +32,9 @@ hole punching failed and the relay down) and where it breaks. Exit 0 with a path
   FROM, TO        a pod IPv4 address, or namespace/name of a pod on this node
   --json          the explanation as JSON
 ${SOCKET_HELP}
+  --controller-config FILE
+                  also ask the controller (its configuration file: URL, admin token, CA) who holds TO's block,
+                  and say where this agent's view differs; when it is unreachable, say so and explain anyway
 `;
 
 const write = (s: string) => process.stdout.write(s);
@@ -43,7 +48,7 @@ export async function runStatus(argv: string[]): Promise<number> {
 }
 
 export async function runTrace(argv: string[]): Promise<number> {
-  const { values, positionals } = parseCommand(argv, { command: 'atoll trace', usage: TRACE_USAGE, options: { json: { type: 'boolean', default: false }, ...SOCKET_OPTIONS }, positionals: { min: 2, max: 2 } });
+  const { values, positionals } = parseCommand(argv, { command: 'atoll trace', usage: TRACE_USAGE, options: { json: { type: 'boolean', default: false }, ...SOCKET_OPTIONS, 'controller-config': { type: 'string' } }, positionals: { min: 2, max: 2 } });
   const [fromRef, toRef] = positionals as [string, string];
   const st = await readAgentStatus(statusSocketFrom(values));
   const from = resolvePodRef(fromRef, st);
@@ -55,8 +60,20 @@ export async function runTrace(argv: string[]): Promise<number> {
     const elsewhere = blockOwner(st.nodes, parseIpv4(from) as number);
     throw bad(`FROM ${from} is not in this node's blocks${elsewhere ? `: it is on node ${elsewhere.name}, run atoll trace there` : ''}`);
   }
-  const t = tracePath(st, from, to);
-  if (values.json) write(`${JSON.stringify(t, null, 2)}\n`);
-  else for (const line of renderTrace(t)) write(`${line}\n`);
+  const controllerConfig = values['controller-config'];
+  let view: ControllerView | undefined;
+  let unreachable = '';
+  if (controllerConfig) {
+    try {
+      const { connection } = await import('./admin.ts');
+      view = ((await connection({ 'controller-config': controllerConfig }).call('GET', '/v1/ipam')) as IpamReport).nodes;
+    } catch (err) {
+      unreachable = `the controller could not be asked (${asAtollError(err).message}): explained from this agent's view only`;
+    }
+  }
+  const t = tracePath(st, from, to, view);
+  const out = unreachable ? { ...t, controller: unreachable } : t;
+  if (values.json) write(`${JSON.stringify(out, null, 2)}\n`);
+  else for (const line of renderTrace(out)) write(`${line}\n`);
   return t.path === 'broken' || t.path === 'not allowed' ? 1 : 0;
 }

@@ -52,6 +52,9 @@ describe('atoll status, atoll trace and the metrics of a real agent', { skip: ro
     const nowhere = atoll(['trace', web, '10.99.0.1', '--socket', socket]);
     assert.equal(nowhere.code, 1);
     assert.match(nowhere.out, /BREAKS: no node holds a block containing 10\.99\.0\.1 \(no block owner\)/);
+    const unasked = atoll(['trace', 'default/web', 'default/db', '--socket', socket, '--controller-config', '/nonexistent/controller.json']);
+    assert.equal(unasked.code, 0, unasked.err);
+    assert.match(unasked.out, /controller: the controller could not be asked \(.*\/nonexistent\/controller\.json.*\): explained from this agent's view only/);
     const foreign = atoll(['trace', '10.99.0.1', web, '--socket', socket]);
     assert.equal(foreign.code, 2);
     assert.match(foreign.err, /FROM 10\.99\.0\.1 is not in this node's blocks/);

@@ -79,3 +79,13 @@ test('renderStatus: link, blocks, peers by path, versions', () => {
   assert.match(text, /tunnel {4}4 peers: 1 direct, 1 hole-punched, 1 relayed, 1 down; 1 without a path/);
   assert.match(text, /cluster {3}9 nodes; agent versions 0\.1\.0 x9/);
 });
+
+test('trace with the controller\'s view: agreement, or an agent that is behind', () => {
+  const view = status().nodes.map((n) => ({ name: n.name, blocks: n.blocks }));
+  assert.equal(tracePath(status(), '10.244.1.2', '10.244.2.9', view).controller, 'the controller agrees: node a-2 holds 10.244.2.9');
+  const behind = tracePath(status({ controller: { state: 'offline', lastError: 'x' } }), '10.244.1.2', '10.99.0.1', [...view, { name: 'z-1', blocks: ['10.99.0.0/26'] }]);
+  assert.equal(behind.path, 'broken');
+  assert.match(renderTrace(behind).join('\n'), /controller: the controller says node z-1 holds 10\.99\.0\.1, but this agent does not know it: its view is behind \(this agent's controller link is offline\)/);
+  assert.equal(tracePath(status(), '10.244.1.2', '10.99.0.1', view).controller, 'the controller agrees: no node holds 10.99.0.1');
+});
+

@@ -21,7 +21,12 @@ export interface TraceResult {
   readonly hops: readonly string[];
   /** When there is no path: why, and where it breaks. */
   readonly reason?: string;
+  /** What the controller's view adds, when it was asked: agreement, or where this agent's view differs. */
+  readonly controller?: string;
 }
+
+/** The controller's view of the blocks (`atoll ipam show`): each node and the blocks it leases. */
+export type ControllerView = readonly { readonly name: string; readonly blocks: readonly string[] }[];
 
 /** The node of `nodes` whose blocks hold `ip`, if any. */
 export function blockOwner(nodes: readonly StatusNode[], ip: number): StatusNode | undefined {
@@ -48,10 +53,24 @@ function since(st: AgentStatus, t: number): string {
 }
 
 /**
- * Explains the path from `fromIp` (a pod address in this node's blocks) to `toIp`, from this node's status `st`.
+ * Explains the path from `fromIp` (a pod address in this node's blocks) to `toIp`, from this node's status `st`, and,
+ * when `controller` is given, whether the controller's view of the blocks agrees with the agent's.
  * @returns a result whose `path` is 'broken' or 'not allowed', with `reason`, when there is no path now.
  */
-export function tracePath(st: AgentStatus, fromIp: string, toIp: string): TraceResult {
+export function tracePath(st: AgentStatus, fromIp: string, toIp: string, controller?: ControllerView): TraceResult {
+  const t = traceFromAgent(st, fromIp, toIp);
+  if (!controller) return t;
+  const ip = parseIpv4(toIp);
+  const owner = ip === undefined ? undefined : blockOwner(controller.map((n) => ({ ...n, site: '', community: '', role: '', addresses: [], agentVersion: '' })), ip);
+  const link = st.controller ? `this agent's controller link is ${st.controller.state}` : 'this agent has no controller configured';
+  let note: string;
+  if (!owner) note = t.to.node ? `the controller leases ${toIp} to no node, yet this agent has node ${t.to.node} holding it (${link})` : `the controller agrees: no node holds ${toIp}`;
+  else if (owner.name === t.to.node) note = `the controller agrees: node ${owner.name} holds ${toIp}`;
+  else note = `the controller says node ${owner.name} holds ${toIp}, but this agent ${t.to.node ? `has node ${t.to.node}` : 'does not know it'}: its view is behind (${link})`;
+  return { ...t, controller: note };
+}
+
+function traceFromAgent(st: AgentStatus, fromIp: string, toIp: string): TraceResult {
   const self = st.node.name;
   const hops: string[] = [];
   const to = parseIpv4(toIp);
@@ -125,5 +144,6 @@ export function renderTrace(t: TraceResult): string[] {
   const out = [`trace ${t.from.ip} (node ${t.from.node}) -> ${t.to.ip}${t.to.node ? ` (node ${t.to.node})` : ''}: ${t.path}`];
   t.hops.forEach((h, i) => out.push(`  ${i + 1}. ${h}`));
   if (t.reason) out.push(`  ${t.path === 'not allowed' ? 'NOT ALLOWED' : 'BREAKS'}: ${t.reason}`);
+  if (t.controller) out.push(`  controller: ${t.controller}`);
   return out;
 }
