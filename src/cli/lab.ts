@@ -18,10 +18,12 @@ export const LAB_USAGE = `usage: atoll lab <command> [flags]
   up [flags] [--detach] [--json FILE] [--svg FILE] [--keep-logs DIR] [--pods cri|direct|auto]
                  build the lab: namespaces, NAT routers, the controller, the relay, an agent per node, pods
                  (root); stays up until Ctrl-C, or with --detach until \`atoll lab down\`
-  run [flags] [--json FILE] [--svg FILE] [--keep-logs DIR] [--faults LIST|all|none] [--pods cri|direct|auto] [--prometheus]
-                 up, then the connectivity matrix (every pod to every pod, ping and TCP, path and RTT), then
-                 \`atoll trace\` of every cell against the path measured, the faults (default all: controller-kill, relay-kill, agent-restart, offline-restart,
-                 pod-recreate, uplink-cut, uplink-flap, node-reboot), each with loss, convergence, TCP flows
+  run [flags] [--json FILE] [--svg FILE] [--keep-logs DIR] [--faults LIST|all|none] [--pods cri|direct|auto]
+      [--prometheus]
+                 up, then the connectivity matrix (every pod to every pod, ping and TCP, path and RTT),
+                 \`atoll trace\` of every cell against the path measured, then the faults (default all:
+                 controller-kill, relay-kill, agent-restart, offline-restart, pod-recreate, uplink-cut,
+                 uplink-flap, node-reboot), each with loss, convergence, TCP flows
                  held across it and the matrix before and after, the report, down. Exit 0 only if every
                  allowed cell works over its path and no forbidden one does, before and after every fault
   down [RUNID] [--all]
