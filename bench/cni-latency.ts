@@ -40,6 +40,7 @@ interface Options {
   readonly enforce: boolean;
   readonly json: string | undefined;
   readonly agentLog: string | undefined;
+  readonly metrics: boolean;
 }
 
 const USAGE = `usage: node bench/cni-latency.ts [options]
@@ -52,6 +53,7 @@ const USAGE = `usage: node bench/cni-latency.ts [options]
   --json FILE          write every sample and summary to FILE
   --agent-log FILE     keep a copy of the agent's debug log
   --timeout SECONDS    abort (and clean up) after this long (default 900; 120 with --smoke)
+  --metrics            run our agent with its metrics listener on (loopback of its namespace), to compare
   --enforce            exit 1 when a target is missed (default: report only)`;
 
 function parseOptions(argv: readonly string[]): Options {
@@ -63,6 +65,7 @@ function parseOptions(argv: readonly string[]): Options {
     warmup: { type: 'string' },
     enforce: { type: 'boolean', default: false },
     'agent-log': { type: 'string' },
+    metrics: { type: 'boolean', default: false },
   });
   const smoke = values.smoke;
   const int = intOption(USAGE);
@@ -77,6 +80,7 @@ function parseOptions(argv: readonly string[]): Options {
     enforce: values.enforce,
     json: values.json,
     agentLog: values['agent-log'],
+    metrics: values.metrics,
   };
 }
 
@@ -256,7 +260,7 @@ function oursPodCidr(opts: Options): string {
 
 async function setUpOurs(fx: Fixture, opts: Options): Promise<Side> {
   // The production reconcile period (60 s) rather than the test harness's 2 s: we measure what a node would see.
-  const agent = new TestAgent({ name: 'bench', podCidrs: [oursPodCidr(opts)], config: { resyncPeriod: 60 } });
+  const agent = new TestAgent({ name: 'bench', podCidrs: [oursPodCidr(opts)], config: { resyncPeriod: 60, ...(opts.metrics ? { metrics: {} } : {}) } });
   fx.agent = agent;
   await agent.start();
   const plugin = join(agent.binDir, 'atoll-cni'); // installed by the agent at start, as on a node

@@ -39,7 +39,9 @@ function documentedKeys(heading: string): Set<string> {
   const full = readFileSync(new URL('../docs/configuration.md', import.meta.url), 'utf8');
   const start = full.indexOf(`## ${heading}`);
   assert.ok(start >= 0, `docs/configuration.md lacks "## ${heading}"`);
-  const end = full.indexOf('\n## ', start + 1);
+  // the top-level keys' table ends at the next heading (subsections such as ### `kubernetes` list nested keys)
+  const next = /\n##+ /.exec(full.slice(start + 1));
+  const end = next ? start + 1 + next.index : -1;
   const section = full.slice(start, end < 0 ? undefined : end);
   return new Set([...section.matchAll(/^\| `([A-Za-z]+)` \|/gm)].map((m) => m[1] as string));
 }
@@ -63,4 +65,20 @@ test('src/core/cni-spec/shim-protocol.ts and the native shim agree on the limits
   assert.equal(define('MAX_ENV'), MAX_ENV_BYTES);
   const versions = /#define SUPPORTED_VERSIONS "(.*)"$/m.exec(c)?.[1]?.replaceAll('\\"', '"');
   assert.deepEqual(JSON.parse(`[${versions}]`), [...SUPPORTED_CNI_VERSIONS]);
+});
+
+test('docs/operations.md lists exactly the metrics the agent, the controller and the relay register', async () => {
+  const { Metrics } = await import('../src/adapters/metrics.ts');
+  const { registerAgentMetrics } = await import('../src/agent/agent-metrics.ts');
+  const { registerControllerMetrics } = await import('../src/controller/controller-metrics.ts');
+  const { registerRelayMetrics } = await import('../src/relay/relay-metrics.ts');
+  const m = new Metrics();
+  registerAgentMetrics(m, { clock: Date.now, ipam: () => undefined, tunnel: () => undefined, link: () => undefined });
+  registerControllerMetrics(m, { isLeader: () => false, watchClients: () => 0, census: async () => ({ nodes: 0, leasedBlocks: 0 }), totalBlocks: 0 });
+  const stats = { connected: 0, forwardedControl: 0, droppedNoDestination: 0, droppedNotAllowed: 0, droppedQueueFull: 0, refused: 0, circuitsOffered: 0 };
+  registerRelayMetrics(m, { stats, circuits: () => ({ open: 0, joined: 0, lapsed: 0, badToken: 0, bytes: 0 }), members: () => 0 });
+  const registered = (await m.registry.getMetricsAsJSON()).map((x) => x.name).sort();
+  const doc = readFileSync(new URL('../docs/operations.md', import.meta.url), 'utf8');
+  const documented = [...doc.matchAll(/^\| (`atoll_[a-z_]+`(?:, `atoll_[a-z_]+`)*) \|/gm)].flatMap((r) => [...(r[1] as string).matchAll(/`(atoll_[a-z_]+)`/g)].map((x) => x[1] as string)).sort();
+  assert.deepEqual(documented, registered);
 });

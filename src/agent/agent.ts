@@ -6,7 +6,7 @@ import { readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { AtollError, atollError } from '../core/errors.ts';
 import type { NodeRecord } from '../core/cluster/model.ts';
-import { type Cidr, formatCidr, parseCidr } from '../core/net/ipv4.ts';
+import { type Cidr, formatCidr, formatIpv4, parseCidr } from '../core/net/ipv4.ts';
 import { preflight } from '../core/plan/preflight.ts';
 import type { Clock, Logger } from '../core/ports.ts';
 import type { AgentConfig } from '../config/agent-config.ts';
@@ -31,7 +31,10 @@ import { Tunnel } from './tunnel.ts';
 import { startStatusServer, statusSocketOf } from '../adapters/status-socket.ts';
 import { spkiPin } from '../adapters/pki.ts';
 import { loadOrCreateTunnelCredentials, type TunnelCredentials } from '../adapters/tunnel-credentials.ts';
-import { ROLE_ANNOTATION, TUNNEL_PORT_ANNOTATION } from '../core/tunnel/plan.ts';
+import { ROLE_ANNOTATION, roleOf, TUNNEL_PORT_ANNOTATION } from '../core/tunnel/plan.ts';
+import type { AgentStatus, StatusNode } from '../core/ops/agent-status.ts';
+import type { OpsServer, Readiness } from '../adapters/ops-server.ts';
+import type { CniObserver } from './cni-server.ts';
 
 export interface AgentComponents {
   readonly ip: IpRoute2;
@@ -58,21 +61,88 @@ export class Agent {
   #tunnelCredentials: TunnelCredentials | undefined;
   /** Peers from local state, for an agent without a controller link. */
   #peersOffline: readonly NodeRecord[] = [];
+  #ops: OpsServer | undefined;
+  #observeCni: CniObserver | undefined;
+  /** Start-up is done and the CNI socket serves. */
+  #ready = false;
+  readonly #startedAt: number;
 
   constructor(components: AgentComponents, config: AgentConfig) {
     this.#c = components;
     this.#cfg = config;
+    this.#startedAt = components.clock();
   }
 
   get pods(): PodNetwork | undefined {
     return this.#pods;
   }
 
-  /** Checks the node, then builds what is missing and starts serving. @throws AtollError on any start-up problem. */
+  /**
+   * Starts the metrics and health listener (when configured: it answers /healthz at once, /readyz 503 until the end),
+   * checks the node, then builds what is missing and starts serving. @throws AtollError on any start-up problem.
+   */
   async start(): Promise<void> {
     const cfg = this.#cfg;
+    this.#c.log.info('atoll agent starting', { config: { ...cfg, controller: cfg.controller && { ...cfg.controller, token: '(redacted)' } } });
+    if (cfg.metrics) {
+      // loaded only when configured: prom-client stays out of the memory of a component without metrics
+      const [{ Metrics }, { startOpsServer }, { registerAgentMetrics }] = await Promise.all([import('../adapters/metrics.ts'), import('../adapters/ops-server.ts'), import('./agent-metrics.ts')]);
+      const metrics = new Metrics();
+      this.#observeCni = registerAgentMetrics(metrics, {
+        clock: this.#c.clock,
+        ipam: () => this.#pods && { usage: this.#pods.ipam.usage(), blocks: this.#pods.ipam.blocks.length, allocations: this.#pods.allocations },
+        tunnel: () => this.#tunnel?.status(),
+        link: () => this.#link?.status,
+      });
+      this.#ops = await startOpsServer({ listen: cfg.metrics.listen, registry: metrics.registry, readiness: () => this.readiness() });
+    }
+    try {
+      await this.#startServing();
+    } catch (err) {
+      await this.#ops?.close();
+      throw err;
+    }
+    this.#ready = true;
+    this.#c.log.info('atoll agent ready', { socket: cfg.socketPath, usage: this.#pods?.ipam.usage(), metrics: cfg.metrics && { listen: cfg.metrics.listen, port: this.#ops?.port } });
+  }
+
+  /** Ready: start-up finished and the CNI socket serves (/readyz). */
+  readiness(): Readiness {
+    if (this.#ready && this.#server) return { ready: true, reasons: [] };
+    return { ready: false, reasons: [this.#server ? 'stopping' : 'starting: the CNI socket does not serve yet'] };
+  }
+
+  /** What `atoll status` and `atoll trace` read from the status socket. */
+  status(): AgentStatus {
+    const cfg = this.#cfg;
+    const ipam = this.#pods?.ipam;
+    const nodes = (this.#link?.peers ?? this.#peersOffline).map(statusNodeOf);
+    const own = nodes.find((n) => n.name === cfg.nodeName);
+    const blocks = (ipam?.blocks ?? []).map(formatCidr);
+    const plan = this.#overlay?.plan;
+    const link = this.#link?.status;
+    return {
+      version: AGENT_VERSION, startedAt: this.#startedAt, now: this.#c.clock(), ready: this.#ready,
+      node: { name: cfg.nodeName, site: own?.site ?? cfg.site, community: own?.community ?? cfg.community, role: cfg.tunnel?.role ?? '', addresses: cfg.underlayAddresses, blocks, agentVersion: AGENT_VERSION },
+      ...(link ? { controller: link } : {}),
+      ipam: {
+        blocks, usage: ipam?.usage() ?? { capacity: 0, allocated: 0, reserved: 0, free: 0 }, allocations: { ...(this.#pods?.allocations ?? { existing: 0, sticky: 0, fresh: 0, reclaimed: 0 }) },
+        pods: (ipam?.records() ?? []).map((r) => ({ ip: formatIpv4(r.ip), namespace: r.namespace, name: r.name, ...(r.releasedAt === undefined ? {} : { releasedAt: r.releasedAt }) })),
+      },
+      ...(plan ? { overlay: { vtepAddress: plan.vtepAddress, sitePeers: plan.sitePeers, remotePeers: plan.remotePeers } } : {}),
+      tunnel: this.#tunnel?.status() ?? null,
+      nodes,
+    };
+  }
+
+  /** The port of the metrics and health listener, when it runs. */
+  get opsPort(): number | undefined {
+    return this.#ops?.port;
+  }
+
+  async #startServing(): Promise<void> {
+    const cfg = this.#cfg;
     const log = this.#c.log;
-    log.info('atoll agent starting', { config: { ...cfg, controller: cfg.controller && { ...cfg.controller, token: '(redacted)' } } });
     const stateFile = new ClusterStateFile(join(cfg.dataDir, 'cluster-state.json'));
     const saved = stateFile.load();
     const blocks = this.#blocksWith(saved.blocks);
@@ -112,8 +182,8 @@ export class Agent {
     this.#peersOffline = saved.peers;
     await this.#syncPeers(saved.peers); // from local state: works with the controller unreachable
     if (cfg.controller) this.#startLink(cfg.controller, stateFile, vtepMac);
-    this.#server = await startCniServer(cfg.socketPath, this.#pods, log.child('cni'));
-    this.#status = await startStatusServer(statusSocketOf(cfg.socketPath), () => this.#tunnel?.status());
+    this.#server = await startCniServer(cfg.socketPath, this.#pods, log.child('cni'), this.#observeCni);
+    this.#status = await startStatusServer(statusSocketOf(cfg.socketPath), () => this.#tunnel?.status(), () => this.status());
     const changed = installCni({
       binDir: cfg.cniBinDir,
       confDir: cfg.cniConfDir,
@@ -124,7 +194,6 @@ export class Agent {
     if (changed.length > 0) log.info('installed the CNI plugin', { files: changed });
     this.#timer = setInterval(() => void this.#resync(), cfg.resyncPeriod);
     this.#timer.unref();
-    log.info('atoll agent ready', { socket: cfg.socketPath, usage: this.#pods.ipam.usage() });
   }
 
   get link(): ControllerLink | undefined {
@@ -225,6 +294,7 @@ export class Agent {
   }
 
   async stop(): Promise<void> {
+    this.#ready = false;
     await this.#link?.stop();
     this.#overlay?.stop();
     this.#tunnel?.stop();
@@ -232,6 +302,7 @@ export class Agent {
     this.#pods?.stop();
     await this.#server?.close();
     this.#status?.close();
+    await this.#ops?.close();
     this.#c.log.info('atoll agent stopped');
   }
 
@@ -280,4 +351,8 @@ function relayOf(r: { address: string; pin: string } | undefined): { host: strin
   if (!r) return undefined;
   const colon = r.address.lastIndexOf(':');
   return { host: r.address.slice(0, colon), port: Number(r.address.slice(colon + 1)), pin: r.pin };
+}
+
+function statusNodeOf(n: NodeRecord): StatusNode {
+  return { name: n.name, site: n.site, community: n.community, role: roleOf(n) ?? '', addresses: n.addresses, blocks: n.blocks, agentVersion: n.agentVersion };
 }

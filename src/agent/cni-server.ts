@@ -14,15 +14,18 @@ export interface CniServer {
   close(): Promise<void>;
 }
 
+/** Told of every served request: its verb ('?' when unreadable), 'ok' or the Atoll error code, and how long it took. */
+export type CniObserver = (verb: string, result: string, seconds: number) => void;
+
 /** Listens on `socketPath` (replacing a stale socket file) and serves CNI invocations with `port`. */
-export async function startCniServer(socketPath: string, port: PodNetworkPort, log: Logger): Promise<CniServer> {
+export async function startCniServer(socketPath: string, port: PodNetworkPort, log: Logger, observe?: CniObserver): Promise<CniServer> {
   mkdirSync(dirname(socketPath), { recursive: true, mode: 0o700 });
   try {
     unlinkSync(socketPath);
   } catch {
     // no stale socket
   }
-  const server: Server = createServer({ allowHalfOpen: true }, (sock) => serve(sock, port, log));
+  const server: Server = createServer({ allowHalfOpen: true }, (sock) => serve(sock, port, log, observe));
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(socketPath, () => resolve());
@@ -33,7 +36,7 @@ export async function startCniServer(socketPath: string, port: PodNetworkPort, l
   };
 }
 
-function serve(sock: Socket, port: PodNetworkPort, log: Logger): void {
+function serve(sock: Socket, port: PodNetworkPort, log: Logger, observe: CniObserver | undefined): void {
   let buf: Buffer = Buffer.alloc(0);
   let done = false;
   sock.on('error', () => {});
@@ -52,10 +55,17 @@ function serve(sock: Socket, port: PodNetworkPort, log: Logger): void {
     if (!inv) return;
     done = true;
     const started = performance.now();
+    let failed: { verb: string; code: string } | undefined;
     void handleCni(inv.env, inv.stdin, port, {
-      onError: (err, verb) => log.warn('CNI request failed', { verb, container: inv.env.CNI_CONTAINERID, err, fix: err.fix }),
+      onError: (err, verb) => {
+        failed = { verb, code: err.code };
+        log.warn('CNI request failed', { verb, container: inv.env.CNI_CONTAINERID, err, fix: err.fix });
+      },
     }).then((res) => {
-      log.debug('CNI request served', { verb: inv.env.CNI_COMMAND, container: inv.env.CNI_CONTAINERID, ms: +(performance.now() - started).toFixed(2) });
+      const ms = performance.now() - started;
+      // on success the verb was decoded, so it is one of the spec's (a bounded label)
+      observe?.(failed?.verb ?? inv.env.CNI_COMMAND ?? '?', failed?.code ?? 'ok', ms / 1000);
+      log.debug('CNI request served', { verb: inv.env.CNI_COMMAND, container: inv.env.CNI_CONTAINERID, ms: +ms.toFixed(2) });
       sock.end(encodeResponse(res));
     });
   });

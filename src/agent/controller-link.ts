@@ -51,20 +51,24 @@ export class ControllerLink {
   #state: ClusterState;
   #status: LinkState = 'connecting';
   #lastError = '';
+  /** Since when the agent has had no controller session (ms since epoch; the start until the first one). */
+  #offlineSince: number | undefined;
   #loop: Promise<void> | undefined;
 
   constructor(components: ControllerLinkComponents, init: ControllerLinkInit) {
     this.#c = components;
     this.#init = init;
     this.#state = components.stateFile.load();
+    this.#offlineSince = components.clock();
   }
 
   get state(): ClusterState {
     return this.#state;
   }
 
-  get status(): { state: LinkState; lastError: string } {
-    return { state: this.#status, lastError: this.#lastError };
+  /** The link now; `offlineSince` (ms since epoch) is set while it is not connected. */
+  get status(): { state: LinkState; lastError: string; offlineSince: number | undefined } {
+    return { state: this.#status, lastError: this.#lastError, offlineSince: this.#offlineSince };
   }
 
   get peers(): readonly NodeRecord[] {
@@ -91,6 +95,7 @@ export class ControllerLink {
         if (this.#status !== 'offline' || this.#lastError !== err.message) {
           this.#c.log.warn('controller unreachable; working from local state', { err: err.message, code: err.code, retryInMs: backoff.delayMs });
         }
+        if (this.#status === 'connected') this.#offlineSince = this.#c.clock();
         this.#status = 'offline';
         this.#lastError = err.message;
       }
@@ -105,6 +110,7 @@ export class ControllerLink {
     await this.#applyBlocks(joined.blocks);
     if (this.#status !== 'connected') this.#c.log.info('connected to the controller', { url: client.url, blocks: joined.blocks });
     this.#status = 'connected';
+    this.#offlineSince = undefined;
     onConnected();
     const session = new AbortController();
     const stopSession = () => session.abort();

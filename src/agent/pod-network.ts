@@ -10,7 +10,7 @@ import { closeSync, existsSync, openSync } from 'node:fs';
 import { AtollError, atollError } from '../core/errors.ts';
 import type { CniRequest, PodAttachment } from '../core/cni-spec/model.ts';
 import type { PodNetworkPort } from '../core/cni-spec/ports.ts';
-import { type IpamChange, type IpamRecord, IpamState } from '../core/ipam/sticky-pool.ts';
+import { type AllocationHow, type IpamChange, type IpamRecord, IpamState } from '../core/ipam/sticky-pool.ts';
 import { type Cidr, cidrContains, formatCidr, formatIpv4, gatewayOf } from '../core/net/ipv4.ts';
 import { decodeLink, type LinkInfo } from '../core/net/netlink-codec.ts';
 import { bridgeMac, hostRequests, hostVethName, isHostVethName, type PodPlan, planPod, podRequests } from '../core/plan/pod-plan.ts';
@@ -52,6 +52,8 @@ export class PodNetwork implements PodNetworkPort {
   /** ifindex of the bridge, for IFLA_MASTER; refreshed by ensureBridge and when a veth creation fails. */
   #bridgeIndex: number | undefined;
   #ready = false;
+  /** Addresses handed out by ADD since the start, by how (a sticky re-use, a fresh one...), for the metrics. */
+  readonly allocations: Record<AllocationHow, number> = { existing: 0, sticky: 0, fresh: 0, reclaimed: 0 };
 
   constructor(components: PodNetworkComponents, init: PodNetworkInit) {
     this.#c = components;
@@ -125,6 +127,7 @@ export class PodNetwork implements PodNetworkPort {
       const podIfIndex = await this.#createVeth(pod);
       await this.#plumbPodSide(pod, podIfIndex);
       await durable;
+      this.allocations[plan.how]++;
       this.#c.log.info('pod attached', { pod: podName(req), container: req.containerId, ip: pod.address, how: plan.how });
       return { hostIfName: pod.hostIfName, hostMac: pod.hostMac, ifName: req.ifName, mac: pod.podMac, sandbox: req.netns, mtu: this.#init.mtu, address: pod.address, gateway: pod.gateway };
     } catch (err) {

@@ -5,37 +5,49 @@
  */
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { parseArgs } from 'node:util';
 import type { NodeUsage } from '../core/cluster/model.ts';
 import type { LeaseProblem } from '../core/cluster/blocks.ts';
 import { loadControllerConfig } from '../config/controller-config.ts';
 import { adminRequest } from '../adapters/controller-client.ts';
+import { parseCommand, subcommand } from './usage.ts';
 
-interface IpamReport {
+const CONNECTION_HELP = `  --controller-config FILE   the controller's configuration, for its URL, admin token and CA
+                             (default /etc/atoll/controller.json)`;
+
+const IPAM_USAGE = `usage: atoll ipam show|check [--json] [--controller-config FILE]
+
+  show    blocks per node and their use (used, reserved, free)
+  check   leaks and conflicts between leases and use: exit 0 clean, 1 leaks only, 2 conflicts
+  --json  as JSON
+${CONNECTION_HELP}
+`;
+
+const NODE_USAGE = `usage: atoll node deregister NAME [--controller-config FILE]
+
+  deregister NAME   release the node's blocks and forget it; it may join again later and get new ones
+${CONNECTION_HELP}
+`;
+
+export interface IpamReport {
   readonly nodes: { name: string; blocks: string[]; usage?: NodeUsage }[];
   readonly problems: LeaseProblem[];
 }
 
-function connection(argv: string[], extra: Record<string, { type: 'boolean' | 'string' }> = {}) {
-  const { values, positionals } = parseArgs({
-    args: argv,
-    allowPositionals: true,
-    options: { 'controller-config': { type: 'string', default: '/etc/atoll/controller.json' }, json: { type: 'boolean', default: false }, ...extra },
-  });
+export const CONNECTION = { 'controller-config': { type: 'string', default: '/etc/atoll/controller.json' } } as const;
+
+/** The admin connection to the controller its configuration file names (URL, admin token, CA). */
+export function connection(values: { 'controller-config': string; json?: boolean }) {
   const cfg = loadControllerConfig(values['controller-config'] as string);
   const ca = readFileSync(join(cfg.pkiDir ?? join(cfg.dataDir, 'pki'), 'ca.crt'), 'utf8');
   const call = (method: string, path: string) => adminRequest(cfg.advertiseUrl, ca, cfg.adminToken, method, path);
-  return { call, json: values.json === true, positionals };
+  return { call, json: values.json === true };
 }
 
 /** `atoll ipam show|check`. check exits 0 when clean, 1 with leaks only, 2 with conflicts (leaks or not). */
 export async function runIpam(argv: string[]): Promise<number> {
-  const [sub, ...rest] = argv;
-  if (sub !== 'show' && sub !== 'check') {
-    process.stderr.write('usage: atoll ipam show|check [--json] [--controller-config FILE]\n');
-    return 2;
-  }
-  const { call, json } = connection(rest);
+  const [sub, rest] = subcommand(argv, 'atoll ipam', ['show', 'check'], IPAM_USAGE);
+  const { values } = parseCommand(rest, { command: `atoll ipam ${sub}`, usage: IPAM_USAGE, options: { ...CONNECTION, json: { type: 'boolean', default: false } } });
+  const { call, json } = connection(values);
   const report = (await call('GET', '/v1/ipam')) as IpamReport;
   if (sub === 'show') {
     if (json) process.stdout.write(JSON.stringify(report, null, 2) + '\n');
@@ -56,13 +68,10 @@ export async function runIpam(argv: string[]): Promise<number> {
 
 /** `atoll node deregister NAME`: releases the node's blocks; it may register again later and get new ones. */
 export async function runNode(argv: string[]): Promise<number> {
-  const [sub, ...rest] = argv;
-  const { call, positionals } = connection(rest);
-  const name = positionals[0];
-  if (sub !== 'deregister' || !name) {
-    process.stderr.write('usage: atoll node deregister NAME [--controller-config FILE]\n');
-    return 2;
-  }
+  const [, rest] = subcommand(argv, 'atoll node', ['deregister'], NODE_USAGE);
+  const { values, positionals } = parseCommand(rest, { command: 'atoll node deregister', usage: NODE_USAGE, options: CONNECTION, positionals: { min: 1, max: 1 } });
+  const { call } = connection(values);
+  const name = positionals[0] as string;
   const { released } = (await call('DELETE', `/v1/nodes/${encodeURIComponent(name)}`)) as { released: string[] };
   process.stdout.write(`node ${name} deregistered; released ${released.length ? released.join(', ') : 'no blocks'}\n`);
   return 0;

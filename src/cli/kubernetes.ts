@@ -8,9 +8,9 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { parseArgs } from 'node:util';
 import { ensureControllerPki, spkiPin } from '../adapters/pki.ts';
 import { loadOrCreateTunnelCredentials } from '../adapters/tunnel-credentials.ts';
+import { parseCommand, subcommand } from './usage.ts';
 
 const USAGE = `usage: atoll kubernetes secret [--namespace NAME]
 
@@ -20,26 +20,8 @@ before applying deploy/atoll.yaml or the Helm chart (namespace default atoll-sys
 `;
 
 export async function runKubernetes(argv: string[]): Promise<number> {
-  const [sub, ...rest] = argv;
-  if (sub === '--help' || sub === '-h' || sub === 'help') {
-    process.stdout.write(USAGE);
-    return 0;
-  }
-  if (sub !== 'secret') {
-    process.stderr.write(`atoll kubernetes: ${sub === undefined ? 'a subcommand is required' : `unknown subcommand "${sub}"`}\n${USAGE}`);
-    return 2;
-  }
-  let values;
-  try {
-    ({ values } = parseArgs({ args: rest, options: { namespace: { type: 'string', default: 'atoll-system' }, help: { type: 'boolean', short: 'h' } } }));
-  } catch (err) {
-    process.stderr.write(`atoll kubernetes secret: ${(err as Error).message}\n${USAGE}`);
-    return 2;
-  }
-  if (values.help) {
-    process.stdout.write(USAGE);
-    return 0;
-  }
+  const [, rest] = subcommand(argv, 'atoll kubernetes', ['secret'], USAGE);
+  const { values } = parseCommand(rest, { command: 'atoll kubernetes secret', usage: USAGE, options: { namespace: { type: 'string', default: 'atoll-system' } } });
   const dir = mkdtempSync(join(tmpdir(), 'atoll-bootstrap-'));
   try {
     // the CA only matters here; each controller replica issues its own server certificate from it at start

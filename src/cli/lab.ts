@@ -3,13 +3,15 @@
  * one and the picture. (`atoll lab probe` is the lab's own helper inside each pod.)
  */
 import { writeFileSync } from 'node:fs';
-import { parseArgs } from 'node:util';
 import { LAB_FLAG_OPTIONS, LAB_FLAGS_HELP, type LabFlags, labPodsFromFlag, labSpecFromFlags } from '../config/lab-spec.ts';
 import { LAB_RUN_ID } from '../core/lab/plan.ts';
 import { type LabFaultResult, parseFaultList, renderFaults } from '../core/lab/faults.ts';
 import { atollError } from '../core/errors.ts';
 import { type LabCell, renderFailures, renderMatrix, renderSummary, summarize, verdictOf } from '../core/lab/report.ts';
 import { labSvgInputOf, renderLabSvg } from '../core/lab/svg.ts';
+import { parseCommand, subcommand, UsageError } from './usage.ts';
+import type { LabTraceCheck } from '../lab/lab.ts';
+import type { LabPrometheusReport } from '../lab/prometheus.ts';
 
 export const LAB_USAGE = `usage: atoll lab <command> [flags]
 
@@ -17,9 +19,11 @@ export const LAB_USAGE = `usage: atoll lab <command> [flags]
                  build the lab: namespaces, NAT routers, the controller, the relay, an agent per node, pods
                  (root); stays up until Ctrl-C, or with --detach until \`atoll lab down\`
   run [flags] [--json FILE] [--svg FILE] [--keep-logs DIR] [--faults LIST|all|none] [--pods cri|direct|auto]
-                 up, then the connectivity matrix (every pod to every pod, ping and TCP, path and RTT), then
-                 the faults (default all: controller-kill, relay-kill, agent-restart, offline-restart,
-                 pod-recreate, uplink-cut, uplink-flap, node-reboot), each with loss, convergence, TCP flows
+      [--prometheus]
+                 up, then the connectivity matrix (every pod to every pod, ping and TCP, path and RTT),
+                 \`atoll trace\` of every cell against the path measured, then the faults (default all:
+                 controller-kill, relay-kill, agent-restart, offline-restart, pod-recreate, uplink-cut,
+                 uplink-flap, node-reboot), each with loss, convergence, TCP flows
                  held across it and the matrix before and after, the report, down. Exit 0 only if every
                  allowed cell works over its path and no forbidden one does, before and after every fault
   down [RUNID] [--all]
@@ -32,6 +36,11 @@ the verdict and the faults).
 (VXLAN, direct route, tunnel direct, hole-punched, relayed) with failures in red; for up the topology only.
 --keep-logs DIR copies the controller's, relay's, agents' and containerds' logs there before the run is removed
                 (run, or a failed up).
+--prometheus    after the matrix, a real Prometheus (Debian's prometheus package, run by the lab in the
+                controller's namespace) scrapes every agent, the controller and the relay over the lab's monitoring
+                network; its PromQL answers are checked against the lab (targets, nodes, blocks, peers per path),
+                every query of deploy/grafana/atoll.json must name a scraped metric, and the relay is killed (relayed
+                peers must show down) and restarted (they must come back)
 --pods          how pods are created: cri (a private containerd per node, RunPodSandbox through its CRI, which
                 calls the node's atoll-cni), direct (the lab calls atoll-cni itself), auto (default: cri when
                 containerd, runc and busybox-static are installed, else direct); the report says which was used.
@@ -54,16 +63,13 @@ function writeSvg(path: string | undefined, svg: () => string): void {
 }
 
 async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> {
-  const { values } = parseArgs({ args: [...argv], options: { ...LAB_FLAG_OPTIONS, json: { type: 'string' }, svg: { type: 'string' }, 'keep-logs': { type: 'string' }, faults: { type: 'string' }, pods: { type: 'string' }, detach: { type: 'boolean', default: false }, help: { type: 'boolean', short: 'h' } } });
-  if (values.help) {
-    process.stdout.write(LAB_USAGE);
-    return 0;
-  }
+  const { values } = parseCommand(argv, { command: `atoll lab ${mode}`, usage: LAB_USAGE, options: { ...LAB_FLAG_OPTIONS, json: { type: 'string' }, svg: { type: 'string' }, 'keep-logs': { type: 'string' }, faults: { type: 'string' }, pods: { type: 'string' }, detach: { type: 'boolean', default: false }, prometheus: { type: 'boolean', default: false } } });
   const spec = labSpecFromFlags(values as LabFlags);
   const pods = labPodsFromFlag(values.pods);
   const faultList = parseFaultList(values.faults ?? (mode === 'run' ? 'all' : 'none'));
   if (faultList.problems.length > 0) throw atollError('LAB_SPEC_INVALID', `--faults: ${faultList.problems.join('; ')}`, 'see `atoll lab --help`');
   if (mode === 'up' && faultList.faults.length > 0) throw atollError('LAB_SPEC_INVALID', '--faults is for `atoll lab run`', 'use `atoll lab run --faults ...`');
+  if (mode === 'up' && values.prometheus) throw atollError('LAB_SPEC_INVALID', '--prometheus is for `atoll lab run`', 'use `atoll lab run --prometheus`');
   const lab = await import('../lab/lab.ts');
   const runs = new lab.LabRuns();
   const uninstall = lab.installCleanupHandlers(runs);
@@ -95,6 +101,8 @@ async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> 
   }
   let cells: LabCell[] = [];
   let faults: LabFaultResult[] = [];
+  let traces: LabTraceCheck[] = [];
+  let prometheus: LabPrometheusReport | undefined;
   let down: unknown;
   try {
     const tc = performance.now();
@@ -118,6 +126,20 @@ async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> 
       for (const l of renderFailures(cells)) say(`  ${l}`);
     }
     describe.timingsMs.checks = checksMs;
+    traces = await lab.traceCells(running, cells);
+    const wrong = traces.filter((t) => !t.ok);
+    say(wrong.length === 0 ? `PASS: atoll trace explains all ${traces.length} judged cells with the path the matrix measured`
+      : `FAIL: atoll trace disagrees with the matrix on ${wrong.length} of ${traces.length} cells:`);
+    for (const t of wrong.slice(0, 20)) say(`  ${t.from} -> ${t.to}: measured ${t.measured}, traced ${t.traced}${t.reason ? ` (${t.reason})` : ''}`);
+    if (values.prometheus) {
+      const tp = performance.now();
+      say('');
+      const { renderPrometheusReport, runPrometheusChecks } = await import('../lab/prometheus.ts');
+      prometheus = await runPrometheusChecks(running, say);
+      describe.timingsMs.prometheus = Math.round(performance.now() - tp);
+      for (const l of renderPrometheusReport(prometheus)) say(`  ${l}`);
+      say(prometheus.ok ? 'PASS: Prometheus sees what the lab knows, and the relay fault' : 'FAIL: Prometheus disagrees with the lab (above)');
+    }
     if (faultList.faults.length > 0) {
       const tf = performance.now();
       say('');
@@ -138,30 +160,28 @@ async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> 
   }
   const v = verdictOf(cells);
   const durationMs = Math.round(performance.now() - t0);
-  writeJson(values.json, { ...describe, processes: running.state.processes, durationMs, cells, summary: summarize(cells), verdict: { ...v, failures: v.failures.length }, faults, cleanup: down });
+  writeJson(values.json, { ...describe, processes: running.state.processes, durationMs, cells, summary: summarize(cells), verdict: { ...v, failures: v.failures.length }, traces, prometheus, faults, cleanup: down });
   writeSvg(values.svg, () => renderLabSvg(labSvgInputOf(running.plan, running.pods, cells)));
   say(`done in ${(durationMs / 1000).toFixed(1)} s`);
-  return v.ok && faults.every((f) => f.ok) ? 0 : 1;
+  return v.ok && faults.every((f) => f.ok) && traces.every((t) => t.ok) && (prometheus?.ok ?? true) ? 0 : 1;
 }
 
 async function downCmd(argv: readonly string[]): Promise<number> {
-  const { values, positionals } = parseArgs({ args: [...argv], options: { all: { type: 'boolean', default: false }, help: { type: 'boolean', short: 'h' } }, allowPositionals: true });
-  if (values.help) {
-    process.stdout.write(LAB_USAGE);
-    return 0;
-  }
+  const { values, positionals } = parseCommand(argv, { command: 'atoll lab down', usage: LAB_USAGE, options: { all: { type: 'boolean', default: false } }, positionals: { min: 0, max: 1 } });
   const id = positionals[0];
-  if (id !== undefined && !LAB_RUN_ID.test(id)) {
-    process.stderr.write(`atoll lab down: "${id}" is not a run id (4 hex digits, as in atl-lab-<runid>-...)\n`);
-    return 2;
-  }
+  if (id !== undefined && !LAB_RUN_ID.test(id)) throw new UsageError('atoll lab down', `"${id}" is not a run id (4 hex digits, as in atl-lab-<runid>-...)`, LAB_USAGE);
   const { labDown } = await import('../lab/lab.ts');
   const res = await labDown(id ? { runId: id } : { all: values.all }, { say });
   return res.every((r) => r.leftovers.length === 0) ? 0 : 1;
 }
 
 export async function runLab(argv: readonly string[]): Promise<number> {
-  const [cmd, ...rest] = argv;
+  // probe is the lab's own helper inside each pod, not listed in the usage
+  if (argv[0] === 'probe') {
+    const { runProbe } = await import('../lab/probe.ts');
+    return runProbe(argv.slice(1));
+  }
+  const [cmd, rest] = subcommand(argv, 'atoll lab', ['up', 'run', 'down'], LAB_USAGE);
   switch (cmd) {
     case 'up':
       return up(rest, 'up');
@@ -169,18 +189,5 @@ export async function runLab(argv: readonly string[]): Promise<number> {
       return up(rest, 'run');
     case 'down':
       return downCmd(rest);
-    case 'probe': {
-      const { runProbe } = await import('../lab/probe.ts');
-      return runProbe(rest);
-    }
-    case undefined:
-    case 'help':
-    case '--help':
-    case '-h':
-      process.stdout.write(LAB_USAGE);
-      return cmd === undefined ? 2 : 0;
-    default:
-      process.stderr.write(`atoll lab: unknown command "${cmd}"\n${LAB_USAGE}`);
-      return 2;
   }
 }

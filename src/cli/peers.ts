@@ -3,15 +3,31 @@
  * socket (src/adapters/status-socket.ts): the path each takes now (direct, relayed, down), its round trip, the traffic,
  * hole punching, the peers left out with why, and the tunnel's drop counters.
  */
-import { parseArgs } from 'node:util';
 import { renderPeers } from '../core/tunnel/status.ts';
 import { loadAgentConfig } from '../config/agent-config.ts';
 import { readTunnelStatus, statusSocketOf } from '../adapters/status-socket.ts';
+import { parseCommand } from './usage.ts';
+
+const USAGE = `usage: atoll peers [--json] [--config FILE | --socket PATH]
+
+This node's tunnel peers, from its agent's status socket (root): the path each takes (direct, relayed, down), the
+round trip, the traffic, hole punching, the peers left out and why, and the tunnel's drop counters.
+  --json          the agent's answer as JSON
+  --config FILE   the agent's configuration (its socketPath locates the status socket)
+  --socket PATH   the status socket itself (default /run/atoll/atoll-status.sock)
+`;
+
+/** The options that locate the agent's status socket, shared by `atoll peers`, `atoll status` and `atoll trace`. */
+export const SOCKET_OPTIONS = { config: { type: 'string' }, socket: { type: 'string' } } as const;
+
+/** The status socket `--socket` names, or the one beside the CNI socket of `--config` (default /run/atoll). */
+export function statusSocketFrom(values: { config?: string | undefined; socket?: string | undefined }): string {
+  return values.socket ?? statusSocketOf(values.config ? loadAgentConfig(values.config).socketPath : '/run/atoll/atoll.sock');
+}
 
 export async function runPeers(argv: string[]): Promise<number> {
-  const { values } = parseArgs({ args: argv, options: { json: { type: 'boolean', default: false }, config: { type: 'string' }, socket: { type: 'string' } } });
-  const socket = values.socket ?? statusSocketOf(values.config ? loadAgentConfig(values.config).socketPath : '/run/atoll/atoll.sock');
-  const tunnel = await readTunnelStatus(socket);
+  const { values } = parseCommand(argv, { command: 'atoll peers', usage: USAGE, options: { json: { type: 'boolean', default: false }, ...SOCKET_OPTIONS } });
+  const tunnel = await readTunnelStatus(statusSocketFrom(values));
   // a reader that went away (`atoll peers | head`) is not an error
   process.stdout.on('error', (err: NodeJS.ErrnoException) => {
     if (err.code !== 'EPIPE') throw err;

@@ -7,6 +7,7 @@ import { describeIssues, readJsonFile } from './json-file.ts';
 import { atollError } from '../core/errors.ts';
 import { type Cidr, parseCidr, parseIpv4 } from '../core/net/ipv4.ts';
 import { parseDuration } from './duration.ts';
+import { METRICS_PORTS, metricsSchema } from './metrics.ts';
 
 const IFNAME = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,14}$/;
 const SAFE_PATH = /^\/[A-Za-z0-9_./@:+-]*$/;
@@ -94,6 +95,8 @@ export const agentConfigSchema = z.strictObject({
   }).optional(),
   /** Cluster pod ranges: pod traffic to them is never masqueraded (every known block is included anyway). */
   clusterCidrs: z.array(cidr).default([]),
+  /** /healthz, /readyz and /metrics over HTTP; off when absent. */
+  metrics: metricsSchema(METRICS_PORTS.agent).optional(),
 });
 
 export type AgentConfig = Readonly<z.output<typeof agentConfigSchema>> & { readonly podBlocks: readonly Cidr[] };

@@ -5,6 +5,7 @@
 import { z } from 'zod';
 import { describeIssues, readJsonFile } from './json-file.ts';
 import { atollError } from '../core/errors.ts';
+import { METRICS_PORTS, metricsSchema } from './metrics.ts';
 import { type Cidr, parseCidr, parseIpv4 } from '../core/net/ipv4.ts';
 
 const cidr = z.string().refine((s) => parseCidr(s) !== undefined, { message: 'must be an IPv4 network such as 10.244.0.0/16 (no host bits)' });
@@ -65,6 +66,8 @@ export const controllerConfigSchema = z.strictObject({
   /** Follow Kubernetes Node objects (admission, labels, deletion, annotations); absent: nodes join with a token alone. */
   kubernetes: kubernetesSchema.optional(),
   maxBodyBytes: z.number().int().min(1024).max(1 << 20).default(64 * 1024),
+  /** /healthz, /readyz and /metrics over HTTP; off when absent. */
+  metrics: metricsSchema(METRICS_PORTS.controller).optional(),
 });
 
 export type ControllerConfig = Readonly<z.output<typeof controllerConfigSchema>> & { readonly clusterBlocks: readonly Cidr[] };

@@ -5,6 +5,7 @@
 import { z } from 'zod';
 import { describeIssues, readJsonFile } from './json-file.ts';
 import { atollError } from '../core/errors.ts';
+import { METRICS_PORTS, metricsSchema } from './metrics.ts';
 
 const absPath = z.string().regex(/^\/[A-Za-z0-9._/-]*$/, 'must be an absolute path of safe characters');
 
@@ -22,6 +23,8 @@ export const relayConfigSchema = z.strictObject({
     /** One of the controller's `relayTokens`. */
     token: z.string().min(16),
   }),
+  /** /healthz, /readyz and /metrics over HTTP; off when absent. */
+  metrics: metricsSchema(METRICS_PORTS.relay).optional(),
 }).refine((c) => c.circuitPort !== c.listenPort, { message: 'must differ from listenPort (the control streams listen there)', path: ['circuitPort'] });
 
 export type RelayConfig = Readonly<z.output<typeof relayConfigSchema>>;

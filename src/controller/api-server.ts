@@ -108,6 +108,11 @@ export class ApiServer {
     this.#guard = new ReplayGuard({ windowMs: 5 * 60_000, maxEntries: 200_000, notBefore: components.clock() });
   }
 
+  /** Watches open now (agents and relays following the node list). */
+  get watchClients(): number {
+    return this.#watches.size;
+  }
+
   /** Listens; resolves with the bound port. */
   async start(): Promise<number> {
     const server = createServer({ key: this.#init.key, cert: this.#init.certChain }, (req, res) => void this.#handle(req, res));

@@ -17,6 +17,9 @@ import { KubeClient } from '../adapters/kube/kube-client.ts';
 import { loadKubeConnection } from '../adapters/kube/kube-config.ts';
 import { ApiServer, type Leadership } from './api-server.ts';
 import { KubeNodes } from './kube-nodes.ts';
+import type { OpsServer, Readiness } from '../adapters/ops-server.ts';
+import { cidrSize } from '../core/net/ipv4.ts';
+import { TimedStore, type StoreObserver } from './timed-store.ts';
 
 export interface ControllerComponents {
   readonly log: Logger;
@@ -37,6 +40,7 @@ export class Controller {
   #kube: KubeClient | undefined;
   #kubeNodes: KubeNodes | undefined;
   #port = 0;
+  #ops: OpsServer | undefined;
 
   constructor(components: ControllerComponents, config: ControllerConfig) {
     this.#c = components;
@@ -56,10 +60,58 @@ export class Controller {
     return this.#registry;
   }
 
+  /**
+   * Starts the metrics and health listener (when configured), opens the store, ensures the PKI, follows the
+   * Kubernetes Nodes (when configured), serves the API and campaigns. @throws AtollError on a start-up problem.
+   */
   async start(): Promise<void> {
     const cfg = this.#cfg;
+    this.#c.log.info('atoll controller starting', { config: { ...cfg, bootstrapTokens: '(redacted)', adminToken: '(redacted)', relayTokens: '(redacted)' } });
+    let observeStore: StoreObserver | undefined;
+    if (cfg.metrics) {
+      // loaded only when configured: prom-client stays out of the memory of a component without metrics
+      const [{ Metrics }, { startOpsServer }, { registerControllerMetrics }] = await Promise.all([import('../adapters/metrics.ts'), import('../adapters/ops-server.ts'), import('./controller-metrics.ts')]);
+      const metrics = new Metrics();
+      observeStore = registerControllerMetrics(metrics, {
+        isLeader: () => this.#leading,
+        watchClients: () => this.#api?.watchClients ?? 0,
+        census: async () => {
+          const registry = this.#registry;
+          if (!registry) return { nodes: 0, leasedBlocks: 0 };
+          const [snap, leases] = await Promise.all([registry.snapshot(), registry.leases()]);
+          return { nodes: snap.nodes.length, leasedBlocks: leases.length };
+        },
+        totalBlocks: cfg.clusterBlocks.reduce((n, c) => n + (cfg.blockBits >= c.bits ? cidrSize(c) / 2 ** (32 - cfg.blockBits) : 0), 0),
+      });
+      this.#ops = await startOpsServer({ listen: cfg.metrics.listen, registry: metrics.registry, readiness: () => this.readiness() });
+    }
+    try {
+      await this.#startServing(observeStore);
+    } catch (err) {
+      await this.#ops?.close();
+      throw err;
+    }
+  }
+
+  /** Ready: the store is open, the API serves, and on Kubernetes the Nodes have been read (/readyz). */
+  readiness(): Readiness {
+    const reasons = [
+      ...(this.#store ? [] : ['the store is not open yet']),
+      ...(this.#port > 0 ? [] : ['the API does not serve yet']),
+      ...(this.#cfg.kubernetes && !this.#kubeNodes?.synced ? ['the Kubernetes Nodes have not been read yet'] : []),
+      ...(this.#abort.signal.aborted ? ['stopping'] : []),
+    ];
+    return { ready: reasons.length === 0, reasons };
+  }
+
+  /** The port of the metrics and health listener, when it runs. */
+  get opsPort(): number | undefined {
+    return this.#ops?.port;
+  }
+
+  async #startServing(observeStore: StoreObserver | undefined): Promise<void> {
+    const cfg = this.#cfg;
     const log = this.#c.log;
-    log.info('atoll controller starting', { config: { ...cfg, bootstrapTokens: '(redacted)', adminToken: '(redacted)', relayTokens: '(redacted)' } });
     mkdirSync(cfg.dataDir, { recursive: true, mode: 0o700 });
     const advertiseHost = new URL(cfg.advertiseUrl).hostname.replace(/^\[|\]$/g, '');
     const hosts = [...new Set([advertiseHost, ...cfg.tlsHosts, ...(cfg.listenHost === '0.0.0.0' ? [] : [cfg.listenHost])])];
@@ -67,7 +119,9 @@ export class Controller {
     this.#caHash = pki.caHash;
     const kube = cfg.kubernetes && new KubeClient(loadKubeConnection({ kubeconfig: cfg.kubernetes.kubeconfig, server: cfg.kubernetes.server, userAgent: cfg.kubernetes.userAgent }));
     this.#kube = kube;
-    const { store, election } = await openStore(cfg, kube);
+    const opened = await openStore(cfg, kube);
+    const store = observeStore ? new TimedStore(opened.store, observeStore) : opened.store;
+    const election = opened.election;
     this.#store = store;
     this.#election = election;
     this.#registry = new ClusterRegistry(
@@ -123,6 +177,7 @@ export class Controller {
     await this.#campaign;
     await this.#store?.close();
     this.#kube?.close();
+    await this.#ops?.close();
     this.#c.log.info('atoll controller stopped');
   }
 }

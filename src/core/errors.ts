@@ -70,6 +70,7 @@ export const ERROR_CATALOGUE = {
   NODE_LABELS_INVALID: { cni: CniCode.generic, summary: "a Node's Atoll labels are malformed (the node keeps its last good placement)" },
   COMMUNITY_INVALID: { cni: CniCode.generic, summary: 'a Community names unknown nodes, or a node is in two communities' },
   TUNNEL_MESSAGE_INVALID: { cni: CniCode.generic, summary: 'a tunnel peer or the relay sent a control message that is not one of the protocol (the stream is closed)' },
+  OPS_LISTEN_FAILED: { cni: CniCode.generic, summary: 'the metrics and health listener could not bind its address (in use, or not on this host)' },
   LAB_SPEC_INVALID: { cni: CniCode.generic, summary: 'the lab spec (flags or --spec file) names an impossible topology' },
   LAB_PREREQUISITE_MISSING: { cni: CniCode.generic, summary: 'the lab cannot run here: not root, or a tool or kernel feature it needs is missing' },
   LAB_STEP_FAILED: { cni: CniCode.generic, summary: 'a step of building the lab failed or did not finish in time' },

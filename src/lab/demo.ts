@@ -30,7 +30,7 @@ export function demoPrerequisites(): string | undefined {
   return undefined;
 }
 
-export async function runDemo(_argv: readonly string[]): Promise<number> {
+export async function runDemo(): Promise<number> {
   const why = demoPrerequisites();
   if (why) {
     process.stderr.write(`${why}\n`);

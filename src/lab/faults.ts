@@ -219,7 +219,7 @@ const restoreUplink = (lab: RunningLab, site: string) => nft.apply(uplinkRestore
  * SIGKILLs the lab's controller or relay, holds the fault, runs `whileDown`, and starts it again from the same
  * configuration (and so the same key): a pin that changed is noted, since agents pinned the old one.
  */
-async function restartService(lab: RunningLab, kind: 'controller' | 'relay', notes: string[], whileDown?: () => Promise<void>): Promise<void> {
+export async function restartService(lab: RunningLab, kind: 'controller' | 'relay', notes: string[], whileDown?: () => Promise<void>): Promise<void> {
   const service = kind === 'controller' ? lab.plan.controller : lab.plan.relay;
   await lab[kind].stop('SIGKILL');
   await sleep(HOLD_MS[kind === 'controller' ? 'controller-kill' : 'relay-kill']);

@@ -35,7 +35,9 @@ import { Tc } from '../adapters/tc.ts';
 import { AgentProcess, DELAY_BIN } from './agent-process.ts';
 import { ServiceProcess } from './service-process.ts';
 import { choosePodMode, CriPods, DirectPods, type LabContainerdRecord, type LabPodInfo, type LabPodRuntime, type LabPodsChoice } from './lab-pods.ts';
-import { readTunnelStatus, statusSocketOf } from '../adapters/status-socket.ts';
+import { readAgentStatus, readTunnelStatus, statusSocketOf } from '../adapters/status-socket.ts';
+import { type TracePath, tracePath } from '../core/ops/trace.ts';
+import type { AgentStatus } from '../core/ops/agent-status.ts';
 import type { PeerPath } from '../core/tunnel/status.ts';
 import { labPreflight, requireRoot, uplinkDelayMethod } from './lab-preflight.ts';
 import { ProbeClient } from './probe.ts';
@@ -745,4 +747,26 @@ export async function labDown(target: { runId: string } | { all: boolean }, opts
   for (const id of orphans) out.push(await destroyRun(runs, { store, state: orphanState(store, id) }, say));
   if (out.length === 0) say('  no lab to remove');
   return out;
+}
+
+/** `atoll trace` of one matrix cell, next to the path the matrix measured. */
+export interface LabTraceCheck {
+  readonly from: string;
+  readonly to: string;
+  readonly measured: LabPath;
+  readonly traced: TracePath;
+  readonly ok: boolean;
+  readonly reason?: string;
+}
+
+/**
+ * Runs the trace explanation (src/core/ops/trace.ts) on every cell the matrix judged (ok or blocked as expected),
+ * from the source node's agent status, and compares its path with the one the matrix measured.
+ */
+export async function traceCells(lab: RunningLab, cells: readonly LabCell[]): Promise<LabTraceCheck[]> {
+  const statuses = new Map(await Promise.all(lab.plan.nodes.map(async (n) => [n.name, await readAgentStatus(statusSocketOf(n.socketPath), 5000)] as const)));
+  return cells.filter((c) => c.verdict !== 'FAIL').map((c) => {
+    const t = tracePath(statuses.get(c.fromNode) as AgentStatus, c.fromIp, c.toIp);
+    return { from: c.from, to: c.to, measured: c.path, traced: t.path, ok: t.path === c.path, ...(t.reason ? { reason: t.reason } : {}) };
+  });
 }

@@ -33,6 +33,7 @@ import { CircuitBroker, type CircuitStats } from './circuits.ts';
 import { sleep } from '../adapters/timers.ts';
 import { Backoff } from '../core/retry.ts';
 import type { RelayConfig } from '../config/relay-config.ts';
+import type { OpsServer, Readiness } from '../adapters/ops-server.ts';
 
 export interface RelayStats {
   /** Nodes with a control stream now. */
@@ -72,12 +73,16 @@ export class Relay {
   #statsTimer: NodeJS.Timeout | undefined;
   #pin = '';
   readonly #circuits: CircuitBroker;
+  #ops: OpsServer | undefined;
+  /** The registry is known: from the saved file (non-empty) or a snapshot of the controller's watch. */
+  #registryLoaded: boolean;
 
   constructor(cfg: RelayConfig, log: Logger) {
     this.#cfg = cfg;
     this.#log = log;
     this.#registry = new ClusterStateFile(join(cfg.dataDir, 'registry.json'));
     this.#nodes = this.#registry.load().peers;
+    this.#registryLoaded = this.#nodes.length > 0;
     this.#setMembers();
     this.#circuits = new CircuitBroker(log);
   }
@@ -92,8 +97,38 @@ export class Relay {
     return this.#pin;
   }
 
-  /** Loads or creates the key, listens, and starts following the controller. */
+  /** Ready: it listens and knows the registered nodes (/readyz). */
+  readiness(): Readiness {
+    const reasons = [
+      ...(this.#server?.listening ? [] : ['not listening']),
+      ...(this.#registryLoaded ? [] : ['no registry yet: no saved copy, and the controller\'s node list has not arrived']),
+    ];
+    return { ready: reasons.length === 0, reasons };
+  }
+
+  /** The port of the metrics and health listener, when it runs. */
+  get opsPort(): number | undefined {
+    return this.#ops?.port;
+  }
+
+  /** Starts the metrics and health listener (when configured), loads or creates the key, listens, and starts following the controller. */
   async start(): Promise<void> {
+    if (this.#cfg.metrics) {
+      // loaded only when configured: prom-client stays out of the memory of a component without metrics
+      const [{ Metrics }, { startOpsServer }, { registerRelayMetrics }] = await Promise.all([import('../adapters/metrics.ts'), import('../adapters/ops-server.ts'), import('./relay-metrics.ts')]);
+      const metrics = new Metrics();
+      registerRelayMetrics(metrics, { stats: this.stats, circuits: () => this.#circuits.stats, members: () => this.#members.size });
+      this.#ops = await startOpsServer({ listen: this.#cfg.metrics.listen, registry: metrics.registry, readiness: () => this.readiness() });
+    }
+    try {
+      await this.#listen();
+    } catch (err) {
+      await this.#ops?.close();
+      throw err;
+    }
+  }
+
+  async #listen(): Promise<void> {
     const credentials = loadOrCreateTunnelCredentials(this.#cfg.dataDir, 'atoll-relay');
     this.#pin = spkiPin(credentials.certPem);
     const { server } = await listenTunnel({
@@ -207,6 +242,7 @@ export class Relay {
           if (line.type === 'ping') return;
           backoff.reset();
           this.#nodes = applyWatchLine(this.#nodes, line);
+          this.#registryLoaded = true;
           this.#registry.save({ blocks: [], revision: line.revision, peers: this.#nodes });
           this.#setMembers();
         }, signal);
@@ -237,5 +273,6 @@ export class Relay {
     this.#circuits.close();
     for (const s of this.#sessions.values()) s.stream.close();
     this.#sessions.clear();
+    void this.#ops?.close();
   }
 }

@@ -43,9 +43,15 @@ export interface AllocatePlan {
   readonly undo: readonly IpamChange[];
   /** An active attachment of the same pod that this one replaces (its sandbox was re-created without a DEL). */
   readonly displaced?: IpamRecord;
-  /** How the address was found, for logs and tests. */
-  readonly how: 'existing' | 'sticky' | 'fresh' | 'reclaimed';
+  /** How the address was found, for logs, metrics and tests. */
+  readonly how: AllocationHow;
 }
+
+/**
+ * How ADD found an address: the attachment's own (a repeated ADD), the one reserved for the same pod (a sticky re-use),
+ * a never-used or freed one, or the oldest reservation of another pod, reclaimed.
+ */
+export type AllocationHow = 'existing' | 'sticky' | 'fresh' | 'reclaimed';
 
 export interface IpamUsage {
   readonly capacity: number;

@@ -59,7 +59,7 @@ test('every namespace carries the run prefix; interface names fit 15 characters;
   assert.deepEqual(long, []);
   const addrs = [...p.bridges.map((b) => b.address), ...p.veths.flatMap((v) => [v.a.address, v.b.address]).filter((a) => a !== undefined)];
   assert.equal(new Set(addrs).size, addrs.length);
-  assert.ok(addrs.every((a) => /^(192\.0\.2|198\.51\.100|172\.16\.\d+)\.\d+\/24$/.test(a as string)), 'TEST-NET for public links, 172.16 for edge LANs');
+  assert.ok(addrs.every((a) => /^(192\.0\.2|198\.51\.100|172\.16\.\d+)\.\d+\/24$|^10\.254\.\d+\.\d+\/16$/.test(a as string)), 'TEST-NET for public links, 172.16 for edge LANs, 10.254/16 for monitoring');
   assert.ok(addrs.every((a) => Number((a as string).split('/')[0]?.split('.')[3]) < 255));
   // interface names are unique inside each namespace
   for (const ns of p.namespaces) {

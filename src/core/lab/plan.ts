@@ -38,6 +38,12 @@ export const NODE_DEVICES = Object.freeze({ underlay: 'eth0', bridge: 'atoll0', 
 /** The lab's nftables table in the NAT routers. */
 export const LAB_NFT_TABLE = 'atoll-lab';
 
+/**
+ * The monitoring network: a bridge in the controller's namespace and a second interface on every node, so one
+ * Prometheus there (`atoll lab run --prometheus`) reaches every agent's metrics listener, NAT or not. Nothing
+ * routes through it: it carries scrapes only.
+ */
+export const LAB_MONITOR = Object.freeze({ bridge: 'mon0', prefix: '10.254', bits: 16, controllerAddress: '10.254.0.1', agentPort: 9470, controllerPort: 9471, relayPort: 9472 });
 const WAN_NET = '198.51.100';
 const CLOUD_NET = '192.0.2';
 const NODE_HOST_BASE = 10;
@@ -161,6 +167,8 @@ export interface LabNode {
   readonly cniConfDir: string;
   /** The agent's configuration file without `controller.caCertHash`, which the controller prints at start. */
   readonly agentConfig: Readonly<Record<string, unknown>>;
+  /** Its address on the monitoring network, where its metrics listener binds. */
+  readonly monitorAddress: string;
 }
 
 export interface LabPod {
@@ -319,6 +327,8 @@ export function planLab(input: LabPlanInput): LabPlan {
       bootstrapTokens: [input.bootstrapToken], adminToken: input.adminToken, relayTokens: [input.relayToken], store: { type: 'embedded' },
     },
   };
+  bridges.push({ netns: ctl, ifname: LAB_MONITOR.bridge, address: `${LAB_MONITOR.controllerAddress}/${LAB_MONITOR.bits}` });
+  (controller.config as Record<string, unknown>).metrics = { listen: `${LAB_MONITOR.controllerAddress}:${LAB_MONITOR.controllerPort}` };
   const relay: LabRelay = {
     netns: ctl,
     address: ctlAddress,
@@ -326,7 +336,10 @@ export function planLab(input: LabPlanInput): LabPlan {
     dir: `${dir}/relay`,
     configPath: `${dir}/relay/relay.json`,
     logPath: `${dir}/relay/relay.log`,
-    config: { listenHost: ctlAddress, listenPort: LAB_RELAY_PORT, dataDir: `${dir}/relay/data`, controller: { urls: [url], token: input.relayToken } },
+    config: {
+      listenHost: ctlAddress, listenPort: LAB_RELAY_PORT, dataDir: `${dir}/relay/data`, controller: { urls: [url], token: input.relayToken },
+      metrics: { listen: `${LAB_MONITOR.controllerAddress}:${LAB_MONITOR.relayPort}` },
+    },
   };
 
   const addNode = (site: string, community: string, index: number, router: string, lanNet: string) => {
@@ -337,19 +350,23 @@ export function planLab(input: LabPlanInput): LabPlan {
     namespaces.push({ name: netns, role: 'node', site });
     veths.push({ a: { netns: router, ifname: `p-${name}`, master: 'lan0' }, b: { netns, ifname: NODE_DEVICES.underlay, address: `${underlay}/24` } });
     routes.push({ netns, dst: 'default', via: gateway });
+    // 10.254.0.1 is the controller's; nodes from .0.2 on, 250 a /24 (no .0 or .255 last octets)
+    const monitorAddress = `${LAB_MONITOR.prefix}.${Math.floor(nodes.length / 250)}.${(nodes.length % 250) + 2}`;
+    veths.push({ a: { netns: ctl, ifname: `m-${name}`, master: LAB_MONITOR.bridge }, b: { netns, ifname: LAB_MONITOR.bridge, address: `${monitorAddress}/${LAB_MONITOR.bits}` } });
     const nodeDir = `${dir}/${name}`;
     const paths = {
       dir: nodeDir, configPath: `${nodeDir}/agent.json`, socketPath: `${nodeDir}/agent.sock`, logPath: `${nodeDir}/agent.log`,
       dataDir: `${nodeDir}/data`, cniBinDir: `${nodeDir}/cni-bin`, cniConfDir: `${nodeDir}/cni-conf`,
     };
     nodes.push({
-      name, site, community, netns, underlay, gateway, ...paths,
+      name, site, community, netns, underlay, gateway, monitorAddress, ...paths,
       agentConfig: {
         nodeName: name, podCidrs: [], cniBinDir: paths.cniBinDir, cniConfDir: paths.cniConfDir, dataDir: paths.dataDir,
         socketPath: paths.socketPath, bridge: NODE_DEVICES.bridge, resyncPeriod: 5, site, community, underlayAddresses: [underlay],
         overlay: { device: NODE_DEVICES.overlay, directRouting: spec.sameSite === 'direct' ? 'auto' : 'never' }, clusterCidrs: [LAB_CLUSTER_CIDR],
         tunnel: { device: NODE_DEVICES.tunnel, role: site === CLOUD_SITE ? 'cloud' : 'edge' },
         controller: { urls: [url], token: input.bootstrapToken, usagePeriod: 5 },
+        metrics: { listen: `${monitorAddress}:${LAB_MONITOR.agentPort}` },
       },
     });
     for (let p = 1; p <= spec.podsPerNode; p++) {

@@ -34,6 +34,23 @@ export interface TunnelStatus {
   readonly refusedConnections?: number;
 }
 
+/** How a peer is reached now, as metrics, `atoll status` and `atoll trace` tell it: a direct stream is hole-punched when punching made it. */
+export type PeerPathKind = 'direct' | 'hole-punched' | 'relayed' | 'down';
+
+export const PEER_PATH_KINDS: readonly PeerPathKind[] = ['direct', 'hole-punched', 'relayed', 'down'];
+
+export function pathKindOf(p: Pick<TunnelPeerStatus, 'path' | 'mode'>): PeerPathKind {
+  if (p.path === 'direct') return p.mode === 'punch' ? 'hole-punched' : 'direct';
+  return p.path;
+}
+
+/** How many peers take each path kind (every kind present, zero or not). */
+export function countPeerPaths(peers: readonly Pick<TunnelPeerStatus, 'path' | 'mode'>[]): Record<PeerPathKind, number> {
+  const n: Record<PeerPathKind, number> = { direct: 0, 'hole-punched': 0, relayed: 0, down: 0 };
+  for (const p of peers) n[pathKindOf(p)]++;
+  return n;
+}
+
 function bytes(n: number): string {
   if (n < 1024) return `${n} B`;
   const units = ['KiB', 'MiB', 'GiB', 'TiB'];
