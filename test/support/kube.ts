@@ -8,6 +8,9 @@
  * With `netns`, both run inside that network namespace (on its loopback), for processes there (controllers in a
  * test cloud); this process cannot reach them then, so `admin` throws and readiness and kubectl go through
  * `ip netns exec`.
+ *
+ * With `nodes`, each name also gets a token of user `system:node:<name>` (group system:nodes), for a real kubelet
+ * (`nodeToken`).
  */
 import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
 import { generateKeyPairSync, randomBytes } from 'node:crypto';
@@ -32,6 +35,8 @@ export interface ControlPlane {
   /** The serving certificate (self-signed: it is its own CA). */
   readonly ca: string;
   readonly adminToken: string;
+  /** The token of user `system:node:<name>` for each of `nodes` given at start. @throws for another name. */
+  nodeToken(name: string): string;
   /** A client authenticated as the admin (system:masters). */
   readonly admin: KubeClient;
   /** Writes a kubeconfig for `token` (default: the admin's) and returns its path. */
@@ -78,7 +83,7 @@ function tail(file: string): string {
   }
 }
 
-export async function startControlPlane(dir: string, opts: { netns?: string } = {}): Promise<ControlPlane> {
+export async function startControlPlane(dir: string, opts: { netns?: string; nodes?: readonly string[] } = {}): Promise<ControlPlane> {
   const { netns } = opts;
   const bins = kubeBinDir();
   const root = join(dir, `kube-${randomBytes(3).toString('hex')}`);
@@ -94,7 +99,10 @@ export async function startControlPlane(dir: string, opts: { netns?: string } = 
   ], etcdLog, netns);
 
   const adminToken = randomBytes(16).toString('hex');
-  writeFileSync(join(root, 'tokens.csv'), `${adminToken},atoll-test-admin,atoll-test-admin,"system:masters"\n`, { mode: 0o600 });
+  const nodeTokens = new Map((opts.nodes ?? []).map((n) => [n, randomBytes(16).toString('hex')]));
+  const tokenLines = [`${adminToken},atoll-test-admin,atoll-test-admin,"system:masters"`,
+    ...[...nodeTokens].map(([n, t]) => `${t},system:node:${n},node-${n},"system:nodes"`)];
+  writeFileSync(join(root, 'tokens.csv'), `${tokenLines.join('\n')}\n`, { mode: 0o600 });
   const sa = generateKeyPairSync('rsa', { modulusLength: 2048 });
   writeFileSync(join(root, 'sa.key'), sa.privateKey.export({ type: 'pkcs8', format: 'pem' }) as string, { mode: 0o600 });
   writeFileSync(join(root, 'sa.pub'), sa.publicKey.export({ type: 'spki', format: 'pem' }) as string);
@@ -141,6 +149,11 @@ export async function startControlPlane(dir: string, opts: { netns?: string } = 
       return ca;
     },
     adminToken,
+    nodeToken(name) {
+      const token = nodeTokens.get(name);
+      if (token === undefined) throw new Error(`no token for node ${name}: pass it in startControlPlane's nodes`);
+      return token;
+    },
     get admin() {
       if (netns) throw new Error(`the control plane runs in network namespace ${netns}: use kubectl`);
       return admin as KubeClient;
