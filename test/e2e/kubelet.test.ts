@@ -1,8 +1,8 @@
 /**
  * The smallest real Kubernetes node on this kind of host (cgroup v1, PID 1 not systemd, no swap): a network
  * namespace with a private containerd 1.6 and a real kubelet v1.34 (src/adapters/kube/kubelet.ts) that registers
- * with a kube-apiserver reachable from that namespace, and a Pod bound to it by spec.nodeName that runs the test
- * bed's busybox image with a configMap volume (the kubelet's mount must be visible to runc), gets an address from
+ * with a kube-apiserver reachable from that namespace, and a Deployment's pod, placed by the real scheduler, that
+ * runs the test bed's busybox image with a configMap volume (the kubelet's mount must be visible to runc), gets an address from
  * the REFERENCE bridge plugin and answers ping. Needs root, containerd and the Kubernetes binaries; skips otherwise.
  */
 import assert from 'node:assert/strict';
@@ -43,7 +43,7 @@ async function waitFor<T>(what: string, ms: number, check: () => T | undefined, 
   }
 }
 
-test('a real kubelet beside a private containerd registers its node and runs a pod with a volume', { skip: skipReason(), timeout: 300_000 }, async () => {
+test('a real kubelet beside a private containerd registers its node, and the scheduler places a Deployment pod with a volume on it', { skip: skipReason(), timeout: 300_000 }, async () => {
   const id = randomBytes(3).toString('hex');
   const netns = `atoll-kt-${id}`;
   const dir = join(tmpdir(), `atoll-kt-${id}`);
@@ -58,7 +58,7 @@ test('a real kubelet beside a private containerd registers its node and runs a p
     ip('-n', netns, 'addr', 'add', `${NODE_IP}/24`, 'dev', 'kt0');
     ip('-n', netns, 'link', 'set', 'kt0', 'up');
     ip('-n', netns, 'link', 'set', 'kt1', 'up');
-    cp = await startControlPlane(dir, { netns, nodes: [NODE] });
+    cp = await startControlPlane(dir, { netns, nodes: [NODE], controllers: true });
     writeFileSync(join(dir, 'cni-conf', '10-kt.conflist'), JSON.stringify({
       cniVersion: '1.0.0', name: `kt-${id}`,
       plugins: [{ type: 'bridge', bridge: 'kt-br0', isGateway: true, ipam: { type: 'host-local', ranges: [[{ subnet: POD_SUBNET }]], dataDir: join(dir, 'ipam') } }],
@@ -84,26 +84,32 @@ test('a real kubelet beside a private containerd registers its node and runs a p
     assert.equal(node.metadata.labels[ZONE_LABEL], 'test');
 
     kubectl(['create', 'configmap', 'kt-cfg', '--from-literal=hello=world']);
-    kubectl(['apply', '-f', '-'], JSON.stringify({
-      apiVersion: 'v1', kind: 'Pod', metadata: { name: 'kt-pod' },
+    const podTemplate = {
+      metadata: { labels: { app: 'kt' } },
       spec: {
-        nodeName: NODE,
         terminationGracePeriodSeconds: 1,
         containers: [{ name: 'c', image: PAUSE_IMAGE_REF, imagePullPolicy: 'Never', command: ['/bin/sh', '-c', 'test "$(cat /cfg/hello)" = world && exec sleep 100000'],
           volumeMounts: [{ name: 'cfg', mountPath: '/cfg' }] }],
         volumes: [{ name: 'cfg', configMap: { name: 'kt-cfg' } }],
       },
+    };
+    kubectl(['apply', '-f', '-'], JSON.stringify({
+      apiVersion: 'apps/v1', kind: 'Deployment', metadata: { name: 'kt' },
+      spec: { replicas: 1, selector: { matchLabels: { app: 'kt' } }, template: podTemplate },
     }));
-    type PodJson = { status: { phase: string; podIP?: string; containerStatuses?: { ready: boolean; restartCount: number }[] } };
-    const pod = await waitFor('the pod to run', 90_000, () => {
-      const p = getJson(['get', 'pod', 'kt-pod']) as PodJson | undefined;
+    type PodJson = { spec: { nodeName?: string }; status: { phase: string; podIP?: string; containerStatuses?: { ready: boolean; restartCount: number }[] } };
+    const pod = await waitFor('the Deployment\'s pod to run', 90_000, () => {
+      const p = (getJson(['get', 'pods', '-l', 'app=kt']) as { items: PodJson[] } | undefined)?.items[0];
       return p?.status.phase === 'Running' && p.status.containerStatuses?.[0]?.ready ? p : undefined;
-    }, () => `${kubectl(['describe', 'pod', 'kt-pod'])}\nkubelet log tail:\n${k.logTail(30)}`);
+    }, () => `${kubectl(['describe', 'pods', '-l', 'app=kt'])}\nkubelet log tail:\n${k.logTail(30)}`);
+    assert.equal(pod.spec.nodeName, NODE, 'the scheduler placed it');
     assert.equal(pod.status.containerStatuses?.[0]?.restartCount, 0, 'the container read the configMap volume at its first start');
     assert.match(pod.status.podIP ?? '', /^10\.98\.0\./);
     ip('netns', 'exec', netns, 'ping', '-c', '1', '-W', '2', pod.status.podIP as string);
 
-    kubectl(['delete', 'pod', 'kt-pod', '--wait=true', '--timeout=60s']);
+    kubectl(['delete', 'deployment', 'kt', '--cascade=foreground', '--wait=true', '--timeout=60s']);
+    await waitFor('the pod to be gone', 60_000, () => ((getJson(['get', 'pods', '-l', 'app=kt']) as { items: unknown[] } | undefined)?.items.length === 0 ? true : undefined),
+      () => k.logTail(20));
   } finally {
     await kubelet?.stop();
     await ctd?.stop();
