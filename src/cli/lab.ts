@@ -13,10 +13,11 @@ import { labSvgInputOf, renderLabSvg } from '../core/lab/svg.ts';
 
 export const LAB_USAGE = `usage: atoll lab <command> [flags]
 
-  up [flags] [--detach] [--json FILE] [--svg FILE] [--keep-logs DIR] [--pods cri|direct|auto]
+  up [flags] [--detach] [--json FILE] [--svg FILE] [--keep-logs DIR] [--pods cri|direct|auto] [--kubernetes]
                  build the lab: namespaces, NAT routers, the controller, the relay, an agent per node, pods
                  (root); stays up until Ctrl-C, or with --detach until \`atoll lab down\`
   run [flags] [--json FILE] [--svg FILE] [--keep-logs DIR] [--faults LIST|all|none] [--pods cri|direct|auto]
+      [--kubernetes]
                  up, then the connectivity matrix (every pod to every pod, ping and TCP, path and RTT), then
                  the faults (default all: controller-kill, relay-kill, agent-restart, offline-restart,
                  pod-recreate, uplink-cut, uplink-flap, node-reboot), each with loss, convergence, TCP flows
@@ -35,6 +36,10 @@ the verdict and the faults).
 --pods          how pods are created: cri (a private containerd per node, RunPodSandbox through its CRI, which
                 calls the node's atoll-cni), direct (the lab calls atoll-cni itself), auto (default: cri when
                 containerd, runc and busybox-static are installed, else direct); the report says which was used.
+--kubernetes    also a real Kubernetes v1.34 (sh scripts/k8s.sh all): etcd, kube-apiserver (192.0.2.2:6443),
+                kube-controller-manager and kube-scheduler in the controller's namespace, a kubelet beside every
+                node's containerd registered as a Node with its site labels; the pods are Pods bound to their
+                nodes, their IPs read from the API. Needs containerd.
 
 flags for up and run:
 ${LAB_FLAGS_HELP}`;
@@ -54,7 +59,7 @@ function writeSvg(path: string | undefined, svg: () => string): void {
 }
 
 async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> {
-  const { values } = parseArgs({ args: [...argv], options: { ...LAB_FLAG_OPTIONS, json: { type: 'string' }, svg: { type: 'string' }, 'keep-logs': { type: 'string' }, faults: { type: 'string' }, pods: { type: 'string' }, detach: { type: 'boolean', default: false }, help: { type: 'boolean', short: 'h' } } });
+  const { values } = parseArgs({ args: [...argv], options: { ...LAB_FLAG_OPTIONS, json: { type: 'string' }, svg: { type: 'string' }, 'keep-logs': { type: 'string' }, faults: { type: 'string' }, pods: { type: 'string' }, kubernetes: { type: 'boolean', default: false }, detach: { type: 'boolean', default: false }, help: { type: 'boolean', short: 'h' } } });
   if (values.help) {
     process.stdout.write(LAB_USAGE);
     return 0;
@@ -69,7 +74,7 @@ async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> 
   const uninstall = lab.installCleanupHandlers(runs);
   const t0 = performance.now();
   const keepLogs = values['keep-logs'];
-  const running = await lab.labUp(spec, { say, keepLogs, pods, runs });
+  const running = await lab.labUp(spec, { say, keepLogs, pods, runs, kubernetes: values.kubernetes });
   const describe = {
     runId: running.plan.runId, prefix: running.plan.prefix, spec, podCreation: running.podCreation, startedAt: running.state.startedAt,
     uplinkDelayBy: running.plan.delayBy,
@@ -82,6 +87,7 @@ async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> 
     for (const p of running.pods) say(`    ${p.name.padEnd(14)} ${p.ip.padEnd(15)} ${p.enter.join(' ')} ...`);
     writeJson(values.json, describe);
     writeSvg(values.svg, () => renderLabSvg(labSvgInputOf(running.plan, running.pods)));
+    if (running.kubernetes) say(`  kubectl: ${running.kubernetes.kubectlCommand.join(' ')} get nodes`);
     if (values.detach) {
       lab.detachLab(running);
       uninstall();

@@ -35,7 +35,7 @@ export interface LabPodInfo {
   /** Argument prefix that runs a command inside the pod's network namespace. */
   readonly enter: readonly string[];
   readonly ip: string;
-  /** Pod start latency, ms: the wall time of RunPodSandbox (cri) or of the CNI ADD (direct). */
+  /** Pod start latency, ms: the wall time of RunPodSandbox (cri), of the CNI ADD (direct), or from applying the Pod to Running with an IP (Kubernetes). */
   readonly addMs?: number;
   /** The CRI sandbox id (cri), or the CNI container id (direct). */
   readonly sandboxId: string;
@@ -146,6 +146,11 @@ export class DirectPods implements LabPodRuntime {
 // ---------------------------------------------------------------------------------------------------------------
 // cri
 
+/** Argument prefix that runs a command in a sandbox's network namespace: into containerd's mount namespace, then the path. */
+export function enterSandbox(ctd: Pick<Containerd, 'pid'>, netnsPath: string): string[] {
+  return ['nsenter', `--mount=/proc/${ctd.pid}/ns/mnt`, '--', 'nsenter', `--net=${netnsPath}`, '--'];
+}
+
 export interface CriPodsInit {
   readonly plan: LabPlan;
   /** Records a containerd in the run's state, called as soon as it is spawned. */
@@ -228,8 +233,7 @@ export class CriPods implements LabPodRuntime {
     if (status.state !== 'SANDBOX_READY' || !status.ip || !status.netnsPath) {
       throw atollError('LAB_STEP_FAILED', `sandbox ${id} of pod ${pod.name} on ${pod.node} is ${status.state} with IP "${status.ip}" and netns "${status.netnsPath ?? ''}"`, `read ${ctd.logPath}`);
     }
-    const enter = ['nsenter', `--mount=/proc/${ctd.pid}/ns/mnt`, '--', 'nsenter', `--net=${status.netnsPath}`, '--'];
-    return { name: pod.name, node: pod.node, netns: status.netnsPath, enter, ip: status.ip, addMs, sandboxId: id };
+    return { name: pod.name, node: pod.node, netns: status.netnsPath, enter: enterSandbox(ctd, status.netnsPath), ip: status.ip, addMs, sandboxId: id };
   }
 
   async recreate(pod: LabPod, current: LabPodInfo): Promise<LabPodInfo> {

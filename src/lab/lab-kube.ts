@@ -1,0 +1,174 @@
+/**
+ * The lab's Kubernetes mode (`--kubernetes`): a real control plane in the cloud and a real kubelet per node, and the
+ * lab's pods created through the API.
+ *
+ * - etcd, kube-apiserver, kube-controller-manager and kube-scheduler run in the controller's namespace; the
+ *   apiserver listens on the controller's cloud address (192.0.2.2:6443), which edge nodes reach out through their
+ *   NAT as they reach the Atoll controller.
+ * - Every node's kubelet runs beside the node's private containerd, in its mount and network namespaces
+ *   (src/adapters/kube/kubelet.ts), registered as the Node of the plan's name with the node's underlay address and
+ *   labels for its site, community and (edge sites) role; it authenticates as `system:node:<name>` with a token.
+ * - Pods: a Pod per planned pod, bound to its node by `spec.nodeName`, running the test bed's image; its IP is read
+ *   from the API, its network namespace from the node's containerd (the sandbox the kubelet made), so the checks and
+ *   faults enter it as under plain CRI.
+ * Every process is recorded in the run's state as it starts; the run's removal stops them by PID (kubelets before
+ * containerds, whose mount namespace holds the kubelets' volume mounts).
+ */
+import { randomBytes } from 'node:crypto';
+import { join } from 'node:path';
+import { atollError } from '../core/errors.ts';
+import { LAB_ETCD_PORTS, LAB_KUBE_API_PORT, LAB_KUBE_NAMESPACE, LAB_SERVICE_CIDR, labNodeLabels, labPodObject } from '../core/lab/kubernetes.ts';
+import { LAB_POD_NAMESPACE, type LabNode, type LabPlan, type LabPod } from '../core/lab/plan.ts';
+import type { Containerd } from '../adapters/containerd/containerd.ts';
+import { PAUSE_IMAGE_REF } from '../adapters/containerd/pause-image.ts';
+import { startKubeControlPlane, type KubeControlPlane } from '../adapters/kube/control-plane.ts';
+import { kubeBinaries } from '../adapters/kube/k8s-binaries.ts';
+import { startKubelet, type Kubelet } from '../adapters/kube/kubelet.ts';
+import { NETNS_DIR } from '../adapters/processes.ts';
+import { sleep } from '../adapters/timers.ts';
+import { type CriPods, enterSandbox, type LabPodInfo, type LabPodRuntime } from './lab-pods.ts';
+
+const NODES_READY_TIMEOUT_MS = 120_000;
+const POD_RUNNING_TIMEOUT_MS = 90_000;
+
+/** The Kubernetes of a lab run. */
+export interface LabKubernetes {
+  readonly controlPlane: KubeControlPlane;
+  readonly kubelets: ReadonlyMap<string, Kubelet>;
+  /** Runs kubectl as the admin in the controller's namespace; resolves with stdout. */
+  kubectl(args: readonly string[], input?: string): Promise<string>;
+  /** The command line that runs kubectl as the admin in the controller's namespace (for the terminal). */
+  readonly kubectlCommand: readonly string[];
+}
+
+export interface LabKubernetesInit {
+  readonly plan: LabPlan;
+  readonly containerds: ReadonlyMap<string, Containerd>;
+  /** Records a process in the run's state as soon as it exists. */
+  readonly record: (role: string, pid: number) => void;
+}
+
+interface NodeJson {
+  metadata: { name: string };
+  status: { conditions?: { type: string; status: string }[] };
+}
+
+/**
+ * Starts the control plane, then a kubelet per node, and resolves once every node is Ready in the API.
+ * @throws AtollError LAB_STEP_FAILED naming what did not come up, with log tails.
+ */
+export async function startLabKubernetes(init: LabKubernetesInit): Promise<LabKubernetes> {
+  const { plan } = init;
+  const bins = await kubeBinaries();
+  const token = () => randomBytes(18).toString('base64url');
+  const adminToken = token();
+  const nodeTokens = new Map(plan.nodes.map((n) => [n.name, token()]));
+  const launcher = ['nsenter', `--net=${join(NETNS_DIR, plan.controller.netns)}`, '--'];
+  const controlPlane = await startKubeControlPlane({
+    bins, dir: join(plan.dir, 'kube'), launcher,
+    address: plan.controller.address, ports: { etcdClient: LAB_ETCD_PORTS.client, etcdPeer: LAB_ETCD_PORTS.peer, api: LAB_KUBE_API_PORT },
+    serviceCidr: LAB_SERVICE_CIDR, controllers: true,
+    users: [{ token: adminToken, name: 'atoll-lab-admin', groups: ['system:masters'] },
+      ...[...nodeTokens].map(([name, t]) => ({ token: t, name: `system:node:${name}`, groups: ['system:nodes'] }))],
+  }).catch((err: Error) => {
+    throw atollError('LAB_STEP_FAILED', `the Kubernetes control plane did not start: ${err.message}`, `read the logs under ${join(plan.dir, 'kube')}`, err);
+  });
+  for (const [role, pid] of Object.entries(controlPlane.pids)) init.record(role, pid);
+  const adminKubeconfig = controlPlane.kubeconfig(adminToken, 'admin');
+  const kubectl = (args: readonly string[], input?: string) => controlPlane.kubectl(adminKubeconfig, args, input);
+  const kubelets = new Map<string, Kubelet>();
+  const stop = async () => {
+    for (const k of kubelets.values()) await k.stop();
+    await controlPlane.stop();
+  };
+  try {
+    for (const node of plan.nodes) {
+      const ctd = init.containerds.get(node.name);
+      if (!ctd) throw new Error(`node ${node.name} has no containerd`);
+      const kubelet = startKubelet({
+        binary: join(bins, 'kubelet'), dir: join(node.dir, 'kubelet'), runtime: ctd, nodeName: node.name, nodeIp: node.underlay,
+        labels: labNodeLabels(node), apiServer: { server: controlPlane.server, ca: controlPlane.ca, token: nodeTokens.get(node.name) as string },
+      });
+      kubelets.set(node.name, kubelet);
+      init.record(`kubelet ${node.name}`, kubelet.pid);
+    }
+    await waitForNodesReady(plan.nodes, kubelets, kubectl);
+    await kubectl(['apply', '-f', '-'], JSON.stringify(LAB_KUBE_NAMESPACE));
+  } catch (err) {
+    await stop();
+    throw atollError('LAB_STEP_FAILED', `Kubernetes nodes: ${(err as Error).message}`, 'read the kubelet log tails above', err);
+  }
+  return { controlPlane, kubelets, kubectl, kubectlCommand: [...launcher, join(bins, 'kubectl'), '--kubeconfig', adminKubeconfig] };
+}
+
+/** Polls the Nodes until every planned node is Ready; the error lists the others with their kubelet's log tail. */
+async function waitForNodesReady(nodes: readonly LabNode[], kubelets: ReadonlyMap<string, Kubelet>, kubectl: LabKubernetes['kubectl']): Promise<void> {
+  const deadline = Date.now() + NODES_READY_TIMEOUT_MS;
+  let notReady = nodes.map((n) => n.name);
+  while (Date.now() < deadline) {
+    const exited = [...kubelets].filter(([, k]) => !k.running);
+    if (exited.length > 0) throw new Error(exited.map(([n, k]) => `the kubelet of ${n} exited:\n${k.logTail(20)}`).join('\n'));
+    const listed = await kubectl(['get', 'nodes', '-o', 'json']).then((out) => (JSON.parse(out) as { items: NodeJson[] }).items, () => []);
+    const ready = new Set(listed.filter((n) => n.status.conditions?.some((c) => c.type === 'Ready' && c.status === 'True')).map((n) => n.metadata.name));
+    notReady = nodes.map((n) => n.name).filter((n) => !ready.has(n));
+    if (notReady.length === 0) return;
+    await sleep(1000);
+  }
+  throw new Error(`not Ready within ${NODES_READY_TIMEOUT_MS / 1000} s: ${notReady.join(', ')}\n${notReady.map((n) => `--- kubelet ${n}:\n${kubelets.get(n)?.logTail(15)}`).join('\n')}`);
+}
+
+interface PodJson {
+  status: { phase?: string; podIP?: string };
+}
+
+/** The lab's pods as Pods in the API, run by each node's kubelet through its containerd. */
+export class KubePods implements LabPodRuntime {
+  readonly mode = 'cri';
+  readonly description = 'the Kubernetes API (a Pod per lab pod bound to its node; the node\'s kubelet runs it through its containerd, which calls the node\'s atoll-cni)';
+  readonly #cri: CriPods;
+  readonly #kube: LabKubernetes;
+
+  constructor(cri: CriPods, kube: LabKubernetes) {
+    this.#cri = cri;
+    this.#kube = kube;
+  }
+
+  agentLauncher(node: LabNode): string[] {
+    return this.#cri.agentLauncher(node);
+  }
+
+  async create(pod: LabPod): Promise<LabPodInfo> {
+    const t = performance.now();
+    const fail = (what: string, cause?: unknown) => atollError('LAB_STEP_FAILED', `pod ${LAB_POD_NAMESPACE}/${pod.name} on ${pod.node}: ${what}`, `kubectl describe pod -n ${LAB_POD_NAMESPACE} ${pod.name}; read the kubelet's log`, cause);
+    await this.#kube.kubectl(['apply', '-f', '-'], JSON.stringify(labPodObject(pod, PAUSE_IMAGE_REF))).catch((err: Error) => {
+      throw fail(`apply failed: ${err.message}`, err);
+    });
+    const deadline = Date.now() + POD_RUNNING_TIMEOUT_MS;
+    let status: PodJson['status'] = {};
+    while (status.phase !== 'Running' || !status.podIP) {
+      if (Date.now() > deadline) throw fail(`not Running with an IP within ${POD_RUNNING_TIMEOUT_MS / 1000} s (phase ${status.phase ?? 'unknown'})\n${this.#kube.kubelets.get(pod.node)?.logTail(15)}`);
+      await sleep(250);
+      status = await this.#kube.kubectl(['get', 'pod', '-n', LAB_POD_NAMESPACE, pod.name, '-o', 'json']).then((out) => (JSON.parse(out) as PodJson).status, () => ({}));
+    }
+    const addMs = Math.round(performance.now() - t);
+    const ctd = this.#cri.containerds.get(pod.node);
+    if (!ctd) throw fail('its node has no containerd');
+    const sandbox = (await ctd.cri.listPodSandbox()).find((s) => s.namespace === LAB_POD_NAMESPACE && s.name === pod.name && s.state === 'SANDBOX_READY');
+    if (!sandbox) throw fail(`Running in the API but no ready sandbox in ${ctd.socket}`);
+    const sbx = await ctd.cri.podSandboxStatus(sandbox.id);
+    if (!sbx.netnsPath) throw fail(`sandbox ${sandbox.id} reports no network namespace`);
+    if (sbx.ip !== status.podIP) throw fail(`the API says IP ${status.podIP}, the sandbox ${sbx.ip}`);
+    return { name: pod.name, node: pod.node, netns: sbx.netnsPath, enter: enterSandbox(ctd, sbx.netnsPath), ip: status.podIP, addMs, sandboxId: sandbox.id };
+  }
+
+  async recreate(pod: LabPod, _current: LabPodInfo): Promise<LabPodInfo> {
+    await this.#kube.kubectl(['delete', 'pod', '-n', LAB_POD_NAMESPACE, pod.name, '--wait=true', '--timeout=60s']).catch((err: Error) => {
+      throw atollError('LAB_STEP_FAILED', `deleting pod ${LAB_POD_NAMESPACE}/${pod.name} failed: ${err.message}`, 'read the kubelet\'s log', err);
+    });
+    return this.create(pod);
+  }
+
+  close(): void {
+    this.#cri.close();
+  }
+}
