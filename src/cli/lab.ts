@@ -10,6 +10,7 @@ import { type LabFaultResult, parseFaultList, renderFaults } from '../core/lab/f
 import { atollError } from '../core/errors.ts';
 import { type LabCell, renderFailures, renderMatrix, renderSummary, summarize, verdictOf } from '../core/lab/report.ts';
 import { labSvgInputOf, renderLabSvg } from '../core/lab/svg.ts';
+import type { ServiceCheck } from '../lab/lab-kube.ts';
 
 export const LAB_USAGE = `usage: atoll lab <command> [flags]
 
@@ -101,6 +102,7 @@ async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> 
   }
   let cells: LabCell[] = [];
   let faults: LabFaultResult[] = [];
+  let service: ServiceCheck | undefined;
   let down: unknown;
   try {
     const tc = performance.now();
@@ -124,6 +126,19 @@ async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> 
       for (const l of renderFailures(cells)) say(`  ${l}`);
     }
     describe.timingsMs.checks = checksMs;
+    if (running.kubernetes) {
+      const ts = performance.now();
+      const { checkService } = await import('../lab/lab-kube.ts');
+      service = await checkService({ plan: running.plan, pods: running.pods, kube: running.kubernetes, tag: running.state.dir });
+      describe.timingsMs.service = Math.round(performance.now() - ts);
+      const answered = (prefix: boolean) => service?.probes.filter((p) => p.from.startsWith('node ') === prefix) ?? [];
+      const line = (ps: readonly { ok: boolean }[], what: string) => `${ps.filter((p) => p.ok).length}/${ps.length} ${what}`;
+      const connects = service.probes.flatMap((p) => (p.connectMs === undefined ? [] : [p.connectMs])).sort((a, b) => a - b);
+      say('');
+      say(`${service.ok ? 'PASS' : 'FAIL'}: Service ${service.clusterIp}:${service.port} (ClusterIP, endpoints ${service.backends.join(', ')}) answered from ${line(answered(true), 'nodes')} and ${line(answered(false), 'pods')}`
+        + (connects.length ? ` (connect median ${connects[Math.floor(connects.length / 2)]} ms)` : ''));
+      for (const p of service.probes.filter((x) => !x.ok)) say(`  ${p.from}: ${p.error ?? 'failed'}`);
+    }
     if (faultList.faults.length > 0) {
       const tf = performance.now();
       say('');
@@ -144,10 +159,10 @@ async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> 
   }
   const v = verdictOf(cells);
   const durationMs = Math.round(performance.now() - t0);
-  writeJson(values.json, { ...describe, processes: running.state.processes, durationMs, cells, summary: summarize(cells), verdict: { ...v, failures: v.failures.length }, faults, cleanup: down });
+  writeJson(values.json, { ...describe, processes: running.state.processes, durationMs, cells, summary: summarize(cells), verdict: { ...v, failures: v.failures.length }, faults, ...(service ? { service } : {}), cleanup: down });
   writeSvg(values.svg, () => renderLabSvg(labSvgInputOf(running.plan, running.pods, cells)));
   say(`done in ${(durationMs / 1000).toFixed(1)} s`);
-  return v.ok && faults.every((f) => f.ok) ? 0 : 1;
+  return v.ok && faults.every((f) => f.ok) && (service?.ok ?? true) ? 0 : 1;
 }
 
 async function downCmd(argv: readonly string[]): Promise<number> {

@@ -521,7 +521,7 @@ async function startKubernetes(b: Build, podRuntime: LabPodRuntime): Promise<{ k
   const kube = await startLabKubernetes({ plan: b.plan, containerds: podRuntime.containerds, record: (role, pid) => recordStarted(b, role, pid) });
   b.timingsMs.kubernetes = since(t);
   const cp = Object.entries(kube.controlPlane.pids).map(([role, pid]) => `${role} ${pid}`).join(', ');
-  b.say(`  kubernetes: control plane at ${kube.controlPlane.server} in ${b.plan.controller.netns} (${cp}); ${kube.kubelets.size} kubelets, every node Ready with its site labels (${secs(b.timingsMs.kubernetes)})`);
+  b.say(`  kubernetes: control plane at ${kube.controlPlane.server} in ${b.plan.controller.netns} (${cp}); ${kube.kubelets.size} kubelets and kube-proxies, every node Ready with its site labels (${secs(b.timingsMs.kubernetes)})`);
   const kubePods = new KubePods(podRuntime, kube);
   b.runs.runtimes.set(b.plan.runId, kubePods);
   return { kube, podRuntime: kubePods };

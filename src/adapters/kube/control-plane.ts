@@ -19,6 +19,7 @@ import { generateKeyPairSync } from 'node:crypto';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Child, logTail } from '../child-process.ts';
+import { renderTokenKubeconfig } from './token-kubeconfig.ts';
 
 const START_DEADLINE_MS = 90_000;
 
@@ -69,15 +70,6 @@ export interface KubeControlPlane {
   stop(): Promise<void>;
 }
 
-function renderKubeconfig(server: string, caPath: string, token: string): string {
-  return `${JSON.stringify({
-    apiVersion: 'v1', kind: 'Config', 'current-context': 'atoll',
-    clusters: [{ name: 'atoll', cluster: { server, 'certificate-authority': caPath } }],
-    users: [{ name: 'user', user: { token } }],
-    contexts: [{ name: 'atoll', context: { cluster: 'atoll', user: 'user' } }],
-  }, null, 2)}\n`;
-}
-
 /**
  * Starts etcd and kube-apiserver (and with `controllers` the controller-manager and scheduler) and resolves once
  * the apiserver answers /readyz. On failure everything started is stopped and the error carries the log tails.
@@ -121,7 +113,7 @@ export async function startKubeControlPlane(init: KubeControlPlaneInit): Promise
   const caPath = join(dir, 'ca.crt');
   const kubeconfig = (token: string, name: string) => {
     const path = join(dir, `${name}.kubeconfig`);
-    writeFileSync(path, renderKubeconfig(server, caPath, token), { mode: 0o600 });
+    writeFileSync(path, renderTokenKubeconfig(server, caPath, token), { mode: 0o600 });
     return path;
   };
   const adminConfig = () => kubeconfig(admin.token, 'admin');

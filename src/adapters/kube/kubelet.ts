@@ -22,6 +22,7 @@
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Child, logTail } from '../child-process.ts';
+import { renderTokenKubeconfig } from './token-kubeconfig.ts';
 import { exec } from '../exec.ts';
 
 /** The slice of a running containerd the kubelet needs. */
@@ -84,16 +85,6 @@ export function renderKubeletConfig(init: { socket: string; nodeIp: string }): s
   }, null, 2)}\n`;
 }
 
-/** A kubeconfig with one cluster and a bearer token. */
-function renderKubeconfig(server: string, caPath: string, token: string): string {
-  return `${JSON.stringify({
-    apiVersion: 'v1', kind: 'Config', 'current-context': 'atoll',
-    clusters: [{ name: 'atoll', cluster: { server, 'certificate-authority': caPath } }],
-    users: [{ name: 'kubelet', user: { token } }],
-    contexts: [{ name: 'atoll', context: { cluster: 'atoll', user: 'kubelet' } }],
-  }, null, 2)}\n`;
-}
-
 /** Mount points at or below `dir` in the mount namespace of `pid`, deepest first. */
 function mountsUnder(pid: number, dir: string): string[] {
   let text: string;
@@ -122,7 +113,7 @@ export function startKubelet(init: KubeletInit): Kubelet {
   const logPath = join(init.dir, 'kubelet.log');
   writeFileSync(caPath, init.apiServer.ca);
   writeFileSync(configPath, renderKubeletConfig({ socket: init.runtime.socket, nodeIp: init.nodeIp }));
-  writeFileSync(kubeconfigPath, renderKubeconfig(init.apiServer.server, caPath, init.apiServer.token), { mode: 0o600 });
+  writeFileSync(kubeconfigPath, renderTokenKubeconfig(init.apiServer.server, caPath, init.apiServer.token), { mode: 0o600 });
   const ns = `/proc/${init.runtime.pid}/ns`;
   const labels = Object.entries(init.labels).map(([k, v]) => `${k}=${v}`).join(',');
   const child = new Child(['nsenter', `--mount=${ns}/mnt`, `--net=${ns}/net`, '--', init.binary,

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { labNodeLabels, labPodObject } from './kubernetes.ts';
+import { labNodeLabels, labPodObject, labServiceBackends, labServiceObject } from './kubernetes.ts';
 
 test('cloud nodes carry their site; edge nodes their site, community and the edge role', () => {
   assert.deepEqual(labNodeLabels({ site: 'cloud', community: '' }), { 'atoll.dev/site': 'cloud' });
@@ -12,4 +12,17 @@ test('a lab pod is bound to its node and never pulls its image', () => {
   assert.equal(pod.spec.nodeName, 'a-1');
   assert.equal(pod.metadata.namespace, 'lab');
   assert.equal(pod.spec.containers[0]?.imagePullPolicy, 'Never');
+});
+
+test('the Service\'s backends are the pods of the last site with pods', () => {
+  const nodes = [{ name: 'cloud-1', site: 'cloud' }, { name: 'a-1', site: 'a' }, { name: 'a-2', site: 'a' }];
+  const pods = [{ name: 'cloud-1-p1', node: 'cloud-1' }, { name: 'a-1-p1', node: 'a-1' }, { name: 'a-2-p1', node: 'a-2' }];
+  assert.deepEqual(labServiceBackends(pods, nodes).map((p) => p.name), ['a-1-p1', 'a-2-p1']);
+  assert.deepEqual(labServiceBackends(pods.slice(0, 1), nodes).map((p) => p.name), ['cloud-1-p1']);
+});
+
+test('the Service selects the backends\' label on the probe\'s port', () => {
+  const svc = labServiceObject(7777) as { spec: { selector: Record<string, string>; ports: { port: number }[] } };
+  assert.deepEqual(svc.spec.selector, { 'atoll.dev/lab-service': 'lab-echo' });
+  assert.equal(svc.spec.ports[0]?.port, 7777);
 });

@@ -47,3 +47,26 @@ export function labPodObject(pod: Pick<LabPod, 'name' | 'node'>, image: string):
     },
   };
 }
+
+/** The label that puts a lab pod behind the lab's Service. */
+export const LAB_SERVICE_LABEL = 'atoll.dev/lab-service';
+export const LAB_SERVICE_NAME = 'lab-echo';
+
+/** The ClusterIP Service in front of the lab pods labelled {@link LAB_SERVICE_LABEL}, on the TCP probe's echo port. */
+export function labServiceObject(port: number): Record<string, unknown> {
+  return {
+    apiVersion: 'v1', kind: 'Service',
+    metadata: { name: LAB_SERVICE_NAME, namespace: LAB_POD_NAMESPACE },
+    spec: { type: 'ClusterIP', selector: { [LAB_SERVICE_LABEL]: LAB_SERVICE_NAME }, ports: [{ name: 'echo', protocol: 'TCP', port, targetPort: port }] },
+  };
+}
+
+/**
+ * The Service's endpoints: the pods of the last site that has pods (an edge site when there is one), so most
+ * clients reach them across sites.
+ */
+export function labServiceBackends<P extends Pick<LabPod, 'name' | 'node'>>(pods: readonly P[], nodes: readonly Pick<LabNode, 'name' | 'site'>[]): P[] {
+  const siteOf = (p: P) => nodes.find((n) => n.name === p.node)?.site;
+  const site = siteOf(pods.at(-1) as P);
+  return pods.filter((p) => siteOf(p) === site);
+}
