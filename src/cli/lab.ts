@@ -10,7 +10,7 @@ import { type LabFaultResult, parseFaultList, renderFaults } from '../core/lab/f
 import { atollError } from '../core/errors.ts';
 import { type LabCell, renderFailures, renderMatrix, renderSummary, summarize, verdictOf } from '../core/lab/report.ts';
 import { labSvgInputOf, renderLabSvg } from '../core/lab/svg.ts';
-import type { ServiceCheck } from '../lab/lab-kube.ts';
+import type { KubernetesView, ServiceCheck } from '../lab/lab-kube.ts';
 
 export const LAB_USAGE = `usage: atoll lab <command> [flags]
 
@@ -82,7 +82,15 @@ async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> 
     controller: { url: running.plan.controller.url, netns: running.plan.controller.netns, caCertHash: running.caCertHash },
     nodes: running.plan.nodes.map((n) => ({ name: n.name, site: n.site, community: n.community, netns: n.netns, underlay: n.underlay })),
     pods: running.pods, namespaces: running.state.namespaces, processes: running.state.processes, containerds: running.state.containerds ?? [], timingsMs: { ...running.timingsMs } as Record<string, number>,
+    kubernetes: undefined as KubernetesView | undefined,
   };
+  if (running.kubernetes) {
+    const { kubernetesView } = await import('../lab/lab-kube.ts');
+    const view = await kubernetesView(running.kubernetes);
+    describe.kubernetes = view;
+    say(`  kubernetes nodes (${view.server}):`);
+    for (const n of view.nodes) say(`    ${n.name.padEnd(14)} ${(n.ready ? 'Ready' : 'NotReady').padEnd(9)} ${(n.internalIp ?? '').padEnd(15)} ${n.kubeletVersion ?? ''} ${Object.entries(n.labels).map(([k, v]) => `${k}=${v}`).join(',')}`);
+  }
   if (mode === 'up') {
     say(`  pod addresses:`);
     for (const p of running.pods) say(`    ${p.name.padEnd(14)} ${p.ip.padEnd(15)} ${p.enter.join(' ')} ...`);

@@ -58,8 +58,31 @@ export interface LabKubernetesInit {
 }
 
 interface NodeJson {
-  metadata: { name: string };
-  status: { conditions?: { type: string; status: string }[] };
+  metadata: { name: string; labels?: Record<string, string> };
+  status: { conditions?: { type: string; status: string }[]; addresses?: { type: string; address: string }[]; nodeInfo?: { kubeletVersion: string } };
+}
+
+/** The cluster as the API shows it, for the terminal and the report. */
+export interface KubernetesView {
+  readonly server: string;
+  readonly nodes: readonly { name: string; ready: boolean; internalIp?: string; kubeletVersion?: string; labels: Record<string, string> }[];
+  readonly pods: readonly { name: string; node?: string; ip?: string; phase?: string }[];
+}
+
+/** Reads the Nodes and the lab's Pods from the API. */
+export async function kubernetesView(kube: LabKubernetes): Promise<KubernetesView> {
+  const nodes = (JSON.parse(await kube.kubectl(['get', 'nodes', '-o', 'json'])) as { items: NodeJson[] }).items;
+  type Pod = { metadata: { name: string }; spec: { nodeName?: string }; status: { podIP?: string; phase?: string } };
+  const pods = (JSON.parse(await kube.kubectl(['get', 'pods', '-n', LAB_POD_NAMESPACE, '-o', 'json'])) as { items: Pod[] }).items;
+  const atoll = (labels: Record<string, string> = {}) => Object.fromEntries(Object.entries(labels).filter(([k]) => !k.includes('kubernetes.io/')));
+  return {
+    server: kube.controlPlane.server,
+    nodes: nodes.map((n) => ({
+      name: n.metadata.name, ready: n.status.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false,
+      internalIp: n.status.addresses?.find((a) => a.type === 'InternalIP')?.address, kubeletVersion: n.status.nodeInfo?.kubeletVersion, labels: atoll(n.metadata.labels),
+    })),
+    pods: pods.map((p) => ({ name: p.metadata.name, node: p.spec.nodeName, ip: p.status.podIP, phase: p.status.phase })),
+  };
 }
 
 /**
