@@ -31,7 +31,7 @@ import { startKubeProxy, type KubeProxy } from '../adapters/kube/kube-proxy.ts';
 import { startKubelet, type Kubelet } from '../adapters/kube/kubelet.ts';
 import { NETNS_DIR } from '../adapters/processes.ts';
 import { sleep } from '../adapters/timers.ts';
-import { type CriPods, enterSandbox, type LabPodInfo, type LabPodRuntime } from './lab-pods.ts';
+import { type CriPods, enterSandbox, type LabPodInfo, type LabPodRuntime, POD_CREATION } from './lab-pods.ts';
 import { PROBE_PORT, ProbeClient } from './probe.ts';
 
 const NODES_READY_TIMEOUT_MS = 120_000;
@@ -165,8 +165,8 @@ interface PodJson {
 
 /** The lab's pods as Pods in the API, run by each node's kubelet through its containerd. */
 export class KubePods implements LabPodRuntime {
-  readonly mode = 'cri';
-  readonly description = 'the Kubernetes API (a Pod per lab pod bound to its node; the node\'s kubelet runs it through its containerd, which calls the node\'s atoll-cni)';
+  readonly mode = 'kubernetes';
+  readonly description = POD_CREATION.kubernetes;
   readonly #cri: CriPods;
   readonly #kube: LabKubernetes;
 

@@ -24,7 +24,8 @@ import { type Containerd, type ContainerdLeftovers, startContainerd } from '../a
 import { buildPauseImage } from '../adapters/containerd/pause-image.ts';
 import { NETNS_DIR } from '../adapters/processes.ts';
 
-export type LabPodMode = 'cri' | 'direct';
+/** How a run's pods are made: `cri` and `direct` as chosen by `--pods`; `kubernetes` through the API (`--kubernetes`, on `cri`). */
+export type LabPodMode = 'cri' | 'direct' | 'kubernetes';
 export type { LabPodsChoice };
 
 export interface LabPodInfo {
@@ -78,7 +79,7 @@ const LOOPBACK_PLUGIN = '/usr/lib/cni/loopback';
  * The pod mode for `choice`: `auto` is `cri` when everything containerd needs is installed, else `direct`.
  * @throws AtollError LAB_PREREQUISITE_MISSING when `cri` is asked for and something is missing.
  */
-export function choosePodMode(choice: LabPodsChoice): { mode: LabPodMode; why: string } {
+export function choosePodMode(choice: LabPodsChoice): { mode: 'cri' | 'direct'; why: string } {
   const missing = CRI_REQUIREMENTS.filter(([path]) => !existsSync(path)).map(([, what]) => what);
   if (choice === 'direct') return { mode: 'direct', why: '--pods direct' };
   if (missing.length === 0) return { mode: 'cri', why: choice === 'cri' ? '--pods cri' : 'containerd is installed' };
@@ -91,6 +92,7 @@ export function choosePodMode(choice: LabPodsChoice): { mode: LabPodMode; why: s
 export const POD_CREATION: Readonly<Record<LabPodMode, string>> = Object.freeze({
   cri: 'containerd\'s CRI (RunPodSandbox on a private containerd per node, which calls the node\'s atoll-cni)',
   direct: 'direct CNI calls to atoll-cni',
+  kubernetes: 'the Kubernetes API (a Pod per lab pod bound to its node; the node\'s kubelet runs it through its containerd, which calls the node\'s atoll-cni)',
 });
 
 // ---------------------------------------------------------------------------------------------------------------
