@@ -1,8 +1,10 @@
 /**
  * `atoll lab run --kubernetes`, reduced: one cloud and one NATed edge node with a real control plane in the cloud and
  * a real kubelet and kube-proxy per node (the edge kubelet through its NAT), the lab's pods created through the API,
- * the matrix, one fault (pod-recreate: the Pod deleted and applied again under its name), the ClusterIP Service, and
- * nothing of the run left. Needs root, containerd and the Kubernetes binaries (make k8s); skips otherwise.
+ * the matrix, one fault (pod-recreate: the Pod deleted and applied again under its name), the ClusterIP Service
+ * (before and after the fault), and nothing of the run left. Needs root, containerd and the Kubernetes binaries
+ * (make k8s); skips otherwise.
+ *
  * The Service's endpoints are on the edge site: the cloud node and pod reach them over the tunnel (the node's own
  * packets leave with its VTEP address).
  */
@@ -69,6 +71,7 @@ test('atoll lab run --kubernetes: nodes registered with their labels, pods throu
     assert.ok(report.verdict.ok && report.verdict.working === 2, `matrix:\n${out}`);
     assert.equal(report.faults[0]?.kind, 'pod-recreate');
     assert.ok(report.faults[0]?.ok, `pod-recreate:\n${out}`);
+    assert.deepEqual(report.faults[0]?.service, { answered: 4, of: 4 }, 'the Service answered every pod and node after the fault');
 
     assert.deepEqual(report.service.backends, ['a-1-p1']);
     for (const from of ['cloud-1-p1', 'a-1-p1', 'node cloud-1', 'node a-1']) assert.ok(report.service.probes.find((p) => p.from === from)?.ok, `Service from ${from}:\n${out}`);

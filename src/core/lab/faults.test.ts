@@ -104,3 +104,9 @@ test('with --kubernetes, pod-recreate goes through the API and node-reboot is sk
   const reboot = planFault(p, 'node-reboot', 'kubernetes');
   assert.ok('skipped' in reboot && reboot.skipped.includes('kubelet'));
 });
+
+test('the fault table notes the Service count when there is one (--kubernetes), and nothing otherwise', () => {
+  const base = { kind: 'pod-recreate' as const, description: 'd', ok: true, heldMs: 0, convergenceMs: 5, lossPct: 0, maxGapMs: 0 };
+  assert.match(renderFaults([{ ...base, service: { answered: 4, of: 4 } }])[1] ?? '', /Service 4\/4$/);
+  assert.doesNotMatch(renderFaults([base])[1] ?? '', /Service/);
+});

@@ -329,6 +329,8 @@ export interface LabFaultResult {
   readonly heldMs?: number;
   readonly durationMs?: number;
   readonly notes?: readonly string[];
+  /** `--kubernetes`: the clients (every pod and node) that reached the lab's ClusterIP Service after the fault, of all. */
+  readonly service?: { readonly answered: number; readonly of: number };
 }
 
 /** The result of a fault from its parts: ok when the matrix after works, every sample recovered and nothing else broke. */
@@ -365,7 +367,7 @@ export function renderFaults(results: readonly LabFaultResult[]): string[] {
     rows.push([
       r.kind, r.skipped ? 'skipped' : r.ok ? 'ok' : 'FAIL', count(r.before), count(r.after), r.heldMs === undefined ? '-' : `${r.heldMs} ms`,
       r.skipped ? '-' : r.convergenceMs === undefined ? 'never' : `${r.convergenceMs} ms`, r.lossPct === undefined ? '-' : `${r.lossPct}%`, r.maxGapMs === undefined ? '-' : `${r.maxGapMs} ms`,
-      r.podStartMs && r.podStartMs.length > 0 ? `${Math.max(...r.podStartMs)} ms` : '-', r.skipped ?? (r.notes ?? []).join('; '),
+      r.podStartMs && r.podStartMs.length > 0 ? `${Math.max(...r.podStartMs)} ms` : '-', r.skipped ?? [...(r.service ? [`Service ${r.service.answered}/${r.service.of}`] : []), ...(r.notes ?? [])].join('; '),
     ]);
   }
   const widths = rows.reduce<number[]>((w, r) => r.map((v, i) => Math.max(w[i] ?? 0, v.length)), []);
