@@ -9,6 +9,7 @@ import { LAB_RUN_ID } from '../core/lab/plan.ts';
 import { type LabFaultResult, parseFaultList, renderFaults } from '../core/lab/faults.ts';
 import { atollError } from '../core/errors.ts';
 import { type LabCell, renderFailures, renderMatrix, renderSummary, summarize, verdictOf } from '../core/lab/report.ts';
+import { kubernetesLine } from '../core/lab/kubernetes.ts';
 import { labSvgInputOf, renderLabSvg } from '../core/lab/svg.ts';
 import type { KubernetesView, ServiceCheck } from '../lab/lab-kube.ts';
 
@@ -95,7 +96,7 @@ async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> 
     say(`  pod addresses:`);
     for (const p of running.pods) say(`    ${p.name.padEnd(14)} ${p.ip.padEnd(15)} ${p.enter.join(' ')} ...`);
     writeJson(values.json, describe);
-    writeSvg(values.svg, () => renderLabSvg(labSvgInputOf(running.plan, running.pods)));
+    writeSvg(values.svg, () => renderLabSvg(labSvgInputOf(running.plan, running.pods, undefined, describe.kubernetes && kubernetesLine(describe.kubernetes))));
     if (running.kubernetes) say(`  kubectl: ${running.kubernetes.kubectlCommand.join(' ')} get nodes`);
     if (values.detach) {
       lab.detachLab(running);
@@ -168,7 +169,7 @@ async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> 
   const v = verdictOf(cells);
   const durationMs = Math.round(performance.now() - t0);
   writeJson(values.json, { ...describe, processes: running.state.processes, durationMs, cells, summary: summarize(cells), verdict: { ...v, failures: v.failures.length }, faults, ...(service ? { service } : {}), cleanup: down });
-  writeSvg(values.svg, () => renderLabSvg(labSvgInputOf(running.plan, running.pods, cells)));
+  writeSvg(values.svg, () => renderLabSvg(labSvgInputOf(running.plan, running.pods, cells, describe.kubernetes && kubernetesLine(describe.kubernetes, service))));
   say(`done in ${(durationMs / 1000).toFixed(1)} s`);
   return v.ok && faults.every((f) => f.ok) && (service?.ok ?? true) ? 0 : 1;
 }

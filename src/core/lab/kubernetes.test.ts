@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { labNodeLabels, labPodObject, labServiceBackends, labServiceObject } from './kubernetes.ts';
+import { kubernetesLine, labNodeLabels, labPodObject, labServiceBackends, labServiceObject } from './kubernetes.ts';
 
 test('cloud nodes carry their site; edge nodes their site, community and the edge role', () => {
   assert.deepEqual(labNodeLabels({ site: 'cloud', community: '' }), { 'atoll.dev/site': 'cloud' });
@@ -25,4 +25,11 @@ test('the Service selects the backends\' label on the probe\'s port', () => {
   const svc = labServiceObject(7777) as { spec: { selector: Record<string, string>; ports: { port: number }[] } };
   assert.deepEqual(svc.spec.selector, { 'atoll.dev/lab-service': 'lab-echo' });
   assert.equal(svc.spec.ports[0]?.port, 7777);
+});
+
+test('the Kubernetes view in one line: Nodes Ready, Pods Running, the Service\'s answers', () => {
+  const view = { server: 'https://192.0.2.2:6443', nodes: [{ ready: true, kubeletVersion: 'v1.34.4' }, { ready: false }], pods: [{ phase: 'Running' }, { phase: 'Pending' }] };
+  assert.equal(kubernetesLine(view), 'Kubernetes v1.34.4 at 192.0.2.2:6443: 1/2 Nodes Ready, 1/2 Pods Running');
+  assert.equal(kubernetesLine(view, { clusterIp: '10.96.0.9', port: 7777, probes: [{ ok: true }, { ok: false }] }),
+    'Kubernetes v1.34.4 at 192.0.2.2:6443: 1/2 Nodes Ready, 1/2 Pods Running, Service 10.96.0.9:7777 answered 1/2');
 });
