@@ -11,7 +11,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ATOLL_BIN } from '../../src/lab/agent-process.ts';
@@ -51,6 +51,7 @@ const skip = rootSkipReason() || (hasContainerd ? false : 'needs containerd, run
 
 test('atoll lab run --kubernetes: nodes registered with their labels, pods through the API, matrix, pod-recreate, Service; nothing left', { skip, timeout: 400_000 }, async () => {
   const tmp = mkdtempSync(join(tmpdir(), 'atoll-labk8s-'));
+  const started = Date.now();
   try {
     const json = join(tmp, 'report.json');
     const { out } = await run(['lab', 'run', '--kubernetes', '--cloud-nodes', '1', '--edge-sites', '1', '--nodes-per-site', '1', '--pods-per-node', '1',
@@ -82,6 +83,10 @@ test('atoll lab run --kubernetes: nodes registered with their labels, pods throu
     for (const p of report.processes) assert.ok(!existsSync(`/proc/${p.pid}`) || !readFileSync(`/proc/${p.pid}/cmdline`, 'utf8').includes(runDir), `${p.role} (pid ${p.pid}) still runs`);
     assert.deepEqual(readFileSync('/proc/self/mountinfo', 'utf8').split('\n').filter((l) => l.includes(runDir)), []);
     assert.equal(existsSync(runDir), false);
+    // the kubelet's pods have no cgroup parent: containerd put them in /k8s.io/<id>, and the run's removal took them
+    const podCgroups = '/sys/fs/cgroup/memory/k8s.io';
+    const left = existsSync(podCgroups) ? readdirSync(podCgroups, { withFileTypes: true }).filter((e) => e.isDirectory() && statSync(join(podCgroups, e.name)).mtimeMs >= started) : [];
+    assert.deepEqual(left.map((e) => e.name), [], 'no pod cgroup of the run is left');
   } finally {
     rmSync(tmp, { recursive: true, force: true });
   }
