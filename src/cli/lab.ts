@@ -39,9 +39,10 @@ the verdict and the faults).
                 calls the node's atoll-cni), direct (the lab calls atoll-cni itself), auto (default: cri when
                 containerd, runc and busybox-static are installed, else direct); the report says which was used.
 --kubernetes    also a real Kubernetes v1.34 (sh scripts/k8s.sh all): etcd, kube-apiserver (192.0.2.2:6443),
-                kube-controller-manager and kube-scheduler in the controller's namespace, a kubelet beside every
-                node's containerd registered as a Node with its site labels; the pods are Pods bound to their
-                nodes, their IPs read from the API. Needs containerd.
+                kube-controller-manager and kube-scheduler in the controller's namespace, a kubelet (beside the
+                node's containerd, registered as a Node with its site labels) and a kube-proxy on every node; the
+                pods are Pods bound to their nodes, their IPs read from the API; run also checks a ClusterIP
+                Service from every pod and node, after the matrix and after every fault. Needs containerd.
 
 flags for up and run:
 ${LAB_FLAGS_HELP}`;
