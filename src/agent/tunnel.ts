@@ -13,7 +13,7 @@
  */
 import type { Server } from 'node:tls';
 import type { NodeRecord } from '../core/cluster/model.ts';
-import { planTunnel, type TunnelPeerPlan, type TunnelPlan, type TunnelRole } from '../core/tunnel/plan.ts';
+import { planTunnel, type TunnelPeerPlan, type TunnelPlan, type TunnelRole, tunnelSourceAddress } from '../core/tunnel/plan.ts';
 import type { Logger } from '../core/ports.ts';
 import type { PeerPath, TunnelStatus } from '../core/tunnel/status.ts';
 import type { IpRoute2 } from '../adapters/iproute2.ts';
@@ -177,7 +177,7 @@ export class Tunnel {
       syncLoops(this.#punchers, plan.peers.filter((p) => p.mode === 'punch' && p.initiator), (p, signal) => relay.puncher.initiate(p, signal));
       syncLoops(this.#circuitKeepers, plan.peers.filter((p) => p.mode === 'punch'), (p, signal) => relay.circuits.keep(p, signal));
     }
-    await syncTunnelRoutes(this.#c.ip, this.#c.log, this.#init.device, plan);
+    await syncTunnelRoutes(this.#c.ip, this.#c.log, this.#init.device, plan, tunnelSourceAddress(peers.find((p) => p.name === name)));
   }
 
   /** Keeps one stream to `peer` up: dial, wait for it to close, dial again; backoff while dials fail. */

@@ -8,18 +8,20 @@ import { LAB_RUN_ID } from '../core/lab/plan.ts';
 import { type LabFaultResult, parseFaultList, renderFaults } from '../core/lab/faults.ts';
 import { atollError } from '../core/errors.ts';
 import { type LabCell, renderFailures, renderMatrix, renderSummary, summarize, verdictOf } from '../core/lab/report.ts';
+import { kubernetesLine } from '../core/lab/kubernetes.ts';
 import { labSvgInputOf, renderLabSvg } from '../core/lab/svg.ts';
 import { parseCommand, subcommand, UsageError } from './usage.ts';
 import type { LabTraceCheck } from '../lab/lab.ts';
 import type { LabPrometheusReport } from '../lab/prometheus.ts';
+import type { KubernetesView, ServiceCheck } from '../lab/lab-kube.ts';
 
 export const LAB_USAGE = `usage: atoll lab <command> [flags]
 
-  up [flags] [--detach] [--json FILE] [--svg FILE] [--keep-logs DIR] [--pods cri|direct|auto]
+  up [flags] [--detach] [--json FILE] [--svg FILE] [--keep-logs DIR] [--pods cri|direct|auto] [--kubernetes]
                  build the lab: namespaces, NAT routers, the controller, the relay, an agent per node, pods
                  (root); stays up until Ctrl-C, or with --detach until \`atoll lab down\`
   run [flags] [--json FILE] [--svg FILE] [--keep-logs DIR] [--faults LIST|all|none] [--pods cri|direct|auto]
-      [--prometheus]
+      [--prometheus] [--kubernetes]
                  up, then the connectivity matrix (every pod to every pod, ping and TCP, path and RTT),
                  \`atoll trace\` of every cell against the path measured, then the faults (default all:
                  controller-kill, relay-kill, agent-restart, offline-restart, pod-recreate, uplink-cut,
@@ -44,6 +46,11 @@ the verdict and the faults).
 --pods          how pods are created: cri (a private containerd per node, RunPodSandbox through its CRI, which
                 calls the node's atoll-cni), direct (the lab calls atoll-cni itself), auto (default: cri when
                 containerd, runc and busybox-static are installed, else direct); the report says which was used.
+--kubernetes    also a real Kubernetes v1.34 (sh scripts/k8s.sh all): etcd, kube-apiserver (192.0.2.2:6443),
+                kube-controller-manager and kube-scheduler in the controller's namespace, a kubelet (beside the
+                node's containerd, registered as a Node with its site labels) and a kube-proxy on every node; the
+                pods are Pods bound to their nodes, their IPs read from the API; run also checks a ClusterIP
+                Service from every pod and node, after the matrix and after every fault. Needs containerd.
 
 flags for up and run:
 ${LAB_FLAGS_HELP}`;
@@ -63,7 +70,7 @@ function writeSvg(path: string | undefined, svg: () => string): void {
 }
 
 async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> {
-  const { values } = parseCommand(argv, { command: `atoll lab ${mode}`, usage: LAB_USAGE, options: { ...LAB_FLAG_OPTIONS, json: { type: 'string' }, svg: { type: 'string' }, 'keep-logs': { type: 'string' }, faults: { type: 'string' }, pods: { type: 'string' }, detach: { type: 'boolean', default: false }, prometheus: { type: 'boolean', default: false } } });
+  const { values } = parseCommand(argv, { command: `atoll lab ${mode}`, usage: LAB_USAGE, options: { ...LAB_FLAG_OPTIONS, json: { type: 'string' }, svg: { type: 'string' }, 'keep-logs': { type: 'string' }, faults: { type: 'string' }, pods: { type: 'string' }, kubernetes: { type: 'boolean', default: false }, detach: { type: 'boolean', default: false }, prometheus: { type: 'boolean', default: false } } });
   const spec = labSpecFromFlags(values as LabFlags);
   const pods = labPodsFromFlag(values.pods);
   const faultList = parseFaultList(values.faults ?? (mode === 'run' ? 'all' : 'none'));
@@ -75,19 +82,28 @@ async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> 
   const uninstall = lab.installCleanupHandlers(runs);
   const t0 = performance.now();
   const keepLogs = values['keep-logs'];
-  const running = await lab.labUp(spec, { say, keepLogs, pods, runs });
+  const running = await lab.labUp(spec, { say, keepLogs, pods, runs, kubernetes: values.kubernetes });
   const describe = {
     runId: running.plan.runId, prefix: running.plan.prefix, spec, podCreation: running.podCreation, startedAt: running.state.startedAt,
     uplinkDelayBy: running.plan.delayBy,
     controller: { url: running.plan.controller.url, netns: running.plan.controller.netns, caCertHash: running.caCertHash },
     nodes: running.plan.nodes.map((n) => ({ name: n.name, site: n.site, community: n.community, netns: n.netns, underlay: n.underlay })),
     pods: running.pods, namespaces: running.state.namespaces, processes: running.state.processes, containerds: running.state.containerds ?? [], timingsMs: { ...running.timingsMs } as Record<string, number>,
+    kubernetes: undefined as KubernetesView | undefined,
   };
+  if (running.kubernetes) {
+    const { kubernetesView } = await import('../lab/lab-kube.ts');
+    const view = await kubernetesView(running.kubernetes);
+    describe.kubernetes = view;
+    say(`  kubernetes nodes (${view.server}):`);
+    for (const n of view.nodes) say(`    ${n.name.padEnd(14)} ${(n.ready ? 'Ready' : 'NotReady').padEnd(9)} ${(n.internalIp ?? '').padEnd(15)} ${n.kubeletVersion ?? ''} ${Object.entries(n.labels).map(([k, v]) => `${k}=${v}`).join(',')}`);
+  }
   if (mode === 'up') {
     say(`  pod addresses:`);
     for (const p of running.pods) say(`    ${p.name.padEnd(14)} ${p.ip.padEnd(15)} ${p.enter.join(' ')} ...`);
     writeJson(values.json, describe);
-    writeSvg(values.svg, () => renderLabSvg(labSvgInputOf(running.plan, running.pods)));
+    writeSvg(values.svg, () => renderLabSvg(labSvgInputOf(running.plan, running.pods, undefined, describe.kubernetes && kubernetesLine(describe.kubernetes))));
+    if (running.kubernetes) say(`  kubectl: ${running.kubernetes.kubectlCommand.join(' ')} get nodes`);
     if (values.detach) {
       lab.detachLab(running);
       uninstall();
@@ -103,6 +119,7 @@ async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> 
   let faults: LabFaultResult[] = [];
   let traces: LabTraceCheck[] = [];
   let prometheus: LabPrometheusReport | undefined;
+  let service: ServiceCheck | undefined;
   let down: unknown;
   try {
     const tc = performance.now();
@@ -140,6 +157,19 @@ async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> 
       for (const l of renderPrometheusReport(prometheus)) say(`  ${l}`);
       say(prometheus.ok ? 'PASS: Prometheus sees what the lab knows, and the relay fault' : 'FAIL: Prometheus disagrees with the lab (above)');
     }
+    if (running.kubernetes) {
+      const ts = performance.now();
+      const { checkService } = await import('../lab/lab-kube.ts');
+      service = await checkService({ plan: running.plan, pods: running.pods, kube: running.kubernetes, tag: running.state.dir });
+      describe.timingsMs.service = Math.round(performance.now() - ts);
+      const answered = (prefix: boolean) => service?.probes.filter((p) => p.from.startsWith('node ') === prefix) ?? [];
+      const line = (ps: readonly { ok: boolean }[], what: string) => `${ps.filter((p) => p.ok).length}/${ps.length} ${what}`;
+      const connects = service.probes.flatMap((p) => (p.connectMs === undefined ? [] : [p.connectMs])).sort((a, b) => a - b);
+      say('');
+      say(`${service.ok ? 'PASS' : 'FAIL'}: Service ${service.clusterIp}:${service.port} (ClusterIP, endpoints ${service.backends.join(', ')}) answered from ${line(answered(true), 'nodes')} and ${line(answered(false), 'pods')}`
+        + (connects.length ? ` (connect median ${connects[Math.floor(connects.length / 2)]} ms)` : ''));
+      for (const p of service.probes.filter((x) => !x.ok)) say(`  ${p.from}: ${p.error ?? 'failed'}`);
+    }
     if (faultList.faults.length > 0) {
       const tf = performance.now();
       say('');
@@ -160,10 +190,10 @@ async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> 
   }
   const v = verdictOf(cells);
   const durationMs = Math.round(performance.now() - t0);
-  writeJson(values.json, { ...describe, processes: running.state.processes, durationMs, cells, summary: summarize(cells), verdict: { ...v, failures: v.failures.length }, traces, prometheus, faults, cleanup: down });
-  writeSvg(values.svg, () => renderLabSvg(labSvgInputOf(running.plan, running.pods, cells)));
+  writeJson(values.json, { ...describe, processes: running.state.processes, durationMs, cells, summary: summarize(cells), verdict: { ...v, failures: v.failures.length }, traces, prometheus, faults, ...(service ? { service } : {}), cleanup: down });
+  writeSvg(values.svg, () => renderLabSvg(labSvgInputOf(running.plan, running.pods, cells, describe.kubernetes && kubernetesLine(describe.kubernetes, service))));
   say(`done in ${(durationMs / 1000).toFixed(1)} s`);
-  return v.ok && faults.every((f) => f.ok) && traces.every((t) => t.ok) && (prometheus?.ok ?? true) ? 0 : 1;
+  return v.ok && faults.every((f) => f.ok) && traces.every((t) => t.ok) && (prometheus?.ok ?? true) && (service?.ok ?? true) ? 0 : 1;
 }
 
 async function downCmd(argv: readonly string[]): Promise<number> {

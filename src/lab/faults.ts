@@ -20,6 +20,7 @@ import { NFT_TABLE } from '../core/overlay/nft.ts';
 import { IpRoute2 } from '../adapters/iproute2.ts';
 import { Nft } from '../adapters/nft.ts';
 import { Child } from '../adapters/child-process.ts';
+import { checkService, type LabKubernetes } from './lab-kube.ts';
 import { ServiceProcess } from './service-process.ts';
 import { PROJECT_NODE } from './agent-process.ts';
 import { type LabOptions, type LabPodInfo, nsPath, recordProcess, runChecks, type RunningLab, waitForTunnelPaths } from './lab.ts';
@@ -406,6 +407,15 @@ async function runFault(lab: RunningLab, target: LabFaultTarget, say: (l: string
   return { result, after };
 }
 
+/** `--kubernetes`: the lab's Service checked after a fault, from every pod and node; a client that cannot reach it fails the fault. */
+async function withServiceCheck(lab: RunningLab, kube: LabKubernetes, result: LabFaultResult, say: (l: string) => void): Promise<LabFaultResult> {
+  const svc = await checkService({ plan: lab.plan, pods: lab.pods, kube, tag: lab.state.dir });
+  const answered = svc.probes.filter((p) => p.ok).length;
+  const failed = svc.probes.filter((p) => !p.ok).map((p) => `Service not reached from ${p.from}`);
+  say(`    ${''.padEnd(16)} Service ${svc.clusterIp}:${svc.port} answered from ${answered}/${svc.probes.length} pods and nodes`);
+  return { ...result, ok: result.ok && svc.ok, service: { answered, of: svc.probes.length }, notes: [...(result.notes ?? []), ...failed] };
+}
+
 /**
  * Runs `faults` one after the other on a running lab, each with its own matrix right before it and the matrix after
  * it. Never throws for a fault that misbehaves: it is reported as FAIL.
@@ -423,7 +433,7 @@ export async function runFaults(lab: RunningLab, faults: readonly LabFaultKind[]
       continue;
     }
     const { result, after } = await runFault(lab, target, say, last);
-    results.push(result);
+    results.push(lab.kubernetes ? await withServiceCheck(lab, lab.kubernetes, result, say) : result);
     last = after;
   }
   return results;

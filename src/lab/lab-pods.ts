@@ -24,7 +24,8 @@ import { type Containerd, type ContainerdLeftovers, startContainerd } from '../a
 import { buildPauseImage } from '../adapters/containerd/pause-image.ts';
 import { NETNS_DIR } from '../adapters/processes.ts';
 
-export type LabPodMode = 'cri' | 'direct';
+/** How a run's pods are made: `cri` and `direct` as chosen by `--pods`; `kubernetes` through the API (`--kubernetes`, on `cri`). */
+export type LabPodMode = 'cri' | 'direct' | 'kubernetes';
 export type { LabPodsChoice };
 
 export interface LabPodInfo {
@@ -35,7 +36,7 @@ export interface LabPodInfo {
   /** Argument prefix that runs a command inside the pod's network namespace. */
   readonly enter: readonly string[];
   readonly ip: string;
-  /** Pod start latency, ms: the wall time of RunPodSandbox (cri) or of the CNI ADD (direct). */
+  /** Pod start latency, ms: the wall time of RunPodSandbox (cri), of the CNI ADD (direct), or from applying the Pod to Running with an IP (Kubernetes). */
   readonly addMs?: number;
   /** The CRI sandbox id (cri), or the CNI container id (direct). */
   readonly sandboxId: string;
@@ -78,7 +79,7 @@ const LOOPBACK_PLUGIN = '/usr/lib/cni/loopback';
  * The pod mode for `choice`: `auto` is `cri` when everything containerd needs is installed, else `direct`.
  * @throws AtollError LAB_PREREQUISITE_MISSING when `cri` is asked for and something is missing.
  */
-export function choosePodMode(choice: LabPodsChoice): { mode: LabPodMode; why: string } {
+export function choosePodMode(choice: LabPodsChoice): { mode: 'cri' | 'direct'; why: string } {
   const missing = CRI_REQUIREMENTS.filter(([path]) => !existsSync(path)).map(([, what]) => what);
   if (choice === 'direct') return { mode: 'direct', why: '--pods direct' };
   if (missing.length === 0) return { mode: 'cri', why: choice === 'cri' ? '--pods cri' : 'containerd is installed' };
@@ -91,6 +92,7 @@ export function choosePodMode(choice: LabPodsChoice): { mode: LabPodMode; why: s
 export const POD_CREATION: Readonly<Record<LabPodMode, string>> = Object.freeze({
   cri: 'containerd\'s CRI (RunPodSandbox on a private containerd per node, which calls the node\'s atoll-cni)',
   direct: 'direct CNI calls to atoll-cni',
+  kubernetes: 'the Kubernetes API (a Pod per lab pod bound to its node; the node\'s kubelet runs it through its containerd, which calls the node\'s atoll-cni)',
 });
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -145,6 +147,11 @@ export class DirectPods implements LabPodRuntime {
 
 // ---------------------------------------------------------------------------------------------------------------
 // cri
+
+/** Argument prefix that runs a command in a sandbox's network namespace: into containerd's mount namespace, then the path. */
+export function enterSandbox(ctd: Pick<Containerd, 'pid'>, netnsPath: string): string[] {
+  return ['nsenter', `--mount=/proc/${ctd.pid}/ns/mnt`, '--', 'nsenter', `--net=${netnsPath}`, '--'];
+}
 
 export interface CriPodsInit {
   readonly plan: LabPlan;
@@ -228,8 +235,7 @@ export class CriPods implements LabPodRuntime {
     if (status.state !== 'SANDBOX_READY' || !status.ip || !status.netnsPath) {
       throw atollError('LAB_STEP_FAILED', `sandbox ${id} of pod ${pod.name} on ${pod.node} is ${status.state} with IP "${status.ip}" and netns "${status.netnsPath ?? ''}"`, `read ${ctd.logPath}`);
     }
-    const enter = ['nsenter', `--mount=/proc/${ctd.pid}/ns/mnt`, '--', 'nsenter', `--net=${status.netnsPath}`, '--'];
-    return { name: pod.name, node: pod.node, netns: status.netnsPath, enter, ip: status.ip, addMs, sandboxId: id };
+    return { name: pod.name, node: pod.node, netns: status.netnsPath, enter: enterSandbox(ctd, status.netnsPath), ip: status.ip, addMs, sandboxId: id };
   }
 
   async recreate(pod: LabPod, current: LabPodInfo): Promise<LabPodInfo> {

@@ -39,6 +39,7 @@ import { readAgentStatus, readTunnelStatus, statusSocketOf } from '../adapters/s
 import { type TracePath, tracePath } from '../core/ops/trace.ts';
 import type { AgentStatus } from '../core/ops/agent-status.ts';
 import type { PeerPath } from '../core/tunnel/status.ts';
+import { KubePods, type LabKubernetes, startLabKubernetes } from './lab-kube.ts';
 import { labPreflight, requireRoot, uplinkDelayMethod } from './lab-preflight.ts';
 import { ProbeClient } from './probe.ts';
 
@@ -50,6 +51,11 @@ export interface LabOptions {
   readonly keepLogs?: string;
   /** How to create pods (`--pods`); default `auto`: through containerd's CRI when it is installed. */
   readonly pods?: LabPodsChoice;
+  /**
+   * `--kubernetes`: a real control plane in the cloud and a kubelet per node (src/lab/lab-kube.ts); the pods are
+   * created through the API. Needs containerd (`--pods cri` or `auto` with containerd installed).
+   */
+  readonly kubernetes?: boolean;
 }
 
 /** `labUp`'s options: the runs of this process, shared with the clean-up handlers, besides the common ones. */
@@ -81,6 +87,8 @@ export interface RunningLab {
   /** The runs of the process that built it. */
   readonly runs: LabRuns;
   state: LabState;
+  /** The control plane and kubelets (`--kubernetes`). */
+  readonly kubernetes?: LabKubernetes;
 }
 
 export interface DownSummary {
@@ -381,6 +389,9 @@ async function beginRun(spec: LabSpec, opts: LabUpOptions): Promise<Build> {
   const delayBy = spec.edges.some((e) => e.uplink.delayMs !== undefined) ? await uplinkDelayMethod(`${prefix}probe`) : 'netem';
   const plan = planLab({ spec, runId, dir, bootstrapToken: token(), adminToken: token(), relayToken: token(), delayBy });
   const { mode, why } = choosePodMode(opts.pods ?? 'auto');
+  if (opts.kubernetes && mode !== 'cri') {
+    throw atollError('LAB_PREREQUISITE_MISSING', `--kubernetes runs a kubelet beside each node's containerd, but pods would be made by direct CNI calls (${why})`, 'install containerd, runc and busybox-static (make setup) and drop --pods direct');
+  }
   // under CRI, containerd creates the pods' namespaces; the planned ones are not made
   const namespaces = plan.namespaces.filter((n) => mode === 'direct' || n.role !== 'pod');
   const state: LabState = {
@@ -504,6 +515,20 @@ async function awaitTunnelPaths(b: Build): Promise<void> {
   b.say(`  tunnel paths: ${Object.entries(paths).map(([p, n]) => `${n} ${p}`).join(', ') || 'none'} node pairs up (${secs(b.timingsMs.tunnelPaths)})`);
 }
 
+/** Phase (`--kubernetes`): the control plane in the cloud, a kubelet per node beside its containerd, every node Ready. */
+async function startKubernetes(b: Build, podRuntime: LabPodRuntime): Promise<{ kube: LabKubernetes; podRuntime: LabPodRuntime }> {
+  b.step = 'starting Kubernetes (control plane, kubelets)';
+  const t = performance.now();
+  if (!(podRuntime instanceof CriPods)) throw new Error('--kubernetes needs the CRI pod runtime');
+  const kube = await startLabKubernetes({ plan: b.plan, containerds: podRuntime.containerds, record: (role, pid) => recordStarted(b, role, pid) });
+  b.timingsMs.kubernetes = since(t);
+  const cp = Object.entries(kube.controlPlane.pids).map(([role, pid]) => `${role} ${pid}`).join(', ');
+  b.say(`  kubernetes: control plane at ${kube.controlPlane.server} in ${b.plan.controller.netns} (${cp}); ${kube.kubelets.size} kubelets and kube-proxies, every node Ready with its site labels (${secs(b.timingsMs.kubernetes)})`);
+  const kubePods = new KubePods(podRuntime, kube);
+  b.runs.runtimes.set(b.plan.runId, kubePods);
+  return { kube, podRuntime: kubePods };
+}
+
 /** Phase: every planned pod, through the pod runtime. */
 async function createPods(b: Build, podRuntime: LabPodRuntime): Promise<LabPodInfo[]> {
   b.step = 'creating pods';
@@ -511,7 +536,7 @@ async function createPods(b: Build, podRuntime: LabPodRuntime): Promise<LabPodIn
   const pods = await mapLimit(b.plan.pods, 8, (pod) => podRuntime.create(pod));
   b.timingsMs.pods = since(t);
   const adds = pods.map((p) => p.addMs ?? 0).sort((x, y) => x - y);
-  b.say(`  pods: ${pods.length} created by ${podRuntime.description} (${secs(b.timingsMs.pods)}; ${b.mode === 'cri' ? 'RunPodSandbox' : 'CNI ADD'} median ${adds[Math.floor(adds.length / 2)]} ms, max ${adds.at(-1)} ms)`);
+  b.say(`  pods: ${pods.length} created by ${podRuntime.description} (${secs(b.timingsMs.pods)}; ${podRuntime instanceof KubePods ? 'Pod applied to Running' : b.mode === 'cri' ? 'RunPodSandbox' : 'CNI ADD'} median ${adds[Math.floor(adds.length / 2)]} ms, max ${adds.at(-1)} ms)`);
   return pods;
 }
 
@@ -549,10 +574,12 @@ export async function labUp(spec: LabSpec, opts: LabUpOptions): Promise<RunningL
     const { relay, relayPin } = await startRelay(b, caCertHash);
     await startAgents(b, { podRuntime, caCertHash, relayPin });
     await awaitTunnelPaths(b);
-    const pods = await createPods(b, podRuntime);
+    const kubernetes = opts.kubernetes ? await startKubernetes(b, podRuntime) : undefined;
+    const pods = await createPods(b, kubernetes?.podRuntime ?? podRuntime);
     b.timingsMs.up = since(t0);
     return {
-      plan: b.plan, store: b.store, caCertHash, pods, podRuntime, podCreation: podRuntime.description, timingsMs: b.timingsMs, controller, relay, relayPin,
+      plan: b.plan, store: b.store, caCertHash, pods, podRuntime: kubernetes?.podRuntime ?? podRuntime, podCreation: (kubernetes?.podRuntime ?? podRuntime).description,
+      timingsMs: b.timingsMs, controller, relay, relayPin, kubernetes: kubernetes?.kube,
       agents: b.agents, runs: b.runs, state: b.run.state,
     };
   } catch (err) {

@@ -8,15 +8,18 @@
  * With `netns`, both run inside that network namespace (on its loopback), for processes there (controllers in a
  * test cloud); this process cannot reach them then, so `admin` throws and readiness and kubectl go through
  * `ip netns exec`.
+ *
+ * With `nodes`, each name also gets a token of user `system:node:<name>` (group system:nodes), for a real kubelet
+ * (`nodeToken`); with `controllers`, kube-controller-manager and kube-scheduler run too. The processes are started
+ * by src/adapters/kube/control-plane.ts.
  */
-import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
-import { generateKeyPairSync, randomBytes } from 'node:crypto';
-import { closeSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { mkdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
+import { startKubeControlPlane } from '../../src/adapters/kube/control-plane.ts';
 import { KubeClient } from '../../src/adapters/kube/kube-client.ts';
 import { freePort } from './ports.ts';
-
-const START_DEADLINE_MS = 90_000;
 
 let binDir: string | undefined;
 
@@ -32,6 +35,8 @@ export interface ControlPlane {
   /** The serving certificate (self-signed: it is its own CA). */
   readonly ca: string;
   readonly adminToken: string;
+  /** The token of user `system:node:<name>` for each of `nodes` given at start. @throws for another name. */
+  nodeToken(name: string): string;
   /** A client authenticated as the admin (system:masters). */
   readonly admin: KubeClient;
   /** Writes a kubeconfig for `token` (default: the admin's) and returns its path. */
@@ -47,145 +52,54 @@ export interface ControlPlane {
   stop(): Promise<void>;
 }
 
-interface Proc {
-  readonly child: ChildProcess;
-  readonly exited: Promise<void>;
-  alive: boolean;
-}
-
-function run(bin: string, args: readonly string[], log: string, netns?: string): Proc {
-  const out = openSync(log, 'a');
-  const child = netns ? spawn('ip', ['netns', 'exec', netns, bin, ...args], { stdio: ['ignore', out, out] }) : spawn(bin, args, { stdio: ['ignore', out, out] });
-  closeSync(out);
-  const p: Proc = { child, alive: true, exited: Promise.resolve() };
-  (p as { exited: Promise<void> }).exited = new Promise((resolve) => child.once('exit', () => {
-    p.alive = false;
-    resolve();
-  }));
-  return p;
-}
-
-async function stopProc(p: Proc | undefined): Promise<void> {
-  if (p?.alive && p.child.pid) process.kill(p.child.pid, 'SIGKILL');
-  await p?.exited;
-}
-
-function tail(file: string): string {
-  try {
-    return readFileSync(file, 'utf8').split('\n').slice(-20).join('\n');
-  } catch {
-    return '(no log)';
-  }
-}
-
-export async function startControlPlane(dir: string, opts: { netns?: string } = {}): Promise<ControlPlane> {
+export async function startControlPlane(dir: string, opts: { netns?: string; nodes?: readonly string[]; controllers?: boolean } = {}): Promise<ControlPlane> {
   const { netns } = opts;
   const bins = kubeBinDir();
   const root = join(dir, `kube-${randomBytes(3).toString('hex')}`);
-  const certDir = join(root, 'certs');
-  mkdirSync(certDir, { recursive: true });
-  const [etcdClient, etcdPeer, apiPort] = [await freePort(), await freePort(), await freePort()];
-  const etcdUrl = `http://127.0.0.1:${etcdClient}`;
-  const etcdLog = join(root, 'etcd.log');
-  const etcd = run(join(bins, 'etcd'), [
-    '--data-dir', join(root, 'etcd'), '--listen-client-urls', etcdUrl, '--advertise-client-urls', etcdUrl,
-    '--listen-peer-urls', `http://127.0.0.1:${etcdPeer}`, '--initial-advertise-peer-urls', `http://127.0.0.1:${etcdPeer}`,
-    '--initial-cluster', `default=http://127.0.0.1:${etcdPeer}`, '--unsafe-no-fsync', '--log-level', 'warn',
-  ], etcdLog, netns);
-
+  mkdirSync(root, { recursive: true });
   const adminToken = randomBytes(16).toString('hex');
-  writeFileSync(join(root, 'tokens.csv'), `${adminToken},atoll-test-admin,atoll-test-admin,"system:masters"\n`, { mode: 0o600 });
-  const sa = generateKeyPairSync('rsa', { modulusLength: 2048 });
-  writeFileSync(join(root, 'sa.key'), sa.privateKey.export({ type: 'pkcs8', format: 'pem' }) as string, { mode: 0o600 });
-  writeFileSync(join(root, 'sa.pub'), sa.publicKey.export({ type: 'spki', format: 'pem' }) as string);
-  const server = `https://127.0.0.1:${apiPort}`;
-  const apiLog = join(root, 'kube-apiserver.log');
-  const apiArgs = [
-    '--etcd-servers', etcdUrl, '--cert-dir', certDir, '--secure-port', String(apiPort), '--bind-address', '127.0.0.1',
-    '--advertise-address', '127.0.0.1', '--service-cluster-ip-range', '10.96.0.0/16', '--allow-privileged=true',
-    '--service-account-issuer', 'https://kubernetes.default.svc', '--service-account-key-file', join(root, 'sa.pub'),
-    '--service-account-signing-key-file', join(root, 'sa.key'), '--authorization-mode', 'Node,RBAC',
-    '--token-auth-file', join(root, 'tokens.csv'), '--disable-admission-plugins', 'ServiceAccount',
-    '--enable-priority-and-fairness=false', '--profiling=false', '--v=0',
-  ];
-  let api: Proc | undefined = run(join(bins, 'kube-apiserver'), apiArgs, apiLog, netns);
-  let admin: KubeClient | undefined;
-  let ca = '';
-
-  const waitReady = async () => {
-    const deadline = Date.now() + START_DEADLINE_MS;
-    let last = 'no answer yet';
-    while (Date.now() < deadline) {
-      if (!etcd.alive) throw new Error(`etcd exited while starting:\n${tail(etcdLog)}`);
-      if (!api?.alive) throw new Error(`kube-apiserver exited while starting:\n${tail(apiLog)}`);
-      try {
-        ca ||= readFileSync(join(certDir, 'apiserver.crt'), 'utf8');
-        if (netns) {
-          if (cp.kubectl(['get', '--raw=/readyz']).trim() === 'ok') return;
-        } else {
-          admin ??= new KubeClient({ server: new URL(server), ca, token: () => adminToken, userAgent: 'atoll-test' });
-          const ready = await admin.request<string>('GET', '/readyz');
-          if (String(ready) === 'ok' || ready === undefined) return;
-        }
-      } catch (err) {
-        last = String(err);
-      }
-      await new Promise((r) => setTimeout(r, 250));
-    }
-    throw new Error(`kube-apiserver at ${server} not ready within ${START_DEADLINE_MS} ms (${last}):\n${tail(apiLog)}`);
-  };
+  const nodeTokens = new Map((opts.nodes ?? []).map((n) => [n, randomBytes(16).toString('hex')]));
+  const launcher = netns ? ['ip', 'netns', 'exec', netns] : [];
+  const kcp = await startKubeControlPlane({
+    bins, dir: root, launcher, address: '127.0.0.1', ports: { etcdClient: await freePort(), etcdPeer: await freePort(), api: await freePort() },
+    serviceCidr: '10.96.0.0/16', controllers: opts.controllers,
+    users: [{ token: adminToken, name: 'atoll-test-admin', groups: ['system:masters'] },
+      ...[...nodeTokens].map(([n, token]) => ({ token, name: `system:node:${n}`, groups: ['system:nodes'] }))],
+  });
+  const admin = netns ? undefined : new KubeClient({ server: new URL(kcp.server), ca: kcp.ca, token: () => adminToken, userAgent: 'atoll-test' });
 
   const cp: ControlPlane = {
-    server,
+    server: kcp.server,
     get ca() {
-      return ca;
+      return kcp.ca;
     },
     adminToken,
+    nodeToken(name) {
+      const token = nodeTokens.get(name);
+      if (token === undefined) throw new Error(`no token for node ${name}: pass it in startControlPlane's nodes`);
+      return token;
+    },
     get admin() {
-      if (netns) throw new Error(`the control plane runs in network namespace ${netns}: use kubectl`);
-      return admin as KubeClient;
+      if (admin === undefined) throw new Error(`the control plane runs in network namespace ${netns}: use kubectl`);
+      return admin;
     },
-    kubeconfig(token = adminToken, name = 'admin') {
-      const path = join(root, `${name}.kubeconfig`);
-      writeFileSync(join(root, 'ca.crt'), ca);
-      writeFileSync(path, [
-        'apiVersion: v1', 'kind: Config', 'current-context: test',
-        'clusters:', `- name: test`, '  cluster:', `    server: ${server}`, `    certificate-authority: ${join(root, 'ca.crt')}`,
-        'users:', `- name: ${name}`, '  user:', `    token: ${token}`,
-        'contexts:', '- name: test', '  context:', '    cluster: test', `    user: ${name}`, '',
-      ].join('\n'), { mode: 0o600 });
-      return path;
-    },
+    kubeconfig: (token = adminToken, name = 'admin') => kcp.kubeconfig(token, name),
     kubectl(args, input) {
-      const argv = [join(bins, 'kubectl'), '--kubeconfig', cp.kubeconfig(), ...args];
-      return netns ? execFileSync('ip', ['netns', 'exec', netns, ...argv], { encoding: 'utf8', input, stdio: ['pipe', 'pipe', 'pipe'] })
-        : execFileSync(argv[0]!, argv.slice(1), { encoding: 'utf8', input, stdio: ['pipe', 'pipe', 'pipe'] });
+      const argv = [...launcher, join(bins, 'kubectl'), '--kubeconfig', cp.kubeconfig(), ...args];
+      return execFileSync(argv[0]!, argv.slice(1), { encoding: 'utf8', input, stdio: ['pipe', 'pipe', 'pipe'] });
     },
     async serviceAccountToken(namespace, name) {
-      const res = await (admin as KubeClient).create<{ status: { token: string } }>(`/api/v1/namespaces/${namespace}/serviceaccounts/${name}/token`,
+      const res = await cp.admin.create<{ status: { token: string } }>(`/api/v1/namespaces/${namespace}/serviceaccounts/${name}/token`,
         { apiVersion: 'authentication.k8s.io/v1', kind: 'TokenRequest', spec: { expirationSeconds: 3600 } });
       return res.status.token;
     },
-    async killApiServer() {
-      await stopProc(api);
-      api = undefined;
-    },
-    async startApiServer() {
-      api = run(join(bins, 'kube-apiserver'), apiArgs, apiLog, netns);
-      await waitReady();
-    },
+    killApiServer: () => kcp.killApiServer(),
+    startApiServer: () => kcp.startApiServer(),
     async stop() {
       admin?.close();
-      await stopProc(api);
-      await stopProc(etcd);
+      await kcp.stop();
       rmSync(root, { recursive: true, force: true });
     },
   };
-  try {
-    await waitReady();
-  } catch (err) {
-    await cp.stop();
-    throw err;
-  }
   return cp;
 }

@@ -588,6 +588,33 @@ export async function startContainerd(init: ContainerdInit): Promise<Containerd>
   }
 }
 
+/**
+ * containerd's default cgroup of a container whose sandbox has no cgroup parent (what a kubelet without per-QOS
+ * cgroups asks for): `/<namespace>/<container id>` in every hierarchy, the CRI namespace being `k8s.io`.
+ */
+const DEFAULT_CGROUP_PARENT = '/k8s.io';
+
+/** The ids of the tasks (sandboxes and containers) an instance's runc shims hold, from its state dir. */
+async function taskIds(workDir: string): Promise<string[]> {
+  const dir = join(layout(workDir).state, 'io.containerd.runtime.v2.task', 'k8s.io');
+  return (await readdir(dir).catch(() => [])).filter((id) => /^[0-9a-f]{64}$/.test(id));
+}
+
+/**
+ * Removes the default-parent cgroups of tasks `ids` (see {@link DEFAULT_CGROUP_PARENT}) from every hierarchy, once
+ * their processes are gone: killing an instance instead of removing its pods leaves them, as runc never deletes
+ * them then. Only the given ids: other instances' containers share the parent.
+ */
+async function removeTaskCgroups(ids: readonly string[]): Promise<void> {
+  for (const mount of await cgroupMounts()) {
+    for (const id of ids) {
+      const dir = join(mount, DEFAULT_CGROUP_PARENT, id);
+      if (!existsSync(dir)) continue;
+      for (const d of await cgroupTree(dir)) await waitFor(() => rmdirQuiet(d), 5_000, `cgroup ${d} to be removable (rmdir)`, 100);
+    }
+  }
+}
+
 /** PIDs in every cgroup at or below `cgroupParent`, in every hierarchy. */
 async function processesInCgroup(cgroupParent: string): Promise<number[]> {
   const pids = new Set<number>();
@@ -609,11 +636,11 @@ async function inMountNs(pid: number, mountNs: string): Promise<boolean> {
 /**
  * Removes what an instance left when its owner could not `stop()` it (crashed, killed, or another process cleans
  * up): containerd (SIGTERM, then SIGKILL), every process of its mount namespace and their descendants (holder,
- * shims), every process in its sandboxes' cgroup parent (the pause processes), the cgroups, and any mount under
- * workDir. Sandboxes are not removed through CRI, so no CNI DEL runs: use it when the pod network goes away
- * anyway. The mount namespace is entered only while its holder or containerd is still in it (a reused namespace
- * id is never trusted alone); the cgroup parent's name is unique to the instance. Idempotent; runs every step,
- * then rejects with all failures.
+ * shims), every process in its sandboxes' cgroup parent (the pause processes), the cgroups (also those of its tasks
+ * that had no parent: a kubelet's pods, under /k8s.io), and any mount under workDir. Sandboxes are not removed
+ * through CRI, so no CNI DEL runs: use it when the pod network goes away anyway. The mount namespace is entered only
+ * while its holder or containerd is still in it (a reused namespace id is never trusted alone); the cgroup parent's
+ * name is unique to the instance. Idempotent; runs every step, then rejects with all failures.
  */
 export async function removeContainerdLeftovers(l: ContainerdLeftovers, stopTimeoutMs = 3_000): Promise<void> {
   const ours = (await inMountNs(l.pid, l.mountNs)) || (await inMountNs(l.holderPid, l.mountNs));
@@ -626,6 +653,7 @@ export async function removeContainerdLeftovers(l: ContainerdLeftovers, stopTime
       }
     }
   };
+  const tasks = await taskIds(l.workDir);
   await runAll(
     [
       ['stopping containerd', async () => {
@@ -639,6 +667,7 @@ export async function removeContainerdLeftovers(l: ContainerdLeftovers, stopTime
         await waitFor(async () => (await processesInCgroup(l.cgroupParent)).length === 0, 5_000, `the processes of cgroup ${l.cgroupParent} to exit`);
       }],
       ['removing the sandboxes\' cgroup parent', () => removeCgroupParent(l.cgroupParent)],
+      ['removing the cgroups of tasks without a parent (kubelet pods)', () => removeTaskCgroups(tasks)],
       ['unmounting under workDir', () => unmountUnder(l.workDir)],
     ],
     `containerd leftovers (pid ${l.pid}, ${l.workDir})`,

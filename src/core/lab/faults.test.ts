@@ -96,3 +96,17 @@ test('judging a fault: its own matrix before is reported as measured, and a brok
   assert.deepEqual(r.notes, ['3 of 100 cells that should work failed already before the fault']);
   assert.match(renderFaults([r])[1] ?? '', /^agent-restart\s+FAIL\s+97\/100\s+100\/100 /);
 });
+
+test('with --kubernetes, pod-recreate goes through the API and node-reboot is skipped (a cut-off kubelet cannot confirm a deletion)', () => {
+  const p = plan(DEFAULT_LAB_SPEC);
+  const recreate = planFault(p, 'pod-recreate', 'kubernetes');
+  assert.ok(!('skipped' in recreate) && recreate.description.includes('through the API'));
+  const reboot = planFault(p, 'node-reboot', 'kubernetes');
+  assert.ok('skipped' in reboot && reboot.skipped.includes('kubelet'));
+});
+
+test('the fault table notes the Service count when there is one (--kubernetes), and nothing otherwise', () => {
+  const base = { kind: 'pod-recreate' as const, description: 'd', ok: true, heldMs: 0, convergenceMs: 5, lossPct: 0, maxGapMs: 0 };
+  assert.match(renderFaults([{ ...base, service: { answered: 4, of: 4 } }])[1] ?? '', /Service 4\/4$/);
+  assert.doesNotMatch(renderFaults([base])[1] ?? '', /Service/);
+});

@@ -82,7 +82,7 @@ const MAX_SAMPLES = 4;
  * The target of `kind` in `plan`, or the reason it cannot run there (e.g. an uplink fault without edge sites).
  * Deterministic: the first edge site, its first node and that node's first pod.
  */
-export function planFault(plan: LabPlan, kind: LabFaultKind, pods: 'cri' | 'direct' = 'direct'): LabFaultTarget | LabFaultSkipped {
+export function planFault(plan: LabPlan, kind: LabFaultKind, pods: 'cri' | 'direct' | 'kubernetes' = 'direct'): LabFaultTarget | LabFaultSkipped {
   const podsOf = (node: string) => plan.pods.filter((p) => p.node === node).map((p) => p.name);
   const cloudPod = plan.pods.find((p) => plan.nodes.find((n) => n.name === p.node)?.site === CLOUD_SITE)?.name;
   const edgeSite = plan.spec.edges[0]?.name;
@@ -149,7 +149,11 @@ export function planFault(plan: LabPlan, kind: LabFaultKind, pods: 'cri' | 'dire
     case 'pod-recreate': {
       const pod = nodePods[0];
       if (!node || !pod) return { kind, skipped: 'no pod' };
-      const how = pods === 'cri' ? ['(CRI StopPodSandbox, RemovePodSandbox)', '(RunPodSandbox: a new sandbox and network namespace)'] : ['(CNI DEL)', '(CNI ADD)'];
+      const how = {
+        cri: ['(CRI StopPodSandbox, RemovePodSandbox)', '(RunPodSandbox: a new sandbox and network namespace)'],
+        direct: ['(CNI DEL)', '(CNI ADD)'],
+        kubernetes: ['through the API (its kubelet stops the sandbox)', '(the Pod applied again: its kubelet runs a new sandbox)'],
+      }[pods];
       return { kind, node: node.name, pod, description: `pod ${pod} deleted ${how[0]} and added again under the same name ${how[1]}`, lossless: false, flows: [],
         samples: pairs([[cloudPod, pod], [sameSitePod, pod], [nodePods[1], pod], [pod, cloudPod]]) };
     }
@@ -157,6 +161,9 @@ export function planFault(plan: LabPlan, kind: LabFaultKind, pods: 'cri' | 'dire
     case 'uplink-flap':
     case 'node-reboot': {
       if (!edgeSite || !node) return { kind, skipped: 'no edge site' };
+      if (kind === 'node-reboot' && pods === 'kubernetes') {
+        return { kind, skipped: 'with --kubernetes a cut-off node\'s Pods cannot be deleted and applied again through the API (its kubelet cannot confirm the deletion)' };
+      }
       const samples = pairs([[cloudPod, sitePods[0]], [sitePods[0], cloudPod], [cloudPod, sitePods[1]], [sitePods[1], cloudPod]]);
       // a TCP flow across a cut uplink survives (it pauses and resumes); one into a rebooted node does not (its pods are new)
       switch (kind) {
@@ -322,6 +329,8 @@ export interface LabFaultResult {
   readonly heldMs?: number;
   readonly durationMs?: number;
   readonly notes?: readonly string[];
+  /** `--kubernetes`: the clients (every pod and node) that reached the lab's ClusterIP Service after the fault, of all. */
+  readonly service?: { readonly answered: number; readonly of: number };
 }
 
 /** The result of a fault from its parts: ok when the matrix after works, every sample recovered and nothing else broke. */
@@ -358,7 +367,7 @@ export function renderFaults(results: readonly LabFaultResult[]): string[] {
     rows.push([
       r.kind, r.skipped ? 'skipped' : r.ok ? 'ok' : 'FAIL', count(r.before), count(r.after), r.heldMs === undefined ? '-' : `${r.heldMs} ms`,
       r.skipped ? '-' : r.convergenceMs === undefined ? 'never' : `${r.convergenceMs} ms`, r.lossPct === undefined ? '-' : `${r.lossPct}%`, r.maxGapMs === undefined ? '-' : `${r.maxGapMs} ms`,
-      r.podStartMs && r.podStartMs.length > 0 ? `${Math.max(...r.podStartMs)} ms` : '-', r.skipped ?? (r.notes ?? []).join('; '),
+      r.podStartMs && r.podStartMs.length > 0 ? `${Math.max(...r.podStartMs)} ms` : '-', r.skipped ?? [...(r.service ? [`Service ${r.service.answered}/${r.service.of}`] : []), ...(r.notes ?? [])].join('; '),
     ]);
   }
   const widths = rows.reduce<number[]>((w, r) => r.map((v, i) => Math.max(w[i] ?? 0, v.length)), []);

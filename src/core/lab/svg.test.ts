@@ -211,3 +211,9 @@ test('aggregateLinks: both directions of a node pair in one link, in node order,
     { a: 'y', b: 'w', path: 'not allowed', cells: 2, ok: 0, failed: 0, status: 'blocked' },
   ]);
 });
+
+test('with --kubernetes the picture carries the Kubernetes view under the title', () => {
+  const p = planLab({ spec: DEFAULT_LAB_SPEC, runId: '0abc', dir: '/run/atoll-lab/0abc', bootstrapToken: 'b', adminToken: 'a', relayToken: 'r' });
+  const svg = renderLabSvg(labSvgInputOf(p, [], undefined, 'Kubernetes v1.34.4 at 192.0.2.2:6443: 6/6 Nodes Ready'));
+  assert.match(svg, /Kubernetes v1\.34\.4 at 192\.0\.2\.2:6443: 6\/6 Nodes Ready/);
+});

@@ -31,8 +31,11 @@ export {
 } from './svg/model.ts';
 export { PATH_STYLE } from './svg/style.ts';
 
-/** The picture's input from a lab plan, the pods' addresses and (after `run`) the cells. */
-export function labSvgInputOf(plan: LabPlan, pods: readonly { readonly name: string; readonly node: string; readonly ip?: string }[], cells?: readonly LabSvgCell[]): LabSvgInput {
+/**
+ * The picture's input from a lab plan, the pods' addresses, (after `run`) the cells, and with `--kubernetes` the
+ * Kubernetes view in one line (kubernetesLine in ./kubernetes.ts), which joins the description under the title.
+ */
+export function labSvgInputOf(plan: LabPlan, pods: readonly { readonly name: string; readonly node: string; readonly ip?: string }[], cells?: readonly LabSvgCell[], kubernetes?: string): LabSvgInput {
   const siteNames = [...new Set(plan.nodes.map((n) => n.site))];
   const routerOf = (site: string) => {
     const ns = plan.namespaces.find((n) => n.role === 'router' && n.site === site)?.name;
@@ -53,7 +56,7 @@ export function labSvgInputOf(plan: LabPlan, pods: readonly { readonly name: str
     };
   });
   return {
-    runId: plan.runId, description: describeLabSpec(plan.spec), controller: plan.controller.url.replace(/^https:\/\//, ''),
+    runId: plan.runId, description: `${describeLabSpec(plan.spec)}${kubernetes ? `; ${kubernetes}` : ''}`, controller: plan.controller.url.replace(/^https:\/\//, ''),
     relay: { address: `${plan.relay.address}:${plan.relay.port}` }, sites, ...(cells ? { cells } : {}),
   };
 }

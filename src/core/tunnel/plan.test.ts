@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { NodeRecord } from '../cluster/model.ts';
-import { planTunnel, relayAllows, relayMembers, renderTunnelRouteDiff, tunnelRoutes } from './plan.ts';
+import { planTunnel, relayAllows, relayMembers, renderTunnelRouteDiff, tunnelRoutes, tunnelSourceAddress } from './plan.ts';
 
 const node = (name: string, role: string | undefined, over: Partial<NodeRecord> = {}): NodeRecord => ({
   name, identity: '', site: name.split('-')[0] as string, community: '', addresses: [`192.0.2.${name.length}`], observedAddress: '', vtepMac: '',
@@ -69,4 +69,10 @@ test('relay: members are nodes with a role and a key; it carries edge pairs of o
   assert.equal(allows('d-1', 'e-1'), false, 'no community: no edge <-> edge path');
   assert.equal(allows('d-1', 'cloud-1'), true);
   assert.equal(allows('a-1', 'a-1'), false);
+});
+
+test('the node\'s own traffic into the tunnel leaves from its VTEP address (its first block\'s network address)', () => {
+  assert.equal(tunnelSourceAddress({ blocks: ['10.100.0.64/26', '10.100.1.0/26'] }), '10.100.0.64/32');
+  assert.equal(tunnelSourceAddress({ blocks: [] }), undefined);
+  assert.equal(tunnelSourceAddress(undefined), undefined);
 });

@@ -15,7 +15,7 @@
  *   only handles routes with a gateway, so the two never touch each other's routes.
  */
 import type { NodeRecord } from '../cluster/model.ts';
-import { type Cidr, formatCidr, parseCidr } from '../net/ipv4.ts';
+import { type Cidr, formatCidr, formatIpv4, parseCidr } from '../net/ipv4.ts';
 import { ROUTE_PROTO } from '../overlay/plan.ts';
 
 export type TunnelRole = 'cloud' | 'edge';
@@ -121,6 +121,17 @@ export function relayAllows(a: RelayMember, b: RelayMember): boolean {
   if (a.name === b.name) return false;
   if (a.role === 'cloud' || b.role === 'cloud') return true;
   return a.community !== '' && a.community === b.community;
+}
+
+/**
+ * The address the node's own traffic into the tunnel leaves with: its VTEP address (the network address of its first
+ * block, as on the VXLAN device), as a /32 for the TUN device. Without it the kernel would pick the underlay address,
+ * which the far end's source check drops and could not route back. Undefined while the node has no block.
+ */
+export function tunnelSourceAddress(self: Pick<NodeRecord, 'blocks'> | undefined): string | undefined {
+  const first = self?.blocks[0];
+  const cidr = first === undefined ? undefined : parseCidr(first);
+  return cidr && `${formatIpv4(cidr.base)}/32`;
 }
 
 /** The routes the plan needs, as prefixes (each `<prefix> dev <device> proto ROUTE_PROTO`). */

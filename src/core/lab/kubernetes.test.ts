@@ -1,0 +1,35 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { kubernetesLine, labNodeLabels, labPodObject, labServiceBackends, labServiceObject } from './kubernetes.ts';
+
+test('cloud nodes carry their site; edge nodes their site, community and the edge role', () => {
+  assert.deepEqual(labNodeLabels({ site: 'cloud', community: '' }), { 'atoll.dev/site': 'cloud' });
+  assert.deepEqual(labNodeLabels({ site: 'a', community: 'edge' }), { 'atoll.dev/site': 'a', 'atoll.dev/community': 'edge', 'openyurt.io/is-edge-worker': 'true' });
+});
+
+test('a lab pod is bound to its node and never pulls its image', () => {
+  const pod = labPodObject({ name: 'a-1-p1', node: 'a-1' }, 'localhost/atoll-pause:test') as { metadata: { namespace: string }; spec: { nodeName: string; containers: { imagePullPolicy: string }[] } };
+  assert.equal(pod.spec.nodeName, 'a-1');
+  assert.equal(pod.metadata.namespace, 'lab');
+  assert.equal(pod.spec.containers[0]?.imagePullPolicy, 'Never');
+});
+
+test('the Service\'s backends are the pods of the last site with pods', () => {
+  const nodes = [{ name: 'cloud-1', site: 'cloud' }, { name: 'a-1', site: 'a' }, { name: 'a-2', site: 'a' }];
+  const pods = [{ name: 'cloud-1-p1', node: 'cloud-1' }, { name: 'a-1-p1', node: 'a-1' }, { name: 'a-2-p1', node: 'a-2' }];
+  assert.deepEqual(labServiceBackends(pods, nodes).map((p) => p.name), ['a-1-p1', 'a-2-p1']);
+  assert.deepEqual(labServiceBackends(pods.slice(0, 1), nodes).map((p) => p.name), ['cloud-1-p1']);
+});
+
+test('the Service selects the backends\' label on the probe\'s port', () => {
+  const svc = labServiceObject(7777) as { spec: { selector: Record<string, string>; ports: { port: number }[] } };
+  assert.deepEqual(svc.spec.selector, { 'atoll.dev/lab-service': 'lab-echo' });
+  assert.equal(svc.spec.ports[0]?.port, 7777);
+});
+
+test('the Kubernetes view in one line: Nodes Ready, Pods Running, the Service\'s answers', () => {
+  const view = { server: 'https://192.0.2.2:6443', nodes: [{ ready: true, kubeletVersion: 'v1.34.4' }, { ready: false }], pods: [{ phase: 'Running' }, { phase: 'Pending' }] };
+  assert.equal(kubernetesLine(view), 'Kubernetes v1.34.4 at 192.0.2.2:6443: 1/2 Nodes Ready, 1/2 Pods Running');
+  assert.equal(kubernetesLine(view, { clusterIp: '10.96.0.9', port: 7777, probes: [{ ok: true }, { ok: false }] }),
+    'Kubernetes v1.34.4 at 192.0.2.2:6443: 1/2 Nodes Ready, 1/2 Pods Running, Service 10.96.0.9:7777 answered 1/2');
+});

@@ -1,0 +1,86 @@
+/**
+ * The lab's Kubernetes mode (`atoll lab up|run --kubernetes`) as data: where the control plane listens in the cloud,
+ * the labels each node's kubelet registers its Node with, and the Pod object of each lab pod. Pure; src/lab starts
+ * the processes (src/adapters/kube/control-plane.ts, src/adapters/kube/kubelet.ts).
+ */
+import { LABEL_COMMUNITY, LABEL_OPENYURT_EDGE, LABEL_SITE } from '../kube/placement.ts';
+import { LAB_POD_NAMESPACE, type LabNode, type LabPod } from './plan.ts';
+import { CLOUD_SITE } from './spec.ts';
+
+/** kube-apiserver's port on the controller's cloud address (the nodes reach it there; edge nodes through their NAT). */
+export const LAB_KUBE_API_PORT = 6443;
+/** etcd's client and peer ports, on the loopback of the controller's namespace. */
+export const LAB_ETCD_PORTS = Object.freeze({ client: 2379, peer: 2380 });
+/** The Service range (no Service uses it yet; the apiserver needs one, disjoint from the pods' 10.100.0.0/16). */
+export const LAB_SERVICE_CIDR = '10.96.0.0/16';
+/** Seconds a lab pod is given to stop (its `sleep` ignores SIGTERM as PID 1). */
+export const LAB_POD_GRACE_SECONDS = 1;
+
+/**
+ * The labels a lab node's kubelet registers its Node with: its site, community, and on edge sites
+ * `openyurt.io/is-edge-worker=true` (a kubelet may not set `node-role.kubernetes.io/*` on itself: `--node-labels`
+ * refuses the kubernetes.io namespace outside a short allowed list).
+ */
+export function labNodeLabels(node: Pick<LabNode, 'site' | 'community'>): Record<string, string> {
+  return {
+    [LABEL_SITE]: node.site,
+    ...(node.community ? { [LABEL_COMMUNITY]: node.community } : {}),
+    ...(node.site === CLOUD_SITE ? {} : { [LABEL_OPENYURT_EDGE]: 'true' }),
+  };
+}
+
+/** The Kubernetes namespace of the lab's pods, as an object to apply. */
+export const LAB_KUBE_NAMESPACE = Object.freeze({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: LAB_POD_NAMESPACE } });
+
+/**
+ * The Pod of lab pod `pod`: bound to its node by `spec.nodeName` (the plan places pods), running `image` (present
+ * on every node: never pulled), stopped within a second.
+ */
+export function labPodObject(pod: Pick<LabPod, 'name' | 'node'>, image: string): Record<string, unknown> {
+  return {
+    apiVersion: 'v1', kind: 'Pod',
+    metadata: { name: pod.name, namespace: LAB_POD_NAMESPACE, labels: { 'app.kubernetes.io/part-of': 'atoll-lab' } },
+    spec: {
+      nodeName: pod.node,
+      terminationGracePeriodSeconds: LAB_POD_GRACE_SECONDS,
+      containers: [{ name: 'sleep', image, imagePullPolicy: 'Never' }],
+    },
+  };
+}
+
+/** The label that puts a lab pod behind the lab's Service. */
+export const LAB_SERVICE_LABEL = 'atoll.dev/lab-service';
+export const LAB_SERVICE_NAME = 'lab-echo';
+
+/** The ClusterIP Service in front of the lab pods labelled {@link LAB_SERVICE_LABEL}, on the TCP probe's echo port. */
+export function labServiceObject(port: number): Record<string, unknown> {
+  return {
+    apiVersion: 'v1', kind: 'Service',
+    metadata: { name: LAB_SERVICE_NAME, namespace: LAB_POD_NAMESPACE },
+    spec: { type: 'ClusterIP', selector: { [LAB_SERVICE_LABEL]: LAB_SERVICE_NAME }, ports: [{ name: 'echo', protocol: 'TCP', port, targetPort: port }] },
+  };
+}
+
+/**
+ * The Service's endpoints: the pods of the last site that has pods (an edge site when there is one), so most
+ * clients reach them across sites.
+ */
+export function labServiceBackends<P extends Pick<LabPod, 'name' | 'node'>>(pods: readonly P[], nodes: readonly Pick<LabNode, 'name' | 'site'>[]): P[] {
+  const siteOf = (p: P) => nodes.find((n) => n.name === p.node)?.site;
+  const site = siteOf(pods.at(-1) as P);
+  return pods.filter((p) => siteOf(p) === site);
+}
+
+/** The Kubernetes view in one line, for the picture: the API server, Nodes Ready, Pods Running, the Service's answers (pods and nodes). */
+export function kubernetesLine(
+  view: { readonly server: string; readonly nodes: readonly { readonly ready: boolean; readonly kubeletVersion?: string }[]; readonly pods: readonly { readonly phase?: string }[] },
+  service?: { readonly clusterIp: string; readonly port: number; readonly probes: readonly { readonly ok: boolean }[] },
+): string {
+  const version = view.nodes.find((n) => n.kubeletVersion)?.kubeletVersion;
+  const parts = [
+    `Kubernetes${version ? ` ${version}` : ''} at ${view.server.replace(/^https:\/\//, '')}: ${view.nodes.filter((n) => n.ready).length}/${view.nodes.length} Nodes Ready`,
+    `${view.pods.filter((p) => p.phase === 'Running').length}/${view.pods.length} Pods Running`,
+    ...(service ? [`Service ${service.clusterIp}:${service.port} answered ${service.probes.filter((p) => p.ok).length}/${service.probes.length}`] : []),
+  ];
+  return parts.join(', ');
+}

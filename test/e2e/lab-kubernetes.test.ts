@@ -1,0 +1,93 @@
+/**
+ * `atoll lab run --kubernetes`, reduced: one cloud and one NATed edge node with a real control plane in the cloud and
+ * a real kubelet and kube-proxy per node (the edge kubelet through its NAT), the lab's pods created through the API,
+ * the matrix, one fault (pod-recreate: the Pod deleted and applied again under its name), the ClusterIP Service
+ * (before and after the fault), and nothing of the run left. Needs root, containerd and the Kubernetes binaries
+ * (make k8s); skips otherwise.
+ *
+ * The Service's endpoints are on the edge site: the cloud node and pod reach them over the tunnel (the node's own
+ * packets leave with its VTEP address).
+ */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { ATOLL_BIN } from '../../src/lab/agent-process.ts';
+import type { LabFaultResult } from '../../src/core/lab/faults.ts';
+import type { KubernetesView, ServiceCheck } from '../../src/lab/lab-kube.ts';
+import { rootSkipReason } from '../support/netns.ts';
+
+const hasContainerd = ['/usr/bin/containerd', '/usr/sbin/runc', '/bin/busybox', '/usr/lib/cni/loopback'].every((p) => existsSync(p));
+
+interface Report {
+  readonly runId: string;
+  readonly prefix: string;
+  readonly podCreation: string;
+  readonly processes: readonly { role: string; pid: number }[];
+  readonly verdict: { ok: boolean; shouldWork: number; working: number };
+  readonly faults: readonly LabFaultResult[];
+  readonly kubernetes: KubernetesView;
+  readonly service: ServiceCheck;
+  readonly cleanup: { leftovers: readonly string[] };
+}
+
+function run(args: readonly string[], timeoutMs: number): Promise<{ code: number | null; out: string }> {
+  return new Promise((resolve) => {
+    const child = spawn(ATOLL_BIN, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    child.stderr.on('data', (d: Buffer) => (out += d.toString()));
+    const timer = setTimeout(() => child.kill('SIGTERM'), timeoutMs); // the lab removes itself before it exits
+    child.on('close', (code) => {
+      clearTimeout(timer);
+      resolve({ code, out });
+    });
+  });
+}
+
+const skip = rootSkipReason() || (hasContainerd ? false : 'needs containerd, runc, busybox-static and the CNI loopback plugin');
+
+test('atoll lab run --kubernetes: nodes registered with their labels, pods through the API, matrix, pod-recreate, Service; nothing left', { skip, timeout: 400_000 }, async () => {
+  const tmp = mkdtempSync(join(tmpdir(), 'atoll-labk8s-'));
+  const started = Date.now();
+  try {
+    const json = join(tmp, 'report.json');
+    const { out } = await run(['lab', 'run', '--kubernetes', '--cloud-nodes', '1', '--edge-sites', '1', '--nodes-per-site', '1', '--pods-per-node', '1',
+      '--faults', 'pod-recreate', '--json', json], 360_000);
+    assert.ok(existsSync(json), `no report; output:\n${out}`);
+    const report = JSON.parse(readFileSync(json, 'utf8')) as Report;
+
+    assert.match(report.podCreation, /Kubernetes API/);
+    const nodes = new Map(report.kubernetes.nodes.map((n) => [n.name, n]));
+    assert.deepEqual([...nodes.keys()].sort(), ['a-1', 'cloud-1']);
+    assert.ok([...nodes.values()].every((n) => n.ready && n.kubeletVersion === 'v1.34.4'), out);
+    assert.deepEqual(nodes.get('a-1')?.labels, { 'atoll.dev/site': 'a', 'atoll.dev/community': 'edge', 'openyurt.io/is-edge-worker': 'true' });
+    assert.deepEqual(nodes.get('cloud-1')?.labels, { 'atoll.dev/site': 'cloud' });
+    for (const role of ['etcd', 'kube-apiserver', 'kube-controller-manager', 'kube-scheduler', 'kubelet a-1', 'kubelet cloud-1', 'kube-proxy a-1', 'kube-proxy cloud-1']) {
+      assert.ok(report.processes.some((p) => p.role === role), `${role} was recorded`);
+    }
+
+    assert.ok(report.verdict.ok && report.verdict.working === 2, `matrix:\n${out}`);
+    assert.equal(report.faults[0]?.kind, 'pod-recreate');
+    assert.ok(report.faults[0]?.ok, `pod-recreate:\n${out}`);
+    assert.deepEqual(report.faults[0]?.service, { answered: 4, of: 4 }, 'the Service answered every pod and node after the fault');
+
+    assert.deepEqual(report.service.backends, ['a-1-p1']);
+    for (const from of ['cloud-1-p1', 'a-1-p1', 'node cloud-1', 'node a-1']) assert.ok(report.service.probes.find((p) => p.from === from)?.ok, `Service from ${from}:\n${out}`);
+
+    const runDir = `/run/atoll-lab/${report.runId}`;
+    assert.deepEqual(report.cleanup.leftovers, []);
+    assert.deepEqual(readdirSync('/var/run/netns').filter((n) => n.startsWith(report.prefix)), []);
+    for (const p of report.processes) assert.ok(!existsSync(`/proc/${p.pid}`) || !readFileSync(`/proc/${p.pid}/cmdline`, 'utf8').includes(runDir), `${p.role} (pid ${p.pid}) still runs`);
+    assert.deepEqual(readFileSync('/proc/self/mountinfo', 'utf8').split('\n').filter((l) => l.includes(runDir)), []);
+    assert.equal(existsSync(runDir), false);
+    // the kubelet's pods have no cgroup parent: containerd put them in /k8s.io/<id>, and the run's removal took them
+    const podCgroups = '/sys/fs/cgroup/memory/k8s.io';
+    const left = existsSync(podCgroups) ? readdirSync(podCgroups, { withFileTypes: true }).filter((e) => e.isDirectory() && statSync(join(podCgroups, e.name)).mtimeMs >= started) : [];
+    assert.deepEqual(left.map((e) => e.name), [], 'no pod cgroup of the run is left');
+  } finally {
+    rmSync(tmp, { recursive: true, force: true });
+  }
+});
