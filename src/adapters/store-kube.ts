@@ -28,8 +28,9 @@
  * Watches replay the log's history, then follow the StoreLog object through one Kubernetes watch per store, shared
  * by all its watchers (a controller streams to every agent); a gap larger than the history rejects STORE_COMPACTED.
  * Objects edited by hand (kubectl edit) are surfaced as they are, as long as their spec.modRevision is not lowered
- * (the view follows the entry objects through one watch per kind, and lays such edits on at the next read): `atoll
- * ipam check` then reports, say, an IPBlock made to overlap another.
+ * (the view follows the entry objects through one watch per kind, and lays such edits on at the first read after
+ * their event arrived: within moments, not at once): `atoll ipam check` then reports, say, an IPBlock made to
+ * overlap another.
  * docs/architecture.md, "The Kubernetes store", has the limits.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
