@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { keyOfName, kindOfKey, kindsForPrefix, objectName, storeTag } from './store-kube-names.ts';
+import { keyOfName, kindOfKey, objectName, storeTag } from './store-kube-names.ts';
 
 const DNS_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
 
@@ -50,15 +50,9 @@ test('store tags: a DNS label as it is, anything else hashed without dots', () =
   assert.ok(storeTag('x'.repeat(200)).length <= 63);
 });
 
-test('kinds by key and by listing prefix', () => {
+test('kinds by key', () => {
   assert.equal(kindOfKey('blocks/10.0.0.0-26'), 'IPBlock');
   assert.equal(kindOfKey('nodes/a'), 'NodeRegistration');
   assert.equal(kindOfKey('usage/a'), 'StoreEntry');
   assert.equal(kindOfKey('blocks'), 'StoreEntry');
-  assert.deepEqual(kindsForPrefix(''), ['IPBlock', 'NodeRegistration', 'StoreEntry']);
-  assert.deepEqual(kindsForPrefix('b'), ['IPBlock', 'StoreEntry']);
-  assert.deepEqual(kindsForPrefix('blocks/'), ['IPBlock']);
-  assert.deepEqual(kindsForPrefix('blocks/10.'), ['IPBlock']);
-  assert.deepEqual(kindsForPrefix('nodes'), ['NodeRegistration', 'StoreEntry']);
-  assert.deepEqual(kindsForPrefix('usage/'), ['StoreEntry']);
 });

@@ -37,13 +37,6 @@ export function kindOfKey(key: string): EntryKind {
   return 'StoreEntry';
 }
 
-/** The kinds that can hold a key starting with `prefix`. */
-export function kindsForPrefix(prefix: string): EntryKind[] {
-  const kind = kindOfKey(prefix);
-  if (kind !== 'StoreEntry') return [kind];
-  return ENTRY_KINDS.filter((k) => k === 'StoreEntry' || KIND_PREFIX[k].startsWith(prefix));
-}
-
 /** The tag of a store named `name` (a Kubernetes object name): itself when it is a DNS label. */
 export function storeTag(name: string): string {
   return DNS_LABEL.test(name) ? name : hashed(name, MAX_TAG);

@@ -712,7 +712,10 @@ describe('KubeStore: a crash mid-apply, shared watches through an API server res
     assert.doesNotMatch(listed, /10\.100\.0\.0-27/);
     // By hand: b's block becomes a /26 over a's.
     cp.kubectl(['patch', 'ipblock', `${name}.10.100.0.64-27`, '--type=merge', '-p', JSON.stringify({ spec: { key: 'blocks/10.100.0.0-26', value: lease('10.100.0.0/26', 'b') } })]);
-    assert.deepEqual((await store.list('blocks/')).entries.map((e) => e.key), ['blocks/10.100.0.0-26', 'blocks/10.100.0.0-27']);
+    // A hand edit is no transaction: it reaches the store's view through its watch of the IPBlocks, within moments.
+    const keys = async () => (await store.list('blocks/')).entries.map((e) => e.key);
+    await until('the edit in the view', async () => (await keys()).includes('blocks/10.100.0.0-26'), 5000);
+    assert.deepEqual(await keys(), ['blocks/10.100.0.0-26', 'blocks/10.100.0.0-27']);
     const registry = new ClusterRegistry({ store, clock: Date.now }, { clusterCidrs: [parseCidr('10.100.0.0/16') as Cidr], blockBits: 27, maxBlocksPerNode: 4, refillBelow: 8 });
     const { problems } = await registry.ipamReport();
     assert.deepEqual(problems.map((p) => p.kind), ['conflict']);

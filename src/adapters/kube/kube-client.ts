@@ -59,6 +59,8 @@ interface RequestInit {
   readonly contentType?: string;
   readonly signal?: AbortSignal;
   readonly query?: Readonly<Record<string, string | undefined>>;
+  /** The pool for HTTPS (default: the requests' one). */
+  readonly agent?: Agent;
 }
 
 const MAX_RESPONSE_BYTES = 64 << 20;
@@ -67,10 +69,13 @@ const MAX_TOO_MANY = 10;
 export class KubeClient {
   readonly #conn: KubeConnection;
   readonly #agent: Agent;
+  /** Watches hold their connection for minutes: they get their own, unbounded, pool so they never starve requests. */
+  readonly #watchAgent: Agent;
 
   constructor(conn: KubeConnection) {
     this.#conn = conn;
     this.#agent = new Agent({ keepAlive: true, maxSockets: 16, ca: conn.ca, cert: conn.cert, key: conn.key });
+    this.#watchAgent = new Agent({ ca: conn.ca, cert: conn.cert, key: conn.key });
   }
 
   /** The server this client talks to (for logs). */
@@ -136,6 +141,7 @@ export class KubeClient {
    */
   async watch<T>(path: string, resourceVersion: string, onEvent: (e: KubeWatchEvent<T>) => void, opts: { labelSelector?: string; fieldSelector?: string; signal: AbortSignal; timeoutSeconds?: number }): Promise<void> {
     const res = await this.#open('GET', path, {
+      agent: this.#watchAgent,
       signal: opts.signal,
       query: {
         watch: '1', resourceVersion, allowWatchBookmarks: 'true', labelSelector: opts.labelSelector, fieldSelector: opts.fieldSelector,
@@ -218,7 +224,7 @@ export class KubeClient {
     }
     const send = url.protocol === 'http:' ? httpRequest : httpsRequest;
     return new Promise((resolve, reject) => {
-      const req = send(url, { method, headers, agent: url.protocol === 'http:' ? undefined : this.#agent, signal: init.signal }, resolve);
+      const req = send(url, { method, headers, agent: url.protocol === 'http:' ? undefined : init.agent ?? this.#agent, signal: init.signal }, resolve);
       req.on('error', (err) => reject(init.signal?.aborted ? err : unavailable(method, path, err)));
       req.end(body);
     });
@@ -226,6 +232,7 @@ export class KubeClient {
 
   close(): void {
     this.#agent.destroy();
+    this.#watchAgent.destroy();
   }
 }
 
