@@ -127,8 +127,8 @@ describe('superpacket segmentation', () => {
     segs.forEach((s, i) => {
       assert.equal(s[0], 1, 'NEEDS_CSUM');
       assert.equal(s[1], 0, 'no GSO');
-      assert.equal(s[6] | (s[7]! << 8), 20, 'csum_start');
-      assert.equal(s[8] | (s[9]! << 8), 16, 'csum_offset');
+      assert.equal(s[6]! | (s[7]! << 8), 20, 'csum_start');
+      assert.equal(s[8]! | (s[9]! << 8), 16, 'csum_offset');
       const ip = 10;
       assert.equal((s[ip + 2]! << 8) | s[ip + 3]!, s.length - 10);
       assert.equal((s[ip + 4]! << 8) | s[ip + 5]!, 0x1234 + i);
