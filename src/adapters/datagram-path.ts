@@ -36,6 +36,7 @@ import type { UdpKeyAck, UdpKeyMessage } from '../core/tunnel/messages.ts';
 import { VNET_HDR_LEN } from '../core/tunnel/routing.ts';
 import { atollError } from '../core/errors.ts';
 import { DatagramKey } from './aead.ts';
+import { GSO_MAX_BYTES, GSO_MAX_SEGMENTS, GsoSender } from './udp-gso.ts';
 import type { TunnelStream } from './tunnel-stream.ts';
 
 /** The TLS exporter label datagram keys are derived from. */
@@ -60,6 +61,8 @@ export interface DatagramPathStats {
   fallbacks: number;
   /** Authentic keepalives from a new address of their peer: the peer's address moved there. */
   endpointMoves: number;
+  /** The errno of the last failed send (0: none). */
+  lastSendErrno: number;
   readonly dropped: Record<DatagramDropReason, number>;
 }
 
@@ -117,7 +120,7 @@ export interface DatagramPeerStatus {
 
 export class DatagramPath {
   readonly stats: DatagramPathStats = {
-    sent: 0, received: 0, keepalivesSent: 0, keepalivesReceived: 0, fallbacks: 0, endpointMoves: 0,
+    sent: 0, received: 0, keepalivesSent: 0, keepalivesReceived: 0, fallbacks: 0, endpointMoves: 0, lastSendErrno: 0,
     dropped: { truncated: 0, badType: 0, unknownKey: 0, replayed: 0, badTag: 0, unknownAddress: 0, badPayload: 0, sendFailed: 0 },
   };
   readonly #c: DatagramPathComponents;
@@ -134,6 +137,9 @@ export class DatagramPath {
   readonly #keepalive: Uint8Array;
   #timer: NodeJS.Timeout | undefined;
   #port = 0;
+  #gso: GsoSender | undefined;
+  /** The run of datagrams being built in the sender's buffer: bytes, count, size of each (but a shorter last). */
+  #run = { bytes: 0, count: 0, stride: 0 };
 
   constructor(components: DatagramPathComponents, init: DatagramPathInit) {
     this.#c = components;
@@ -165,7 +171,7 @@ export class DatagramPath {
     this.#socket.removeAllListeners('error');
     this.#socket.on('error', () => this.stats.dropped.sendFailed++);
     this.#socket.on('message', (buf, rinfo) => this.#onDatagram(buf, rinfo));
-    setDontFragment(this.#socket);
+    this.#gso = new GsoSender(setDontFragment(this.#socket));
     this.#port = this.#socket.address().port;
     this.#timer = setInterval(() => this.#tick(), this.#init.keepaliveMs ?? KEEPALIVE_MS);
     this.#timer.unref();
@@ -243,23 +249,50 @@ export class DatagramPath {
   send(peerId: string, pkt: Uint8Array): boolean {
     const p = this.#peers.get(peerId);
     if (!p || !this.#usable(p, performance.now()) || !forEachSegment(pkt, this.#maxIp, this.#scratch, (seg) => this.#seal(p, DATAGRAM_TYPE.data, seg))) {
+      this.#flush(p);
       this.stats.fallbacks++;
       return false;
     }
+    this.#flush(p);
     return true;
   }
 
-  #seal(p: PeerState, type: DatagramType, plain: Uint8Array): void {
+  /**
+   * Seals `plain` as the next datagram of the run in the sender's buffer: one system call sends a run of equal-sized
+   * datagrams (UDP GSO), so a run ends at a datagram larger than the run's first, after a shorter one, and at the
+   * kernel's limits.
+   */
+  #seal(p: PeerState | undefined, type: DatagramType, plain: Uint8Array): void {
+    if (!p) return;
+    const gso = this.#gso as GsoSender;
     const k = p.send as SendKey;
-    const ep = p.endpoint as { host: string; port: number };
+    const len = DATAGRAM_HEADER + plain.length + DATAGRAM_TAG;
+    const run = this.#run;
+    if (run.count > 0 && (len > run.stride || run.bytes + len > GSO_MAX_BYTES || run.count >= GSO_MAX_SEGMENTS)) this.#flush(p);
+    if (run.count === 0) run.stride = len;
     const counter = k.counter++;
-    const out = Buffer.allocUnsafe(DATAGRAM_HEADER + plain.length + DATAGRAM_TAG);
+    const out = gso.buffer.subarray(run.bytes, run.bytes + len);
     writeDatagramHeader(out, type, k.id, counter);
     writeNonce(this.#sendNonce, counter);
     k.key.seal(this.#sendNonce, out, plain);
-    this.#socket.send(out, ep.port, ep.host);
+    run.bytes += len;
+    run.count++;
     if (type === DATAGRAM_TYPE.data) this.stats.sent++;
     else this.stats.keepalivesSent++;
+    if (len < run.stride) this.#flush(p); // a shorter datagram ends a run
+  }
+
+  /** Sends the run built so far to `p`'s address. */
+  #flush(p: PeerState | undefined): void {
+    const run = this.#run;
+    if (run.count === 0 || !p?.endpoint) return;
+    const err = (this.#gso as GsoSender).send(p.endpoint.host, p.endpoint.port, run.bytes, run.stride);
+    if (err !== 0) {
+      this.stats.dropped.sendFailed += run.count;
+      this.stats.lastSendErrno = err;
+    }
+    run.bytes = 0;
+    run.count = 0;
   }
 
   #drop(reason: DatagramDropReason): void {
@@ -311,6 +344,7 @@ export class DatagramPath {
       if (p.send && p.endpoint) {
         this.#keepalive[0] = now - p.lastHeard < dead ? KEEPALIVE_HEARS_YOU : 0;
         this.#seal(p, DATAGRAM_TYPE.keepalive, this.#keepalive);
+        this.#flush(p);
       }
     }
     for (const [id, k] of this.#recv) if (k.expiresAt < now) this.#dropRecv(id);
@@ -360,7 +394,7 @@ let setsockopt: ((fd: number, level: number, name: number, value: Int32Array, le
  * datagram too big for the path is dropped (and counted as a failed send once the kernel knows the path MTU)
  * rather than fragmented. Node's dgram has no option for it: the fd is read from the handle and set through koffi.
  */
-function setDontFragment(socket: Socket): void {
+function setDontFragment(socket: Socket): number {
   const state = Object.getOwnPropertySymbols(socket).map((s) => (socket as unknown as Record<symbol, { handle?: { fd?: number } }>)[s]).find((v) => v?.handle?.fd !== undefined);
   const fd = state?.handle?.fd;
   if (fd === undefined || fd < 0) throw atollError('KERNEL_OP_FAILED', 'the UDP socket of the tunnel has no file descriptor to set IP_MTU_DISCOVER on', 'run on Linux with a Node that keeps dgram handles as fds');
@@ -368,4 +402,5 @@ function setDontFragment(socket: Socket): void {
   if (setsockopt?.(fd, IPPROTO_IP, IP_MTU_DISCOVER, new Int32Array([IP_PMTUDISC_DO]), 4) !== 0) {
     throw atollError('KERNEL_OP_FAILED', `setsockopt IP_MTU_DISCOVER on the tunnel's UDP socket failed (errno ${koffi.errno()})`, 'report this with the kernel version');
   }
+  return fd;
 }
