@@ -17,6 +17,7 @@
  * Backpressure: while any stream is over its high-water mark the TUN device is not read, so the kernel's TUN queue
  * fills and the senders' TCP slows down instead of the agent buffering without bound.
  */
+import { TcpCoalescer } from '../core/tunnel/coalesce.ts';
 import { FRAME_HEADER } from '../core/tunnel/frame.ts';
 import { packetDestination, PeerRoutes, type TunnelPeer } from '../core/tunnel/routing.ts';
 import type { PeerPath } from '../core/tunnel/status.ts';
@@ -64,6 +65,10 @@ export class TunnelEndpoint {
   private readonly congested = new Set<TunnelStream>();
   private paused = false;
   private datagrams: DatagramPath | undefined;
+  private readonly coalescer = new TcpCoalescer((pkt) => {
+    if (!this.tun.write(pkt)) this.stats.droppedTunWrite++;
+  });
+  private flushQueued = false;
 
   constructor(tun: TunDevice, peers: readonly TunnelPeer[]) {
     this.tun = tun;
@@ -79,9 +84,28 @@ export class TunnelEndpoint {
     this.datagrams = path;
   }
 
-  /** An authentic packet from `peerId` that came as a datagram: into the TUN device if its source is the peer's. */
+  /**
+   * An authentic packet from `peerId` that came as a datagram: into the TUN device if its source is the peer's, TCP
+   * segments merged back into superpackets (src/core/tunnel/coalesce.ts) until the event loop's I/O phase is over.
+   * Counted when accepted; a superpacket the TUN device refuses counts once in droppedTunWrite.
+   */
   fromDatagram(peerId: string, pkt: Uint8Array): void {
-    this.toTun(this.entries.get(peerId), pkt);
+    const e = this.entries.get(peerId);
+    if (!e || !this.routes.acceptFrom(e.peer.id, pkt)) {
+      this.stats.droppedBadSource++;
+      return;
+    }
+    this.stats.forwardedIn++;
+    e.traffic.rxPackets++;
+    e.traffic.rxBytes += pkt.length;
+    this.coalescer.push(pkt);
+    if (!this.flushQueued) {
+      this.flushQueued = true;
+      setImmediate(() => {
+        this.flushQueued = false;
+        this.coalescer.flush();
+      });
+    }
   }
 
   /** Starts reading the TUN device. */
