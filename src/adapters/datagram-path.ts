@@ -225,7 +225,9 @@ export class DatagramPath {
       this.#recv.set(msg.id, { peer: peerId, key: new DatagramKey(deriveDatagramKey(stream, msg.salt, msg.id), 'open'), window: new ReplayWindow(), expiresAt: Infinity });
       p.recvIds.push(msg.id);
     }
-    p.endpoint = { host: msg.host || stream.remote.host, port: msg.port };
+    // an address that authentic datagrams come from lately is better than the announced one (a NAT that did not keep
+    // the port: a rotation must not undo what the keepalives taught)
+    if (!p.endpoint || performance.now() - p.lastHeard >= (this.#init.deadAfterMs ?? DEAD_AFTER_MS)) p.endpoint = { host: msg.host || stream.remote.host, port: msg.port };
     stream.sendControl({ t: 'udp-key-ack', id: msg.id });
   }
 
