@@ -12,7 +12,7 @@
  *   datagram  a lab like the shaped one (a: 1 node, b: 1 node), unshaped, with the tunnel's datagram path on (`--udp`):
  *             a-1-p1 -> b-1-p1 over UDP datagrams against the same pair over its TLS stream (UDP dropped at a's router).
  *   lossy     the shaped lab with the datagram path on and random loss on each edge uplink (an nftables `numgen random
- *             mod 1000 < N drop` rule on each edge router, offloads off on the uplink ports): per loss rate, plain TCP
+ *             mod 1000 < N drop` rule on each edge router, on what arrives from the uplink; offloads off on the ports): per loss rate, plain TCP
  *             between the two edge routers over the same uplinks against the tunnel over UDP datagrams and over its TLS
  *             stream (UDP dropped at a's router), 1 and 8 streams each.
  * During every run the CPU time and memory of the agents at both ends (and of the relay on the relayed path) are
@@ -659,14 +659,18 @@ async function tunnelUdp(fx: Fixture, lab: Lab, router: string, block: boolean, 
   await waitForPath(fx, lab, node, peer, block ? 'direct' : 'udp');
 }
 
-/** Sets random loss of `perMille` on the uplink of each router, outgoing (forwarded and its own packets); 0 removes it. */
+/**
+ * Sets random loss of `perMille` on what arrives at each router from its uplink (for it, or to forward); 0 removes it.
+ * On arrival, not on departure: a packet the sending host's own OUTPUT hook drops is an error its TCP sees at once
+ * (local congestion, sent again without a loss signal), so a departure rule would spare the routers' plain TCP (the
+ * reference) the loss the tunnel's forwarded packets get. Before conntrack (priority -300), as a lost packet would be.
+ */
 async function setLoss(fx: Fixture, routers: readonly string[], perMille: number): Promise<void> {
   const table = 'atoll-bench-loss';
   for (const r of routers) {
     await run(fx, inNs(r, ['nft', 'delete', 'table', 'ip', table]), 10_000);
     if (perMille === 0) continue;
-    const drop = `oifname "up0" numgen random mod 1000 < ${perMille} drop`;
-    const rules = `table ip ${table} {\n  chain forward {\n    type filter hook forward priority -30; policy accept;\n    ${drop}\n  }\n  chain output {\n    type filter hook output priority -30; policy accept;\n    ${drop}\n  }\n}\n`;
+    const rules = `table ip ${table} {\n  chain prerouting {\n    type filter hook prerouting priority -300; policy accept;\n    iifname "up0" numgen random mod 1000 < ${perMille} counter drop\n  }\n}\n`;
     writeFileSync(join(fx.dir, `${table}.nft`), rules);
     const res = await run(fx, inNs(r, ['nft', '-f', join(fx.dir, `${table}.nft`)]), 10_000);
     if (res.code !== 0) throw new Error(`the loss rule in ${r} failed: ${res.stderr}`);
