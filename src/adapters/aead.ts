@@ -60,13 +60,11 @@ function load(): Crypto {
 export class DatagramKey {
   readonly #c: Crypto;
   #ctx: unknown;
-  readonly direction: 'seal' | 'open';
   readonly #outl = new Int32Array(1);
   readonly #tag = new Uint8Array(DATAGRAM_TAG);
 
   /** @param key 32 bytes. @param direction 'seal' (our sending key) or 'open' (a peer's). */
   constructor(key: Uint8Array, direction: 'seal' | 'open') {
-    this.direction = direction;
     if (key.length !== 32) throw new RangeError(`an AES-256-GCM key has 32 bytes, not ${key.length}`);
     this.#c = load();
     this.#ctx = this.#c.newCtx();

@@ -115,7 +115,6 @@ interface PeerState {
 export interface DatagramPeerStatus {
   readonly usable: boolean;
   readonly endpoint: string | undefined;
-  readonly keyAgeMs: number | undefined;
 }
 
 export class DatagramPath {
@@ -366,8 +365,7 @@ export class DatagramPath {
   statusOf(peerId: string): DatagramPeerStatus | undefined {
     const p = this.#peers.get(peerId);
     if (!p) return undefined;
-    const now = performance.now();
-    return { usable: this.#usable(p, now), endpoint: p.endpoint ? `${p.endpoint.host}:${p.endpoint.port}` : undefined, keyAgeMs: p.send ? Math.round(now - p.send.createdAt) : undefined };
+    return { usable: this.#usable(p, performance.now()), endpoint: p.endpoint ? `${p.endpoint.host}:${p.endpoint.port}` : undefined };
   }
 
   /** Stops the keepalives, closes the socket, frees every key. Idempotent. */
