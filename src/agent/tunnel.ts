@@ -122,7 +122,9 @@ export class Tunnel {
         streamOf: (name) => endpoint.streamOf(name) ?? endpoint.circuitOf(name),
         publicHost: () => this.#relay?.control.publicHost ?? '',
         onPacket: (name, pkt) => endpoint.fromDatagram(name, pkt),
-      }, { host: role === 'cloud' ? listenHost : '0.0.0.0', port: udp.port, underlayMtu: udp.underlayMtu });
+      // an edge node binds an ephemeral port: nodes behind one NAT then never want the same outside port, so the NAT
+      // keeps each one's (what the node announces); a cloud node has a public address and the configured port
+      }, { host: role === 'cloud' ? listenHost : '0.0.0.0', port: role === 'cloud' ? udp.port : 0, underlayMtu: udp.underlayMtu });
       try {
         await datagrams.start();
       } catch (err) {
@@ -146,7 +148,7 @@ export class Tunnel {
       this.#server = server;
     }
     if (role === 'edge' && this.#relay) void this.#relay.control.run(this.#abort.signal);
-    this.#c.log.info('tunnel started', { device, mtu, role, ...(role === 'cloud' ? { listen: `${listenHost}:${port}` } : {}), ...(udp ? { udpPort: udp.port, underlayMtu: udp.underlayMtu } : {}), ...(this.#init.relay ? { relay: `${this.#init.relay.host}:${this.#init.relay.port}` } : {}) });
+    this.#c.log.info('tunnel started', { device, mtu, role, ...(role === 'cloud' ? { listen: `${listenHost}:${port}` } : {}), ...(this.#datagrams ? { udpPort: this.#datagrams.port, underlayMtu: udp?.underlayMtu } : {}), ...(this.#init.relay ? { relay: `${this.#init.relay.host}:${this.#init.relay.port}` } : {}) });
   }
 
   /** A peer that dials us (an edge peer of a cloud node) with this pin. */

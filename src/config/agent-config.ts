@@ -92,8 +92,9 @@ export const agentConfigSchema = z.strictObject({
       pin: z.string().regex(/^sha256:[0-9a-f]{64}$/, 'must be sha256:<64 hex digits>, as `atoll relay` prints it'),
     }).optional(),
     /**
-     * The datagram path: packets as AES-256-GCM UDP datagrams on `port`, keyed over the TLS streams, which stay the
-     * fallback; off when absent. `underlayMtu` bounds every datagram (the TUN device's MTU becomes at most
+     * The datagram path: packets as AES-256-GCM UDP datagrams, keyed over the TLS streams, which stay the fallback;
+     * off when absent. Cloud nodes receive on `port`; edge nodes on an ephemeral port (nodes behind one NAT must not
+     * want the same outside port). `underlayMtu` bounds every datagram (the TUN device's MTU becomes at most
      * underlayMtu - 70).
      */
     udp: z.strictObject({
