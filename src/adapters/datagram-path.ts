@@ -102,6 +102,8 @@ interface RecvKey {
 
 interface PeerState {
   endpoint: { host: string; port: number } | undefined;
+  /** The address its last `udp-key` announced. */
+  announced: { host: string; port: number } | undefined;
   send: SendKey | undefined;
   pending: { readonly id: number; readonly key: DatagramKey; readonly at: number } | undefined;
   /** When an authentic datagram from the peer last came, and when one said it hears us (performance.now()). */
@@ -187,7 +189,7 @@ export class DatagramPath {
       for (const k of p.recvIds) this.#dropRecv(k);
       this.#peers.delete(id);
     }
-    for (const id of keep) if (!this.#peers.has(id)) this.#peers.set(id, { endpoint: undefined, send: undefined, pending: undefined, lastHeard: -Infinity, heardByPeer: -Infinity, recvIds: [] });
+    for (const id of keep) if (!this.#peers.has(id)) this.#peers.set(id, { endpoint: undefined, announced: undefined, send: undefined, pending: undefined, lastHeard: -Infinity, heardByPeer: -Infinity, recvIds: [] });
   }
 
   /** Offers a new sending key to `peerId` on `stream` (a live tunnel stream of the pair). */
@@ -224,9 +226,13 @@ export class DatagramPath {
       this.#recv.set(msg.id, { peer: peerId, key: new DatagramKey(deriveDatagramKey(stream, msg.salt, msg.id), 'open'), window: new ReplayWindow(), expiresAt: Infinity });
       p.recvIds.push(msg.id);
     }
-    // an address that authentic datagrams come from lately is better than the announced one (a NAT that did not keep
-    // the port: a rotation must not undo what the keepalives taught)
-    if (!p.endpoint || performance.now() - p.lastHeard >= (this.#init.deadAfterMs ?? DEAD_AFTER_MS)) p.endpoint = { host: msg.host || stream.remote.host, port: msg.port };
+    // A new announced address (the peer restarted, on another port) is taken at once: sending there opens our NAT for
+    // its keepalives. The same address again (a rotation) leaves the one authentic datagrams come from lately (a NAT
+    // that did not keep the peer's port: a rotation must not undo what the keepalives taught).
+    const announced = { host: msg.host || stream.remote.host, port: msg.port };
+    const again = p.announced?.host === announced.host && p.announced.port === announced.port;
+    if (!p.endpoint || !again || performance.now() - p.lastHeard >= (this.#init.deadAfterMs ?? DEAD_AFTER_MS)) p.endpoint = announced;
+    p.announced = announced;
     stream.sendControl({ t: 'udp-key-ack', id: msg.id });
   }
 
