@@ -9,6 +9,12 @@
  *             the lab's delay line where the kernel has no netem): the tunnel a-1-p1 -> b-1-p1 against a kernel VXLAN
  *             built by hand between the two
  *             edge routers over the same shaped uplinks.
+ *   datagram  a lab like the shaped one (a: 1 node, b: 1 node), unshaped, with the tunnel's datagram path on (`--udp`):
+ *             a-1-p1 -> b-1-p1 over UDP datagrams against the same pair over its TLS stream (UDP dropped at a's router).
+ *   lossy     the shaped lab with the datagram path on and random loss on each edge uplink (an nftables `numgen random
+ *             mod 1000 < N drop` rule on each edge router, on what arrives from the uplink; offloads off on the ports): per loss rate, plain TCP
+ *             between the two edge routers over the same uplinks against the tunnel over UDP datagrams and over its TLS
+ *             stream (UDP dropped at a's router), 1 and 8 streams each.
  * During every run the CPU time and memory of the agents at both ends (and of the relay on the relayed path) are
  * read from /proc.
  *
@@ -16,8 +22,8 @@
  * `finally`, on SIGINT/SIGTERM and when `--timeout` fires; processes are killed by PID. bench/README.md explains what is
  * measured and why.
  *
- * Usage: node bench/tunnel.ts [--smoke] [--only unshaped|shaped] [--reps R] [--time S] [--rate MBIT] [--delay MS]
- *        [--json FILE] [--timeout SECONDS] [--enforce]
+ * Usage: node bench/tunnel.ts [--smoke] [--only unshaped|shaped|datagram|lossy] [--reps R] [--time S] [--rate MBIT]
+ *        [--delay MS] [--loss PCT,...] [--json FILE] [--timeout SECONDS] [--enforce]
  */
 import { type ChildProcess, execFileSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -36,6 +42,16 @@ const ATOLL = join(ROOT, 'bin', 'atoll');
 const DIRECT_VS_VXLAN_TARGET = 0.2;
 const RELAYED_VS_DIRECT_TARGET = 0.5;
 const SHAPED_TARGET = 0.9;
+/** Lossy part: the tunnel over datagrams against plain TCP over the same lossy uplinks. */
+const LOSSY_TARGET = 0.9;
+/** Datagram part: UDP datagrams against the TLS stream, unshaped. */
+const DATAGRAM_VS_STREAM_TARGET = 1.0;
+/** Agents' idle resident memory with the datagram path, MiB. */
+const IDLE_RSS_TARGET_MIB = 80;
+/** The agents' tunnel.udp port (the default). */
+const TUNNEL_UDP_PORT = 8477;
+/** Lossy part: streams per iperf3 run. */
+const LOSSY_STREAMS = [1, 8] as const;
 const IPERF_PORT = 5201;
 /** The hand-built reference VXLAN between the edge routers (shaped part): its own device, VNI, port and /30. */
 const REF_VXLAN = Object.freeze({ dev: 'atb.vx0', vni: 4242, port: 4789, a: '10.250.0.1', b: '10.250.0.2', bits: 30 });
@@ -50,7 +66,8 @@ const KIB_PER_MIB = 1024;
 // ---------------------------------------------------------------------------------------------------------------
 // Options
 
-type Part = 'unshaped' | 'shaped';
+type Part = 'unshaped' | 'shaped' | 'datagram' | 'lossy';
+const PARTS: readonly Part[] = ['unshaped', 'shaped', 'datagram', 'lossy'];
 
 interface Options {
   readonly smoke: boolean;
@@ -61,6 +78,8 @@ interface Options {
   readonly rateMbit: number;
   /** Shaped part: one-way delay of each edge uplink (a and b), ms; 0 for none. */
   readonly delayMs: number;
+  /** Lossy part: loss rates, per mille, each direction. */
+  readonly lossPerMille: readonly number[];
   readonly timeoutS: number;
   readonly enforce: boolean;
   readonly json: string | undefined;
@@ -68,13 +87,14 @@ interface Options {
 
 const USAGE = `usage: node bench/tunnel.ts [options]
   --smoke              short run for CI: 1 repetition, iperf3 -t 2, the unshaped part only
-  --only PART          unshaped or shaped (default: both; unshaped with --smoke)
+  --only PART          unshaped, shaped, datagram or lossy (default: all; unshaped with --smoke)
   --reps R             iperf3 runs per path, alternating between the paths (default 3; 1 with --smoke)
   --time S             seconds per iperf3 run (iperf3 -t; default 10; 2 with --smoke)
   --rate MBIT          shaped part: tbf rate on the uplinks of sites a and b, both directions (default 1000)
   --delay MS           shaped part: one-way delay on each of those uplinks, both directions (default 10: 20 ms one
                        way from a to b, 40 ms round trip); 0 for none. By netem, or by the lab's delay line where
                        the kernel has no netem; the report says which
+  --loss PCT,...       lossy part: random loss per edge uplink and direction, percent (default 1,3)
   --json FILE          write every sample and summary to FILE
   --timeout SECONDS    abort (and clean up) after this long (default 900; 300 with --smoke)
   --enforce            exit 1 when a target is missed (default: report only)`;
@@ -86,20 +106,24 @@ function parseOptions(argv: readonly string[]): Options {
     time: { type: 'string' },
     rate: { type: 'string' },
     delay: { type: 'string' },
+    loss: { type: 'string' },
     enforce: { type: 'boolean', default: false },
   });
   const smoke = values.smoke;
   const int = intOption(USAGE);
-  if (values.only !== undefined && values.only !== 'unshaped' && values.only !== 'shaped') {
-    throw new Error(`--only must be unshaped or shaped, got "${values.only}"\n${USAGE}`);
+  if (values.only !== undefined && !PARTS.includes(values.only as Part)) {
+    throw new Error(`--only must be one of ${PARTS.join(', ')}, got "${values.only}"\n${USAGE}`);
   }
+  const loss = (values.loss ?? '1,3').split(',').map((x) => Math.round(Number(x) * 10));
+  if (loss.some((x) => !Number.isInteger(x) || x < 0 || x > 500)) throw new Error(`--loss must be percentages 0 to 50, got "${values.loss}"\n${USAGE}`);
   return {
     smoke,
-    parts: values.only ? [values.only as Part] : smoke ? ['unshaped'] : ['unshaped', 'shaped'],
+    parts: values.only ? [values.only as Part] : smoke ? ['unshaped'] : PARTS,
     reps: int('reps', values.reps, smoke ? 1 : 3, 1, 100),
     seconds: int('time', values.time, smoke ? 2 : 10, 1, 600),
     rateMbit: int('rate', values.rate, 1000, 1, 100_000),
     delayMs: int('delay', values.delay, 10, 0, 10_000),
+    lossPerMille: loss,
     timeoutS: int('timeout', values.timeout, smoke ? 300 : 900, 1, 86_400),
     enforce: values.enforce,
     json: values.json,
@@ -398,7 +422,8 @@ function sampler(procs: readonly Watched[]): { begin: () => void; end: () => Pro
 // ---------------------------------------------------------------------------------------------------------------
 // One iperf3 run
 
-type PathKey = 'vxlan' | 'direct' | 'relayed' | 'shaped-vxlan' | 'shaped-direct';
+/** 'vxlan', 'direct', 'relayed', 'shaped-vxlan', 'shaped-direct', 'datagram-udp', 'datagram-stream', 'lossy-<pct>-<path>-<streams>'. */
+type PathKey = string;
 
 interface PathDef {
   readonly key: PathKey;
@@ -412,6 +437,10 @@ interface PathDef {
   readonly carrier: string;
   /** For tunnel paths: the source agent's path to the peer, read after each run. */
   readonly tunnel?: { readonly lab: Lab; readonly node: string; readonly peer: string; readonly want: string };
+  /** Parallel TCP streams (iperf3 -P); 1 when absent. */
+  readonly streams?: number;
+  /** Run before each of its runs (block or allow UDP, and wait for the path). */
+  readonly before?: () => Promise<void>;
 }
 
 interface Sample {
@@ -440,7 +469,8 @@ async function iperf(fx: Fixture, p: PathDef, seconds: number, runIndex: number)
     const s = sampler(p.watch);
     const carried0 = await p.carried();
     s.begin();
-    const res = await run(fx, inNs(p.from.netns, ['iperf3', '-c', p.to.ip, '-p', String(IPERF_PORT), '-t', String(seconds), '-J', '--connect-timeout', '3000']), (seconds + 30) * 1000);
+    const parallel = (p.streams ?? 1) > 1 ? ['-P', String(p.streams)] : [];
+    const res = await run(fx, inNs(p.from.netns, ['iperf3', '-c', p.to.ip, '-p', String(IPERF_PORT), '-t', String(seconds), '-J', '--connect-timeout', '3000', ...parallel]), (seconds + 30) * 1000);
     const procs = s.end();
     const carried = (await p.carried()) - carried0;
     let report: { error?: string; end?: { sum_received?: { bits_per_second?: number; bytes?: number }; sum_sent?: { retransmits?: number }; cpu_utilization_percent?: { host_total?: number; remote_total?: number } } };
@@ -470,6 +500,7 @@ async function measure(fx: Fixture, paths: readonly PathDef[], opts: Options): P
   const samples: Sample[] = [];
   for (let r = 0; r < opts.reps; r++) {
     for (const p of paths) {
+      await p.before?.();
       log(`${p.part}: ${p.label}, run ${r + 1}/${opts.reps}, ${opts.seconds} s`);
       const s = await iperf(fx, p, opts.seconds, r);
       log(`  ${s.gbps.toFixed(2)} Gbit/s`);
@@ -610,6 +641,121 @@ async function shaped(fx: Fixture, opts: Options): Promise<PartResult> {
 }
 
 // ---------------------------------------------------------------------------------------------------------------
+// Parts 3 and 4: the datagram path, unshaped and on lossy uplinks
+
+/**
+ * Drops the tunnel's UDP (its port, either way) at `router` with `block`, or stops dropping it, and waits until
+ * `node`'s path to `peer` shows it (the stream within about 3 s; datagrams again within a keepalive or two).
+ */
+async function tunnelUdp(fx: Fixture, lab: Lab, router: string, block: boolean, node: string, peer: string): Promise<void> {
+  const table = 'atoll-bench-noudp';
+  await run(fx, inNs(router, ['nft', 'delete', 'table', 'ip', table]), 10_000); // absent the first time
+  if (block) {
+    const rules = `table ip ${table} {\n  chain forward {\n    type filter hook forward priority -20; policy accept;\n    udp dport ${TUNNEL_UDP_PORT} drop\n    udp sport ${TUNNEL_UDP_PORT} drop\n  }\n}\n`;
+    writeFileSync(join(fx.dir, `${table}.nft`), rules);
+    const res = await run(fx, inNs(router, ['nft', '-f', join(fx.dir, `${table}.nft`)]), 10_000);
+    if (res.code !== 0) throw new Error(`blocking UDP at ${router} failed: ${res.stderr}`);
+  }
+  await waitForPath(fx, lab, node, peer, block ? 'direct' : 'udp');
+}
+
+/**
+ * Sets random loss of `perMille` on what arrives at each router from its uplink (for it, or to forward); 0 removes it.
+ * On arrival, not on departure: a packet the sending host's own OUTPUT hook drops is an error its TCP sees at once
+ * (local congestion, sent again without a loss signal), so a departure rule would spare the routers' plain TCP (the
+ * reference) the loss the tunnel's forwarded packets get. Before conntrack (priority -300), as a lost packet would be.
+ */
+async function setLoss(fx: Fixture, routers: readonly string[], perMille: number): Promise<void> {
+  const table = 'atoll-bench-loss';
+  for (const r of routers) {
+    await run(fx, inNs(r, ['nft', 'delete', 'table', 'ip', table]), 10_000);
+    if (perMille === 0) continue;
+    const rules = `table ip ${table} {\n  chain prerouting {\n    type filter hook prerouting priority -300; policy accept;\n    iifname "up0" numgen random mod 1000 < ${perMille} counter drop\n  }\n}\n`;
+    writeFileSync(join(fx.dir, `${table}.nft`), rules);
+    const res = await run(fx, inNs(r, ['nft', '-f', join(fx.dir, `${table}.nft`)]), 10_000);
+    if (res.code !== 0) throw new Error(`the loss rule in ${r} failed: ${res.stderr}`);
+  }
+}
+
+/** Turns GRO, GSO and TSO off on a link (one feature at a time: a veth may refuse one), so a loss takes one packet, not a superpacket. */
+async function offloadsOff(fx: Fixture, netns: string, dev: string): Promise<void> {
+  for (const f of ['gro', 'gso', 'tso']) await run(fx, inNs(netns, ['ethtool', '-K', dev, f, 'off']), 10_000);
+}
+
+async function datagram(fx: Fixture, opts: Options): Promise<PartResult> {
+  const lab = await labUp(fx, 'datagram', SHAPED_SPEC, ['--udp']);
+  try {
+    const ra = `${lab.prefix}a-router`;
+    await waitForPath(fx, lab, 'a-1', 'b-1', 'udp');
+    const pod = (n: string) => need(lab.pods, n, 'pod');
+    const common = {
+      part: 'datagram' as const, from: pod('a-1-p1'), to: pod('b-1-p1'), watch: watched(lab, ['agent a-1', 'sender'], ['agent b-1', 'receiver']),
+      carried: tunnelCarried(fx, lab, 'a-1', 'b-1'), carrier: 'a-1 tunnel peer b-1 (txBytes)',
+    };
+    const paths: PathDef[] = [
+      { ...common, key: 'datagram-udp', label: 'tunnel a-1-p1 -> b-1-p1 over UDP datagrams (unshaped)', tunnel: { lab, node: 'a-1', peer: 'b-1', want: 'udp' },
+        before: () => tunnelUdp(fx, lab, ra, false, 'a-1', 'b-1') },
+      { ...common, key: 'datagram-stream', label: 'tunnel a-1-p1 -> b-1-p1 over its TLS stream, UDP dropped at a-router (unshaped)', tunnel: { lab, node: 'a-1', peer: 'b-1', want: 'direct' },
+        before: () => tunnelUdp(fx, lab, ra, true, 'a-1', 'b-1') },
+    ];
+    const idle = idleMemory(lab);
+    const samples = await measure(fx, paths, opts);
+    return { runId: lab.runId, flags: lab.flags, paths: Object.fromEntries(paths.map((p) => [p.key, p.label])), idle, samples };
+  } finally {
+    await labDown(fx, lab);
+  }
+}
+
+async function lossy(fx: Fixture, opts: Options): Promise<PartResult> {
+  const rate = ['--rate', `a=${opts.rateMbit}`, '--rate', `b=${opts.rateMbit}`];
+  const delay = opts.delayMs > 0 ? ['--delay', `a=${opts.delayMs}`, '--delay', `b=${opts.delayMs}`] : [];
+  const lab = await labUp(fx, 'lossy', SHAPED_SPEC, [...rate, ...delay, '--udp']);
+  try {
+    const ra = `${lab.prefix}a-router`;
+    const rb = `${lab.prefix}b-router`;
+    const wan = `${lab.prefix}wan`;
+    for (const [ns, dev] of [[ra, 'up0'], [rb, 'up0'], [wan, 'p-a'], [wan, 'p-b']] as const) await offloadsOff(fx, ns, dev);
+    const pod = (n: string) => need(lab.pods, n, 'pod');
+    const tcpEnds = [ra, rb, need(lab.nodes, 'a-1', 'node').netns, need(lab.nodes, 'b-1', 'node').netns, pod('a-1-p1').netns, pod('b-1-p1').netns];
+    for (const ns of tcpEnds) execFileSync('ip', ['netns', 'exec', ns, 'sysctl', '-q', '-w', `net.ipv4.tcp_rmem=${TCP_BUFFERS}`, `net.ipv4.tcp_wmem=${TCP_BUFFERS}`]);
+    // the routers drop unsolicited packets from their uplink: let iperf3 in to b-router for the plain TCP reference
+    execFileSync('ip', ['netns', 'exec', rb, 'nft', 'insert', 'rule', 'ip', 'atoll-lab', 'input', 'tcp', 'dport', String(IPERF_PORT), 'accept']);
+    await waitForPath(fx, lab, 'a-1', 'b-1', 'udp');
+    const conditions = `${opts.rateMbit} Mbit/s${opts.delayMs > 0 ? `, ${opts.delayMs} ms per uplink` : ''}`;
+    const idle = idleMemory(lab);
+    const samples: Sample[] = [];
+    const labels: Record<string, string> = {};
+    for (const perMille of opts.lossPerMille) {
+      await setLoss(fx, [ra, rb], perMille);
+      const pct = perMille / 10;
+      const paths: PathDef[] = LOSSY_STREAMS.flatMap((n) => {
+        const tunnel = {
+          part: 'lossy' as const, from: pod('a-1-p1'), to: pod('b-1-p1'), watch: watched(lab, ['agent a-1', 'sender'], ['agent b-1', 'receiver']),
+          carried: tunnelCarried(fx, lab, 'a-1', 'b-1'), carrier: 'a-1 tunnel peer b-1 (txBytes)', streams: n,
+        };
+        return [
+          {
+            key: `lossy-${pct}-plain-${n}`, part: 'lossy' as const, label: `${pct}% loss, ${n} stream(s): plain TCP a-router -> b-router (${conditions})`, streams: n,
+            from: { name: 'a-router', netns: ra }, to: { name: 'b-router', netns: rb, ip: publicAddressOf(rb) }, watch: [],
+            carried: async () => txBytesOf(ra, 'up0'), carrier: 'up0 on a-router',
+          },
+          { ...tunnel, key: `lossy-${pct}-udp-${n}`, label: `${pct}% loss, ${n} stream(s): tunnel a-1-p1 -> b-1-p1 over UDP datagrams (${conditions})`,
+            tunnel: { lab, node: 'a-1', peer: 'b-1', want: 'udp' }, before: () => tunnelUdp(fx, lab, ra, false, 'a-1', 'b-1') },
+          { ...tunnel, key: `lossy-${pct}-stream-${n}`, label: `${pct}% loss, ${n} stream(s): tunnel a-1-p1 -> b-1-p1 over its TLS stream, UDP dropped (${conditions})`,
+            tunnel: { lab, node: 'a-1', peer: 'b-1', want: 'direct' }, before: () => tunnelUdp(fx, lab, ra, true, 'a-1', 'b-1') },
+        ];
+      });
+      for (const p of paths) labels[p.key] = p.label;
+      samples.push(...await measure(fx, paths, opts));
+    }
+    await setLoss(fx, [ra, rb], 0);
+    return { runId: lab.runId, flags: lab.flags, paths: labels, idle, samples, applied: { rateMbit: opts.rateMbit, delayMs: opts.delayMs, delayBy: lab.delayBy, qdiscs: {} } };
+  } finally {
+    await labDown(fx, lab);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
 // Statistics and the report
 
 const mib = (kib: number) => fmt(kib / KIB_PER_MIB);
@@ -631,15 +777,13 @@ interface Summary {
   readonly maxGbps: number;
 }
 
-interface Results {
-  unshaped?: PartResult;
-  shaped?: PartResult;
-}
+type Results = Partial<Record<Part, PartResult>>;
+
+const partsOf = (r: Results): PartResult[] => PARTS.flatMap((p) => (r[p] ? [r[p]] : []));
 
 function summaries(r: Results): Summary[] {
   const out: Summary[] = [];
-  for (const part of [r.unshaped, r.shaped]) {
-    if (!part) continue;
+  for (const part of partsOf(r)) {
     for (const [key, label] of Object.entries(part.paths)) {
       const xs = part.samples.filter((s) => s.path === key).map((s) => s.gbps);
       const p = part.samples.find((s) => s.path === key)?.part ?? 'unshaped';
@@ -651,7 +795,7 @@ function summaries(r: Results): Summary[] {
 
 function report(r: Results, opts: Options): { text: string; targets: Target[]; summary: Summary[] } {
   const lines: string[] = [];
-  const samples = [...(r.unshaped?.samples ?? []), ...(r.shaped?.samples ?? [])];
+  const samples = partsOf(r).flatMap((p) => p.samples);
   const runs: string[][] = [['part', 'path', 'run', 'Gbit/s', 'retransmits', 'sender CPU %', 'receiver CPU %', 'carried/received', 'path after', 'load 1 min']];
   for (const s of samples) {
     runs.push([s.part, s.path, String(s.run + 1), fmt(s.gbps, 2), String(s.retransmits), fmt(s.senderCpu), fmt(s.receiverCpu), fmt(s.carriedShare, 3), s.pathAfter ?? '', fmt(s.load, 2)]);
@@ -686,13 +830,29 @@ function report(r: Results, opts: Options): { text: string; targets: Target[]; s
     const cond = (applied?.delayMs ?? 0) === 0 ? `${applied?.rateMbit} Mbit/s, no delay` : `${applied?.rateMbit} Mbit/s, ${applied?.delayMs} ms per uplink`;
     ratio(`shaped (${cond}): tunnel direct / VXLAN`, 'shaped-direct', 'shaped-vxlan', SHAPED_TARGET);
   }
+  if (r.datagram) ratio('unshaped: tunnel over UDP datagrams / over its TLS stream', 'datagram-udp', 'datagram-stream', DATAGRAM_VS_STREAM_TARGET);
+  if (r.lossy) {
+    for (const perMille of opts.lossPerMille.filter((x) => x > 0)) {
+      for (const n of LOSSY_STREAMS) {
+        const pct = perMille / 10;
+        ratio(`${pct}% loss, ${n} stream(s): tunnel over datagrams / plain TCP`, `lossy-${pct}-udp-${n}`, `lossy-${pct}-plain-${n}`, LOSSY_TARGET);
+        ratio(`${pct}% loss, ${n} stream(s): tunnel over its TLS stream / plain TCP (today's tunnel, for comparison)`, `lossy-${pct}-stream-${n}`, `lossy-${pct}-plain-${n}`, 0,
+          'no target: the fallback');
+      }
+    }
+  }
+  for (const part of [r.datagram, r.lossy]) {
+    for (const [role, m] of Object.entries(part?.idle ?? {})) {
+      if (!role.startsWith('agent ')) continue;
+      targets.push({ what: `idle VmRSS of ${role} with the datagram path <= ${IDLE_RSS_TARGET_MIB} MiB (lab ${part?.runId})`, value: `${mib(m.rssKiB)} MiB`, pass: m.rssKiB / KIB_PER_MIB <= IDLE_RSS_TARGET_MIB });
+    }
+  }
   const tt: string[][] = [['target', 'result', 'value']];
   for (const t of targets) tt.push([t.what, t.pass ? 'PASS' : 'MISS', `${t.value}${t.note ? ` (${t.note})` : ''}`]);
   lines.push('Targets (medians)', table(tt, 3), '');
 
   const procRows: string[][] = [['part', 'path', 'process', 'as', 'runs', 'CPU % of 1 core (median)', 'min', 'max', 'VmRSS MiB: idle', 'before run (median)', 'max under load', 'VmHWM at end']];
-  for (const part of [r.unshaped, r.shaped]) {
-    if (!part) continue;
+  for (const part of partsOf(r)) {
     for (const key of Object.keys(part.paths)) {
       const mine = part.samples.filter((s) => s.path === key);
       const roles = [...new Set(mine.flatMap((s) => s.procs.map((p) => p.role)))];
@@ -712,10 +872,11 @@ function report(r: Results, opts: Options): { text: string; targets: Target[]; s
 // ---------------------------------------------------------------------------------------------------------------
 // Main
 
-function preflight(): void {
+function preflight(opts: Options): void {
   const problems: string[] = [];
   if (!isRoot()) problems.push('needs root: it builds labs of network namespaces (atoll lab up)');
   const has = (cmd: string) => execFileSync('sh', ['-c', `command -v ${cmd} || true`], { encoding: 'utf8' }).trim() !== '';
+  if (opts.parts.includes('lossy') && !has('ethtool')) problems.push('ethtool is missing (apt-get install ethtool): the lossy part turns offloads off with it');
   for (const t of ['ip', 'tc', 'nft', 'iperf3', 'ping', 'ss']) if (!has(t)) problems.push(`${t} is missing (apt-get install iproute2 nftables iperf3 iputils-ping)`);
   if (!existsSync(join(ROOT, 'bin', 'atoll-cni'))) problems.push('bin/atoll-cni is not built (make setup)');
   if (problems.length > 0) throw new Error(problems.join('\n'));
@@ -723,7 +884,7 @@ function preflight(): void {
 
 async function main(): Promise<number> {
   const opts = parseOptions(process.argv.slice(2));
-  preflight();
+  preflight(opts);
   const started = Date.now();
   const load0 = loadavg();
   const fx = new Fixture();
@@ -747,8 +908,8 @@ async function main(): Promise<number> {
   try {
     for (const part of opts.parts) {
       const t0 = Date.now();
-      if (part === 'unshaped') results.unshaped = await unshaped(fx, opts);
-      else results.shaped = await shaped(fx, opts);
+      const parts: Record<Part, (fx: Fixture, opts: Options) => Promise<PartResult>> = { unshaped, shaped, datagram, lossy };
+      results[part] = await parts[part](fx, opts);
       seconds[part] = (Date.now() - t0) / 1000;
     }
   } finally {

@@ -11,12 +11,17 @@
  * punched stream attaches, and back when it closes, packet by packet, so the TCP flows inside see at most a few
  * reordered or lost packets. Every stream is pinned to the peer's key, so a packet from any is checked against that
  * peer's blocks.
+ * With a datagram path (src/adapters/datagram-path.ts, {@link TunnelEndpoint.useDatagrams}) packets take it first
+ * whenever it is usable for their peer, again packet by packet: a flow moves between datagrams, the direct stream
+ * and the relay as paths come and go. Packets arriving as datagrams pass the same source check.
  * Backpressure: while any stream is over its high-water mark the TUN device is not read, so the kernel's TUN queue
  * fills and the senders' TCP slows down instead of the agent buffering without bound.
  */
+import { TcpCoalescer } from '../core/tunnel/coalesce.ts';
 import { FRAME_HEADER } from '../core/tunnel/frame.ts';
 import { packetDestination, PeerRoutes, type TunnelPeer } from '../core/tunnel/routing.ts';
 import type { PeerPath } from '../core/tunnel/status.ts';
+import type { DatagramPath } from './datagram-path.ts';
 import type { TunDevice } from './tun.ts';
 import type { TunnelStream } from './tunnel-stream.ts';
 
@@ -59,11 +64,48 @@ export class TunnelEndpoint {
   private readonly streams: Record<StreamKind, Map<string, TunnelStream>> = { direct: new Map(), circuitIn: new Map(), circuitOut: new Map() };
   private readonly congested = new Set<TunnelStream>();
   private paused = false;
+  private datagrams: DatagramPath | undefined;
+  private readonly coalescer = new TcpCoalescer((pkt) => {
+    if (!this.tun.write(pkt)) this.stats.droppedTunWrite++;
+  });
+  private flushQueued = false;
 
   constructor(tun: TunDevice, peers: readonly TunnelPeer[]) {
     this.tun = tun;
     this.routes = new PeerRoutes([]);
     this.setPeers(peers);
+  }
+
+  /**
+   * Sends packets on `path` whenever it is usable for their peer, before any stream. Its packets must come in through
+   * {@link fromDatagram}.
+   */
+  useDatagrams(path: DatagramPath): void {
+    this.datagrams = path;
+  }
+
+  /**
+   * An authentic packet from `peerId` that came as a datagram: into the TUN device if its source is the peer's, TCP
+   * segments merged back into superpackets (src/core/tunnel/coalesce.ts) until the event loop's I/O phase is over.
+   * Counted when accepted; a superpacket the TUN device refuses counts once in droppedTunWrite.
+   */
+  fromDatagram(peerId: string, pkt: Uint8Array): void {
+    const e = this.entries.get(peerId);
+    if (!e || !this.routes.acceptFrom(e.peer.id, pkt)) {
+      this.stats.droppedBadSource++;
+      return;
+    }
+    this.stats.forwardedIn++;
+    e.traffic.rxPackets++;
+    e.traffic.rxBytes += pkt.length;
+    this.coalescer.push(pkt);
+    if (!this.flushQueued) {
+      this.flushQueued = true;
+      setImmediate(() => {
+        this.flushQueued = false;
+        this.coalescer.flush();
+      });
+    }
   }
 
   /** Starts reading the TUN device. */
@@ -126,6 +168,7 @@ export class TunnelEndpoint {
 
   /** How packets to `peerId` travel now. */
   pathOf(peerId: string): PeerPath {
+    if (this.datagrams?.usable(peerId)) return 'udp';
     if (this.streams.direct.has(peerId)) return 'direct';
     return this.circuitOf(peerId) ? 'relayed' : 'down';
   }
@@ -148,6 +191,13 @@ export class TunnelEndpoint {
       if (peer === undefined || e === undefined) {
         this.stats.droppedNoPeer++;
         this.tun.release(pkt);
+        continue;
+      }
+      if (this.datagrams?.send(peer, pkt)) {
+        this.tun.release(pkt); // the datagrams hold copies
+        this.stats.forwardedOut++;
+        e.traffic.txPackets++;
+        e.traffic.txBytes += pkt.length;
         continue;
       }
       const via = this.streams.direct.get(peer) ?? this.circuitOf(peer);

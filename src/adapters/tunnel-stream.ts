@@ -237,6 +237,14 @@ export class TunnelStream extends EventEmitter {
     else this.socket.write(frame);
   }
 
+  /**
+   * `length` bytes of keying material exported from this stream's TLS 1.3 session (RFC 8446 7.5) under `label`: the
+   * same at both ends of the stream, known to nobody else (a circuit's relay included), bound to both pinned keys.
+   */
+  exportKeyingMaterial(length: number, label: string): Buffer {
+    return this.socket.exportKeyingMaterial(length, label, Buffer.alloc(0));
+  }
+
   /** Ends the stream (idempotent); `close` is emitted once. */
   close(err?: Error): void {
     if (this.dead) return;

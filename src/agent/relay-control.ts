@@ -55,6 +55,8 @@ export class RelayControl {
   #stream: TunnelStream | undefined;
   /** The relay's circuit port, as its `observed` message says. */
   #circuitPort: number | undefined;
+  /** Our public address as the relay sees our control stream ('' until it said). */
+  #publicHost = '';
   /** Answers awaited, by nonce: from the relay (circuit-ready, circuit-refused) and from peers (punch-ack). */
   readonly #circuitAnswers = new Map<string, (msg: CircuitReady | CircuitRefused) => void>();
   readonly #punchAnswers = new Map<string, (msg: PunchAck) => void>();
@@ -72,6 +74,11 @@ export class RelayControl {
   /** Whether circuits can be asked for and joined: the stream is up and the relay said its circuit port. */
   get circuitsReady(): boolean {
     return this.#stream !== undefined && this.#circuitPort !== undefined;
+  }
+
+  /** Our public host as the relay observed it on our control stream, '' until it said (the datagram path's address). */
+  get publicHost(): string {
+    return this.#publicHost;
   }
 
   /** The relay's address, whether its stream is up, and its round trip, for `atoll peers`. */
@@ -100,7 +107,10 @@ export class RelayControl {
 
   /** The relay's own messages: its circuit port, answers to our circuit requests, and circuits peers asked for. */
   #onControl(msg: ControlMessage): void {
-    if (msg.t === 'observed') this.#circuitPort = msg.circuitPort;
+    if (msg.t === 'observed') {
+      this.#circuitPort = msg.circuitPort;
+      this.#publicHost = msg.host;
+    }
     else if (msg.t === 'circuit-ready' || msg.t === 'circuit-refused') this.#circuitAnswers.get(msg.n)?.(msg);
     else if (msg.t === 'circuit-join') this.#c.onCircuitJoin(msg.from, msg.token);
   }

@@ -8,14 +8,23 @@
  * change and every resync; one loop runs per peer and role (dial, punch, circuit), restarted when the peer's key,
  * mode or address changes.
  *
+ * With `udp`, packets take the datagram path (src/adapters/datagram-path.ts) whenever it is usable: its keys are
+ * offered on every stream that comes up, and the streams carry everything else.
+ *
  * MTU: the TUN device gets the pods' MTU, so no packet a pod sends is too big for it; the stream is TCP, so the
- * underlay's MTU does not limit the tunnel's packets (TCP superpackets pass whole, GSO on both TUN devices).
+ * underlay's MTU does not limit the tunnel's packets (TCP superpackets pass whole, GSO on both TUN devices). With the
+ * datagram path the TUN device's MTU is at most the underlay MTU less the datagram overhead (innerMtu): pods with a
+ * larger MTU learn the smaller one from the ICMP "fragmentation needed" the node sends them (their superpackets are
+ * cut into segments of that size, one per datagram).
  */
 import type { Server } from 'node:tls';
 import type { NodeRecord } from '../core/cluster/model.ts';
 import { planTunnel, type TunnelPeerPlan, type TunnelPlan, type TunnelRole, tunnelSourceAddress } from '../core/tunnel/plan.ts';
 import type { Logger } from '../core/ports.ts';
 import type { PeerPath, TunnelStatus } from '../core/tunnel/status.ts';
+import { innerMtu } from '../core/tunnel/datagram.ts';
+import type { ControlMessage } from '../core/tunnel/messages.ts';
+import { DatagramPath } from '../adapters/datagram-path.ts';
 import type { IpRoute2 } from '../adapters/iproute2.ts';
 import { openTun } from '../adapters/tun.ts';
 import { type StreamKind, TunnelEndpoint } from '../adapters/tunnel-endpoint.ts';
@@ -50,6 +59,8 @@ export interface TunnelInit {
   readonly retryMaxMs?: number;
   /** How long one hole-punching attempt may take. */
   readonly punchTimeoutMs?: number;
+  /** The datagram path: its UDP port and the underlay's MTU; off when absent. */
+  readonly udp?: { readonly port: number; readonly underlayMtu: number };
 }
 
 /** A running per-peer loop: what it was started for, and how to stop it. */
@@ -73,6 +84,7 @@ export class Tunnel {
   readonly #punchers = new Map<string, PeerLoop>();
   readonly #circuitKeepers = new Map<string, PeerLoop>();
   readonly #pathSince = new Map<string, { path: PeerPath; since: number }>();
+  #datagrams: DatagramPath | undefined;
 
   constructor(components: TunnelComponents, init: TunnelInit) {
     this.#c = components;
@@ -100,10 +112,29 @@ export class Tunnel {
 
   /** Opens the TUN device, starts the endpoint and, on a cloud node, the listener. @throws AtollError on failure. */
   async start(): Promise<void> {
-    const { device, mtu, role, listenHost, port, credentials } = this.#init;
+    const { device, role, listenHost, port, credentials, udp } = this.#init;
+    const mtu = udp ? Math.min(this.#init.mtu, innerMtu(udp.underlayMtu)) : this.#init.mtu;
     const tun = openTun({ name: device, mtu });
-    this.#endpoint = new TunnelEndpoint(tun, []);
-    this.#endpoint.start();
+    const endpoint = new TunnelEndpoint(tun, []);
+    this.#endpoint = endpoint;
+    if (udp) {
+      const datagrams = new DatagramPath({
+        streamOf: (name) => endpoint.streamOf(name) ?? endpoint.circuitOf(name),
+        publicHost: () => this.#relay?.control.publicHost ?? '',
+        onPacket: (name, pkt) => endpoint.fromDatagram(name, pkt),
+      // an edge node binds an ephemeral port: nodes behind one NAT then never want the same outside port, so the NAT
+      // keeps each one's (what the node announces); a cloud node has a public address and the configured port
+      }, { host: role === 'cloud' ? listenHost : '0.0.0.0', port: role === 'cloud' ? udp.port : 0, underlayMtu: udp.underlayMtu });
+      try {
+        await datagrams.start();
+      } catch (err) {
+        endpoint.close();
+        throw err;
+      }
+      endpoint.useDatagrams(datagrams);
+      this.#datagrams = datagrams;
+    }
+    endpoint.start();
     if (role === 'cloud') {
       const { server } = await listenTunnel({
         host: listenHost, port, credentials,
@@ -117,7 +148,7 @@ export class Tunnel {
       this.#server = server;
     }
     if (role === 'edge' && this.#relay) void this.#relay.control.run(this.#abort.signal);
-    this.#c.log.info('tunnel started', { device, mtu, role, ...(role === 'cloud' ? { listen: `${listenHost}:${port}` } : {}), ...(this.#init.relay ? { relay: `${this.#init.relay.host}:${this.#init.relay.port}` } : {}) });
+    this.#c.log.info('tunnel started', { device, mtu, role, ...(role === 'cloud' ? { listen: `${listenHost}:${port}` } : {}), ...(this.#datagrams ? { udpPort: this.#datagrams.port, underlayMtu: udp?.underlayMtu } : {}), ...(this.#init.relay ? { relay: `${this.#init.relay.host}:${this.#init.relay.port}` } : {}) });
   }
 
   /** A peer that dials us (an edge peer of a cloud node) with this pin. */
@@ -134,6 +165,13 @@ export class Tunnel {
       this.#c.log.info(`${what} closed`, { peer: peer.name, ...(err ? { err: err.message } : {}) });
       this.#notePath(peer.name);
     });
+    const datagrams = this.#datagrams;
+    if (datagrams) {
+      stream.on('control', (msg: ControlMessage) => {
+        if (msg.t === 'udp-key' || msg.t === 'udp-key-ack') datagrams.onControl(peer.name, stream, msg);
+      });
+      datagrams.offerKey(peer.name, stream); // a new stream may be a restarted peer's, which holds none of our keys
+    }
   }
 
   /** Logs a peer's path when it changed (direct, relayed, down) and remembers since when. */
@@ -167,6 +205,7 @@ export class Tunnel {
     this.#plan = plan;
     if (changed) {
       endpoint.setPeers(plan.peers.map((p) => ({ id: p.name, blocks: p.blocks })));
+      this.#datagrams?.setPeers(plan.peers.map((p) => p.name));
       this.#c.log.info('tunnel peers', { peers: plan.peers.map((p) => `${p.name} (${p.dial ? `dial ${p.dial.host}:${p.dial.port}` : p.mode})`), skipped: plan.skipped });
       for (const p of plan.peers) this.#notePath(p.name);
     }
@@ -201,7 +240,9 @@ export class Tunnel {
       role: this.#init.role,
       ...(relay ? { relay: relay.control.status() } : {}),
       peers: this.#plan.peers.map((p) => {
+        this.#notePath(p.name); // the datagram path comes and goes without an event
         const path = endpoint?.pathOf(p.name) ?? 'down';
+        const udp = this.#datagrams?.statusOf(p.name);
         const t = endpoint?.trafficOf(p.name);
         const punch = relay?.puncher.stateOf(p.name);
         return {
@@ -210,11 +251,15 @@ export class Tunnel {
           txBytes: t?.txBytes ?? 0, rxBytes: t?.rxBytes ?? 0, txPackets: t?.txPackets ?? 0, rxPackets: t?.rxPackets ?? 0,
           since: this.#pathSince.get(p.name)?.since ?? 0,
           ...(punch ? { punch: { ...punch } } : {}),
+          ...(udp ? { udp: { endpoint: udp.endpoint, usable: udp.usable } } : {}),
         };
       }),
       skipped: this.#plan.skipped,
       refusedConnections: this.#refused,
-      dropped: endpoint ? { noPeer: endpoint.stats.droppedNoPeer, noPath: endpoint.stats.droppedNoStream, badSource: endpoint.stats.droppedBadSource, tunWrite: endpoint.stats.droppedTunWrite } : {},
+      dropped: endpoint ? {
+        noPeer: endpoint.stats.droppedNoPeer, noPath: endpoint.stats.droppedNoStream, badSource: endpoint.stats.droppedBadSource, tunWrite: endpoint.stats.droppedTunWrite,
+        ...Object.fromEntries(Object.entries(this.#datagrams?.stats.dropped ?? {}).map(([reason, n]) => [`udp.${reason}`, n])),
+      } : {},
     };
   }
 
@@ -226,6 +271,8 @@ export class Tunnel {
       loops.clear();
     }
     this.#server?.close();
+    this.#datagrams?.close();
+    this.#datagrams = undefined;
     this.#endpoint?.close();
     this.#endpoint = undefined;
   }

@@ -92,6 +92,16 @@ export const agentConfigSchema = z.strictObject({
       }, { message: 'port must be 1 to 65535' }),
       pin: z.string().regex(/^sha256:[0-9a-f]{64}$/, 'must be sha256:<64 hex digits>, as `atoll relay` prints it'),
     }).optional(),
+    /**
+     * The datagram path: packets as AES-256-GCM UDP datagrams, keyed over the TLS streams, which stay the fallback;
+     * off when absent. Cloud nodes receive on `port`; edge nodes on an ephemeral port (nodes behind one NAT must not
+     * want the same outside port). `underlayMtu` bounds every datagram (the TUN device's MTU becomes at most
+     * underlayMtu - 70).
+     */
+    udp: z.strictObject({
+      port: z.number().int().min(1).max(65535).default(8477),
+      underlayMtu: z.number().int().min(576).max(65535).default(1500),
+    }).optional(),
   }).optional(),
   /** Cluster pod ranges: pod traffic to them is never masqueraded (every known block is included anyway). */
   clusterCidrs: z.array(cidr).default([]),

@@ -58,3 +58,11 @@ test('--pods: auto by default, cri or direct, anything else refused', () => {
   assert.equal(labPodsFromFlag('direct'), 'direct');
   assert.throws(() => labPodsFromFlag('containerd'), (e: unknown) => e instanceof AtollError && e.code === 'LAB_SPEC_INVALID' && /--pods must be auto, cri, direct, not "containerd"/.test(e.message));
 });
+
+test('--udp turns the datagram path on; --block-udp SITE blocks UDP at that site\'s router', () => {
+  const spec = labSpecFromFlags({ udp: true, 'block-udp': ['b'] });
+  assert.equal(spec.tunnelUdp, true);
+  assert.deepEqual(spec.edges.map((e) => [e.name, e.udpBlocked === true]), [['a', false], ['b', true]]);
+  assert.equal(labSpecFromFlags({}).tunnelUdp, undefined, 'off by default');
+  assert.throws(() => labSpecFromFlags({ 'block-udp': ['z'] }), (e: unknown) => e instanceof AtollError && /--block-udp z: there is no edge site "z"/.test(e.message));
+});

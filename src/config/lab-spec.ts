@@ -18,9 +18,11 @@ export const labSpecSchema = z.strictObject({
     community: z.string().default(''),
     nat: natType.default('endpoint-independent'),
     uplink: z.strictObject({ delayMs: z.number().int().optional(), rateMbit: z.number().int().optional() }).default({}),
+    udpBlocked: z.boolean().optional(),
   })).default(DEFAULT_LAB_SPEC.edges.map((e) => ({ ...e, uplink: { ...e.uplink } }))),
   podsPerNode: z.number().int().default(DEFAULT_LAB_SPEC.podsPerNode),
   sameSite: z.enum(['vxlan', 'direct']).default(DEFAULT_LAB_SPEC.sameSite),
+  tunnelUdp: z.boolean().optional(),
 });
 
 /** The lab flags as `node:util` parseArgs gives them (strings; repeatable ones as arrays). */
@@ -35,6 +37,8 @@ export interface LabFlags {
   readonly delay?: readonly string[];
   readonly rate?: readonly string[];
   readonly 'same-site'?: string;
+  readonly udp?: boolean;
+  readonly 'block-udp'?: readonly string[];
 }
 
 /** parseArgs options for {@link LabFlags}. */
@@ -49,6 +53,8 @@ export const LAB_FLAG_OPTIONS = {
   delay: { type: 'string', multiple: true },
   rate: { type: 'string', multiple: true },
   'same-site': { type: 'string' },
+  udp: { type: 'boolean' },
+  'block-udp': { type: 'string', multiple: true },
 } as const;
 
 export const LAB_FLAGS_HELP = `  --cloud-nodes N          nodes in the cloud site (default ${DEFAULT_LAB_SPEC.cloudNodes})
@@ -61,6 +67,8 @@ export const LAB_FLAGS_HELP = `  --cloud-nodes N          nodes in the cloud sit
                            delay line), e.g. 20 or 20ms
   --rate [SITE=]MBIT       rate limit on edge uplinks (tc tbf), e.g. 100, 100mbit or 1gbit
   --same-site vxlan|direct how nodes of one site reach each other (default vxlan)
+  --udp                    the tunnel's datagram path on (agents' tunnel.udp)
+  --block-udp SITE         the site's router drops UDP on its uplink (the datagram path falls back to TCP); repeatable
   --spec FILE              a JSON spec (docs/lab.md); the flags above change it
 `;
 
@@ -136,6 +144,10 @@ export function labSpecFromFlags(flags: LabFlags): LabSpec {
     if (!r.success) fail(`--nat must be endpoint-independent or symmetric, not "${v}"`);
     return r.data as NatType;
   }, (e, nat) => ({ ...e, nat }));
+  for (const site of flags['block-udp'] ?? []) {
+    if (!names.includes(site)) fail(`--block-udp ${site}: there is no edge site "${site}" (sites: ${names.join(', ') || 'none'})`);
+    edges = edges.map((e) => (e.name === site ? { ...e, udpBlocked: true } : e));
+  }
   apply('delay', flags.delay, parseDelay, (e, delayMs) => ({ ...e, uplink: { ...e.uplink, delayMs } }));
   apply('rate', flags.rate, parseRate, (e, rateMbit) => ({ ...e, uplink: { ...e.uplink, rateMbit } }));
   const sameSite = flags['same-site'] ?? base.sameSite;
@@ -145,6 +157,7 @@ export function labSpecFromFlags(flags: LabFlags): LabSpec {
     edges: edges.map((e) => Object.freeze({ ...e, uplink: Object.freeze(e.uplink) })),
     podsPerNode: count('pods-per-node', flags['pods-per-node']) ?? base.podsPerNode,
     sameSite,
+    ...(flags.udp || base.tunnelUdp ? { tunnelUdp: true } : {}),
   };
   const problems = labSpecProblems(spec);
   if (problems.length > 0) fail(`the lab spec is impossible: ${problems.join('; ')}`);

@@ -21,6 +21,7 @@ import { AtollError, asAtollError, atollError } from '../core/errors.ts';
 import {
   agentConfigFor, classifyRoute, expectationOf, expectedPath, LAB_NETNS_PREFIX, type LabNamespace, labPrefix, type LabPath, type LabPlan, type LabSetupStep, relayConfigFor,
   type ObservedRoute, planLab, renderLabSetup, runIdOfNetns,
+  udpBlockedAt,
 } from '../core/lab/plan.ts';
 import { judgeCell, type LabCell, type PingResult, type TcpResult } from '../core/lab/report.ts';
 import { describeLabSpec, type LabSpec } from '../core/lab/spec.ts';
@@ -295,9 +296,17 @@ async function tunnelPaths(plan: LabPlan): Promise<Map<string, Map<string, PeerP
 
 const pathIn = (paths: Map<string, Map<string, PeerPath>>, from: string, to: string): PeerPath => paths.get(from)?.get(to) ?? 'down';
 
-/** The agent path a tunnel pair should have: hole-punched and cloud pairs a direct stream, the rest the relay. */
-const wantedTunnelPath = (path: LabPath): PeerPath | undefined =>
-  path === 'tunnel direct' || path === 'tunnel hole-punched' ? 'direct' : path === 'tunnel relayed' ? 'relayed' : undefined;
+/**
+ * The agent path a tunnel pair should have: hole-punched and cloud pairs a direct stream, the rest the relay; with
+ * the datagram path on, UDP datagrams for those direct pairs unless a site on the way blocks UDP.
+ */
+function wantedTunnelPath(plan: LabPlan, a: string, b: string, path: LabPath): PeerPath | undefined {
+  const direct = path === 'tunnel direct' || path === 'tunnel hole-punched';
+  if (direct && plan.spec.tunnelUdp) {
+    return udpBlockedAt(plan, a) || udpBlockedAt(plan, b) ? 'direct' : 'udp';
+  }
+  return direct ? 'direct' : path === 'tunnel relayed' ? 'relayed' : undefined;
+}
 
 /**
  * Waits until every tunnel pair runs over its expected path: a direct stream (cloud <-> edge, and edge pairs that
@@ -306,19 +315,19 @@ const wantedTunnelPath = (path: LabPath): PeerPath | undefined =>
  */
 export async function waitForTunnelPaths(plan: LabPlan, timeoutMs = TUNNEL_PATHS_TIMEOUT_MS): Promise<Record<string, number>> {
   const pairs = plan.nodes.flatMap((a) => plan.nodes.filter((b) => b !== a).map((b) => ({ a: a.name, b: b.name, path: expectedPath(plan, a.name, b.name) })))
-    .filter((p) => wantedTunnelPath(p.path) !== undefined);
+    .filter((p) => wantedTunnelPath(plan, p.a, p.b, p.path) !== undefined);
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const paths = await tunnelPaths(plan);
     const seen = pairs.map((p) => ({ ...p, now: pathIn(paths, p.a, p.b) }));
-    const wrong = seen.filter((p) => p.now !== wantedTunnelPath(p.path));
+    const wrong = seen.filter((p) => p.now !== wantedTunnelPath(plan, p.a, p.b, p.path));
     if (wrong.length === 0) {
       const counts: Record<string, number> = {};
       for (const p of seen) counts[p.path] = (counts[p.path] ?? 0) + 1;
       return counts;
     }
     if (Date.now() > deadline) {
-      throw atollError('LAB_STEP_FAILED', `tunnel paths not as expected after ${timeoutMs / 1000} s: ${wrong.slice(0, 6).map((p) => `${p.a} -> ${p.b} is ${p.now}, expected ${p.path}`).join('; ')}`,
+      throw atollError('LAB_STEP_FAILED', `tunnel paths not as expected after ${timeoutMs / 1000} s: ${wrong.slice(0, 6).map((p) => `${p.a} -> ${p.b} is ${p.now}, expected ${wantedTunnelPath(plan, p.a, p.b, p.path)} (${p.path})`).join('; ')}`,
         'read the agents\' logs (hole punching failed / relay stream / tunnel stream) and `atoll peers` on those nodes');
     }
     await sleep(250);
@@ -641,7 +650,7 @@ async function observedRoute(plan: LabPlan, paths: Map<string, Map<string, PeerP
   }
   if (route !== 'tunnel') return route;
   const path = pathIn(paths, node, targetNode);
-  return path === 'direct' ? 'tunnel' : path === 'relayed' ? 'tunnel relayed' : 'tunnel down';
+  return path === 'direct' || path === 'udp' ? 'tunnel' : path === 'relayed' ? 'tunnel relayed' : 'tunnel down';
 }
 
 /**

@@ -1,6 +1,7 @@
 /**
  * A tunnel node for root tests, run inside a node namespace with `ip netns exec`: opens the TUN device, listens or
- * dials one peer over a pinned TLS stream, and writes its counters as JSON to a file every 200 ms.
+ * dials one peer over a pinned TLS stream, with `udp` also the datagram path (wired as src/agent/tunnel.ts does), and
+ * writes its counters as JSON to a file every 200 ms.
  * Argument: one JSON object (see {@link TunnelNodeSpec}).
  */
 import { readFileSync, renameSync, writeFileSync } from 'node:fs';
@@ -9,6 +10,9 @@ import { openTun } from '../../src/adapters/tun.ts';
 import { dialTunnel, listenTunnel } from '../../src/adapters/tunnel-dial.ts';
 import type { TunnelStream } from '../../src/adapters/tunnel-stream.ts';
 import { TunnelEndpoint } from '../../src/adapters/tunnel-endpoint.ts';
+import { DatagramPath } from '../../src/adapters/datagram-path.ts';
+import { innerMtu } from '../../src/core/tunnel/datagram.ts';
+import type { ControlMessage } from '../../src/core/tunnel/messages.ts';
 
 export interface TunnelNodeSpec {
   readonly tun: string;
@@ -18,22 +22,40 @@ export interface TunnelNodeSpec {
   readonly listen?: { readonly host: string; readonly port: number };
   readonly dial?: { readonly host: string; readonly port: number };
   readonly statsFile: string;
+  /** The datagram path: bind this address and port; the TUN device's MTU becomes innerMtu(underlayMtu). */
+  readonly udp?: { readonly host: string; readonly port: number; readonly underlayMtu: number };
 }
 
 const spec = JSON.parse(process.argv[2] ?? '{}') as TunnelNodeSpec;
 const credentials = { keyPem: readFileSync(spec.keyFile, 'utf8'), certPem: readFileSync(spec.certFile, 'utf8') };
-const tun = openTun({ name: spec.tun });
+const tun = openTun({ name: spec.tun, ...(spec.udp ? { mtu: innerMtu(spec.udp.underlayMtu) } : {}) });
 const endpoint = new TunnelEndpoint(tun, [{ id: spec.peer.id, blocks: spec.peer.blocks.map((b) => {
   const c = parseCidr(b);
   if (!c) throw new Error(`peer block ${b} is not a prefix`);
   return c;
 }) }]);
+let datagrams: DatagramPath | undefined;
+if (spec.udp) {
+  datagrams = new DatagramPath({
+    streamOf: (id) => endpoint.streamOf(id), publicHost: () => '', onPacket: (id, pkt) => endpoint.fromDatagram(id, pkt),
+  }, spec.udp);
+  await datagrams.start();
+  datagrams.setPeers([spec.peer.id]);
+  endpoint.useDatagrams(datagrams);
+}
 endpoint.start();
 let refused = 0;
 let stream: TunnelStream | undefined;
 const use = (s: TunnelStream) => {
   stream = s;
   endpoint.attach(spec.peer.id, s);
+  const d = datagrams;
+  if (d) {
+    s.on('control', (msg: ControlMessage) => {
+      if (msg.t === 'udp-key' || msg.t === 'udp-key-ack') d.onControl(spec.peer.id, s, msg);
+    });
+    d.offerKey(spec.peer.id, s);
+  }
 };
 if (spec.listen) {
   await listenTunnel({
@@ -57,13 +79,15 @@ if (spec.dial) {
 }
 const report = () => {
   const tmp = `${spec.statsFile}.tmp`;
-  writeFileSync(tmp, JSON.stringify({ endpoint: endpoint.stats, tun: tun.stats, tunPacketsOut: tun.packetsOut, stream: stream?.stats, connected: stream?.alive ?? false, refused }));
+  writeFileSync(tmp, JSON.stringify({ endpoint: endpoint.stats, tun: tun.stats, tunPacketsOut: tun.packetsOut, stream: stream?.stats, connected: stream?.alive ?? false, refused,
+    path: endpoint.pathOf(spec.peer.id), udp: datagrams?.stats }));
   renameSync(tmp, spec.statsFile);
 };
 setInterval(report, 200);
 report();
 process.on('SIGTERM', () => {
   report();
+  datagrams?.close();
   endpoint.close();
   process.exit(0);
 });

@@ -4,7 +4,7 @@
  * answers against what the plan knows. Pure: the Prometheus configuration, the queries and what each should answer.
  */
 import { CLOUD_SITE } from './spec.ts';
-import { expectedPath, LAB_MONITOR, type LabPlan } from './plan.ts';
+import { expectedPath, LAB_MONITOR, type LabPlan, udpBlockedAt } from './plan.ts';
 import { PEER_PATH_KINDS, type PeerPathKind } from '../tunnel/status.ts';
 
 /** Where the lab's Prometheus listens, inside the controller's namespace (loopback only). */
@@ -51,11 +51,13 @@ function tunnelKind(plan: LabPlan, from: string, to: string): PeerPathKind | und
 
 /** Tunnel peers per path kind summed over every agent, as the plan has them once every path is up. */
 export function expectedPeerPaths(plan: LabPlan): Record<PeerPathKind, number> {
-  const n: Record<PeerPathKind, number> = { direct: 0, 'hole-punched': 0, relayed: 0, down: 0 };
+  const n: Record<PeerPathKind, number> = { udp: 0, direct: 0, 'hole-punched': 0, relayed: 0, down: 0 };
   for (const a of plan.nodes) {
     for (const b of plan.nodes) {
       const k = a.name === b.name ? undefined : tunnelKind(plan, a.name, b.name);
-      if (k) n[k]++;
+      // with the datagram path on, direct pairs report udp unless a site on the way blocks it
+      if (k && k !== 'relayed' && plan.spec.tunnelUdp && !udpBlockedAt(plan, a.name) && !udpBlockedAt(plan, b.name)) n.udp++;
+      else if (k) n[k]++;
     }
   }
   return n;

@@ -248,7 +248,13 @@ export function uplinkQdiscLines(dev: string, c: UplinkConditions): string[] {
  * The NAT router's ruleset: masquerade the site LAN out of the uplink (`fully-random` for symmetric NAT), and let in
  * from the uplink only what belongs to a connection from inside (a home router's stateful filter).
  */
-export function natRuleset(opts: { site: string; type: NatType; lan: string; uplink: string; lanDev: string }): string {
+/** Whether the site of `node` blocks UDP at its router (`--block-udp`): its tunnels then keep to their TCP streams. */
+export function udpBlockedAt(plan: LabPlan, node: string): boolean {
+  const site = plan.nodes.find((n) => n.name === node)?.site;
+  return plan.spec.edges.find((e) => e.name === site)?.udpBlocked === true;
+}
+
+export function natRuleset(opts: { site: string; type: NatType; lan: string; uplink: string; lanDev: string; udpBlocked?: boolean }): string {
   return [
     `table ip ${LAB_NFT_TABLE}`,
     `delete table ip ${LAB_NFT_TABLE}`,
@@ -260,6 +266,8 @@ export function natRuleset(opts: { site: string; type: NatType; lan: string; upl
     `  }`,
     `  chain forward {`,
     `    type filter hook forward priority filter; policy accept;`,
+    // a network that blocks UDP (--block-udp): the tunnel's datagram path must fall back to its TCP streams
+    ...(opts.udpBlocked ? [`    oifname "${opts.uplink}" meta l4proto udp drop`, `    iifname "${opts.uplink}" meta l4proto udp drop`] : []),
     `    iifname "${opts.uplink}" oifname "${opts.lanDev}" ct state established,related accept`,
     `    iifname "${opts.uplink}" oifname "${opts.lanDev}" drop`,
     `  }`,
@@ -364,7 +372,7 @@ export function planLab(input: LabPlanInput): LabPlan {
         nodeName: name, podCidrs: [], cniBinDir: paths.cniBinDir, cniConfDir: paths.cniConfDir, dataDir: paths.dataDir,
         socketPath: paths.socketPath, bridge: NODE_DEVICES.bridge, resyncPeriod: 5, site, community, underlayAddresses: [underlay],
         overlay: { device: NODE_DEVICES.overlay, directRouting: spec.sameSite === 'direct' ? 'auto' : 'never' }, clusterCidrs: [LAB_CLUSTER_CIDR],
-        tunnel: { device: NODE_DEVICES.tunnel, role: site === CLOUD_SITE ? 'cloud' : 'edge' },
+        tunnel: { device: NODE_DEVICES.tunnel, role: site === CLOUD_SITE ? 'cloud' : 'edge', ...(spec.tunnelUdp ? { udp: {} } : {}) },
         controller: { urls: [url], token: input.bootstrapToken, usagePeriod: 5 },
         metrics: { listen: `${monitorAddress}:${LAB_MONITOR.agentPort}` },
       },
@@ -402,7 +410,7 @@ export function planLab(input: LabPlanInput): LabPlan {
     bridges.push({ netns: router, ifname: 'lan0', address: `${lanNet}.1/24` });
     routes.push({ netns: router, dst: 'default', via: `${WAN_NET}.1` });
     forwarding.push(router);
-    nat.push({ netns: router, site: e.name, type: e.nat, ruleset: natRuleset({ site: e.name, type: e.nat, lan: `${lanNet}.0/24`, uplink: 'up0', lanDev: 'lan0' }) });
+    nat.push({ netns: router, site: e.name, type: e.nat, ruleset: natRuleset({ site: e.name, type: e.nat, lan: `${lanNet}.0/24`, uplink: 'up0', lanDev: 'lan0', udpBlocked: e.udpBlocked === true }) });
     const byQdisc: UplinkConditions = delayLine ? { rateMbit: e.uplink.rateMbit } : e.uplink; // the delay line does the rest
     const up = uplinkQdiscLines('up0', byQdisc);
     if (up.length > 0) {

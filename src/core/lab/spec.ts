@@ -32,6 +32,8 @@ export interface EdgeSiteSpec {
   readonly community: string;
   readonly nat: NatType;
   readonly uplink: UplinkConditions;
+  /** Whether the site's router drops UDP to and from its uplink (a network that blocks UDP): the tunnel's datagram path then falls back to its streams. */
+  readonly udpBlocked?: boolean;
 }
 
 export interface LabSpec {
@@ -40,6 +42,8 @@ export interface LabSpec {
   readonly edges: readonly EdgeSiteSpec[];
   readonly podsPerNode: number;
   readonly sameSite: SameSitePath;
+  /** Whether the agents' tunnels use the datagram path (`tunnel.udp`). */
+  readonly tunnelUdp?: boolean;
 }
 
 /** Bounds that keep addresses inside their /24s, names inside 15 characters and the check matrix tractable. */
@@ -101,8 +105,9 @@ export function labSpecProblems(spec: LabSpec): string[] {
 export function describeLabSpec(spec: LabSpec): string {
   const conditions = (u: UplinkConditions) => [u.delayMs !== undefined ? `delay ${u.delayMs} ms` : '', u.rateMbit !== undefined ? `rate ${u.rateMbit} Mbit/s` : ''].filter(Boolean);
   const edges = spec.edges.map((e) => {
-    const extra = [`NAT ${e.nat}`, e.community ? `community ${e.community}` : 'no community', ...conditions(e.uplink)];
+    const extra = [`NAT ${e.nat}`, e.community ? `community ${e.community}` : 'no community', ...conditions(e.uplink), ...(e.udpBlocked ? ['UDP blocked'] : [])];
     return `edge ${e.name} ${e.nodes} node${e.nodes === 1 ? '' : 's'} (${extra.join(', ')})`;
   });
-  return [`cloud ${spec.cloudNodes} node${spec.cloudNodes === 1 ? '' : 's'}`, ...edges, `${spec.podsPerNode} pod${spec.podsPerNode === 1 ? '' : 's'} per node`, `same-site ${spec.sameSite === 'vxlan' ? 'VXLAN' : 'direct routes'}`].join('; ');
+  return [`cloud ${spec.cloudNodes} node${spec.cloudNodes === 1 ? '' : 's'}`, ...edges, `${spec.podsPerNode} pod${spec.podsPerNode === 1 ? '' : 's'} per node`, `same-site ${spec.sameSite === 'vxlan' ? 'VXLAN' : 'direct routes'}`,
+    ...(spec.tunnelUdp ? ['tunnel datagram path on'] : [])].join('; ');
 }

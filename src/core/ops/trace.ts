@@ -116,6 +116,10 @@ function traceFromAgent(st: AgentStatus, fromIp: string, toIp: string): TraceRes
   const rtt = peer.rttMs === undefined ? '' : `, rtt ${peer.rttMs.toFixed(1)} ms`;
   const relay = tunnel.relay;
   switch (kind) {
+    case 'udp':
+      hops.push(`tunnel: the TUN device, then encrypted UDP datagrams${peer.mode === 'punch' ? ' hole-punched through both NATs' : ''} to node ${dst.name}`
+        + `${peer.udp?.endpoint ? ` at ${peer.udp.endpoint}` : ''}${rtt} (its TLS stream stands by)`);
+      break;
     case 'direct':
       hops.push(`tunnel: the TUN device, then a direct TLS stream to node ${dst.name} (${peer.mode === 'dial' ? 'this node dialled it' : 'it dialled this node'}${rtt})`);
       break;
@@ -136,7 +140,8 @@ function traceFromAgent(st: AgentStatus, fromIp: string, toIp: string): TraceRes
     }
   }
   hops.push(`node ${dst.name} takes it off its TUN device and delivers it to ${toIp} through its bridge`);
-  return result(kind === 'direct' ? 'tunnel direct' : kind === 'hole-punched' ? 'tunnel hole-punched' : 'tunnel relayed');
+  const punched = kind === 'hole-punched' || (kind === 'udp' && peer.mode === 'punch');
+  return result(punched ? 'tunnel hole-punched' : kind === 'relayed' ? 'tunnel relayed' : 'tunnel direct');
 }
 
 /** The explanation as lines of text. */

@@ -17,6 +17,8 @@ const VALID: readonly [MessageChannel, TunnelMessage][] = [
   ['control', { t: 'circuit-ready', n: '1f2e3d', token: TOKEN }],
   ['control', { t: 'circuit-refused', n: '1f2e3d', reason: 'not on the relay' }],
   ['control', { t: 'circuit-join', from: PIN, token: TOKEN }],
+  ['control', { t: 'udp-key', id: 0xffff_ffff, salt: TOKEN, host: '', port: 8476 }],
+  ['control', { t: 'udp-key-ack', id: 0 }],
   ['relayed', { t: 'punch', n: 'a1', host: '198.51.100.2', port: 20_000 }],
   ['relayed', { t: 'punch-ack', n: 'a1', host: '198.51.100.3', port: 65_535 }],
 ];
@@ -73,6 +75,8 @@ describe('decodeTunnelMessage', () => {
     rejects('control', { t: 'circuit-refused', n: 'x' }, /no reason/);
     rejects('control', { t: 'circuit-join', from: PIN.toUpperCase(), token: TOKEN }, /from .*, not a key pin/);
     rejects('relayed', { t: 'punch', n: 'x', host: 'h' }, /"punch" message has no port/);
+    rejects('control', { t: 'udp-key', id: 2 ** 32, salt: 'x', host: '', port: 1 }, /id 4294967296, not an integer .*, salt "x", not a salt/);
+    rejects('control', { t: 'udp-key-ack', id: -1 }, /id -1, not an integer/);
     rejects('relayed', { t: 'punch-ack', n: 1, host: 'h', port: -1 }, /n 1, not a string, port -1, not a port/);
   });
 });

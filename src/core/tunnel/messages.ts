@@ -9,7 +9,9 @@
  * - control frames, agent -> relay: `hello` (this is my relay stream), `circuit` (ask for a circuit);
  * - control frames, relay -> agent: `observed` (your address, my circuit port), `circuit-ready`, `circuit-refused`
  *   (answers to `circuit`), `circuit-join` (a peer asked for a circuit to you);
- * - relayed control frames, agent -> agent through the relay: `punch`, `punch-ack` (hole punching).
+ * - relayed control frames, agent -> agent through the relay: `punch`, `punch-ack` (hole punching);
+ * - control frames, agent -> agent on any tunnel stream of the pair (direct or a circuit): `udp-key`, `udp-key-ack`
+ *   (the datagram path's keys and addresses, src/adapters/datagram-path.ts).
  *
  * Decoding validates every field a handler reads (types, port ranges, key pins, circuit tokens) and keeps only
  * those; keys it does not know are ignored. Whatever fails is an error: the stream that carried it is closed, as for
@@ -38,8 +40,18 @@ export interface PunchRequest { readonly t: 'punch'; readonly n: string; readonl
 /** Agent -> agent (relayed), the answer to punch `n`: my public address; both ends connect now. */
 export interface PunchAck { readonly t: 'punch-ack'; readonly n: string; readonly host: string; readonly port: number }
 
+/**
+ * Agent -> agent, on a tunnel stream of the pair: I will send you datagrams under key `id`, derived from this stream's
+ * TLS exported keying material and `salt` (32 hex digits); send yours to `host`:`port` (`host` '' for the address
+ * this stream reaches me at). Answered with `udp-key-ack`; a new one rotates the key.
+ */
+export interface UdpKeyMessage { readonly t: 'udp-key'; readonly id: number; readonly salt: string; readonly host: string; readonly port: number }
+/** Agent -> agent: key `id` is installed; datagrams under it are accepted from now on. */
+export interface UdpKeyAck { readonly t: 'udp-key-ack'; readonly id: number }
+
 /** What travels in control frames. */
-export type ControlMessage = PingMessage | PongMessage | HelloMessage | ObservedMessage | CircuitRequest | CircuitReady | CircuitRefused | CircuitJoin;
+export type ControlMessage = PingMessage | PongMessage | HelloMessage | ObservedMessage | CircuitRequest | CircuitReady | CircuitRefused | CircuitJoin
+  | UdpKeyMessage | UdpKeyAck;
 /** What travels in relayed control frames, between two agents. */
 export type PeerMessage = PunchRequest | PunchAck;
 /** Every message of the protocol. */
@@ -95,6 +107,10 @@ function controlMessage(t: string, f: Fields): ControlMessage | undefined {
       return { t, n: f.string('n'), reason: f.string('reason') };
     case 'circuit-join':
       return { t, from: f.pin('from'), token: f.token('token') };
+    case 'udp-key':
+      return { t, id: f.u32('id'), salt: f.salt('salt'), host: f.string('host'), port: f.port('port') };
+    case 'udp-key-ack':
+      return { t, id: f.u32('id') };
     default:
       return undefined;
   }
@@ -123,6 +139,10 @@ class Fields {
     return this.#check(key, 'a finite number', (v) => typeof v === 'number' && Number.isFinite(v)) as number;
   }
 
+  u32(key: string): number {
+    return this.#check(key, 'an integer 0 to 4294967295', (v) => Number.isInteger(v) && (v as number) >= 0 && (v as number) <= 0xffff_ffff) as number;
+  }
+
   string(key: string): string {
     return this.#check(key, 'a string', (v) => typeof v === 'string') as string;
   }
@@ -137,6 +157,10 @@ class Fields {
 
   token(key: string): string {
     return this.#check(key, 'a circuit token (32 hex digits)', (v) => typeof v === 'string' && TOKEN.test(v)) as string;
+  }
+
+  salt(key: string): string {
+    return this.#check(key, 'a salt (32 hex digits)', (v) => typeof v === 'string' && TOKEN.test(v)) as string;
   }
 
   #check(key: string, what: string, ok: (v: unknown) => boolean): unknown {

@@ -29,4 +29,8 @@ test('atoll peers: a row per peer with path, rtt, traffic, age and punch count; 
     'refused connections: 2',
   ]);
   assert.deepEqual(renderPeers({ role: 'cloud', peers: [], skipped: [], dropped: {} }, now).slice(1), ['(no tunnel peers)']);
+  const udp = renderPeers({ role: 'edge', peers: [{ name: 'b-3', role: 'edge', mode: 'punch', path: 'udp', txBytes: 0, rxBytes: 0, txPackets: 0, rxPackets: 0, since: 0,
+    punch: { attempts: 1, successes: 0, lastError: 'timed out' }, udp: { endpoint: '198.51.100.9:8476', usable: true } }], skipped: [], dropped: { 'udp.replayed': 2 } }, now);
+  assert.match(udp[1]!, /^b-3\s+edge\s+udp 198\.51\.100\.9:8476\s+-/);
+  assert.deepEqual(udp.slice(2), ['dropped packets: udp.replayed 2'], 'a failed TCP punch is no news while datagrams flow');
 });

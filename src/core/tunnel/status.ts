@@ -4,7 +4,8 @@
  */
 import type { TunnelRole } from './plan.ts';
 
-export type PeerPath = 'direct' | 'relayed' | 'down';
+/** How packets to a peer travel: as UDP datagrams, on a direct TLS stream, through the relay, or not at all. */
+export type PeerPath = 'udp' | 'direct' | 'relayed' | 'down';
 
 export interface TunnelPeerStatus {
   readonly name: string;
@@ -21,6 +22,8 @@ export interface TunnelPeerStatus {
   /** Since when the path is what it is (ms since epoch; 0 when unknown). */
   readonly since: number;
   readonly punch?: { readonly attempts: number; readonly successes: number; readonly lastError: string };
+  /** The datagram path (with tunnel.udp): the peer's UDP address and whether datagrams flow both ways now. */
+  readonly udp?: { readonly endpoint: string | undefined; readonly usable: boolean };
 }
 
 export interface TunnelStatus {
@@ -34,10 +37,13 @@ export interface TunnelStatus {
   readonly refusedConnections?: number;
 }
 
-/** How a peer is reached now, as metrics, `atoll status` and `atoll trace` tell it: a direct stream is hole-punched when punching made it. */
-export type PeerPathKind = 'direct' | 'hole-punched' | 'relayed' | 'down';
+/**
+ * How a peer is reached now, as metrics, `atoll status` and `atoll trace` tell it: a direct stream is hole-punched
+ * when punching made it; udp is the datagram path (tunnel.udp), which packets take first while it holds.
+ */
+export type PeerPathKind = 'udp' | 'direct' | 'hole-punched' | 'relayed' | 'down';
 
-export const PEER_PATH_KINDS: readonly PeerPathKind[] = ['direct', 'hole-punched', 'relayed', 'down'];
+export const PEER_PATH_KINDS: readonly PeerPathKind[] = ['udp', 'direct', 'hole-punched', 'relayed', 'down'];
 
 export function pathKindOf(p: Pick<TunnelPeerStatus, 'path' | 'mode'>): PeerPathKind {
   if (p.path === 'direct') return p.mode === 'punch' ? 'hole-punched' : 'direct';
@@ -46,7 +52,7 @@ export function pathKindOf(p: Pick<TunnelPeerStatus, 'path' | 'mode'>): PeerPath
 
 /** How many peers take each path kind (every kind present, zero or not). */
 export function countPeerPaths(peers: readonly Pick<TunnelPeerStatus, 'path' | 'mode'>[]): Record<PeerPathKind, number> {
-  const n: Record<PeerPathKind, number> = { direct: 0, 'hole-punched': 0, relayed: 0, down: 0 };
+  const n: Record<PeerPathKind, number> = { udp: 0, direct: 0, 'hole-punched': 0, relayed: 0, down: 0 };
   for (const p of peers) n[pathKindOf(p)]++;
   return n;
 }
@@ -75,7 +81,7 @@ export function renderPeers(st: TunnelStatus, now: number): string[] {
   const rows = [['PEER', 'ROLE', 'PATH', 'RTT', 'SENT', 'RECEIVED', 'FOR', 'PUNCHED']];
   for (const p of st.peers) {
     rows.push([
-      p.name, p.role, p.path, p.rttMs === undefined ? '-' : `${p.rttMs.toFixed(1)} ms`, bytes(p.txBytes), bytes(p.rxBytes),
+      p.name, p.role, p.path === 'udp' ? `udp ${p.udp?.endpoint ?? ''}`.trimEnd() : p.path, p.rttMs === undefined ? '-' : `${p.rttMs.toFixed(1)} ms`, bytes(p.txBytes), bytes(p.rxBytes),
       p.since > 0 ? age(now - p.since) : '-', p.punch ? `${p.punch.successes}/${p.punch.attempts}` : '-',
     ]);
   }
@@ -84,7 +90,7 @@ export function renderPeers(st: TunnelStatus, now: number): string[] {
   if (st.peers.length === 0) out.push('(no tunnel peers)');
   if (st.relay) out.push(`relay ${st.relay.address}: ${st.relay.connected ? `connected${st.relay.rttMs === undefined ? '' : `, rtt ${st.relay.rttMs.toFixed(1)} ms`}` : 'NOT connected'}`);
   for (const p of st.peers) {
-    if (p.punch?.lastError && p.path !== 'direct') out.push(`${p.name}: last hole punch failed: ${p.punch.lastError}`);
+    if (p.punch?.lastError && p.path !== 'direct' && p.path !== 'udp') out.push(`${p.name}: last hole punch failed: ${p.punch.lastError}`);
   }
   for (const s of st.skipped) out.push(`no path to ${s.name}: ${s.reason}`);
   const drops = Object.entries(st.dropped).filter(([, n]) => n > 0);

@@ -1,0 +1,130 @@
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { generateKeyPairSync, randomBytes } from 'node:crypto';
+import { createSocket } from 'node:dgram';
+import type { Server } from 'node:tls';
+import { DATAGRAM_HEADER, DATAGRAM_TAG, DATAGRAM_TYPE, writeDatagramHeader, writeNonce } from '../core/tunnel/datagram.ts';
+import type { ControlMessage, UdpKeyMessage } from '../core/tunnel/messages.ts';
+import { DatagramKey } from './aead.ts';
+import { DatagramPath, deriveDatagramKey } from './datagram-path.ts';
+import { selfSignedTunnelCert, spkiPin } from './pki.ts';
+import { dialTunnel, listenTunnel } from './tunnel-dial.ts';
+import type { TunnelStream } from './tunnel-stream.ts';
+import { until } from '../../test/support/wait.ts';
+
+function credentials(name: string) {
+  const keyPem = generateKeyPairSync('ed25519').privateKey.export({ type: 'pkcs8', format: 'pem' }) as string;
+  const certPem = selfSignedTunnelCert(keyPem, name);
+  return { keyPem, certPem, pin: spkiPin(certPem) };
+}
+
+/** A packet as the TUN device gives it: a virtio header (no GSO) and `n` bytes of IP packet. */
+function packet(n: number, fill: number): Uint8Array {
+  return new Uint8Array(10 + n).fill(fill, 10);
+}
+
+describe('datagram path on loopback', () => {
+  const a = credentials('node-a');
+  const b = credentials('node-b');
+  let server: Server | undefined;
+  const streams: TunnelStream[] = [];
+  const got: Record<string, Uint8Array[]> = { a: [], b: [] };
+  const offers: UdpKeyMessage[] = [];
+  let pa: DatagramPath;
+  let pb: DatagramPath;
+  let sa: TunnelStream;
+  let sb: TunnelStream;
+
+  before(async () => {
+    const accepted: TunnelStream[] = [];
+    const l = await listenTunnel({ host: '127.0.0.1', port: 0, credentials: b, acceptPin: (pin) => pin === a.pin, onStream: (s) => accepted.push(s) });
+    server = l.server;
+    sa = await dialTunnel({ host: '127.0.0.1', port: l.port, credentials: a, peerPin: b.pin });
+    await until('the stream to be accepted', () => accepted.length > 0, 10_000, 5);
+    sb = accepted[0] as TunnelStream;
+    streams.push(sa, sb);
+    const make = (me: 'a' | 'b', stream: TunnelStream) => new DatagramPath(
+      { streamOf: () => stream, publicHost: () => '', onPacket: (_peer, pkt) => got[me]!.push(pkt.slice()) },
+      { host: '127.0.0.1', port: 0, underlayMtu: 1500, keepaliveMs: 100, deadAfterMs: 1000, rekey: { packets: 300, ms: 60_000 } },
+    );
+    pa = make('a', sa);
+    pb = make('b', sb);
+    await pa.start();
+    await pb.start();
+    pa.setPeers(['b']);
+    pb.setPeers(['a']);
+    sa.on('control', (m: ControlMessage) => (m.t === 'udp-key' || m.t === 'udp-key-ack') && pa.onControl('b', sa, m));
+    sb.on('control', (m: ControlMessage) => {
+      if (m.t === 'udp-key') offers.push(m);
+      if (m.t === 'udp-key' || m.t === 'udp-key-ack') pb.onControl('a', sb, m);
+    });
+    pa.offerKey('b', sa);
+    pb.offerKey('a', sb);
+    await until('the datagram path to be usable both ways', () => pa.usable('b') && pb.usable('a'), 10_000, 20);
+  });
+
+  after(() => {
+    pa?.close();
+    pb?.close();
+    for (const s of streams) s.close();
+    server?.close();
+  });
+
+  test('packets cross as datagrams both ways; a superpacket-sized packet that cannot be split is left to the stream', async () => {
+    for (let i = 0; i < 50; i++) assert.equal(pa.send('b', packet(1000, i)), true);
+    assert.equal(pb.send('a', packet(1430, 7)), true, 'the largest inner packet fits one datagram');
+    assert.equal(pb.send('a', packet(1431, 7)), false, 'one byte more does not, and is not a TCP superpacket');
+    await until('the packets to arrive', () => got.b!.length === 50 && got.a!.length === 1, 5000, 10);
+    assert.deepEqual(got.b!.map((p) => p[10]), Array.from({ length: 50 }, (_, i) => i));
+    assert.equal(pb.stats.fallbacks, 1);
+  });
+
+  test('keys rotate after the packet limit without losing a packet', async () => {
+    const before = got.b!.length;
+    const firstOffers = offers.length;
+    for (let round = 0; round < 8; round++) {
+      for (let i = 0; i < 100; i++) pa.send('b', packet(200, 1));
+      await new Promise((r) => setTimeout(r, 150));
+    }
+    await until('every packet to arrive', () => got.b!.length === before + 800, 5000, 10);
+    assert.ok(offers.length >= firstOffers + 2, `keys offered: ${offers.length - firstOffers}`);
+    assert.equal(Object.values(pb.stats.dropped).reduce((x, y) => x + y, 0), 0, JSON.stringify(pb.stats.dropped));
+  });
+
+  test('bad input is dropped, counted by reason and never answered', async () => {
+    const raw = createSocket('udp4');
+    const answers: Buffer[] = [];
+    raw.on('message', (m) => answers.push(m));
+    await new Promise<void>((r) => raw.bind(0, '127.0.0.1', () => r()));
+    const to = (buf: Uint8Array) => new Promise<void>((r) => raw.send(buf, pb.port, '127.0.0.1', () => r()));
+    const offer = offers.at(-1) as UdpKeyMessage;
+    const key = new DatagramKey(deriveDatagramKey(sb, offer.salt, offer.id), 'seal');
+    const nonce = new Uint8Array(12);
+    const sealed = (type: number, counter: number, k = key, keyId = offer.id) => {
+      const out = new Uint8Array(DATAGRAM_HEADER + 100 + DATAGRAM_TAG);
+      writeDatagramHeader(out, type as 1, keyId, counter);
+      writeNonce(nonce, counter);
+      k.seal(nonce, out, packet(90, 3));
+      return out;
+    };
+    const d0 = { ...pb.stats.dropped };
+    await to(randomBytes(7));
+    await to(Object.assign(randomBytes(100), { 0: 0x55 }));
+    await to(sealed(DATAGRAM_TYPE.data, 5_000_000, key, offer.id ^ 1));
+    const forged = sealed(DATAGRAM_TYPE.data, 5_000_001);
+    forged[50]! ^= 1;
+    await to(forged);
+    await to(sealed(DATAGRAM_TYPE.data, 5_000_002, new DatagramKey(randomBytes(32), 'seal')));
+    await to(sealed(DATAGRAM_TYPE.data, 0));
+    const received = got.a!.length;
+    await to(sealed(DATAGRAM_TYPE.data, 5_000_003));
+    await until('every bad datagram to be counted', () => pb.stats.dropped.unknownAddress > d0.unknownAddress, 3000, 10);
+    const delta = Object.fromEntries(Object.entries(pb.stats.dropped).map(([k, v]) => [k, v - d0[k as keyof typeof d0]]));
+    assert.deepEqual(delta, { truncated: 1, badType: 1, unknownKey: 1, replayed: 1, badTag: 2, unknownAddress: 1, badPayload: 0, sendFailed: 0 });
+    assert.equal(got.a!.length, received, 'a valid datagram from an unknown address was delivered');
+    await new Promise((r) => setTimeout(r, 300));
+    assert.deepEqual(answers, [], 'something was answered');
+    assert.equal(pb.usable('a'), true, 'bad input does not disturb the path');
+    raw.close();
+  });
+});

@@ -1,0 +1,412 @@
+/**
+ * The tunnel's datagram path: every packet (or segment of a TCP superpacket) to a peer sealed into its own UDP
+ * datagram (src/core/tunnel/datagram.ts), on one UDP socket per node. The pinned TLS streams stay: they carry the
+ * keys and addresses (`udp-key`, `udp-key-ack`, docs/api.md) and every packet the datagram path cannot take.
+ *
+ * Keys: each node picks its own sending key per peer, announces it with a random 32-bit id and 128-bit salt on a
+ * tunnel stream of the pair (direct or a circuit), and both ends derive it as HKDF-SHA256 of that stream's TLS 1.3
+ * exported keying material, the salt and the id. So a key is known only to the two pinned ends of a TLS session
+ * (the relay under a circuit included: it sees ciphertext only), no new trust is added, and each direction has its
+ * own key with its own counter as nonce. The sender uses it once the peer acknowledged it, and replaces it after
+ * {@link REKEY_AFTER_PACKETS} datagrams or {@link REKEY_AFTER_MS}; the receiver keeps the previous key for
+ * {@link OLD_KEY_GRACE_MS} for the datagrams in flight. A restarted peer has no keys: a new stream brings new ones.
+ *
+ * Addresses and liveness: `udp-key` says where the peer wants datagrams (its public address as the relay observed it,
+ * or the address of the stream, and its UDP port). Every second each end sends a keepalive, padded to the full
+ * datagram size, with a flag saying whether it heard the other lately; a peer's path is usable only while both hold
+ * (we hear it, it hears us), so a path that drops full-size datagrams (UDP blocked, a smaller path MTU, a NAT mapping
+ * gone) falls back to the streams within {@link DEAD_AFTER_MS}. An authentic keepalive from a new address moves the
+ * peer there (a NAT rebinding, or a port the NAT did not preserve); an authentic data datagram from anywhere but the
+ * peer's address is dropped. Sending both ways at once opens both NATs: this is the hole punching.
+ *
+ * Bad input is dropped before any answer and counted by reason: too short, not our type, an unknown or expired key,
+ * a counter seen before (replay window), a tag that does not verify. Nothing received is ever answered.
+ *
+ * MTU: the socket sets IP_PMTUDISC_DO, so no datagram is fragmented on the underlay; a packet whose datagram would
+ * exceed the underlay MTU is left to the stream (the TUN device's MTU keeps pods below it, see src/agent/tunnel.ts).
+ */
+import { createSocket, type RemoteInfo, type Socket } from 'node:dgram';
+import { hkdfSync, randomBytes } from 'node:crypto';
+import koffi from 'koffi';
+import {
+  DATAGRAM_HEADER, DATAGRAM_TAG, DATAGRAM_TYPE, type DatagramDrop, type DatagramType, forEachSegment, innerMtu, KEEPALIVE_HEARS_YOU, MAX_COUNTER,
+  NONCE_LEN, OLD_KEY_GRACE_MS, parseDatagramHeader, REKEY_AFTER_MS, REKEY_AFTER_PACKETS, rekeyDue, ReplayWindow, writeDatagramHeader, writeNonce,
+} from '../core/tunnel/datagram.ts';
+import type { UdpKeyAck, UdpKeyMessage } from '../core/tunnel/messages.ts';
+import { VNET_HDR_LEN } from '../core/tunnel/routing.ts';
+import { atollError } from '../core/errors.ts';
+import { DatagramKey } from './aead.ts';
+import { GSO_MAX_BYTES, GSO_MAX_SEGMENTS, GsoSender } from './udp-gso.ts';
+import type { TunnelStream } from './tunnel-stream.ts';
+
+/** The TLS exporter label datagram keys are derived from. */
+export const DATAGRAM_EXPORTER_LABEL = 'EXPORTER-atoll-datagram-v1';
+const KEEPALIVE_MS = 1000;
+/** A peer's datagram path is given up after this long without an authentic keepalive saying it hears us. */
+export const DEAD_AFTER_MS = 3000;
+/** An offered key not acknowledged within this long is offered again (a new id). */
+const OFFER_TIMEOUT_MS = 5000;
+const IPPROTO_IP = 0;
+const IP_MTU_DISCOVER = 10;
+const IP_PMTUDISC_DO = 2;
+
+export type DatagramDropReason = DatagramDrop | 'sendFailed';
+
+export interface DatagramPathStats {
+  sent: number;
+  received: number;
+  keepalivesSent: number;
+  keepalivesReceived: number;
+  /** Packets the datagram path could not take (no usable path, or too big and not splittable): the streams carried them. */
+  fallbacks: number;
+  /** Authentic keepalives from a new address of their peer: the peer's address moved there. */
+  endpointMoves: number;
+  /** The errno of the last failed send (0: none). */
+  lastSendErrno: number;
+  readonly dropped: Record<DatagramDropReason, number>;
+}
+
+export interface DatagramPathComponents {
+  /** The stream a key is offered on when rotating: any live stream of the peer (direct or a circuit). */
+  readonly streamOf: (peerId: string) => TunnelStream | undefined;
+  /** Our public host as seen from outside (the relay's `observed`), '' when unknown: peers then use the stream's. */
+  readonly publicHost: () => string;
+  /** An authentic packet from `peerId`: its source check and the TUN device are the caller's. A view valid during the call. */
+  readonly onPacket: (peerId: string, pkt: Uint8Array) => void;
+}
+
+export interface DatagramPathInit {
+  /** Address and port to bind ('0.0.0.0' for all; port 0 for any free one). */
+  readonly host: string;
+  readonly port: number;
+  /** The underlay's MTU: no datagram is larger. */
+  readonly underlayMtu: number;
+  readonly keepaliveMs?: number;
+  readonly deadAfterMs?: number;
+  readonly rekey?: { readonly packets: number; readonly ms: number };
+}
+
+interface SendKey {
+  readonly id: number;
+  readonly key: DatagramKey;
+  counter: number;
+  readonly createdAt: number;
+}
+
+interface RecvKey {
+  readonly peer: string;
+  readonly key: DatagramKey;
+  readonly window: ReplayWindow;
+  expiresAt: number;
+}
+
+interface PeerState {
+  endpoint: { host: string; port: number } | undefined;
+  /** The address its last `udp-key` announced. */
+  announced: { host: string; port: number } | undefined;
+  send: SendKey | undefined;
+  pending: { readonly id: number; readonly key: DatagramKey; readonly at: number } | undefined;
+  /** When an authentic datagram from the peer last came, and when one said it hears us (performance.now()). */
+  lastHeard: number;
+  heardByPeer: number;
+  /** Its receiving keys' ids, oldest first. */
+  readonly recvIds: number[];
+}
+
+/** What `atoll peers` shows of one peer's datagram path. */
+export interface DatagramPeerStatus {
+  readonly usable: boolean;
+  readonly endpoint: string | undefined;
+}
+
+export class DatagramPath {
+  readonly stats: DatagramPathStats = {
+    sent: 0, received: 0, keepalivesSent: 0, keepalivesReceived: 0, fallbacks: 0, endpointMoves: 0, lastSendErrno: 0,
+    dropped: { truncated: 0, badType: 0, unknownKey: 0, replayed: 0, badTag: 0, unknownAddress: 0, badPayload: 0, sendFailed: 0 },
+  };
+  readonly #c: DatagramPathComponents;
+  readonly #init: DatagramPathInit;
+  readonly #socket: Socket;
+  readonly #peers = new Map<string, PeerState>();
+  readonly #recv = new Map<number, RecvKey>();
+  /** The largest IP packet one datagram carries. */
+  readonly #maxIp: number;
+  readonly #scratch: Uint8Array;
+  readonly #plain = new Uint8Array(65_536);
+  readonly #sendNonce = new Uint8Array(NONCE_LEN);
+  readonly #recvNonce = new Uint8Array(NONCE_LEN);
+  readonly #keepalive: Uint8Array;
+  #timer: NodeJS.Timeout | undefined;
+  #port = 0;
+  #gso: GsoSender | undefined;
+  /** The run of datagrams being built in the sender's buffer: bytes, count, size of each (but a shorter last). */
+  #run = { bytes: 0, count: 0, stride: 0 };
+
+  constructor(components: DatagramPathComponents, init: DatagramPathInit) {
+    this.#c = components;
+    this.#init = init;
+    this.#maxIp = innerMtu(init.underlayMtu);
+    this.#scratch = new Uint8Array(VNET_HDR_LEN + this.#maxIp);
+    this.#keepalive = new Uint8Array(VNET_HDR_LEN + this.#maxIp);
+    this.#socket = createSocket({ type: 'udp4', recvBufferSize: 4 << 20, sendBufferSize: 4 << 20 });
+  }
+
+  /** The largest inner IP packet a datagram carries: what the TUN device's MTU may be at most. */
+  get innerMtu(): number {
+    return this.#maxIp;
+  }
+
+  /** The bound port (after {@link start}). */
+  get port(): number {
+    return this.#port;
+  }
+
+  /** Binds the socket and starts the keepalives. @throws AtollError TUNNEL_UNREACHABLE when the port cannot be bound. */
+  async start(): Promise<number> {
+    const { host, port } = this.#init;
+    await new Promise<void>((resolve, reject) => {
+      this.#socket.once('error', (err) => reject(atollError('TUNNEL_UNREACHABLE', `the tunnel's UDP port ${host}:${port} cannot be bound: ${err.message}`,
+        'free the port or set tunnel.udp.port', err)));
+      this.#socket.bind(port, host, () => resolve());
+    });
+    this.#socket.removeAllListeners('error');
+    this.#socket.on('error', () => this.stats.dropped.sendFailed++);
+    this.#socket.on('message', (buf, rinfo) => this.#onDatagram(buf, rinfo));
+    this.#gso = new GsoSender(setDontFragment(this.#socket));
+    this.#port = this.#socket.address().port;
+    this.#timer = setInterval(() => this.#tick(), this.#init.keepaliveMs ?? KEEPALIVE_MS);
+    this.#timer.unref();
+    return this.#port;
+  }
+
+  /** Keeps state for exactly these peers: the others' keys are dropped and freed. */
+  setPeers(ids: readonly string[]): void {
+    const keep = new Set(ids);
+    for (const [id, p] of this.#peers) {
+      if (keep.has(id)) continue;
+      p.send?.key.free();
+      p.pending?.key.free();
+      for (const k of p.recvIds) this.#dropRecv(k);
+      this.#peers.delete(id);
+    }
+    for (const id of keep) if (!this.#peers.has(id)) this.#peers.set(id, { endpoint: undefined, announced: undefined, send: undefined, pending: undefined, lastHeard: -Infinity, heardByPeer: -Infinity, recvIds: [] });
+  }
+
+  /** Offers a new sending key to `peerId` on `stream` (a live tunnel stream of the pair). */
+  offerKey(peerId: string, stream: TunnelStream): void {
+    const p = this.#peers.get(peerId);
+    if (!p || !stream.alive) return;
+    const id = randomBytes(4).readUInt32BE(0);
+    const salt = randomBytes(16).toString('hex');
+    p.pending?.key.free();
+    p.pending = { id, key: new DatagramKey(deriveDatagramKey(stream, salt, id), 'seal'), at: performance.now() };
+    stream.sendControl({ t: 'udp-key', id, salt, host: this.#c.publicHost(), port: this.#port });
+  }
+
+  /** A `udp-key` or `udp-key-ack` from `peerId`, on `stream`. */
+  onControl(peerId: string, stream: TunnelStream, msg: UdpKeyMessage | UdpKeyAck): void {
+    const p = this.#peers.get(peerId);
+    if (!p) return;
+    if (msg.t === 'udp-key-ack') {
+      if (p.pending?.id !== msg.id) return;
+      p.send?.key.free();
+      p.send = { id: msg.id, key: p.pending.key, counter: 0, createdAt: performance.now() };
+      p.pending = undefined;
+      return;
+    }
+    const had = this.#recv.get(msg.id);
+    if (had && had.peer !== peerId) return; // another peer's id: no ack, the sender offers another
+    if (!had) {
+      const now = performance.now();
+      for (const old of p.recvIds) {
+        const k = this.#recv.get(old);
+        if (k) k.expiresAt = Math.min(k.expiresAt, now + OLD_KEY_GRACE_MS);
+      }
+      while (p.recvIds.length >= 2) this.#dropRecv(p.recvIds.shift() as number);
+      this.#recv.set(msg.id, { peer: peerId, key: new DatagramKey(deriveDatagramKey(stream, msg.salt, msg.id), 'open'), window: new ReplayWindow(), expiresAt: Infinity });
+      p.recvIds.push(msg.id);
+    }
+    // A new announced address (the peer restarted, on another port) is taken at once: sending there opens our NAT for
+    // its keepalives. The same address again (a rotation) leaves the one authentic datagrams come from lately (a NAT
+    // that did not keep the peer's port: a rotation must not undo what the keepalives taught).
+    const announced = { host: msg.host || stream.remote.host, port: msg.port };
+    const again = p.announced?.host === announced.host && p.announced.port === announced.port;
+    if (!p.endpoint || !again || performance.now() - p.lastHeard >= (this.#init.deadAfterMs ?? DEAD_AFTER_MS)) p.endpoint = announced;
+    p.announced = announced;
+    stream.sendControl({ t: 'udp-key-ack', id: msg.id });
+  }
+
+  /** Whether packets to `peerId` take the datagram path now. */
+  usable(peerId: string): boolean {
+    const p = this.#peers.get(peerId);
+    return p !== undefined && this.#usable(p, performance.now());
+  }
+
+  #usable(p: PeerState, now: number): boolean {
+    const dead = this.#init.deadAfterMs ?? DEAD_AFTER_MS;
+    return p.send !== undefined && p.endpoint !== undefined && now - p.heardByPeer < dead && now - p.lastHeard < dead;
+  }
+
+  /**
+   * Sends `pkt` (virtio header first, as read from the TUN device) to `peerId` in datagrams, a superpacket split into
+   * its segments. The bytes are copied: `pkt` may be reused at once.
+   * @returns false when the datagram path cannot take it (not usable now, or too big and not splittable): the caller
+   *   sends it on a stream.
+   */
+  send(peerId: string, pkt: Uint8Array): boolean {
+    const p = this.#peers.get(peerId);
+    if (!p || !this.#usable(p, performance.now()) || !forEachSegment(pkt, this.#maxIp, this.#scratch, (seg) => this.#seal(p, DATAGRAM_TYPE.data, seg))) {
+      this.#flush(p);
+      this.stats.fallbacks++;
+      return false;
+    }
+    this.#flush(p);
+    return true;
+  }
+
+  /**
+   * Seals `plain` as the next datagram of the run in the sender's buffer: one system call sends a run of equal-sized
+   * datagrams (UDP GSO), so a run ends at a datagram larger than the run's first, after a shorter one, and at the
+   * kernel's limits.
+   */
+  #seal(p: PeerState | undefined, type: DatagramType, plain: Uint8Array): void {
+    if (!p) return;
+    const gso = this.#gso as GsoSender;
+    const k = p.send as SendKey;
+    const len = DATAGRAM_HEADER + plain.length + DATAGRAM_TAG;
+    const run = this.#run;
+    if (run.count > 0 && (len > run.stride || run.bytes + len > GSO_MAX_BYTES || run.count >= GSO_MAX_SEGMENTS)) this.#flush(p);
+    if (run.count === 0) run.stride = len;
+    const counter = k.counter++;
+    const out = gso.buffer.subarray(run.bytes, run.bytes + len);
+    writeDatagramHeader(out, type, k.id, counter);
+    writeNonce(this.#sendNonce, counter);
+    k.key.seal(this.#sendNonce, out, plain);
+    run.bytes += len;
+    run.count++;
+    if (type === DATAGRAM_TYPE.data) this.stats.sent++;
+    else this.stats.keepalivesSent++;
+    if (len < run.stride) this.#flush(p); // a shorter datagram ends a run
+  }
+
+  /** Sends the run built so far to `p`'s address. */
+  #flush(p: PeerState | undefined): void {
+    const run = this.#run;
+    if (run.count === 0 || !p?.endpoint) return;
+    const err = (this.#gso as GsoSender).send(p.endpoint.host, p.endpoint.port, run.bytes, run.stride);
+    if (err !== 0) {
+      this.stats.dropped.sendFailed += run.count;
+      this.stats.lastSendErrno = err;
+    }
+    run.bytes = 0;
+    run.count = 0;
+  }
+
+  #drop(reason: DatagramDropReason): void {
+    this.stats.dropped[reason]++;
+  }
+
+  #onDatagram(buf: Buffer, from: RemoteInfo): void {
+    const h = parseDatagramHeader(buf);
+    if (typeof h === 'string') return this.#drop(h);
+    const rk = this.#recv.get(h.keyId);
+    const now = performance.now();
+    if (!rk || rk.expiresAt < now) return this.#drop('unknownKey');
+    if (!rk.window.ok(h.counter)) return this.#drop('replayed');
+    writeNonce(this.#recvNonce, h.counter);
+    const n = rk.key.open(this.#recvNonce, buf, this.#plain);
+    if (n < 0) return this.#drop('badTag');
+    rk.window.accept(h.counter);
+    const p = this.#peers.get(rk.peer);
+    if (!p) return this.#drop('unknownKey');
+    const known = p.endpoint?.host === from.address && p.endpoint.port === from.port;
+    if (h.type === DATAGRAM_TYPE.keepalive) {
+      if (n < 1) return this.#drop('badPayload');
+      this.stats.keepalivesReceived++;
+      if (!known) {
+        p.endpoint = { host: from.address, port: from.port };
+        this.stats.endpointMoves++;
+      }
+      p.lastHeard = now;
+      if ((this.#plain[0]! & KEEPALIVE_HEARS_YOU) !== 0) p.heardByPeer = now;
+      return;
+    }
+    if (!known) return this.#drop('unknownAddress');
+    p.lastHeard = now;
+    this.stats.received++;
+    this.#c.onPacket(rk.peer, this.#plain.subarray(0, n));
+  }
+
+  /** Every second: keepalives, key rotation, offers that went unanswered, expired receiving keys. */
+  #tick(): void {
+    const now = performance.now();
+    const dead = this.#init.deadAfterMs ?? DEAD_AFTER_MS;
+    const limits = this.#init.rekey ?? { packets: REKEY_AFTER_PACKETS, ms: REKEY_AFTER_MS };
+    for (const [id, p] of this.#peers) {
+      const offerStale = !p.pending || now - p.pending.at > OFFER_TIMEOUT_MS;
+      if (offerStale && (!p.send || rekeyDue(p.send.counter, now - p.send.createdAt, limits) || p.send.counter >= MAX_COUNTER)) {
+        const stream = this.#c.streamOf(id);
+        if (stream) this.offerKey(id, stream);
+      }
+      if (p.send && p.endpoint) {
+        this.#keepalive[0] = now - p.lastHeard < dead ? KEEPALIVE_HEARS_YOU : 0;
+        this.#seal(p, DATAGRAM_TYPE.keepalive, this.#keepalive);
+        this.#flush(p);
+      }
+    }
+    for (const [id, k] of this.#recv) if (k.expiresAt < now) this.#dropRecv(id);
+  }
+
+  #dropRecv(id: number): void {
+    const k = this.#recv.get(id);
+    if (!k) return;
+    k.key.free();
+    this.#recv.delete(id);
+    const p = this.#peers.get(k.peer);
+    const i = p?.recvIds.indexOf(id) ?? -1;
+    if (i >= 0) p?.recvIds.splice(i, 1);
+  }
+
+  /** The datagram path of `peerId`, for `atoll peers`. */
+  statusOf(peerId: string): DatagramPeerStatus | undefined {
+    const p = this.#peers.get(peerId);
+    if (!p) return undefined;
+    return { usable: this.#usable(p, performance.now()), endpoint: p.endpoint ? `${p.endpoint.host}:${p.endpoint.port}` : undefined };
+  }
+
+  /** Stops the keepalives, closes the socket, frees every key. Idempotent. */
+  close(): void {
+    if (this.#timer) clearInterval(this.#timer);
+    this.#timer = undefined;
+    this.setPeers([]);
+    try {
+      this.#socket.close();
+    } catch {
+      // closed already
+    }
+  }
+}
+
+/** The key `id` announced with `salt` on `stream`: HKDF-SHA256 over the stream's exported keying material. */
+export function deriveDatagramKey(stream: Pick<TunnelStream, 'exportKeyingMaterial'>, salt: string, id: number): Uint8Array {
+  const ikm = stream.exportKeyingMaterial(32, DATAGRAM_EXPORTER_LABEL);
+  return new Uint8Array(hkdfSync('sha256', ikm, Buffer.from(salt, 'hex'), `atoll datagram key ${id >>> 0}`, 32));
+}
+
+let setsockopt: ((fd: number, level: number, name: number, value: Int32Array, len: number) => number) | undefined;
+
+/**
+ * IP_PMTUDISC_DO on the socket: the don't-fragment bit on every datagram and no fragmentation by this host, so a
+ * datagram too big for the path is dropped (and counted as a failed send once the kernel knows the path MTU)
+ * rather than fragmented. Node's dgram has no option for it: the fd is read from the handle and set through koffi.
+ */
+function setDontFragment(socket: Socket): number {
+  const state = Object.getOwnPropertySymbols(socket).map((s) => (socket as unknown as Record<symbol, { handle?: { fd?: number } }>)[s]).find((v) => v?.handle?.fd !== undefined);
+  const fd = state?.handle?.fd;
+  if (fd === undefined || fd < 0) throw atollError('KERNEL_OP_FAILED', 'the UDP socket of the tunnel has no file descriptor to set IP_MTU_DISCOVER on', 'run on Linux with a Node that keeps dgram handles as fds');
+  setsockopt ??= koffi.load('libc.so.6').func('int setsockopt(int fd, int level, int name, const int *value, int len)') as unknown as typeof setsockopt;
+  if (setsockopt?.(fd, IPPROTO_IP, IP_MTU_DISCOVER, new Int32Array([IP_PMTUDISC_DO]), 4) !== 0) {
+    throw atollError('KERNEL_OP_FAILED', `setsockopt IP_MTU_DISCOVER on the tunnel's UDP socket failed (errno ${koffi.errno()})`, 'report this with the kernel version');
+  }
+  return fd;
+}
