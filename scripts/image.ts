@@ -56,6 +56,10 @@ try {
     'UV_THREADPOOL_SIZE="${UV_THREADPOOL_SIZE:-32}" exec /opt/atoll/node --max-semi-space-size=1 /opt/atoll/build/current/atoll.js "$@"\n', { mode: 0o755 });
   // the tools it runs, and busybox for sh and cp
   for (const tool of ['ip', 'nft', 'openssl']) copyHostBinary(sh('sh', ['-c', `command -v ${tool}`]), `/usr/sbin/${tool}`);
+  // openssl reads its configuration at start and fails without it (the agent's tunnel certificate)
+  const opensslDir = sh('openssl', ['version', '-d']).replace(/^OPENSSLDIR: "(.*)"$/, '$1');
+  mkdirSync(join(rootfs, opensslDir), { recursive: true });
+  copyFileSync(realpathSync(join(opensslDir, 'openssl.cnf')), join(rootfs, opensslDir, 'openssl.cnf'));
   copyFileSync('/bin/busybox', join(rootfs, 'bin/busybox'));
   for (const applet of ['sh', 'cp', 'mkdir', 'cat', 'ls', 'rm']) symlinkSync('busybox', join(rootfs, 'bin', applet));
   for (const lib of libs) {
