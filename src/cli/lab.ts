@@ -86,7 +86,10 @@ async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> 
   const describe = {
     runId: running.plan.runId, prefix: running.plan.prefix, spec, podCreation: running.podCreation, startedAt: running.state.startedAt,
     uplinkDelayBy: running.plan.delayBy,
-    controller: { url: running.plan.controller.url, netns: running.plan.controller.netns, caCertHash: running.caCertHash },
+    // installed through the chart (--kubernetes), the controller runs where its Deployment put it
+    ...(running.atollInstall
+      ? { atoll: running.atollInstall }
+      : { controller: { url: running.plan.controller.url, netns: running.plan.controller.netns, caCertHash: running.caCertHash } }),
     nodes: running.plan.nodes.map((n) => ({ name: n.name, site: n.site, community: n.community, netns: n.netns, underlay: n.underlay })),
     pods: running.pods, namespaces: running.state.namespaces, processes: running.state.processes, containerds: running.state.containerds ?? [], timingsMs: { ...running.timingsMs } as Record<string, number>,
     kubernetes: undefined as KubernetesView | undefined,
@@ -97,6 +100,7 @@ async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> 
     describe.kubernetes = view;
     say(`  kubernetes nodes (${view.server}):`);
     for (const n of view.nodes) say(`    ${n.name.padEnd(14)} ${(n.ready ? 'Ready' : 'NotReady').padEnd(9)} ${(n.internalIp ?? '').padEnd(15)} ${n.kubeletVersion ?? ''} ${Object.entries(n.labels).map(([k, v]) => `${k}=${v}`).join(',')}`);
+    if (view.atoll.length > 0) say(`  atoll pods (${view.atoll[0]?.image ?? ''}): ${view.atoll.map((p) => `${p.name} on ${p.node ?? '-'}${p.ready ? '' : ' (not Ready)'}`).join(', ')}`);
   }
   if (mode === 'up') {
     say(`  pod addresses:`);

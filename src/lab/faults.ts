@@ -222,7 +222,9 @@ const restoreUplink = (lab: RunningLab, site: string) => nft.apply(uplinkRestore
  */
 export async function restartService(lab: RunningLab, kind: 'controller' | 'relay', notes: string[], whileDown?: () => Promise<void>): Promise<void> {
   const service = kind === 'controller' ? lab.plan.controller : lab.plan.relay;
-  await lab[kind].stop('SIGKILL');
+  const running = lab[kind];
+  if (!running) throw new Error(`the lab runs no ${kind} process of its own (the chart installed Atoll)`);
+  await running.stop('SIGKILL');
   await sleep(HOLD_MS[kind === 'controller' ? 'controller-kill' : 'relay-kill']);
   await whileDown?.();
   const next = new ServiceProcess({ kind, configPath: service.configPath, logPath: service.logPath });

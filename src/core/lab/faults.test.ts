@@ -105,6 +105,16 @@ test('with --kubernetes, pod-recreate goes through the API and node-reboot is sk
   assert.ok('skipped' in reboot && reboot.skipped.includes('kubelet'));
 });
 
+test('with --kubernetes, the faults that kill the lab\'s own controller, relay or agent processes are skipped (the chart\'s pods run them)', () => {
+  const p = plan(DEFAULT_LAB_SPEC);
+  for (const kind of ['controller-kill', 'relay-kill', 'agent-restart', 'offline-restart'] as const) {
+    const f = planFault(p, kind, 'kubernetes');
+    assert.ok('skipped' in f && f.skipped.includes('chart'), kind);
+    assert.ok(!('skipped' in planFault(p, kind, 'cri')), `${kind} runs without --kubernetes`);
+  }
+  for (const kind of ['direct-path-cut', 'uplink-cut', 'uplink-flap'] as const) assert.ok(!('skipped' in planFault(p, kind, 'kubernetes')), kind);
+});
+
 test('the fault table notes the Service count when there is one (--kubernetes), and nothing otherwise', () => {
   const base = { kind: 'pod-recreate' as const, description: 'd', ok: true, heldMs: 0, convergenceMs: 5, lossPct: 0, maxGapMs: 0 };
   assert.match(renderFaults([{ ...base, service: { answered: 4, of: 4 } }])[1] ?? '', /Service 4\/4$/);

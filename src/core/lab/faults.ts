@@ -78,6 +78,9 @@ export interface LabFaultSkipped {
 
 const MAX_SAMPLES = 4;
 
+/** Faults that kill and start the lab's own controller, relay or agent processes. */
+const PROCESS_FAULTS: readonly LabFaultKind[] = ['controller-kill', 'relay-kill', 'agent-restart', 'offline-restart'];
+
 /**
  * The target of `kind` in `plan`, or the reason it cannot run there (e.g. an uplink fault without edge sites).
  * Deterministic: the first edge site, its first node and that node's first pod.
@@ -105,6 +108,9 @@ export function planFault(plan: LabPlan, kind: LabFaultKind, pods: 'cri' | 'dire
   const nodePods = node ? podsOf(node.name) : [];
   const sameSitePod = node ? plan.nodes.filter((n) => n.site === node.site && n.name !== node.name).flatMap((n) => podsOf(n.name))[0] : undefined;
   const sitePods = edgeNodes.map((n) => podsOf(n.name)[0]);
+  if (pods === 'kubernetes' && PROCESS_FAULTS.includes(kind)) {
+    return { kind, skipped: 'with --kubernetes the chart\'s pods run the controller, the relay and the agents: this fault kills the lab\'s own processes (its Kubernetes form is not built yet)' };
+  }
   switch (kind) {
     case 'controller-kill': {
       const firstOfEach = plan.spec.edges.map((e) => plan.pods.find((p) => plan.nodes.find((n) => n.name === p.node)?.site === e.name)?.name);

@@ -4,7 +4,7 @@
  * the processes (src/adapters/kube/control-plane.ts, src/adapters/kube/kubelet.ts).
  */
 import { LABEL_COMMUNITY, LABEL_OPENYURT_EDGE, LABEL_SITE } from '../kube/placement.ts';
-import { LAB_POD_NAMESPACE, type LabNode, type LabPod } from './plan.ts';
+import { LAB_BLOCK_BITS, LAB_CLUSTER_CIDR, LAB_CONTROLLER_PORT, LAB_POD_NAMESPACE, LAB_RELAY_PORT, type LabNode, type LabPlan, type LabPod } from './plan.ts';
 import { CLOUD_SITE } from './spec.ts';
 
 /** kube-apiserver's port on the controller's cloud address (the nodes reach it there; edge nodes through their NAT). */
@@ -34,7 +34,7 @@ export const LAB_KUBE_NAMESPACE = Object.freeze({ apiVersion: 'v1', kind: 'Names
 
 /**
  * The Pod of lab pod `pod`: bound to its node by `spec.nodeName` (the plan places pods), running `image` (present
- * on every node: never pulled), stopped within a second.
+ * on every node: never pulled), stopped within a second; it never talks to the API, so it mounts no token.
  */
 export function labPodObject(pod: Pick<LabPod, 'name' | 'node'>, image: string): Record<string, unknown> {
   return {
@@ -43,6 +43,7 @@ export function labPodObject(pod: Pick<LabPod, 'name' | 'node'>, image: string):
     spec: {
       nodeName: pod.node,
       terminationGracePeriodSeconds: LAB_POD_GRACE_SECONDS,
+      automountServiceAccountToken: false,
       containers: [{ name: 'sleep', image, imagePullPolicy: 'Never' }],
     },
   };
@@ -83,4 +84,29 @@ export function kubernetesLine(
     ...(service ? [`Service ${service.clusterIp}:${service.port} answered ${service.probes.filter((p) => p.ok).length}/${service.probes.length}`] : []),
   ];
   return parts.join(', ');
+}
+
+/** The namespace Atoll is installed in (the chart's release namespace, as the README's install uses). */
+export const LAB_ATOLL_NAMESPACE = 'atoll-system';
+
+/**
+ * The chart's values for the lab, as an operator would write them for this cluster: the lab's pod range and block
+ * size, the edge sites' community (when they share one; the nodes' `atoll.dev/community` labels say it per site
+ * anyway), the image `tag`, one controller replica per cloud node (their anti-affinity puts one on each), dialled
+ * at the cloud nodes' addresses (what edges reach through their NAT), and the relay on the first cloud node at its
+ * address. Every other value keeps the chart's default.
+ */
+export function labChartValues(plan: Pick<LabPlan, 'nodes'>, tag: string): Record<string, unknown> {
+  const cloud = plan.nodes.filter((n) => n.site === CLOUD_SITE);
+  const first = cloud[0];
+  if (!first) throw new Error('the lab has no cloud node for the controller and the relay');
+  const communities = [...new Set(plan.nodes.filter((n) => n.site !== CLOUD_SITE).map((n) => n.community))];
+  return {
+    image: { tag },
+    clusterCidrs: [LAB_CLUSTER_CIDR],
+    blockBits: LAB_BLOCK_BITS,
+    community: communities.length === 1 ? communities[0] : '',
+    controller: { replicas: cloud.length, urls: cloud.map((n) => `https://${n.underlay}:${LAB_CONTROLLER_PORT}`) },
+    relay: { address: `${first.underlay}:${LAB_RELAY_PORT}`, nodeSelector: { 'kubernetes.io/hostname': first.name } },
+  };
 }
