@@ -124,6 +124,8 @@ async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> 
   let traces: LabTraceCheck[] = [];
   let prometheus: LabPrometheusReport | undefined;
   let service: ServiceCheck | undefined;
+  let workloads: Record<string, unknown> | undefined;
+  let workloadsOk = true;
   let down: unknown;
   try {
     const tc = performance.now();
@@ -174,6 +176,25 @@ async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> 
         + (connects.length ? ` (connect median ${connects[Math.floor(connects.length / 2)]} ms)` : ''));
       for (const p of service.probes.filter((x) => !x.ok)) say(`  ${p.from}: ${p.error ?? 'failed'}`);
     }
+    if (running.kubernetes) {
+      const tw = performance.now();
+      say('');
+      say('workloads through the API: Deployment lab-web (a pod on every node), StatefulSet lab-db; the matrix between their pods, IPs from the API');
+      const { workloads: w, cells: wc } = await lab.checkWorkloads(running, { say });
+      describe.timingsMs.workloads = Math.round(performance.now() - tw);
+      const wv = verdictOf(wc);
+      const names = [...w.deployment, ...w.statefulSet].map((p) => p.name);
+      if (names.length <= 24) {
+        for (const l of renderMatrix(names, wc)) say(`  ${l}`.trimEnd());
+        say('');
+      }
+      workloadsOk = wv.ok;
+      workloads = { deployment: w.deployment, statefulSet: w.statefulSet, readyMs: w.readyMs, cells: wc, summary: summarize(wc), verdict: { ...wv, failures: wv.failures.length } };
+      const spread = new Set(w.deployment.map((p) => p.node)).size;
+      say(`${wv.ok ? 'PASS' : 'FAIL'}: workloads: lab-web ${w.deployment.length} pods on ${spread} nodes, lab-db ${w.statefulSet.map((p) => `${p.name} on ${p.node}`).join(', ')} (Running in ${(w.readyMs / 1000).toFixed(1)} s); `
+        + `${wv.working}/${wv.shouldWork} allowed cells work over their expected path, ${wv.blocked} blocked as expected`);
+      for (const l of renderFailures(wc)) say(`  ${l}`);
+    }
     if (faultList.faults.length > 0) {
       const tf = performance.now();
       say('');
@@ -194,10 +215,10 @@ async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> 
   }
   const v = verdictOf(cells);
   const durationMs = Math.round(performance.now() - t0);
-  writeJson(values.json, { ...describe, processes: running.state.processes, durationMs, cells, summary: summarize(cells), verdict: { ...v, failures: v.failures.length }, traces, prometheus, faults, ...(service ? { service } : {}), cleanup: down });
+  writeJson(values.json, { ...describe, processes: running.state.processes, durationMs, cells, summary: summarize(cells), verdict: { ...v, failures: v.failures.length }, traces, prometheus, faults, ...(service ? { service } : {}), ...(workloads ? { workloads } : {}), cleanup: down });
   writeSvg(values.svg, () => renderLabSvg(labSvgInputOf(running.plan, running.pods, cells, describe.kubernetes && kubernetesLine(describe.kubernetes, service))));
   say(`done in ${(durationMs / 1000).toFixed(1)} s`);
-  return v.ok && faults.every((f) => f.ok) && traces.every((t) => t.ok) && (prometheus?.ok ?? true) && (service?.ok ?? true) ? 0 : 1;
+  return v.ok && faults.every((f) => f.ok) && traces.every((t) => t.ok) && (prometheus?.ok ?? true) && (service?.ok ?? true) && workloadsOk ? 0 : 1;
 }
 
 async function downCmd(argv: readonly string[]): Promise<number> {

@@ -25,8 +25,8 @@ import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { atollError } from '../core/errors.ts';
 import {
-  LAB_ATOLL_NAMESPACE, LAB_ETCD_PORTS, LAB_KUBE_API_PORT, LAB_KUBE_NAMESPACE, LAB_SERVICE_CIDR, LAB_SERVICE_LABEL, LAB_SERVICE_NAME, labChartValues, labNodeLabels, labPodObject,
-  labServiceBackends, labServiceObject,
+  LAB_ATOLL_NAMESPACE, LAB_ETCD_PORTS, LAB_KUBE_API_PORT, LAB_KUBE_NAMESPACE, LAB_SERVICE_CIDR, LAB_SERVICE_LABEL, LAB_SERVICE_NAME, LAB_WORKLOAD_LABEL, LAB_WORKLOADS,
+  labChartValues, labNodeLabels, labPodObject, labServiceBackends, labServiceObject, labWorkloadObjects,
 } from '../core/lab/kubernetes.ts';
 import { CLOUD_SITE } from '../core/lab/spec.ts';
 import type { TcpResult } from '../core/lab/report.ts';
@@ -318,6 +318,11 @@ export class KubePods implements LabPodRuntime {
     this.#kube = kube;
   }
 
+  /** Every node's containerd, by node name (where the kubelets run the pods). */
+  get containerds(): ReadonlyMap<string, Containerd> {
+    return this.#cri.containerds;
+  }
+
   agentLauncher(node: LabNode): string[] {
     return this.#cri.agentLauncher(node);
   }
@@ -335,15 +340,9 @@ export class KubePods implements LabPodRuntime {
       await sleep(250);
       status = await this.#kube.kubectl(['get', 'pod', '-n', LAB_POD_NAMESPACE, pod.name, '-o', 'json']).then((out) => (JSON.parse(out) as PodJson).status, () => ({}));
     }
-    const addMs = Math.round(performance.now() - t);
-    const ctd = this.#cri.containerds.get(pod.node);
-    if (!ctd) throw fail('its node has no containerd');
-    const sandbox = (await ctd.cri.listPodSandbox()).find((s) => s.namespace === LAB_POD_NAMESPACE && s.name === pod.name && s.state === 'SANDBOX_READY');
-    if (!sandbox) throw fail(`Running in the API but no ready sandbox in ${ctd.socket}`);
-    const sbx = await ctd.cri.podSandboxStatus(sandbox.id);
-    if (!sbx.netnsPath) throw fail(`sandbox ${sandbox.id} reports no network namespace`);
-    if (sbx.ip !== status.podIP) throw fail(`the API says IP ${status.podIP}, the sandbox ${sbx.ip}`);
-    return { name: pod.name, node: pod.node, netns: sbx.netnsPath, enter: enterSandbox(ctd, sbx.netnsPath), ip: status.podIP, addMs, sandboxId: sandbox.id };
+    return sandboxOf(this.#cri.containerds, { name: pod.name, node: pod.node, ip: status.podIP }, Math.round(performance.now() - t)).catch((err: Error) => {
+      throw fail(err.message, err);
+    });
   }
 
   async recreate(pod: LabPod, _current: LabPodInfo): Promise<LabPodInfo> {
@@ -355,6 +354,74 @@ export class KubePods implements LabPodRuntime {
 
   close(): void {
     this.#cri.close();
+  }
+}
+
+/**
+ * A Running pod of namespace `lab` as the lab's checks enter it: the ready sandbox its kubelet made in its node's
+ * containerd (found by name), whose IP must be the one the API gives. @throws Error naming the disagreement.
+ */
+async function sandboxOf(containerds: ReadonlyMap<string, Containerd>, pod: { name: string; node: string; ip: string }, addMs?: number): Promise<LabPodInfo> {
+  const ctd = containerds.get(pod.node);
+  if (!ctd) throw new Error(`node ${pod.node} has no containerd`);
+  const sandbox = (await ctd.cri.listPodSandbox()).find((s) => s.namespace === LAB_POD_NAMESPACE && s.name === pod.name && s.state === 'SANDBOX_READY');
+  if (!sandbox) throw new Error(`Running in the API but no ready sandbox in ${ctd.socket}`);
+  const sbx = await ctd.cri.podSandboxStatus(sandbox.id);
+  if (!sbx.netnsPath) throw new Error(`sandbox ${sandbox.id} reports no network namespace`);
+  if (sbx.ip !== pod.ip) throw new Error(`the API says IP ${pod.ip}, the sandbox ${sbx.ip}`);
+  return { name: pod.name, node: pod.node, netns: sbx.netnsPath, enter: enterSandbox(ctd, sbx.netnsPath), ip: pod.ip, ...(addMs === undefined ? {} : { addMs }), sandboxId: sandbox.id };
+}
+
+interface WorkloadPodJson {
+  metadata: { name: string; labels?: Record<string, string>; deletionTimestamp?: string };
+  spec: { nodeName?: string };
+  status: { phase?: string; podIP?: string };
+}
+
+/** The lab's workloads as they run: their pods (IPs from the API, entered through their sandboxes), by workload. */
+export interface LabWorkloads {
+  readonly deployment: readonly LabPodInfo[];
+  readonly statefulSet: readonly LabPodInfo[];
+  /** From applying them until every pod was Running with an IP, ms. */
+  readonly readyMs: number;
+}
+
+/** The workloads' Running pods with an IP (not being deleted), from the API. */
+async function workloadPods(kube: LabKubernetes): Promise<WorkloadPodJson[]> {
+  const selector = `${LAB_WORKLOAD_LABEL} in (${LAB_WORKLOADS.deployment},${LAB_WORKLOADS.statefulSet})`;
+  const items = await kube.kubectl(['get', 'pods', '-n', LAB_POD_NAMESPACE, '-l', selector, '-o', 'json']).then((out) => (JSON.parse(out) as { items: WorkloadPodJson[] }).items, () => []);
+  return items.filter((p) => p.status.phase === 'Running' && p.status.podIP && p.spec.nodeName && !p.metadata.deletionTimestamp);
+}
+
+/**
+ * Applies the workloads ({@link labWorkloadObjects}: a Deployment with a pod per node, a StatefulSet of two pods on
+ * distinct nodes, or one with a single node), lets the scheduler place them, waits until every pod is Running with an
+ * IP (at most {@link POD_RUNNING_TIMEOUT_MS}) and returns them with their sandboxes.
+ * @throws AtollError LAB_STEP_FAILED naming the pods missing.
+ */
+export async function startWorkloads(kube: LabKubernetes, init: { plan: LabPlan; containerds: ReadonlyMap<string, Containerd> }): Promise<LabWorkloads> {
+  const t = performance.now();
+  const nodes = init.plan.nodes.length;
+  const want = { [LAB_WORKLOADS.deployment]: nodes, [LAB_WORKLOADS.statefulSet]: Math.min(2, nodes) };
+  for (const obj of labWorkloadObjects({ nodes, statefulReplicas: want[LAB_WORKLOADS.statefulSet] as number, image: PAUSE_IMAGE_REF })) {
+    await kube.kubectl(['apply', '-f', '-'], JSON.stringify(obj));
+  }
+  const deadline = Date.now() + POD_RUNNING_TIMEOUT_MS;
+  for (;;) {
+    const pods = await workloadPods(kube);
+    const of = (name: string) => pods.filter((p) => p.metadata.labels?.[LAB_WORKLOAD_LABEL] === name);
+    const short = Object.entries(want).filter(([name, n]) => of(name).length < n);
+    if (short.length === 0) {
+      const info = (name: string) => Promise.all(of(name).sort((a, b) => a.metadata.name.localeCompare(b.metadata.name))
+        .map((p) => sandboxOf(init.containerds, { name: p.metadata.name, node: p.spec.nodeName as string, ip: p.status.podIP as string })));
+      const [deployment, statefulSet] = await Promise.all([info(LAB_WORKLOADS.deployment), info(LAB_WORKLOADS.statefulSet)]);
+      return { deployment, statefulSet, readyMs: Math.round(performance.now() - t) };
+    }
+    if (Date.now() > deadline) {
+      throw atollError('LAB_STEP_FAILED', `workloads not Running within ${POD_RUNNING_TIMEOUT_MS / 1000} s: ${short.map(([name, n]) => `${name} ${of(name).length}/${n}`).join(', ')}`,
+        `kubectl get pods -n ${LAB_POD_NAMESPACE} -o wide; kubectl describe pods -n ${LAB_POD_NAMESPACE}`);
+    }
+    await sleep(500);
   }
 }
 

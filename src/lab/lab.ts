@@ -39,7 +39,7 @@ import { readAgentStatus, readTunnelStatus, statusSocketOf } from '../adapters/s
 import { type TracePath, tracePath } from '../core/ops/trace.ts';
 import type { AgentStatus } from '../core/ops/agent-status.ts';
 import type { PeerPath } from '../core/tunnel/status.ts';
-import { agentPodLogTail, ATOLL_IMAGE_TAG, type AtollInstall, installAtoll, KubePods, type LabKubernetes, startLabKubernetes } from './lab-kube.ts';
+import { agentPodLogTail, ATOLL_IMAGE_TAG, type AtollInstall, installAtoll, KubePods, type LabKubernetes, type LabWorkloads, startLabKubernetes, startWorkloads } from './lab-kube.ts';
 import { labPreflight, requireRoot, uplinkDelayMethod } from './lab-preflight.ts';
 import { ProbeClient } from './probe.ts';
 
@@ -730,6 +730,18 @@ export async function runChecks(lab: RunningLab, opts: LabOptions): Promise<LabC
   } finally {
     await Promise.all([...probes.values()].map((p) => p.close()));
   }
+}
+
+/**
+ * `--kubernetes`: the workloads applied through the API (src/lab/lab-kube.ts startWorkloads: a Deployment with a pod
+ * on every node, a StatefulSet), then the whole matrix between their pods, with the IPs the API gives, judged as the
+ * lab's own pods are.
+ */
+export async function checkWorkloads(lab: RunningLab, opts: LabOptions): Promise<{ workloads: LabWorkloads; cells: LabCell[] }> {
+  if (!lab.kubernetes || !(lab.podRuntime instanceof KubePods)) throw new Error('the workloads need --kubernetes');
+  const workloads = await startWorkloads(lab.kubernetes, { plan: lab.plan, containerds: lab.podRuntime.containerds });
+  const cells = await runChecks({ ...lab, pods: [...workloads.deployment, ...workloads.statefulSet] }, opts);
+  return { workloads, cells };
 }
 
 function roundTcp(t: TcpResult): TcpResult {

@@ -4,7 +4,8 @@
  * image imported into each node's containerd; agents, controller and relay as the chart's pods, none of them a
  * process of the lab's own), the lab's pods created through the API,
  * the matrix, one fault (pod-recreate: the Pod deleted and applied again under its name), the ClusterIP Service
- * (before and after the fault), and nothing of the run left. Needs root, containerd, the Kubernetes binaries
+ * (before and after the fault), the workloads (a Deployment with a pod per node and a StatefulSet of two, the matrix
+ * between their pods), and nothing of the run left. Needs root, containerd, the Kubernetes binaries
  * (make k8s) and the image (make image; scripts/test.sh builds it); skips otherwise.
  *
  * The Service's endpoints are on the edge site: the cloud node and pod reach them over the tunnel (the node's own
@@ -20,6 +21,7 @@ import { ATOLL_BIN } from '../../src/lab/agent-process.ts';
 import { ATOLL_IMAGE_TAG, atollImageTarball } from '../../src/lab/lab-kube.ts';
 import type { LabFaultResult } from '../../src/core/lab/faults.ts';
 import type { KubernetesView, ServiceCheck } from '../../src/lab/lab-kube.ts';
+import type { LabPodInfo } from '../../src/lab/lab-pods.ts';
 import { rootSkipReason } from '../support/netns.ts';
 
 const hasContainerd = ['/usr/bin/containerd', '/usr/sbin/runc', '/bin/busybox', '/usr/lib/cni/loopback'].every((p) => existsSync(p));
@@ -34,6 +36,11 @@ interface Report {
   readonly kubernetes: KubernetesView;
   readonly atoll: { readonly image: string; readonly caCertHash: string };
   readonly service: ServiceCheck;
+  readonly workloads: {
+    readonly deployment: readonly LabPodInfo[];
+    readonly statefulSet: readonly LabPodInfo[];
+    readonly verdict: { ok: boolean; shouldWork: number; working: number };
+  };
   readonly cleanup: { leftovers: readonly string[] };
 }
 
@@ -54,7 +61,7 @@ function run(args: readonly string[], timeoutMs: number): Promise<{ code: number
 const skip = rootSkipReason() || (hasContainerd ? false : 'needs containerd, runc, busybox-static and the CNI loopback plugin')
   || (existsSync(atollImageTarball(ATOLL_IMAGE_TAG)) ? false : `needs the image ${atollImageTarball(ATOLL_IMAGE_TAG)} (make image)`);
 
-test('atoll lab run --kubernetes: nodes registered with their labels, Atoll installed through its chart, pods through the API, matrix, pod-recreate, Service; nothing left', { skip, timeout: 400_000 }, async () => {
+test('atoll lab run --kubernetes: nodes registered with their labels, Atoll installed through its chart, pods through the API, matrix, pod-recreate, Service, workloads; nothing left', { skip, timeout: 400_000 }, async () => {
   const tmp = mkdtempSync(join(tmpdir(), 'atoll-labk8s-'));
   const started = Date.now();
   try {
@@ -93,6 +100,14 @@ test('atoll lab run --kubernetes: nodes registered with their labels, Atoll inst
 
     assert.deepEqual(report.service.backends, ['a-1-p1']);
     for (const from of ['cloud-1-p1', 'a-1-p1', 'node cloud-1', 'node a-1']) assert.ok(report.service.probes.find((p) => p.from === from)?.ok, `Service from ${from}:\n${out}`);
+
+    // workloads through the API: the Deployment's pods one per node, the StatefulSet's by their stable names, the matrix between them
+    const w = report.workloads;
+    assert.deepEqual(w.deployment.map((p) => p.node).sort(), ['a-1', 'cloud-1'], out);
+    assert.deepEqual(w.statefulSet.map((p) => p.name), ['lab-db-0', 'lab-db-1']);
+    assert.notEqual(w.statefulSet[0]?.node, w.statefulSet[1]?.node, 'the StatefulSet is spread over both nodes');
+    assert.ok([...w.deployment, ...w.statefulSet].every((p) => p.ip.startsWith('10.100.')), 'pod IPs from Atoll\'s range, as the API gave them');
+    assert.ok(w.verdict.ok && w.verdict.shouldWork === 12 && w.verdict.working === 12, `workloads matrix:\n${out}`);
 
     const runDir = `/run/atoll-lab/${report.runId}`;
     assert.deepEqual(report.cleanup.leftovers, []);

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { kubernetesLine, labChartValues, labNodeLabels, labPodObject, labServiceBackends, labServiceObject } from './kubernetes.ts';
+import { kubernetesLine, labChartValues, labWorkloadObjects, labNodeLabels, labPodObject, labServiceBackends, labServiceObject } from './kubernetes.ts';
 import type { LabNode } from './plan.ts';
 
 test('cloud nodes carry their site; edge nodes their site, community and the edge role', () => {
@@ -48,4 +48,19 @@ test('the chart\'s values for the lab: its pod range, the controller on every cl
   const mixed = nodes.map((n) => (n.name === 'b-1' ? { ...n, community: 'other' } : n));
   assert.equal(labChartValues({ nodes: mixed }, '0.1.0').community, '', 'sites of different communities: the Node labels say it');
   assert.throws(() => labChartValues({ nodes: nodes.slice(2) }, '0.1.0'), /no cloud node/);
+});
+
+test('the workloads: a Deployment with a replica per node and a StatefulSet, each spread one pod per node, never pulling', () => {
+  type Obj = { kind: string; metadata: { name: string; namespace: string }; spec: { replicas?: number; serviceName?: string; clusterIP?: string; template?: { spec: { topologySpreadConstraints: { maxSkew: number; topologyKey: string; whenUnsatisfiable: string }[]; containers: { imagePullPolicy: string }[] } } } };
+  const objs = labWorkloadObjects({ nodes: 6, statefulReplicas: 2, image: 'localhost/atoll-pause:test' }) as Obj[];
+  assert.deepEqual(objs.map((o) => `${o.kind}/${o.metadata.namespace}/${o.metadata.name}`), ['Deployment/lab/lab-web', 'Service/lab/lab-db', 'StatefulSet/lab/lab-db']);
+  const [dep, svc, sts] = objs as [Obj, Obj, Obj];
+  assert.equal(dep.spec.replicas, 6);
+  assert.equal(sts.spec.replicas, 2);
+  assert.equal(sts.spec.serviceName, 'lab-db');
+  assert.equal(svc.spec.clusterIP, 'None');
+  for (const o of [dep, sts]) {
+    assert.deepEqual(o.spec.template?.spec.topologySpreadConstraints[0], { maxSkew: 1, topologyKey: 'kubernetes.io/hostname', whenUnsatisfiable: 'DoNotSchedule', labelSelector: { matchLabels: { 'app.kubernetes.io/name': o.metadata.name } } });
+    assert.equal(o.spec.template?.spec.containers[0]?.imagePullPolicy, 'Never');
+  }
 });

@@ -110,3 +110,40 @@ export function labChartValues(plan: Pick<LabPlan, 'nodes'>, tag: string): Recor
     relay: { address: `${first.underlay}:${LAB_RELAY_PORT}`, nodeSelector: { 'kubernetes.io/hostname': first.name } },
   };
 }
+
+/** The lab's workloads (`lab run --kubernetes`): a Deployment with a pod on every node and a StatefulSet. */
+export const LAB_WORKLOADS = Object.freeze({ deployment: 'lab-web', statefulSet: 'lab-db' });
+/** The label every workload pod carries (the workload's name). */
+export const LAB_WORKLOAD_LABEL = 'app.kubernetes.io/name';
+
+/** A workload's pod template: the test bed's image, never pulled, no token, one pod per node at most (hostname spread). */
+function workloadTemplate(name: string, image: string): Record<string, unknown> {
+  return {
+    metadata: { labels: { [LAB_WORKLOAD_LABEL]: name, 'app.kubernetes.io/part-of': 'atoll-lab' } },
+    spec: {
+      terminationGracePeriodSeconds: LAB_POD_GRACE_SECONDS,
+      automountServiceAccountToken: false,
+      topologySpreadConstraints: [{ maxSkew: 1, topologyKey: 'kubernetes.io/hostname', whenUnsatisfiable: 'DoNotSchedule', labelSelector: { matchLabels: { [LAB_WORKLOAD_LABEL]: name } } }],
+      containers: [{ name: 'sleep', image, imagePullPolicy: 'Never' }],
+    },
+  };
+}
+
+/**
+ * The workloads as objects to apply, in namespace `lab`: Deployment {@link LAB_WORKLOADS}.deployment with one
+ * replica per node (the hostname spread with a skew of 1 puts one on each), and StatefulSet
+ * {@link LAB_WORKLOADS}.statefulSet with `statefulReplicas` pods on distinct nodes behind its headless Service.
+ * The scheduler places them; their addresses come from the API.
+ */
+export function labWorkloadObjects(init: { nodes: number; statefulReplicas: number; image: string }): Record<string, unknown>[] {
+  const { deployment, statefulSet } = LAB_WORKLOADS;
+  const selector = (name: string) => ({ matchLabels: { [LAB_WORKLOAD_LABEL]: name } });
+  return [
+    { apiVersion: 'apps/v1', kind: 'Deployment', metadata: { name: deployment, namespace: LAB_POD_NAMESPACE },
+      spec: { replicas: init.nodes, selector: selector(deployment), template: workloadTemplate(deployment, init.image) } },
+    { apiVersion: 'v1', kind: 'Service', metadata: { name: statefulSet, namespace: LAB_POD_NAMESPACE },
+      spec: { clusterIP: 'None', selector: { [LAB_WORKLOAD_LABEL]: statefulSet }, ports: [{ name: 'echo', port: 7777 }] } },
+    { apiVersion: 'apps/v1', kind: 'StatefulSet', metadata: { name: statefulSet, namespace: LAB_POD_NAMESPACE },
+      spec: { replicas: init.statefulReplicas, serviceName: statefulSet, podManagementPolicy: 'Parallel', selector: selector(statefulSet), template: workloadTemplate(statefulSet, init.image) } },
+  ];
+}
