@@ -13,7 +13,7 @@
  * - Every wait is bounded; a failed step removes the whole run before the error is reported; SIGINT, SIGTERM and
  *   uncaught errors remove the run too.
  */
-import { copyFileSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { copyFileSync, cpSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -635,13 +635,19 @@ export async function labUp(spec: LabSpec, opts: LabUpOptions): Promise<RunningL
   }
 }
 
-/** Copies the controller's and agents' logs to `toDir` (the run's directory goes with the run). */
+/** Copies the controller's, agents', containerds' and kubelets' logs to `toDir` (the run's directory goes with the run). */
 export function saveLogs(plan: LabPlan, toDir: string, say: (l: string) => void): void {
   try {
     mkdirSync(toDir, { recursive: true });
     const containerdLogs = plan.nodes.map((n) => [join(n.dir, 'containerd', 'containerd.log'), `containerd-${n.name}.log`] as const);
     for (const [from, name] of [[plan.controller.logPath, 'controller.log'], ...plan.nodes.map((n) => [n.logPath, `agent-${n.name}.log`] as const), ...containerdLogs] as const) {
       if (existsSync(from)) copyFileSync(from, join(toDir, name));
+    }
+    // --kubernetes: each kubelet's log, and its containers' logs (the chart's agents, controller and relay among them)
+    for (const n of plan.nodes) {
+      const kubelet = join(n.dir, 'kubelet');
+      if (existsSync(join(kubelet, 'kubelet.log'))) copyFileSync(join(kubelet, 'kubelet.log'), join(toDir, `kubelet-${n.name}.log`));
+      if (existsSync(join(kubelet, 'pod-logs'))) cpSync(join(kubelet, 'pod-logs'), join(toDir, `pod-logs-${n.name}`), { recursive: true });
     }
     say(`  logs saved in ${toDir}`);
   } catch (err) {
