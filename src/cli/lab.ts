@@ -77,6 +77,12 @@ async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> 
   if (faultList.problems.length > 0) throw atollError('LAB_SPEC_INVALID', `--faults: ${faultList.problems.join('; ')}`, 'see `atoll lab --help`');
   if (mode === 'up' && faultList.faults.length > 0) throw atollError('LAB_SPEC_INVALID', '--faults is for `atoll lab run`', 'use `atoll lab run --faults ...`');
   if (mode === 'up' && values.prometheus) throw atollError('LAB_SPEC_INVALID', '--prometheus is for `atoll lab run`', 'use `atoll lab run --prometheus`');
+  if (values.kubernetes && values.prometheus) {
+    throw atollError('LAB_SPEC_INVALID', '--prometheus scrapes the lab\'s own processes on its monitoring network; with --kubernetes the chart\'s pods listen on the nodes\' addresses', 'drop one of --prometheus and --kubernetes');
+  }
+  if (values.kubernetes && spec.sameSite === 'direct') {
+    throw atollError('LAB_SPEC_INVALID', '--same-site direct: the chart installs the same-site overlay with its default (VXLAN); it has no value for direct routes', 'drop --same-site direct with --kubernetes');
+  }
   const lab = await import('../lab/lab.ts');
   const runs = new lab.LabRuns();
   const uninstall = lab.installCleanupHandlers(runs);
