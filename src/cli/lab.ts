@@ -185,7 +185,7 @@ async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> 
     if (running.kubernetes) {
       const tw = performance.now();
       say('');
-      say('workloads through the API: Deployment lab-web (a pod on every node), StatefulSet lab-db; the matrix between their pods, IPs from the API');
+      say('workloads through the API: Deployment lab-web and StatefulSet lab-db, a pod of each on every node; the matrix between their pods, IPs from the API');
       const { workloads: w, cells: wc } = await lab.checkWorkloads(running, { say });
       describe.timingsMs.workloads = Math.round(performance.now() - tw);
       const wv = verdictOf(wc);

@@ -394,16 +394,16 @@ async function workloadPods(kube: LabKubernetes): Promise<WorkloadPodJson[]> {
 }
 
 /**
- * Applies the workloads ({@link labWorkloadObjects}: a Deployment with a pod per node, a StatefulSet of two pods on
- * distinct nodes, or one with a single node), lets the scheduler place them, waits until every pod is Running with an
+ * Applies the workloads ({@link labWorkloadObjects}: a Deployment and a StatefulSet, each with a pod per node), lets
+ * the scheduler place them, waits until every pod is Running with an
  * IP (at most {@link POD_RUNNING_TIMEOUT_MS}) and returns them with their sandboxes.
  * @throws AtollError LAB_STEP_FAILED naming the pods missing.
  */
 export async function startWorkloads(kube: LabKubernetes, init: { plan: LabPlan; containerds: ReadonlyMap<string, Containerd> }): Promise<LabWorkloads> {
   const t = performance.now();
   const nodes = init.plan.nodes.length;
-  const want = { [LAB_WORKLOADS.deployment]: nodes, [LAB_WORKLOADS.statefulSet]: Math.min(2, nodes) };
-  for (const obj of labWorkloadObjects({ nodes, statefulReplicas: want[LAB_WORKLOADS.statefulSet] as number, image: PAUSE_IMAGE_REF })) {
+  const want = { [LAB_WORKLOADS.deployment]: nodes, [LAB_WORKLOADS.statefulSet]: nodes };
+  for (const obj of labWorkloadObjects({ nodes, image: PAUSE_IMAGE_REF })) {
     await kube.kubectl(['apply', '-f', '-'], JSON.stringify(obj));
   }
   const deadline = Date.now() + POD_RUNNING_TIMEOUT_MS;

@@ -4,7 +4,7 @@
  * image imported into each node's containerd; agents, controller and relay as the chart's pods, none of them a
  * process of the lab's own), the lab's pods created through the API,
  * the matrix, one fault (pod-recreate: the Pod deleted and applied again under its name), the ClusterIP Service
- * (before and after the fault), the workloads (a Deployment with a pod per node and a StatefulSet of two, the matrix
+ * (before and after the fault), the workloads (a Deployment and a StatefulSet with a pod on each node, the matrix
  * between their pods), and nothing of the run left. Needs root, containerd, the Kubernetes binaries
  * (make k8s) and the image (make image; scripts/test.sh builds it); skips otherwise.
  *

@@ -50,13 +50,13 @@ test('the chart\'s values for the lab: its pod range, the controller on every cl
   assert.throws(() => labChartValues({ nodes: nodes.slice(2) }, '0.1.0'), /no cloud node/);
 });
 
-test('the workloads: a Deployment with a replica per node and a StatefulSet, each spread one pod per node, never pulling', () => {
+test('the workloads: a Deployment and a StatefulSet with a replica per node, spread one pod per node, never pulling', () => {
   type Obj = { kind: string; metadata: { name: string; namespace: string }; spec: { replicas?: number; serviceName?: string; clusterIP?: string; template?: { spec: { topologySpreadConstraints: { maxSkew: number; topologyKey: string; whenUnsatisfiable: string }[]; containers: { imagePullPolicy: string }[] } } } };
-  const objs = labWorkloadObjects({ nodes: 6, statefulReplicas: 2, image: 'localhost/atoll-pause:test' }) as Obj[];
+  const objs = labWorkloadObjects({ nodes: 6, image: 'localhost/atoll-pause:test' }) as Obj[];
   assert.deepEqual(objs.map((o) => `${o.kind}/${o.metadata.namespace}/${o.metadata.name}`), ['Deployment/lab/lab-web', 'Service/lab/lab-db', 'StatefulSet/lab/lab-db']);
   const [dep, svc, sts] = objs as [Obj, Obj, Obj];
   assert.equal(dep.spec.replicas, 6);
-  assert.equal(sts.spec.replicas, 2);
+  assert.equal(sts.spec.replicas, 6);
   assert.equal(sts.spec.serviceName, 'lab-db');
   assert.equal(svc.spec.clusterIP, 'None');
   for (const o of [dep, sts]) {

@@ -130,12 +130,13 @@ function workloadTemplate(name: string, image: string): Record<string, unknown> 
 }
 
 /**
- * The workloads as objects to apply, in namespace `lab`: Deployment {@link LAB_WORKLOADS}.deployment with one
- * replica per node (the hostname spread with a skew of 1 puts one on each), and StatefulSet
- * {@link LAB_WORKLOADS}.statefulSet with `statefulReplicas` pods on distinct nodes behind its headless Service.
- * The scheduler places them; their addresses come from the API.
+ * The workloads as objects to apply, in namespace `lab`: Deployment {@link LAB_WORKLOADS}.deployment and
+ * StatefulSet {@link LAB_WORKLOADS}.statefulSet (behind its headless Service), each with one replica per node: the
+ * hostname spread with a skew of 1 puts one on each, and sends a StatefulSet pod deleted and re-created under its
+ * name back to the one node without one, its own (where Atoll keeps its address for it). The scheduler places them;
+ * their addresses come from the API.
  */
-export function labWorkloadObjects(init: { nodes: number; statefulReplicas: number; image: string }): Record<string, unknown>[] {
+export function labWorkloadObjects(init: { nodes: number; image: string }): Record<string, unknown>[] {
   const { deployment, statefulSet } = LAB_WORKLOADS;
   const selector = (name: string) => ({ matchLabels: { [LAB_WORKLOAD_LABEL]: name } });
   return [
@@ -144,6 +145,6 @@ export function labWorkloadObjects(init: { nodes: number; statefulReplicas: numb
     { apiVersion: 'v1', kind: 'Service', metadata: { name: statefulSet, namespace: LAB_POD_NAMESPACE },
       spec: { clusterIP: 'None', selector: { [LAB_WORKLOAD_LABEL]: statefulSet }, ports: [{ name: 'echo', port: 7777 }] } },
     { apiVersion: 'apps/v1', kind: 'StatefulSet', metadata: { name: statefulSet, namespace: LAB_POD_NAMESPACE },
-      spec: { replicas: init.statefulReplicas, serviceName: statefulSet, podManagementPolicy: 'Parallel', selector: selector(statefulSet), template: workloadTemplate(statefulSet, init.image) } },
+      spec: { replicas: init.nodes, serviceName: statefulSet, podManagementPolicy: 'Parallel', selector: selector(statefulSet), template: workloadTemplate(statefulSet, init.image) } },
   ];
 }
