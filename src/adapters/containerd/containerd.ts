@@ -586,6 +586,11 @@ export async function importImage(ctd: Pick<Containerd, 'socket'>, tarball: stri
   await run('ctr', ['-a', ctd.socket, '-n', 'k8s.io', 'images', 'import', tarball], `importing ${tarball}`, timeoutMs);
 }
 
+/** SIGKILLs the task (a sandbox's or a container's process) `id` of a running instance, as a crash would end it. */
+export async function killTask(ctd: Pick<Containerd, 'socket'>, id: string): Promise<void> {
+  await run('ctr', ['-a', ctd.socket, '-n', 'k8s.io', 'tasks', 'kill', '-s', 'SIGKILL', id], `killing task ${id}`);
+}
+
 /**
  * Starts a private containerd (CRI enabled, overlayfs, runc) inside network namespace `init.netns`, waits until its
  * CRI socket answers (bounded by `startTimeoutMs`), and imports the sandbox image {@link PAUSE_IMAGE_REF}.
