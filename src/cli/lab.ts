@@ -2,7 +2,7 @@
  * `atoll lab up | run | down`: parses flags, wires src/lab/lab.ts, prints the terminal report and writes the JSON
  * one and the picture. (`atoll lab probe` is the lab's own helper inside each pod.)
  */
-import { writeFileSync } from 'node:fs';
+import { existsSync, writeFileSync } from 'node:fs';
 import { LAB_FLAG_OPTIONS, LAB_FLAGS_HELP, type LabFlags, labPodsFromFlag, labSpecFromFlags } from '../config/lab-spec.ts';
 import { LAB_RUN_ID } from '../core/lab/plan.ts';
 import { type LabFaultResult, parseFaultList, renderFaults } from '../core/lab/faults.ts';
@@ -49,8 +49,15 @@ the verdict and the faults).
 --kubernetes    also a real Kubernetes v1.34 (sh scripts/k8s.sh all): etcd, kube-apiserver (192.0.2.2:6443),
                 kube-controller-manager and kube-scheduler in the controller's namespace, a kubelet (beside the
                 node's containerd, registered as a Node with its site labels) and a kube-proxy on every node; the
-                pods are Pods bound to their nodes, their IPs read from the API; run also checks a ClusterIP
-                Service from every pod and node, after the matrix and after every fault. Needs containerd.
+                pods are Pods bound to their nodes, their IPs read from the API; Atoll itself is installed as users
+                install it (make image's image imported on every node, \`atoll kubernetes secret\`, the chart
+                rendered with the lab's values and applied: agents, controller and relay are its pods). run also
+                checks a ClusterIP Service from every pod and node (after the matrix and every fault), starts a
+                Deployment and a StatefulSet with a pod per node and checks the matrix between their pods, and
+                adds the faults through Kubernetes: statefulset-recreate, crash-offline (a pod's sandbox killed
+                while its site is cut off), agent-roll (the DaemonSets rolled to image tag <version>-b, built with
+                \`node scripts/image.ts --tag <version>-b\`); controller-kill, relay-kill, agent-restart,
+                offline-restart and node-reboot are skipped. Needs containerd and \`make image\`.
 
 flags for up and run:
 ${LAB_FLAGS_HELP}`;
@@ -73,10 +80,16 @@ async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> 
   const { values } = parseCommand(argv, { command: `atoll lab ${mode}`, usage: LAB_USAGE, options: { ...LAB_FLAG_OPTIONS, json: { type: 'string' }, svg: { type: 'string' }, 'keep-logs': { type: 'string' }, faults: { type: 'string' }, pods: { type: 'string' }, kubernetes: { type: 'boolean', default: false }, detach: { type: 'boolean', default: false }, prometheus: { type: 'boolean', default: false } } });
   const spec = labSpecFromFlags(values as LabFlags);
   const pods = labPodsFromFlag(values.pods);
-  const faultList = parseFaultList(values.faults ?? (mode === 'run' ? 'all' : 'none'));
+  const faultList = parseFaultList(values.faults ?? (mode === 'run' ? 'all' : 'none'), { kubernetes: values.kubernetes });
   if (faultList.problems.length > 0) throw atollError('LAB_SPEC_INVALID', `--faults: ${faultList.problems.join('; ')}`, 'see `atoll lab --help`');
   if (mode === 'up' && faultList.faults.length > 0) throw atollError('LAB_SPEC_INVALID', '--faults is for `atoll lab run`', 'use `atoll lab run --faults ...`');
   if (mode === 'up' && values.prometheus) throw atollError('LAB_SPEC_INVALID', '--prometheus is for `atoll lab run`', 'use `atoll lab run --prometheus`');
+  if (values.kubernetes && faultList.faults.includes('agent-roll')) {
+    const { ATOLL_ROLL_TAG, atollImageTarball } = await import('../lab/lab-kube.ts');
+    if (!existsSync(atollImageTarball(ATOLL_ROLL_TAG))) {
+      throw atollError('LAB_PREREQUISITE_MISSING', `the agent-roll fault rolls the agents to ${atollImageTarball(ATOLL_ROLL_TAG)}, which is not built`, `node_modules/.bin/node scripts/image.ts --tag ${ATOLL_ROLL_TAG}, or leave agent-roll out of --faults`);
+    }
+  }
   if (values.kubernetes && values.prometheus) {
     throw atollError('LAB_SPEC_INVALID', '--prometheus scrapes the lab\'s own processes on its monitoring network; with --kubernetes the chart\'s pods listen on the nodes\' addresses', 'drop one of --prometheus and --kubernetes');
   }
@@ -205,8 +218,9 @@ async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> 
       const tf = performance.now();
       say('');
       const { runFaults } = await import('../lab/faults.ts');
-      // the main matrix just measured is the first fault's "before"
-      faults = await runFaults(running, faultList.faults, { say, initial: { count: { ok: v.ok, shouldWork: v.shouldWork, working: v.working }, ms: checksMs, endedAt: checksEnd } });
+      // the main matrix just measured is the first fault's "before", unless the workloads' pods joined since
+      const initial = running.workloadPods.length > 0 ? undefined : { count: { ok: v.ok, shouldWork: v.shouldWork, working: v.working }, ms: checksMs, endedAt: checksEnd };
+      faults = await runFaults(running, faultList.faults, { say, ...(initial ? { initial } : {}) });
       describe.timingsMs.faults = Math.round(performance.now() - tf);
       say('');
       say('faults (before/after: cells that should work and do, in the matrix right before and after each fault; convergence from the heal; loss of the sample pings)');

@@ -25,13 +25,13 @@ import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { atollError } from '../core/errors.ts';
 import {
-  LAB_ATOLL_NAMESPACE, LAB_ETCD_PORTS, LAB_KUBE_API_PORT, LAB_KUBE_NAMESPACE, LAB_SERVICE_CIDR, LAB_SERVICE_LABEL, LAB_SERVICE_NAME, LAB_WORKLOAD_LABEL, LAB_WORKLOADS,
-  labChartValues, labNodeLabels, labPodObject, labServiceBackends, labServiceObject, labWorkloadObjects,
+  LAB_ATOLL_NAMESPACE, LAB_CRASH_LABEL, LAB_CRASH_SERVICE, LAB_ETCD_PORTS, LAB_KUBE_API_PORT, LAB_KUBE_NAMESPACE, LAB_SERVICE_CIDR, LAB_SERVICE_LABEL, LAB_SERVICE_NAME, LAB_WORKLOAD_LABEL, LAB_WORKLOADS,
+  labChartValues, labCrashServiceObject, labNodeLabels, labPodObject, labServiceBackends, labServiceObject, labWorkloadObjects,
 } from '../core/lab/kubernetes.ts';
 import { CLOUD_SITE } from '../core/lab/spec.ts';
 import type { TcpResult } from '../core/lab/report.ts';
 import { LAB_CLUSTER_CIDR, LAB_POD_NAMESPACE, type LabNode, type LabPlan, type LabPod } from '../core/lab/plan.ts';
-import { type Containerd, importImage } from '../adapters/containerd/containerd.ts';
+import { type Containerd, importImage, killTask } from '../adapters/containerd/containerd.ts';
 import { logTail } from '../adapters/child-process.ts';
 import { exec } from '../adapters/exec.ts';
 import { helmTemplate } from '../adapters/kube/helm.ts';
@@ -425,6 +425,105 @@ export async function startWorkloads(kube: LabKubernetes, init: { plan: LabPlan;
   }
 }
 
+/** The uid of pod `name` in namespace `lab` (undefined when it does not exist). */
+async function podUid(kube: LabKubernetes, name: string): Promise<string | undefined> {
+  return kube.kubectl(['get', 'pod', '-n', LAB_POD_NAMESPACE, name, '-o', 'jsonpath={.metadata.uid}']).then((out) => out.trim() || undefined, () => undefined);
+}
+
+/**
+ * Deletes the StatefulSet's pod `current` through the API (waiting until it is gone) and waits until its controller
+ * re-created it under the same name, Running with an IP (a new uid); returns it with its sandbox, `addMs` from the
+ * deletion's end. @throws AtollError LAB_STEP_FAILED when it does not come back within {@link POD_RUNNING_TIMEOUT_MS}.
+ */
+export async function recreateStatefulPod(kube: LabKubernetes, containerds: ReadonlyMap<string, Containerd>, current: LabPodInfo): Promise<LabPodInfo> {
+  const was = await podUid(kube, current.name);
+  await kube.kubectl(['delete', 'pod', '-n', LAB_POD_NAMESPACE, current.name, '--wait=true', '--timeout=60s']);
+  const t = performance.now();
+  const deadline = Date.now() + POD_RUNNING_TIMEOUT_MS;
+  for (;;) {
+    const pod = (await workloadPods(kube)).find((p) => p.metadata.name === current.name);
+    if (pod && (await podUid(kube, current.name)) !== was) {
+      return sandboxOf(containerds, { name: pod.metadata.name, node: pod.spec.nodeName as string, ip: pod.status.podIP as string }, Math.round(performance.now() - t));
+    }
+    if (Date.now() > deadline) throw atollError('LAB_STEP_FAILED', `StatefulSet pod ${current.name} not back within ${POD_RUNNING_TIMEOUT_MS / 1000} s`, `kubectl describe pod -n ${LAB_POD_NAMESPACE} ${current.name}`);
+    await sleep(250);
+  }
+}
+
+/**
+ * Kills the sandbox of `current` in its node's containerd (SIGKILL, as a crash would) and waits, without the API,
+ * until its kubelet has a new ready sandbox for the pod; returns the pod as it runs now (the sandbox's IP and
+ * network namespace), `addMs` from the kill. @throws AtollError LAB_STEP_FAILED when none comes within
+ * {@link POD_RUNNING_TIMEOUT_MS}.
+ */
+export async function crashSandbox(containerds: ReadonlyMap<string, Containerd>, current: LabPodInfo): Promise<LabPodInfo> {
+  const ctd = containerds.get(current.node);
+  if (!ctd) throw new Error(`node ${current.node} has no containerd`);
+  const t = performance.now();
+  await killTask(ctd, current.sandboxId);
+  const deadline = Date.now() + POD_RUNNING_TIMEOUT_MS;
+  for (;;) {
+    const next = (await ctd.cri.listPodSandbox()).find((x) => x.namespace === LAB_POD_NAMESPACE && x.name === current.name && x.state === 'SANDBOX_READY' && x.id !== current.sandboxId);
+    const sbx = next && await ctd.cri.podSandboxStatus(next.id);
+    if (next && sbx?.netnsPath && sbx.ip) {
+      return { name: current.name, node: current.node, netns: sbx.netnsPath, enter: enterSandbox(ctd, sbx.netnsPath), ip: sbx.ip, addMs: Math.round(performance.now() - t), sandboxId: next.id };
+    }
+    if (Date.now() > deadline) throw atollError('LAB_STEP_FAILED', `the kubelet of ${current.node} did not restart pod ${current.name} within ${POD_RUNNING_TIMEOUT_MS / 1000} s`, `read ${current.node}'s kubelet log`);
+    await sleep(200);
+  }
+}
+
+/** Every pod's IP in namespace `lab`, by name, as the API has it. */
+export async function podIps(kube: LabKubernetes): Promise<Map<string, string>> {
+  type Pod = { metadata: { name: string }; status: { podIP?: string } };
+  const items = (JSON.parse(await kube.kubectl(['get', 'pods', '-n', LAB_POD_NAMESPACE, '-o', 'json'])) as { items: Pod[] }).items;
+  return new Map(items.map((p) => [p.metadata.name, p.status.podIP ?? '']));
+}
+
+/** How long after its EndpointSlice names the pod the nodes' kube-proxies are given to program a new Service (their sync period is 1 s). */
+const KUBE_PROXY_SYNC_MS = 3000;
+
+/**
+ * Puts pod `name` alone behind ClusterIP Service {@link LAB_CRASH_SERVICE} (labelled {@link LAB_CRASH_LABEL}), waits
+ * until its EndpointSlice has the pod's address and the kube-proxies had time to program it, and returns the ClusterIP.
+ * @throws AtollError LAB_STEP_FAILED when no endpoint shows within 30 s.
+ */
+export async function exposePod(kube: LabKubernetes, name: string): Promise<string> {
+  await kube.kubectl(['label', 'pod', '--overwrite', '-n', LAB_POD_NAMESPACE, name, `${LAB_CRASH_LABEL}=true`]);
+  await kube.kubectl(['apply', '-f', '-'], JSON.stringify(labCrashServiceObject(PROBE_PORT)));
+  const deadline = Date.now() + SERVICE_TIMEOUT_MS;
+  const endpoints = () => kube.kubectl(['get', 'endpointslices', '-n', LAB_POD_NAMESPACE, '-l', `kubernetes.io/service-name=${LAB_CRASH_SERVICE}`, '-o', 'jsonpath={.items[*].endpoints[*].addresses[*]}'])
+    .then((out) => out.trim(), () => '');
+  while (!(await endpoints())) {
+    if (Date.now() > deadline) throw atollError('LAB_STEP_FAILED', `Service ${LAB_CRASH_SERVICE} has no endpoint for pod ${name} after ${SERVICE_TIMEOUT_MS / 1000} s`, `kubectl get endpointslices -n ${LAB_POD_NAMESPACE}`);
+    await sleep(250);
+  }
+  await sleep(KUBE_PROXY_SYNC_MS);
+  return (await kube.kubectl(['get', 'service', '-n', LAB_POD_NAMESPACE, LAB_CRASH_SERVICE, '-o', 'jsonpath={.spec.clusterIP}'])).trim();
+}
+
+/** The agents' DaemonSets of the chart. */
+const AGENT_DAEMONSETS = ['atoll-agent-cloud', 'atoll-agent-edge'] as const;
+
+/**
+ * Rolls the agents to image `atoll.dev/atoll:<tag>` as an operator would: the image imported into every node's
+ * containerd, `kubectl set image` on both DaemonSets (RollingUpdate, one node at a time each), then `kubectl rollout
+ * status` until both are done. @throws AtollError LAB_PREREQUISITE_MISSING without the image; LAB_STEP_FAILED when
+ * the rollout does not finish.
+ */
+export async function rollAgents(kube: LabKubernetes, containerds: ReadonlyMap<string, Containerd>, tag: string): Promise<void> {
+  const tarball = atollImageTarball(tag);
+  if (!existsSync(tarball)) throw atollError('LAB_PREREQUISITE_MISSING', `the agent-roll fault rolls to ${tarball}, which is not built`, `node_modules/.bin/node scripts/image.ts --tag ${tag}`);
+  for (const ctd of containerds.values()) await importImage(ctd, tarball);
+  for (const ds of AGENT_DAEMONSETS) await kube.kubectl(['set', 'image', '-n', LAB_ATOLL_NAMESPACE, `daemonset/${ds}`, `agent=atoll.dev/atoll:${tag}`]);
+  await Promise.all(AGENT_DAEMONSETS.map((ds) => kube.kubectl(['rollout', 'status', '-n', LAB_ATOLL_NAMESPACE, `daemonset/${ds}`, '--timeout=300s']).catch((err: Error) => {
+    throw atollError('LAB_STEP_FAILED', `rolling daemonset/${ds} to ${tag}: ${err.message}`, `kubectl get pods -n ${LAB_ATOLL_NAMESPACE} -o wide`, err);
+  })));
+}
+
+/** The image tag the agent-roll fault rolls the agents to (`node scripts/image.ts --tag <it>`). */
+export const ATOLL_ROLL_TAG = `${ATOLL_IMAGE_TAG}-b`;
+
 /** One client's answer from the lab's Service. */
 export interface ServiceProbe {
   /** A pod's name, or `node <name>`. */
@@ -450,7 +549,8 @@ export interface ServiceCheck {
  */
 export async function checkService(lab: { plan: LabPlan; pods: readonly LabPodInfo[]; kube: LabKubernetes; tag: string }): Promise<ServiceCheck> {
   const { plan, pods, kube } = lab;
-  const backends = labServiceBackends(pods, plan.nodes);
+  // the lab's own pods (the workloads' join them for the faults, and only take part as clients)
+  const backends = labServiceBackends(pods.filter((p) => plan.pods.some((q) => q.name === p.name)), plan.nodes);
   await kube.kubectl(['label', 'pod', '--overwrite', '-n', LAB_POD_NAMESPACE, ...backends.map((p) => p.name), `${LAB_SERVICE_LABEL}=${LAB_SERVICE_NAME}`]);
   await kube.kubectl(['apply', '-f', '-'], JSON.stringify(labServiceObject(PROBE_PORT)));
   const clusterIp = (await kube.kubectl(['get', 'service', '-n', LAB_POD_NAMESPACE, LAB_SERVICE_NAME, '-o', 'jsonpath={.spec.clusterIP}'])).trim();

@@ -24,6 +24,7 @@ import {
 } from '../core/lab/plan.ts';
 import { judgeCell, type LabCell, type PingResult, type TcpResult } from '../core/lab/report.ts';
 import { describeLabSpec, type LabSpec } from '../core/lab/spec.ts';
+import type { LabWorkloadPod } from '../core/lab/faults.ts';
 import { removeContainerdLeftovers } from '../adapters/containerd/containerd.ts';
 import { exec } from '../adapters/exec.ts';
 import { IpRoute2 } from '../adapters/iproute2.ts';
@@ -91,6 +92,8 @@ export interface RunningLab {
   readonly kubernetes?: LabKubernetes;
   /** How the chart installed Atoll (`--kubernetes`). */
   readonly atollInstall?: AtollInstall;
+  /** The workloads' pods once started (`--kubernetes`, {@link checkWorkloads}), where the scheduler put them. */
+  readonly workloadPods: LabWorkloadPod[];
 }
 
 export interface DownSummary {
@@ -616,7 +619,7 @@ export async function labUp(spec: LabSpec, opts: LabUpOptions): Promise<RunningL
       b.timingsMs.up = since(t0);
       return {
         plan: b.plan, store: b.store, caCertHash: install.caCertHash, pods, podRuntime, podCreation: podRuntime.description,
-        timingsMs: b.timingsMs, relayPin: install.relayPin, kubernetes: kube, atollInstall: install,
+        timingsMs: b.timingsMs, relayPin: install.relayPin, kubernetes: kube, atollInstall: install, workloadPods: [],
         agents: b.agents, runs: b.runs, state: b.run.state,
       };
     }
@@ -628,7 +631,7 @@ export async function labUp(spec: LabSpec, opts: LabUpOptions): Promise<RunningL
     b.timingsMs.up = since(t0);
     return {
       plan: b.plan, store: b.store, caCertHash, pods, podRuntime, podCreation: podRuntime.description,
-      timingsMs: b.timingsMs, controller, relay, relayPin, agents: b.agents, runs: b.runs, state: b.run.state,
+      timingsMs: b.timingsMs, controller, relay, relayPin, agents: b.agents, runs: b.runs, state: b.run.state, workloadPods: [],
     };
   } catch (err) {
     throw await abandonRun(b, err, opts.keepLogs);
@@ -741,12 +744,16 @@ export async function runChecks(lab: RunningLab, opts: LabOptions): Promise<LabC
 /**
  * `--kubernetes`: the workloads applied through the API (src/lab/lab-kube.ts startWorkloads: a Deployment with a pod
  * on every node, a StatefulSet), then the whole matrix between their pods, with the IPs the API gives, judged as the
- * lab's own pods are.
+ * lab's own pods are. Their pods then join `lab.pods` (and `lab.workloadPods`), for the faults.
  */
 export async function checkWorkloads(lab: RunningLab, opts: LabOptions): Promise<{ workloads: LabWorkloads; cells: LabCell[] }> {
   if (!lab.kubernetes || !(lab.podRuntime instanceof KubePods)) throw new Error('the workloads need --kubernetes');
   const workloads = await startWorkloads(lab.kubernetes, { plan: lab.plan, containerds: lab.podRuntime.containerds });
   const cells = await runChecks({ ...lab, pods: [...workloads.deployment, ...workloads.statefulSet] }, opts);
+  // from here on the faults' matrices, samples and Service checks take them in too
+  lab.pods.push(...workloads.deployment, ...workloads.statefulSet);
+  lab.workloadPods.push(...workloads.deployment.map((p) => ({ name: p.name, node: p.node, workload: 'deployment' as const })),
+    ...workloads.statefulSet.map((p) => ({ name: p.name, node: p.node, workload: 'statefulset' as const })));
   return { workloads, cells };
 }
 

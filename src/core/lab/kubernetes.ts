@@ -62,6 +62,19 @@ export function labServiceObject(port: number): Record<string, unknown> {
   };
 }
 
+/** The label and the Service that put one pod alone behind a ClusterIP (the crash-offline fault). */
+export const LAB_CRASH_LABEL = 'atoll.dev/lab-crash';
+export const LAB_CRASH_SERVICE = 'lab-crash';
+
+/** The ClusterIP Service in front of the one pod labelled {@link LAB_CRASH_LABEL}, on the TCP probe's echo port. */
+export function labCrashServiceObject(port: number): Record<string, unknown> {
+  return {
+    apiVersion: 'v1', kind: 'Service',
+    metadata: { name: LAB_CRASH_SERVICE, namespace: LAB_POD_NAMESPACE },
+    spec: { type: 'ClusterIP', selector: { [LAB_CRASH_LABEL]: 'true' }, ports: [{ name: 'echo', protocol: 'TCP', port, targetPort: port }] },
+  };
+}
+
 /**
  * The Service's endpoints: the pods of the last site that has pods (an edge site when there is one), so most
  * clients reach them across sites.
