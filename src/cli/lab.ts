@@ -36,8 +36,8 @@ export const LAB_USAGE = `usage: atoll lab <command> [flags]
 the verdict and the faults).
 --svg FILE draws the lab as SVG: sites, NAT routers, nodes, pods, and for run the path of every node pair
 (VXLAN, direct route, tunnel direct, hole-punched, relayed) with failures in red; for up the topology only.
---keep-logs DIR copies the controller's, relay's, agents' and containerds' logs there before the run is removed
-                (run, or a failed up).
+--keep-logs DIR copies the controller's, relay's, agents', containerds' and kubelets' (and their pods') logs there
+                before the run is removed (run, or a failed up).
 --prometheus    after the matrix, a real Prometheus (Debian's prometheus package, run by the lab in the
                 controller's namespace) scrapes every agent, the controller and the relay over the lab's monitoring
                 network; its PromQL answers are checked against the lab (targets, nodes, blocks, peers per path),
