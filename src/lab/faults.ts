@@ -362,7 +362,7 @@ async function runFault(lab: RunningLab, target: LabFaultTarget, say: (l: string
   // the matrix right before the fault: the previous one (the main check, or the previous fault's after) when it ended
   // just now, else a fresh one
   const before = last && t0 - last.endedAt <= BEFORE_FRESH_MS ? last : await measure(lab);
-  const beforeAgeMs = Math.round(t0 - before.endedAt);
+  const beforeAgeMs = Math.round(performance.now() - before.endedAt);
   const notes: string[] = [];
   const facts: string[] = [];
   const podStartMs: number[] = [];
