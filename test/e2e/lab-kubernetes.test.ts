@@ -96,7 +96,8 @@ test('atoll lab run --kubernetes: nodes registered with their labels, Atoll inst
     assert.ok(report.verdict.ok && report.verdict.working === 2, `matrix:\n${out}`);
     assert.equal(report.faults[0]?.kind, 'pod-recreate');
     assert.ok(report.faults[0]?.ok, `pod-recreate:\n${out}`);
-    assert.deepEqual(report.faults[0]?.service, { answered: 4, of: 4 }, 'the Service answered every pod and node after the fault');
+    // the workloads' pods (2 + 2) joined the lab's 2 and the 2 nodes as the Service's clients for the faults
+    assert.deepEqual(report.faults[0]?.service, { answered: 8, of: 8 }, 'the Service answered every pod and node after the fault');
 
     assert.deepEqual(report.service.backends, ['a-1-p1']);
     for (const from of ['cloud-1-p1', 'a-1-p1', 'node cloud-1', 'node a-1']) assert.ok(report.service.probes.find((p) => p.from === from)?.ok, `Service from ${from}:\n${out}`);
