@@ -20,7 +20,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { AtollError, asAtollError, atollError } from '../core/errors.ts';
 import {
   agentConfigFor, classifyRoute, expectationOf, expectedPath, LAB_NETNS_PREFIX, type LabNamespace, labPrefix, type LabPath, type LabPlan, type LabSetupStep, relayConfigFor,
-  NODE_HOST_PATHS, type ObservedRoute, planLab, renderLabSetup, runIdOfNetns,
+  NODE_HOST_PATHS, NODE_KUBELET_PATHS, type ObservedRoute, planLab, renderLabSetup, runIdOfNetns,
 } from '../core/lab/plan.ts';
 import { judgeCell, type LabCell, type PingResult, type TcpResult } from '../core/lab/report.ts';
 import { describeLabSpec, type LabSpec } from '../core/lab/spec.ts';
@@ -466,7 +466,7 @@ async function podRuntimeStarted(b: Build, starting: Promise<LabPodRuntime>): Pr
   b.run.starting = undefined;
   if (podRuntime instanceof CriPods) {
     const pids = [...podRuntime.containerds.values()].map((c) => c.pid);
-    const dirs = b.kubernetes ? `its own ${NODE_HOST_PATHS.join(', ')} bind-mounted in its mount namespace` : 'its CNI dirs';
+    const dirs = b.kubernetes ? `its own ${[...NODE_HOST_PATHS, ...NODE_KUBELET_PATHS].join(', ')} bind-mounted in its mount namespace` : 'its CNI dirs';
     b.say(`  containerd: ${pids.length} private instances, one per node in its namespace with ${dirs} (pids ${pids.join(', ')}), pause image built once (${secs(b.timingsMs.containerd ?? 0)})`);
   }
   return podRuntime;

@@ -169,6 +169,8 @@ test('with --kubernetes a node\'s agent paths are the manifest\'s hostPaths in t
     { source: '/run/atoll-lab/0abc/cloud-1/host/var/lib/atoll', target: '/var/lib/atoll' },
     { source: '/run/atoll-lab/0abc/cloud-1/host/run/atoll', target: '/run/atoll' },
     { source: '/run/atoll-lab/0abc/cloud-1/host/var/run/netns', target: '/var/run/netns' },
+    { source: '/run/atoll-lab/0abc/cloud-1/host/var/lib/kubelet', target: '/var/lib/kubelet' },
+    { source: '/run/atoll-lab/0abc/cloud-1/host/var/log/containers', target: '/var/log/containers' },
   ]);
   // the agent's defaults (/var/lib/atoll, /run/atoll/atoll.sock, ...) as the lab reads them
   assert.equal(node.dataDir, '/run/atoll-lab/0abc/cloud-1/host/var/lib/atoll');

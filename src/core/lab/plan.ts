@@ -225,9 +225,16 @@ export interface LabPlanInput {
  */
 export const NODE_HOST_PATHS: readonly string[] = Object.freeze(['/opt/cni/bin', '/etc/cni/net.d', '/var/lib/atoll', '/run/atoll', '/var/run/netns']);
 
-/** A node's own directory for each of {@link NODE_HOST_PATHS}: `<node dir>/host<path>`. */
+/**
+ * Machine paths every kubelet uses whatever its `--root-dir`: its device-plugin and pod-resources sockets under
+ * `/var/lib/kubelet` (two kubelets on one machine race for `device-plugins/kubelet.sock`: "bind: address already in
+ * use"), and the container log symlinks in `/var/log/containers`.
+ */
+export const NODE_KUBELET_PATHS: readonly string[] = Object.freeze(['/var/lib/kubelet', '/var/log/containers']);
+
+/** A node's own directory for each of {@link NODE_HOST_PATHS} and {@link NODE_KUBELET_PATHS}: `<node dir>/host<path>`. */
 export function nodeHostDirs(node: Pick<LabNode, 'dir'>): { source: string; target: string }[] {
-  return NODE_HOST_PATHS.map((target) => ({ source: `${node.dir}/host${target}`, target }));
+  return [...NODE_HOST_PATHS, ...NODE_KUBELET_PATHS].map((target) => ({ source: `${node.dir}/host${target}`, target }));
 }
 
 /** The namespace prefix of a run: `atl-lab-<runid>-`. */
