@@ -56,7 +56,8 @@ the verdict and the faults).
                 Deployment and a StatefulSet with a pod per node and checks the matrix between their pods, and
                 adds the faults through Kubernetes: statefulset-recreate, crash-offline (a pod's sandbox killed
                 while its site is cut off), agent-roll (the DaemonSets rolled to image tag <version>-b, built with
-                \`node scripts/image.ts --tag <version>-b\`); controller-kill, relay-kill, agent-restart,
+                \`node scripts/image.ts --tag <version>-b\`), node-delete (the last node of the first edge site
+                switched off and \`kubectl delete node\`: its blocks released); controller-kill, relay-kill, agent-restart,
                 offline-restart and node-reboot are skipped. Needs containerd and \`make image\`.
 
 flags for up and run:
@@ -138,6 +139,10 @@ async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> 
     setInterval(() => {}, 1 << 30);
     return new Promise<number>(() => {});
   }
+  // the picture and the saved logs show the lab as it came up (node-delete takes a node out of running.plan; the
+  // workloads' pods join running.pods)
+  const planAtUp = running.plan;
+  const podsAtUp = [...running.pods];
   let cells: LabCell[] = [];
   let faults: LabFaultResult[] = [];
   let traces: LabTraceCheck[] = [];
@@ -229,14 +234,14 @@ async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> 
       say(bad.length === 0 ? `PASS: every fault healed, all cells that should work work again` : `FAIL: ${bad.map((f) => f.kind).join(', ')}`);
     }
   } finally {
-    if (keepLogs) lab.saveLogs(running.plan, keepLogs, say);
+    if (keepLogs) lab.saveLogs(planAtUp, keepLogs, say);
     down = await lab.destroyRun(runs, running, say);
     uninstall();
   }
   const v = verdictOf(cells);
   const durationMs = Math.round(performance.now() - t0);
   writeJson(values.json, { ...describe, processes: running.state.processes, durationMs, cells, summary: summarize(cells), verdict: { ...v, failures: v.failures.length }, traces, prometheus, faults, ...(service ? { service } : {}), ...(workloads ? { workloads } : {}), cleanup: down });
-  writeSvg(values.svg, () => renderLabSvg(labSvgInputOf(running.plan, running.pods, cells, describe.kubernetes && kubernetesLine(describe.kubernetes, service))));
+  writeSvg(values.svg, () => renderLabSvg(labSvgInputOf(planAtUp, podsAtUp, cells, describe.kubernetes && kubernetesLine(describe.kubernetes, service))));
   say(`done in ${(durationMs / 1000).toFixed(1)} s`);
   return v.ok && faults.every((f) => f.ok) && traces.every((t) => t.ok) && (prometheus?.ok ?? true) && (service?.ok ?? true) && workloadsOk ? 0 : 1;
 }

@@ -8,6 +8,8 @@
  * Safety: everything happens inside the run's namespaces; processes are stopped by PID (the ones the lab started);
  * every wait is bounded; a fault that throws still restores the uplink it cut.
  */
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { asAtollError } from '../core/errors.ts';
 import {
@@ -15,6 +17,8 @@ import {
   peerCutRuleset, planFault, sampleStats, type SampleStats, uplinkCutRuleset, uplinkRestoreRuleset,
 } from '../core/lab/faults.ts';
 import { NODE_DEVICES } from '../core/lab/plan.ts';
+import { LAB_NODE_DELETE_GRACE_SECONDS } from '../core/lab/kubernetes.ts';
+import { removeContainerdLeftovers } from '../adapters/containerd/containerd.ts';
 import { verdictOf } from '../core/lab/report.ts';
 import { NFT_TABLE } from '../core/overlay/nft.ts';
 import { IpRoute2 } from '../adapters/iproute2.ts';
@@ -29,7 +33,7 @@ import { type LabOptions, type LabPodInfo, nsPath, recordProcess, runChecks, typ
 /** How long a fault is held before it is healed. */
 const HOLD_MS: Record<LabFaultKind, number> = {
   'controller-kill': 2000, 'relay-kill': 2000, 'direct-path-cut': 8000, 'agent-restart': 500, 'offline-restart': 500, 'pod-recreate': 0, 'uplink-cut': 3000, 'uplink-flap': 0, 'node-reboot': 2000,
-  'statefulset-recreate': 0, 'crash-offline': 2000, 'agent-roll': 0,
+  'statefulset-recreate': 0, 'crash-offline': 2000, 'agent-roll': 0, 'node-delete': 0,
 };
 const FLAPS = 3;
 const FLAP_MS = 700;
@@ -292,6 +296,60 @@ async function replacePod(lab: RunningLab, podName: string, pingers: readonly Pi
   return { was, now };
 }
 
+/** How long the controller gets to release a deleted Node's blocks: its grace, then a resync or two. */
+const RELEASE_TIMEOUT_MS = (LAB_NODE_DELETE_GRACE_SECONDS + 30) * 1000;
+
+/**
+ * `node-delete`: the node's kubelet and kube-proxy stopped and its containerd with every pod killed (the machine
+ * switched off), `kubectl delete node`, then until the API holds no IPBlock of the node and no other node routes one
+ * of its blocks. The node and its pods leave the lab (its plan, pods and workloads) for the rest of the run; its
+ * namespace stays until the run's removal. Returns facts; what fails goes to `notes`.
+ */
+async function deleteNode(lab: RunningLab, node: string, notes: string[]): Promise<string[]> {
+  const { kube } = kubeOf(lab);
+  const n = lab.plan.nodes.find((x) => x.name === node);
+  const ctd = lab.state.containerds?.find((c) => c.node === node);
+  if (!n || !ctd) throw new Error(`node ${node} has no containerd in the run`);
+  let blocks: string[] = [];
+  try {
+    blocks = (JSON.parse(readFileSync(join(n.dataDir, 'cluster-state.json'), 'utf8')) as { blocks: string[] }).blocks;
+  } catch (err) {
+    notes.push(`could not read ${node}'s blocks: ${asAtollError(err).message}`);
+  }
+  const inApi = async () => (await kube.kubectl(['get', 'ipblocks', '-l', `atoll.dev/node=${node}`, '-o', 'name'])).trim().split('\n').filter(Boolean).length;
+  const before = await inApi();
+  await kube.kubelets.get(node)?.stop();
+  await kube.kubeProxies.get(node)?.stop();
+  await removeContainerdLeftovers(ctd);
+  const t = performance.now();
+  await kube.kubectl(['delete', 'node', node, '--wait=true', '--timeout=60s']);
+  // from here on the lab goes on without it
+  lab.plan = { ...lab.plan, nodes: lab.plan.nodes.filter((x) => x.name !== node), pods: lab.plan.pods.filter((p) => p.node !== node) };
+  for (const list of [lab.pods, lab.workloadPods]) {
+    for (let i = list.length - 1; i >= 0; i--) if (list[i]?.node === node) list.splice(i, 1);
+  }
+  const released = await waitUntilAsync(async () => (await inApi()) === 0, RELEASE_TIMEOUT_MS);
+  const releasedMs = Math.round(performance.now() - t);
+  if (!released) notes.push(`${node}'s IPBlocks still in the API ${RELEASE_TIMEOUT_MS / 1000} s after its deletion`);
+  const routedBy = async () => (await Promise.all(lab.plan.nodes.map(async (x) => {
+    const have = new Set((await ip.json<{ dst: string }>(['route', 'show', 'proto', '44'], { netns: nsPath(x.netns) })).map((r) => r.dst));
+    return blocks.some((b) => have.has(b)) ? [x.name] : [];
+  }))).flat();
+  const dropped = await waitUntilAsync(async () => (await routedBy()).length === 0, RELEASE_TIMEOUT_MS);
+  if (!dropped) notes.push(`still routing ${node}'s blocks ${blocks.join(', ')}: ${(await routedBy()).join(', ')}`);
+  return [`${node} deleted: ${before} IPBlock${before === 1 ? '' : 's'} (${blocks.join(', ')}) released ${released ? `${(releasedMs / 1000).toFixed(1)} s after the deletion` : 'never'} (grace ${LAB_NODE_DELETE_GRACE_SECONDS} s), `
+    + `${dropped ? `their routes gone from all ${lab.plan.nodes.length} other nodes ${((performance.now() - t) / 1000).toFixed(1)} s after it` : 'routes still held'}`];
+}
+
+async function waitUntilAsync(check: () => Promise<boolean>, timeoutMs: number): Promise<boolean> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    if (await check().catch(() => false)) return true;
+    if (Date.now() > deadline) return false;
+    await sleep(500);
+  }
+}
+
 /** What a node holds that a rolling update of its agent must leave alone: its routes of ours and its VTEP MAC. */
 async function nodeHoldings(lab: RunningLab): Promise<Map<string, string>> {
   return new Map(await Promise.all(lab.plan.nodes.map(async (n) => {
@@ -444,6 +502,9 @@ async function runFault(lab: RunningLab, target: LabFaultTarget, say: (l: string
         facts.push(`rolled to atoll.dev/atoll:${ATOLL_ROLL_TAG}: ${changed.length === 0 ? 'pod IPs, routes and VTEP MACs unchanged' : 'changes (notes)'} on ${held.size} nodes, ${ipsBefore.size} pods`);
         break;
       }
+      case 'node-delete':
+        facts.push(...await deleteNode(lab, target.node, notes));
+        break;
       case 'uplink-cut':
         cut = target.site;
         await cutUplink(lab, cut);

@@ -67,7 +67,8 @@ export interface LabUpOptions extends LabOptions {
 export type { LabPodInfo } from './lab-pods.ts';
 
 export interface RunningLab {
-  readonly plan: LabPlan;
+  /** The plan; the node-delete fault takes its node out of it for the rest of the run. */
+  plan: LabPlan;
   readonly store: LabStateStore;
   readonly caCertHash: string;
   /** The pods as they are now (a re-created pod replaces its entry). */

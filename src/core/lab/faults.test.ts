@@ -14,7 +14,7 @@ function targetOf<K extends LabFaultKind>(p: ReturnType<typeof plan>, kind: K, p
 const pair = { from: 'x', to: 'y' };
 
 test('--faults: all, none, a list in the canonical order, unknown names named', () => {
-  assert.deepEqual(parseFaultList('all').faults, LAB_FAULTS.filter((f) => !['statefulset-recreate', 'crash-offline', 'agent-roll'].includes(f)), 'the faults through Kubernetes only with --kubernetes');
+  assert.deepEqual(parseFaultList('all').faults, LAB_FAULTS.filter((f) => !['statefulset-recreate', 'crash-offline', 'agent-roll', 'node-delete'].includes(f)), 'the faults through Kubernetes only with --kubernetes');
   assert.deepEqual(parseFaultList('all', { kubernetes: true }).faults, [...LAB_FAULTS]);
   assert.match(parseFaultList('agent-roll').problems[0] ?? '', /needs --kubernetes/);
   assert.deepEqual(parseFaultList('none').faults, []);
@@ -136,4 +136,16 @@ test('the faults through Kubernetes: the StatefulSet pod on the target node, a p
   assert.deepEqual([crash.site, crash.node, crash.pod], ['a', 'a-1', 'a-1-p1']);
   assert.ok(!('skipped' in planFault(p, 'agent-roll', 'kubernetes')));
   for (const kind of ['statefulset-recreate', 'crash-offline', 'agent-roll'] as const) assert.ok('skipped' in planFault(p, kind, 'cri', workloads), `${kind} needs --kubernetes`);
+});
+
+test('node-delete takes the last node of the first edge site (not the other faults\' target), sampled between nodes that stay, without loss', () => {
+  const p = plan(DEFAULT_LAB_SPEC);
+  const f = planFault(p, 'node-delete', 'kubernetes');
+  assert.ok(!('skipped' in f) && f.kind === 'node-delete');
+  assert.equal(f.node, 'a-2');
+  assert.equal(f.lossless, true);
+  assert.ok(f.samples.length > 0 && f.samples.every((s) => !s.from.startsWith('a-2') && !s.to.startsWith('a-2')), JSON.stringify(f.samples));
+  const one = plan({ ...DEFAULT_LAB_SPEC, edges: DEFAULT_LAB_SPEC.edges.map((e) => ({ ...e, nodes: 1 })) });
+  assert.ok('skipped' in planFault(one, 'node-delete', 'kubernetes'), 'a single-node edge site is the other faults\' target');
+  assert.ok('skipped' in planFault(p, 'node-delete', 'cri'));
 });

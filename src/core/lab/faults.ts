@@ -12,14 +12,14 @@ import { CLOUD_SITE } from './spec.ts';
 import { expectationOf, expectedPath, type LabPath, type LabPlan } from './plan.ts';
 
 export type LabFaultKind = 'controller-kill' | 'relay-kill' | 'direct-path-cut' | 'agent-restart' | 'offline-restart' | 'pod-recreate' | 'uplink-cut' | 'uplink-flap' | 'node-reboot'
-  | 'statefulset-recreate' | 'crash-offline' | 'agent-roll';
+  | 'statefulset-recreate' | 'crash-offline' | 'agent-roll' | 'node-delete';
 
 /** Every fault, in the order `--faults all` runs them. */
 export const LAB_FAULTS: readonly LabFaultKind[] = Object.freeze(['controller-kill', 'relay-kill', 'direct-path-cut', 'agent-restart', 'offline-restart', 'pod-recreate', 'uplink-cut', 'uplink-flap', 'node-reboot',
-  'statefulset-recreate', 'crash-offline', 'agent-roll']);
+  'statefulset-recreate', 'crash-offline', 'agent-roll', 'node-delete']);
 
 /** Faults through Kubernetes, only with `--kubernetes` (`all` without it leaves them out). */
-export const LAB_KUBERNETES_FAULTS: readonly LabFaultKind[] = Object.freeze(['statefulset-recreate', 'crash-offline', 'agent-roll']);
+export const LAB_KUBERNETES_FAULTS: readonly LabFaultKind[] = Object.freeze(['statefulset-recreate', 'crash-offline', 'agent-roll', 'node-delete']);
 
 /** nftables table the uplink faults add in an edge router (beside the NAT's `atoll-lab`). */
 export const LAB_FAULT_NFT_TABLE = 'atoll-lab-fault';
@@ -74,6 +74,8 @@ interface LabFaultHits {
   readonly 'crash-offline': { readonly site: string; readonly node: string; readonly pod: string };
   /** The agents' DaemonSets rolled to another image tag. */
   readonly 'agent-roll': object;
+  /** `node` taken out of the cluster for good (its kubelet and containerd stopped, `kubectl delete node`). */
+  readonly 'node-delete': { readonly node: string };
 }
 
 /** The target of one kind of fault: whom it hits and what is watched while it lasts. */
@@ -200,6 +202,14 @@ export function planFault(plan: LabPlan, kind: LabFaultKind, pods: 'cri' | 'dire
       const firstOfEach = plan.spec.edges.map((e) => plan.pods.find((p) => plan.nodes.find((n) => n.name === p.node)?.site === e.name)?.name);
       return { kind, lossless: false, flows: [], samples: pairs([...firstOfEach.map((p) => [cloudPod, p] as const), [nodePods[0], sameSitePod], ...firstOfEach.map((p) => [p, cloudPod] as const)]),
         description: 'the agents\' DaemonSets rolled to another image tag while traffic flows (one node at a time per DaemonSet)' };
+    }
+    case 'node-delete': {
+      // the last node of the first edge site: not the other faults' target, not a cloud node (the controller's and relay's)
+      const gone = edgeNodes.length >= 2 ? edgeNodes.at(-1) : undefined;
+      if (!gone || !node) return { kind, skipped: 'the first edge site has fewer than 2 nodes' };
+      const stays = (p: string | undefined) => (p !== undefined && nodeOf(p) !== gone.name ? p : undefined);
+      return { kind, node: gone.name, lossless: true, flows: [], samples: pairs([[cloudPod, stays(nodePods[0])], [stays(nodePods[0]), cloudPod], [stays(sitePods[0]), stays(nodePods[1])]]),
+        description: `node ${gone.name} taken out of the cluster: its kubelet and containerd stopped (the machine off), \`kubectl delete node ${gone.name}\`; the controller releases its blocks and every other node drops their routes` };
     }
     case 'uplink-cut':
     case 'uplink-flap':

@@ -42,7 +42,7 @@ test('the chart\'s values for the lab: its pod range, the controller on every cl
   ] as unknown as LabNode[];
   assert.deepEqual(labChartValues({ nodes }, '0.1.0'), {
     image: { tag: '0.1.0' }, clusterCidrs: ['10.100.0.0/16'], blockBits: 26, community: 'edge',
-    controller: { replicas: 2, urls: ['https://192.0.2.11:7443', 'https://192.0.2.12:7443'] },
+    controller: { replicas: 2, urls: ['https://192.0.2.11:7443', 'https://192.0.2.12:7443'], nodeDeleteGraceSeconds: 10 },
     relay: { address: '192.0.2.11:8476', nodeSelector: { 'kubernetes.io/hostname': 'cloud-1' } },
   });
   const mixed = nodes.map((n) => (n.name === 'b-1' ? { ...n, community: 'other' } : n));

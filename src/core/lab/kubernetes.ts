@@ -99,6 +99,9 @@ export function kubernetesLine(
   return parts.join(', ');
 }
 
+/** How long the lab's controller waits after a Node's deletion before releasing its blocks (the chart's default is 60 s). */
+export const LAB_NODE_DELETE_GRACE_SECONDS = 10;
+
 /** The namespace Atoll is installed in (the chart's release namespace, as the README's install uses). */
 export const LAB_ATOLL_NAMESPACE = 'atoll-system';
 
@@ -106,8 +109,9 @@ export const LAB_ATOLL_NAMESPACE = 'atoll-system';
  * The chart's values for the lab, as an operator would write them for this cluster: the lab's pod range and block
  * size, the edge sites' community (when they share one; the nodes' `atoll.dev/community` labels say it per site
  * anyway), the image `tag`, one controller replica per cloud node (their anti-affinity puts one on each), dialled
- * at the cloud nodes' addresses (what edges reach through their NAT), and the relay on the first cloud node at its
- * address. Every other value keeps the chart's default.
+ * at the cloud nodes' addresses (what edges reach through their NAT), releasing a deleted Node's blocks after
+ * {@link LAB_NODE_DELETE_GRACE_SECONDS}, and the relay on the first cloud node at its address. Every other value keeps
+ * the chart's default.
  */
 export function labChartValues(plan: Pick<LabPlan, 'nodes'>, tag: string): Record<string, unknown> {
   const cloud = plan.nodes.filter((n) => n.site === CLOUD_SITE);
@@ -119,7 +123,7 @@ export function labChartValues(plan: Pick<LabPlan, 'nodes'>, tag: string): Recor
     clusterCidrs: [LAB_CLUSTER_CIDR],
     blockBits: LAB_BLOCK_BITS,
     community: communities.length === 1 ? communities[0] : '',
-    controller: { replicas: cloud.length, urls: cloud.map((n) => `https://${n.underlay}:${LAB_CONTROLLER_PORT}`) },
+    controller: { replicas: cloud.length, urls: cloud.map((n) => `https://${n.underlay}:${LAB_CONTROLLER_PORT}`), nodeDeleteGraceSeconds: LAB_NODE_DELETE_GRACE_SECONDS },
     relay: { address: `${first.underlay}:${LAB_RELAY_PORT}`, nodeSelector: { 'kubernetes.io/hostname': first.name } },
   };
 }
