@@ -1,7 +1,7 @@
 /**
  * `make image`: Atoll's container image as a docker-archive tarball, built from local files without a Docker engine
  * or a registry: the project's Node, the bundle, the runtime npm packages, atoll-cni, the tools the agent and the
- * controller call (ip, nft, openssl) with the shared libraries `ldd` lists, and busybox for the init containers'
+ * controller call (ip, bridge, nft, openssl, and openssl's configuration) with the shared libraries `ldd` lists, and busybox for the init containers'
  * `sh` and `cp`. Writes build/image/atoll-<version>.tar and prints its path and size; load it on a node with
  * `ctr -n k8s.io images import build/image/atoll-<version>.tar`. Checks the tree runs (`atoll version`, chrooted)
  * before packing.
@@ -55,7 +55,11 @@ try {
   writeFileSync(join(app, 'bin/atoll'), '#!/bin/sh\n# Atoll in its image: the bundle on the image\'s Node (see bin/atoll in the repository)\n' +
     'UV_THREADPOOL_SIZE="${UV_THREADPOOL_SIZE:-32}" exec /opt/atoll/node --max-semi-space-size=1 /opt/atoll/build/current/atoll.js "$@"\n', { mode: 0o755 });
   // the tools it runs, and busybox for sh and cp
-  for (const tool of ['ip', 'nft', 'openssl']) copyHostBinary(sh('sh', ['-c', `command -v ${tool}`]), `/usr/sbin/${tool}`);
+  for (const tool of ['ip', 'bridge', 'nft', 'openssl']) copyHostBinary(sh('sh', ['-c', `command -v ${tool}`]), `/usr/sbin/${tool}`);
+  // openssl reads its configuration at start and fails without it (the agent's tunnel certificate)
+  const opensslDir = sh('openssl', ['version', '-d']).replace(/^OPENSSLDIR: "(.*)"$/, '$1');
+  mkdirSync(join(rootfs, opensslDir), { recursive: true });
+  copyFileSync(realpathSync(join(opensslDir, 'openssl.cnf')), join(rootfs, opensslDir, 'openssl.cnf'));
   copyFileSync('/bin/busybox', join(rootfs, 'bin/busybox'));
   for (const applet of ['sh', 'cp', 'mkdir', 'cat', 'ls', 'rm']) symlinkSync('busybox', join(rootfs, 'bin', applet));
   for (const lib of libs) {

@@ -14,6 +14,10 @@ echo "== Kubernetes binaries (make k8s: built once from their Go modules, cached
 ATOLL_K8S_BIN=$(sh scripts/k8s.sh all | tail -n 1)
 export ATOLL_K8S_BIN
 echo "$ATOLL_K8S_BIN"
+if [ "$(id -u)" = 0 ]; then
+  echo "== the Atoll image (make image: the Kubernetes lab test installs it from build/image/)"
+  "$node" scripts/image.ts
+fi
 echo "== integration, kernel and end-to-end tests"
 # One file at a time: kernel tests build namespaces and a private containerd, and must not overlap.
 "$node" --test --test-concurrency=1 --test-timeout=600000 "test/*/*.test.ts"

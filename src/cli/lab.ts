@@ -2,7 +2,7 @@
  * `atoll lab up | run | down`: parses flags, wires src/lab/lab.ts, prints the terminal report and writes the JSON
  * one and the picture. (`atoll lab probe` is the lab's own helper inside each pod.)
  */
-import { writeFileSync } from 'node:fs';
+import { existsSync, writeFileSync } from 'node:fs';
 import { LAB_FLAG_OPTIONS, LAB_FLAGS_HELP, type LabFlags, labPodsFromFlag, labSpecFromFlags } from '../config/lab-spec.ts';
 import { LAB_RUN_ID } from '../core/lab/plan.ts';
 import { type LabFaultResult, parseFaultList, renderFaults } from '../core/lab/faults.ts';
@@ -36,8 +36,8 @@ export const LAB_USAGE = `usage: atoll lab <command> [flags]
 the verdict and the faults).
 --svg FILE draws the lab as SVG: sites, NAT routers, nodes, pods, and for run the path of every node pair
 (VXLAN, direct route, tunnel direct, hole-punched, relayed) with failures in red; for up the topology only.
---keep-logs DIR copies the controller's, relay's, agents' and containerds' logs there before the run is removed
-                (run, or a failed up).
+--keep-logs DIR copies the controller's, relay's, agents', containerds' and kubelets' (and their pods') logs there
+                before the run is removed (run, or a failed up).
 --prometheus    after the matrix, a real Prometheus (Debian's prometheus package, run by the lab in the
                 controller's namespace) scrapes every agent, the controller and the relay over the lab's monitoring
                 network; its PromQL answers are checked against the lab (targets, nodes, blocks, peers per path),
@@ -49,8 +49,16 @@ the verdict and the faults).
 --kubernetes    also a real Kubernetes v1.34 (sh scripts/k8s.sh all): etcd, kube-apiserver (192.0.2.2:6443),
                 kube-controller-manager and kube-scheduler in the controller's namespace, a kubelet (beside the
                 node's containerd, registered as a Node with its site labels) and a kube-proxy on every node; the
-                pods are Pods bound to their nodes, their IPs read from the API; run also checks a ClusterIP
-                Service from every pod and node, after the matrix and after every fault. Needs containerd.
+                pods are Pods bound to their nodes, their IPs read from the API; Atoll itself is installed as users
+                install it (make image's image imported on every node, \`atoll kubernetes secret\`, the chart
+                rendered with the lab's values and applied: agents, controller and relay are its pods). run also
+                checks a ClusterIP Service from every pod and node (after the matrix and every fault), starts a
+                Deployment and a StatefulSet with a pod per node and checks the matrix between their pods, and
+                adds the faults through Kubernetes: statefulset-recreate, crash-offline (a pod's sandbox killed
+                while its site is cut off), agent-roll (the DaemonSets rolled to image tag <version>-b, built with
+                \`node scripts/image.ts --tag <version>-b\`), node-delete (the last node of the first edge site
+                switched off and \`kubectl delete node\`: its blocks released); controller-kill, relay-kill, agent-restart,
+                offline-restart and node-reboot are skipped. Needs containerd and \`make image\`.
 
 flags for up and run:
 ${LAB_FLAGS_HELP}`;
@@ -73,10 +81,22 @@ async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> 
   const { values } = parseCommand(argv, { command: `atoll lab ${mode}`, usage: LAB_USAGE, options: { ...LAB_FLAG_OPTIONS, json: { type: 'string' }, svg: { type: 'string' }, 'keep-logs': { type: 'string' }, faults: { type: 'string' }, pods: { type: 'string' }, kubernetes: { type: 'boolean', default: false }, detach: { type: 'boolean', default: false }, prometheus: { type: 'boolean', default: false } } });
   const spec = labSpecFromFlags(values as LabFlags);
   const pods = labPodsFromFlag(values.pods);
-  const faultList = parseFaultList(values.faults ?? (mode === 'run' ? 'all' : 'none'));
+  const faultList = parseFaultList(values.faults ?? (mode === 'run' ? 'all' : 'none'), { kubernetes: values.kubernetes });
   if (faultList.problems.length > 0) throw atollError('LAB_SPEC_INVALID', `--faults: ${faultList.problems.join('; ')}`, 'see `atoll lab --help`');
   if (mode === 'up' && faultList.faults.length > 0) throw atollError('LAB_SPEC_INVALID', '--faults is for `atoll lab run`', 'use `atoll lab run --faults ...`');
   if (mode === 'up' && values.prometheus) throw atollError('LAB_SPEC_INVALID', '--prometheus is for `atoll lab run`', 'use `atoll lab run --prometheus`');
+  if (values.kubernetes && faultList.faults.includes('agent-roll')) {
+    const { ATOLL_ROLL_TAG, atollImageTarball } = await import('../lab/lab-kube.ts');
+    if (!existsSync(atollImageTarball(ATOLL_ROLL_TAG))) {
+      throw atollError('LAB_PREREQUISITE_MISSING', `the agent-roll fault rolls the agents to ${atollImageTarball(ATOLL_ROLL_TAG)}, which is not built`, `node_modules/.bin/node scripts/image.ts --tag ${ATOLL_ROLL_TAG}, or leave agent-roll out of --faults`);
+    }
+  }
+  if (values.kubernetes && values.prometheus) {
+    throw atollError('LAB_SPEC_INVALID', '--prometheus scrapes the lab\'s own processes on its monitoring network; with --kubernetes the chart\'s pods listen on the nodes\' addresses', 'drop one of --prometheus and --kubernetes');
+  }
+  if (values.kubernetes && spec.sameSite === 'direct') {
+    throw atollError('LAB_SPEC_INVALID', '--same-site direct: the chart installs the same-site overlay with its default (VXLAN); it has no value for direct routes', 'drop --same-site direct with --kubernetes');
+  }
   const lab = await import('../lab/lab.ts');
   const runs = new lab.LabRuns();
   const uninstall = lab.installCleanupHandlers(runs);
@@ -86,7 +106,10 @@ async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> 
   const describe = {
     runId: running.plan.runId, prefix: running.plan.prefix, spec, podCreation: running.podCreation, startedAt: running.state.startedAt,
     uplinkDelayBy: running.plan.delayBy,
-    controller: { url: running.plan.controller.url, netns: running.plan.controller.netns, caCertHash: running.caCertHash },
+    // installed through the chart (--kubernetes), the controller runs where its Deployment put it
+    ...(running.atollInstall
+      ? { atoll: running.atollInstall }
+      : { controller: { url: running.plan.controller.url, netns: running.plan.controller.netns, caCertHash: running.caCertHash } }),
     nodes: running.plan.nodes.map((n) => ({ name: n.name, site: n.site, community: n.community, netns: n.netns, underlay: n.underlay })),
     pods: running.pods, namespaces: running.state.namespaces, processes: running.state.processes, containerds: running.state.containerds ?? [], timingsMs: { ...running.timingsMs } as Record<string, number>,
     kubernetes: undefined as KubernetesView | undefined,
@@ -97,6 +120,7 @@ async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> 
     describe.kubernetes = view;
     say(`  kubernetes nodes (${view.server}):`);
     for (const n of view.nodes) say(`    ${n.name.padEnd(14)} ${(n.ready ? 'Ready' : 'NotReady').padEnd(9)} ${(n.internalIp ?? '').padEnd(15)} ${n.kubeletVersion ?? ''} ${Object.entries(n.labels).map(([k, v]) => `${k}=${v}`).join(',')}`);
+    if (view.atoll.length > 0) say(`  atoll pods (${view.atoll[0]?.image ?? ''}): ${view.atoll.map((p) => `${p.name} on ${p.node ?? '-'}${p.ready ? '' : ' (not Ready)'}`).join(', ')}`);
   }
   if (mode === 'up') {
     say(`  pod addresses:`);
@@ -115,11 +139,17 @@ async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> 
     setInterval(() => {}, 1 << 30);
     return new Promise<number>(() => {});
   }
+  // the picture and the saved logs show the lab as it came up (node-delete takes a node out of running.plan; the
+  // workloads' pods join running.pods)
+  const planAtUp = running.plan;
+  const podsAtUp = [...running.pods];
   let cells: LabCell[] = [];
   let faults: LabFaultResult[] = [];
   let traces: LabTraceCheck[] = [];
   let prometheus: LabPrometheusReport | undefined;
   let service: ServiceCheck | undefined;
+  let workloads: Record<string, unknown> | undefined;
+  let workloadsOk = true;
   let down: unknown;
   try {
     const tc = performance.now();
@@ -170,12 +200,32 @@ async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> 
         + (connects.length ? ` (connect median ${connects[Math.floor(connects.length / 2)]} ms)` : ''));
       for (const p of service.probes.filter((x) => !x.ok)) say(`  ${p.from}: ${p.error ?? 'failed'}`);
     }
+    if (running.kubernetes) {
+      const tw = performance.now();
+      say('');
+      say('workloads through the API: Deployment lab-web and StatefulSet lab-db, a pod of each on every node; the matrix between their pods, IPs from the API');
+      const { workloads: w, cells: wc } = await lab.checkWorkloads(running, { say });
+      describe.timingsMs.workloads = Math.round(performance.now() - tw);
+      const wv = verdictOf(wc);
+      const names = [...w.deployment, ...w.statefulSet].map((p) => p.name);
+      if (names.length <= 24) {
+        for (const l of renderMatrix(names, wc)) say(`  ${l}`.trimEnd());
+        say('');
+      }
+      workloadsOk = wv.ok;
+      workloads = { deployment: w.deployment, statefulSet: w.statefulSet, readyMs: w.readyMs, cells: wc, summary: summarize(wc), verdict: { ...wv, failures: wv.failures.length } };
+      const spread = new Set(w.deployment.map((p) => p.node)).size;
+      say(`${wv.ok ? 'PASS' : 'FAIL'}: workloads: lab-web ${w.deployment.length} pods on ${spread} nodes, lab-db ${w.statefulSet.map((p) => `${p.name} on ${p.node}`).join(', ')} (Running in ${(w.readyMs / 1000).toFixed(1)} s); `
+        + `${wv.working}/${wv.shouldWork} allowed cells work over their expected path, ${wv.blocked} blocked as expected`);
+      for (const l of renderFailures(wc)) say(`  ${l}`);
+    }
     if (faultList.faults.length > 0) {
       const tf = performance.now();
       say('');
       const { runFaults } = await import('../lab/faults.ts');
-      // the main matrix just measured is the first fault's "before"
-      faults = await runFaults(running, faultList.faults, { say, initial: { count: { ok: v.ok, shouldWork: v.shouldWork, working: v.working }, ms: checksMs, endedAt: checksEnd } });
+      // the main matrix just measured is the first fault's "before", unless the workloads' pods joined since
+      const initial = running.workloadPods.length > 0 ? undefined : { count: { ok: v.ok, shouldWork: v.shouldWork, working: v.working }, ms: checksMs, endedAt: checksEnd };
+      faults = await runFaults(running, faultList.faults, { say, ...(initial ? { initial } : {}) });
       describe.timingsMs.faults = Math.round(performance.now() - tf);
       say('');
       say('faults (before/after: cells that should work and do, in the matrix right before and after each fault; convergence from the heal; loss of the sample pings)');
@@ -184,16 +234,16 @@ async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> 
       say(bad.length === 0 ? `PASS: every fault healed, all cells that should work work again` : `FAIL: ${bad.map((f) => f.kind).join(', ')}`);
     }
   } finally {
-    if (keepLogs) lab.saveLogs(running.plan, keepLogs, say);
+    if (keepLogs) lab.saveLogs(planAtUp, keepLogs, say);
     down = await lab.destroyRun(runs, running, say);
     uninstall();
   }
   const v = verdictOf(cells);
   const durationMs = Math.round(performance.now() - t0);
-  writeJson(values.json, { ...describe, processes: running.state.processes, durationMs, cells, summary: summarize(cells), verdict: { ...v, failures: v.failures.length }, traces, prometheus, faults, ...(service ? { service } : {}), cleanup: down });
-  writeSvg(values.svg, () => renderLabSvg(labSvgInputOf(running.plan, running.pods, cells, describe.kubernetes && kubernetesLine(describe.kubernetes, service))));
+  writeJson(values.json, { ...describe, processes: running.state.processes, durationMs, cells, summary: summarize(cells), verdict: { ...v, failures: v.failures.length }, traces, prometheus, faults, ...(service ? { service } : {}), ...(workloads ? { workloads } : {}), cleanup: down });
+  writeSvg(values.svg, () => renderLabSvg(labSvgInputOf(planAtUp, podsAtUp, cells, describe.kubernetes && kubernetesLine(describe.kubernetes, service))));
   say(`done in ${(durationMs / 1000).toFixed(1)} s`);
-  return v.ok && faults.every((f) => f.ok) && traces.every((t) => t.ok) && (prometheus?.ok ?? true) && (service?.ok ?? true) ? 0 : 1;
+  return v.ok && faults.every((f) => f.ok) && traces.every((t) => t.ok) && (prometheus?.ok ?? true) && (service?.ok ?? true) && workloadsOk ? 0 : 1;
 }
 
 async function downCmd(argv: readonly string[]): Promise<number> {

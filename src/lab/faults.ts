@@ -8,6 +8,8 @@
  * Safety: everything happens inside the run's namespaces; processes are stopped by PID (the ones the lab started);
  * every wait is bounded; a fault that throws still restores the uplink it cut.
  */
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { asAtollError } from '../core/errors.ts';
 import {
@@ -15,12 +17,15 @@ import {
   peerCutRuleset, planFault, sampleStats, type SampleStats, uplinkCutRuleset, uplinkRestoreRuleset,
 } from '../core/lab/faults.ts';
 import { NODE_DEVICES } from '../core/lab/plan.ts';
+import { LAB_NODE_DELETE_GRACE_SECONDS } from '../core/lab/kubernetes.ts';
+import { removeContainerdLeftovers } from '../adapters/containerd/containerd.ts';
 import { verdictOf } from '../core/lab/report.ts';
 import { NFT_TABLE } from '../core/overlay/nft.ts';
 import { IpRoute2 } from '../adapters/iproute2.ts';
 import { Nft } from '../adapters/nft.ts';
 import { Child } from '../adapters/child-process.ts';
-import { checkService, type LabKubernetes } from './lab-kube.ts';
+import { ATOLL_ROLL_TAG, checkService, crashSandbox, exposePod, KubePods, type LabKubernetes, podIps, recreateStatefulPod, rollAgents } from './lab-kube.ts';
+import { ProbeClient } from './probe.ts';
 import { ServiceProcess } from './service-process.ts';
 import { PROJECT_NODE } from './agent-process.ts';
 import { type LabOptions, type LabPodInfo, nsPath, recordProcess, runChecks, type RunningLab, waitForTunnelPaths } from './lab.ts';
@@ -28,11 +33,14 @@ import { type LabOptions, type LabPodInfo, nsPath, recordProcess, runChecks, typ
 /** How long a fault is held before it is healed. */
 const HOLD_MS: Record<LabFaultKind, number> = {
   'controller-kill': 2000, 'relay-kill': 2000, 'direct-path-cut': 8000, 'agent-restart': 500, 'offline-restart': 500, 'pod-recreate': 0, 'uplink-cut': 3000, 'uplink-flap': 0, 'node-reboot': 2000,
+  'statefulset-recreate': 0, 'crash-offline': 2000, 'agent-roll': 0, 'node-delete': 0,
 };
 const FLAPS = 3;
 const FLAP_MS = 700;
 /** Bound on waiting for every sample to answer again after the heal (the edge re-dials with backoff of at most 30 s). */
 const RECOVERY_TIMEOUT_MS = 35_000;
+/** How long a client of the site keeps trying the restarted pod while its site is cut (crash-offline). */
+const REACH_TIMEOUT_MS = 15_000;
 /** Bound on waiting, after that, for every tunnel pair to be back on its expected path (hole punching retries with backoff). */
 const PATHS_TIMEOUT_MS = 40_000;
 const WARMUP_TIMEOUT_MS = 5000;
@@ -222,7 +230,9 @@ const restoreUplink = (lab: RunningLab, site: string) => nft.apply(uplinkRestore
  */
 export async function restartService(lab: RunningLab, kind: 'controller' | 'relay', notes: string[], whileDown?: () => Promise<void>): Promise<void> {
   const service = kind === 'controller' ? lab.plan.controller : lab.plan.relay;
-  await lab[kind].stop('SIGKILL');
+  const running = lab[kind];
+  if (!running) throw new Error(`the lab runs no ${kind} process of its own (the chart installed Atoll)`);
+  await running.stop('SIGKILL');
   await sleep(HOLD_MS[kind === 'controller' ? 'controller-kill' : 'relay-kill']);
   await whileDown?.();
   const next = new ServiceProcess({ kind, configPath: service.configPath, logPath: service.logPath });
@@ -245,6 +255,12 @@ async function restartAgent(lab: RunningLab, node: string, beforeStart?: () => P
   await starting;
 }
 
+/** The Kubernetes of a `--kubernetes` lab and its nodes' containerds, for the faults through it. */
+function kubeOf(lab: RunningLab): { kube: LabKubernetes; containerds: KubePods['containerds'] } {
+  if (!lab.kubernetes || !(lab.podRuntime instanceof KubePods)) throw new Error('this fault goes through Kubernetes (--kubernetes)');
+  return { kube: lab.kubernetes, containerds: lab.podRuntime.containerds };
+}
+
 /** What a reboot takes from a node: its pods' veths, the pod bridge, the VXLAN and TUN devices, and the agent's nft table. */
 async function wipeNode(lab: RunningLab, node: string): Promise<void> {
   const n = lab.plan.nodes.find((x) => x.name === node);
@@ -263,15 +279,118 @@ async function wipeNode(lab: RunningLab, node: string): Promise<void> {
  */
 async function recreatePod(lab: RunningLab, podName: string, pingers: readonly Pinger[]): Promise<{ was: LabPodInfo; now: LabPodInfo }> {
   const pod = lab.plan.pods.find((p) => p.name === podName);
+  if (!pod) throw new Error(`unknown pod ${podName}`);
+  return replacePod(lab, podName, pingers, (was) => lab.podRuntime.recreate(pod, was));
+}
+
+/** Replaces `podName` in `lab.pods` by what `make` returns for it; sample pings from it move to its new namespace. */
+async function replacePod(lab: RunningLab, podName: string, pingers: readonly Pinger[], make: (was: LabPodInfo) => Promise<LabPodInfo>): Promise<{ was: LabPodInfo; now: LabPodInfo }> {
   const i = lab.pods.findIndex((p) => p.name === podName);
   const was = lab.pods[i];
-  if (!pod || !was) throw new Error(`unknown pod ${podName}`);
-  const now = await lab.podRuntime.recreate(pod, was);
+  if (!was) throw new Error(`unknown pod ${podName}`);
+  const now = await make(was);
   lab.pods[i] = now;
   if (now.netns !== was.netns) {
     for (const p of pingers.filter((x) => x.pair.from === podName)) await p.moveTo(now);
   }
   return { was, now };
+}
+
+/** How long the controller gets to release a deleted Node's blocks: its grace, then a resync or two. */
+const RELEASE_TIMEOUT_MS = (LAB_NODE_DELETE_GRACE_SECONDS + 30) * 1000;
+
+/**
+ * `node-delete`: the node's kubelet and kube-proxy stopped and its containerd with every pod killed (the machine
+ * switched off), `kubectl delete node`, then until the API holds no IPBlock of the node and no other node routes one
+ * of its blocks. The node and its pods leave the lab (its plan, pods and workloads) for the rest of the run; its
+ * namespace stays until the run's removal. Returns facts; what fails goes to `notes`.
+ */
+async function deleteNode(lab: RunningLab, node: string, notes: string[]): Promise<string[]> {
+  const { kube } = kubeOf(lab);
+  const n = lab.plan.nodes.find((x) => x.name === node);
+  const ctd = lab.state.containerds?.find((c) => c.node === node);
+  if (!n || !ctd) throw new Error(`node ${node} has no containerd in the run`);
+  let blocks: string[] = [];
+  try {
+    blocks = (JSON.parse(readFileSync(join(n.dataDir, 'cluster-state.json'), 'utf8')) as { blocks: string[] }).blocks;
+  } catch (err) {
+    notes.push(`could not read ${node}'s blocks: ${asAtollError(err).message}`);
+  }
+  const inApi = async () => (await kube.kubectl(['get', 'ipblocks', '-l', `atoll.dev/node=${node}`, '-o', 'name'])).trim().split('\n').filter(Boolean).length;
+  const before = await inApi();
+  await kube.kubelets.get(node)?.stop();
+  await kube.kubeProxies.get(node)?.stop();
+  await removeContainerdLeftovers(ctd);
+  const t = performance.now();
+  await kube.kubectl(['delete', 'node', node, '--wait=true', '--timeout=60s']);
+  // from here on the lab goes on without it
+  lab.plan = { ...lab.plan, nodes: lab.plan.nodes.filter((x) => x.name !== node), pods: lab.plan.pods.filter((p) => p.node !== node) };
+  for (const list of [lab.pods, lab.workloadPods]) {
+    for (let i = list.length - 1; i >= 0; i--) if (list[i]?.node === node) list.splice(i, 1);
+  }
+  const released = await waitUntilAsync(async () => (await inApi()) === 0, RELEASE_TIMEOUT_MS);
+  const releasedMs = Math.round(performance.now() - t);
+  if (!released) notes.push(`${node}'s IPBlocks still in the API ${RELEASE_TIMEOUT_MS / 1000} s after its deletion`);
+  const routedBy = async () => (await Promise.all(lab.plan.nodes.map(async (x) => {
+    const have = new Set((await ip.json<{ dst: string }>(['route', 'show', 'proto', '44'], { netns: nsPath(x.netns) })).map((r) => r.dst));
+    return blocks.some((b) => have.has(b)) ? [x.name] : [];
+  }))).flat();
+  const dropped = await waitUntilAsync(async () => (await routedBy()).length === 0, RELEASE_TIMEOUT_MS);
+  if (!dropped) notes.push(`still routing ${node}'s blocks ${blocks.join(', ')}: ${(await routedBy()).join(', ')}`);
+  return [`${node} deleted: ${before} IPBlock${before === 1 ? '' : 's'} (${blocks.join(', ')}) released ${released ? `${(releasedMs / 1000).toFixed(1)} s after the deletion` : 'never'} (grace ${LAB_NODE_DELETE_GRACE_SECONDS} s), `
+    + `${dropped ? `their routes gone from all ${lab.plan.nodes.length} other nodes ${((performance.now() - t) / 1000).toFixed(1)} s after it` : 'routes still held'}`];
+}
+
+async function waitUntilAsync(check: () => Promise<boolean>, timeoutMs: number): Promise<boolean> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    if (await check().catch(() => false)) return true;
+    if (Date.now() > deadline) return false;
+    await sleep(500);
+  }
+}
+
+/** What a node holds that a rolling update of its agent must leave alone: its routes of ours and its VTEP MAC. */
+async function nodeHoldings(lab: RunningLab): Promise<Map<string, string>> {
+  return new Map(await Promise.all(lab.plan.nodes.map(async (n) => {
+    const netns = nsPath(n.netns);
+    const routes = (await ip.json<{ dst: string; dev?: string; gateway?: string }>(['route', 'show', 'proto', '44'], { netns })).map((r) => `${r.dst} ${r.dev ?? ''} ${r.gateway ?? ''}`).sort();
+    const vtep = (await ip.json<{ address?: string }>(['link', 'show', NODE_DEVICES.overlay], { netns }).catch(() => []))[0]?.address ?? 'none';
+    return [n.name, `vtep ${vtep}; routes ${routes.join(', ')}`] as const;
+  })));
+}
+
+/**
+ * `crash-offline`, while the site is cut off: from every other pod of the site and every node namespace of it, a TCP
+ * echo to the restarted pod directly and through a ClusterIP Service in front of it only (made before the cut: the
+ * site's kube-proxies keep its endpoint, which is still right because the pod kept its IP). Returns notes for what
+ * failed, and the counts.
+ */
+async function reachWhileCut(lab: RunningLab, site: string, pod: LabPodInfo, clusterIp: string): Promise<{ notes: string[]; line: string }> {
+  const siteNodes = lab.plan.nodes.filter((n) => n.site === site);
+  const clients = [
+    ...lab.pods.filter((p) => p.name !== pod.name && siteNodes.some((n) => n.name === p.node)).map((p) => ({ from: p.name, enter: p.enter })),
+    ...siteNodes.map((n) => ({ from: `node ${n.name}`, enter: ['nsenter', `--net=${nsPath(n.netns)}`, '--'] })),
+  ];
+  const server = new ProbeClient(pod.enter, pod.name, lab.state.dir);
+  const probes = clients.map((c) => ({ ...c, probe: new ProbeClient(c.enter, c.from, lab.state.dir) }));
+  try {
+    await Promise.all([server.ready(), ...probes.map((p) => p.probe.ready())]);
+    const tryTcp = async (probe: ProbeClient, to: string) => {
+      const deadline = Date.now() + REACH_TIMEOUT_MS;
+      for (;;) {
+        if ((await probe.tcp(to, 2000)).ok) return true;
+        if (Date.now() > deadline) return false;
+        await sleep(500);
+      }
+    };
+    const results = await Promise.all(probes.map(async (c) => ({ from: c.from, direct: await tryTcp(c.probe, pod.ip), service: await tryTcp(c.probe, clusterIp) })));
+    const notes = results.flatMap((r) => [...(r.direct ? [] : [`${r.from} did not reach ${pod.name} at ${pod.ip} while the site was cut`]), ...(r.service ? [] : [`${r.from} did not reach ${pod.name} through Service ${clusterIp} while the site was cut`])]);
+    const n = (k: 'direct' | 'service') => results.filter((r) => r[k]).length;
+    return { notes, line: `while cut: ${n('direct')}/${results.length} of the site reached it directly, ${n('service')}/${results.length} through the Service` };
+  } finally {
+    await Promise.all([server.close(), ...probes.map((p) => p.probe.close())]);
+  }
 }
 
 function count(cells: Awaited<ReturnType<typeof runChecks>>): MatrixCount {
@@ -301,8 +420,9 @@ async function runFault(lab: RunningLab, target: LabFaultTarget, say: (l: string
   // the matrix right before the fault: the previous one (the main check, or the previous fault's after) when it ended
   // just now, else a fresh one
   const before = last && t0 - last.endedAt <= BEFORE_FRESH_MS ? last : await measure(lab);
-  const beforeAgeMs = Math.round(t0 - before.endedAt);
+  const beforeAgeMs = Math.round(performance.now() - before.endedAt);
   const notes: string[] = [];
+  const facts: string[] = [];
   const podStartMs: number[] = [];
   const byName = new Map(lab.pods.map((p) => [p.name, p]));
   const pingers = target.samples.map((s) => new Pinger(s, byName.get(s.from) as LabPodInfo, byName.get(s.to) as LabPodInfo));
@@ -345,6 +465,46 @@ async function runFault(lab: RunningLab, target: LabFaultTarget, say: (l: string
         if (now.ip !== was.ip) notes.push(`re-created with ${now.ip}, not its former ${was.ip}`);
         break;
       }
+      case 'statefulset-recreate': {
+        const kube = kubeOf(lab);
+        const { was, now } = await replacePod(lab, target.pod, pingers, (current) => recreateStatefulPod(kube.kube, kube.containerds, current));
+        podStartMs.push(now.addMs ?? 0);
+        if (now.ip !== was.ip) notes.push(`re-created with ${now.ip}, not its former ${was.ip}`);
+        if (now.node !== was.node) notes.push(`re-created on ${now.node}, not on ${was.node}`);
+        break;
+      }
+      case 'crash-offline': {
+        const kube = kubeOf(lab);
+        const clusterIp = await exposePod(kube.kube, target.pod);
+        cut = target.site;
+        await cutUplink(lab, cut);
+        const { was, now } = await replacePod(lab, target.pod, pingers, (current) => crashSandbox(kube.containerds, current));
+        podStartMs.push(now.addMs ?? 0);
+        if (now.ip !== was.ip) notes.push(`restarted with ${now.ip}, not its former ${was.ip}`);
+        const reach = await reachWhileCut(lab, target.site, now, clusterIp);
+        facts.push(reach.line);
+        notes.push(...reach.notes);
+        await sleep(HOLD_MS['crash-offline']);
+        break;
+      }
+      case 'agent-roll': {
+        const kube = kubeOf(lab);
+        const ipsBefore = await podIps(kube.kube);
+        const held = await nodeHoldings(lab);
+        await rollAgents(kube.kube, kube.containerds, ATOLL_ROLL_TAG);
+        const ipsAfter = await podIps(kube.kube);
+        const holdsNow = await nodeHoldings(lab);
+        const changed = [
+          ...[...held].filter(([node, was]) => holdsNow.get(node) !== was).map(([node, was]) => `${node} changed across the roll: ${was} -> ${holdsNow.get(node)}`),
+          ...[...ipsBefore].filter(([pod, was]) => ipsAfter.get(pod) !== was).map(([pod, was]) => `pod ${pod} changed its IP across the roll: ${was} -> ${ipsAfter.get(pod)}`),
+        ];
+        notes.push(...changed);
+        facts.push(`rolled to atoll.dev/atoll:${ATOLL_ROLL_TAG}: ${changed.length === 0 ? 'pod IPs, routes and VTEP MACs unchanged' : 'changes (notes)'} on ${held.size} nodes, ${ipsBefore.size} pods`);
+        break;
+      }
+      case 'node-delete':
+        facts.push(...await deleteNode(lab, target.node, notes));
+        break;
       case 'uplink-cut':
         cut = target.site;
         await cutUplink(lab, cut);
@@ -398,12 +558,14 @@ async function runFault(lab: RunningLab, target: LabFaultTarget, say: (l: string
   const flowResults: FlowResult[] = [];
   for (const f of flows) flowResults.push(await f.stop());
   const after = await measure(lab);
-  const result = judgeFault(target, {
+  const judged = judgeFault(target, {
     before: before.count, after: after.count, matrixMs: { before: before.ms, after: after.ms }, samples, flows: flowResults, ...(podStartMs.length ? { podStartMs } : {}), heldMs,
     ...(pathsBackMs !== undefined ? { pathsBackMs } : {}), beforeAgeMs, durationMs: Math.round(performance.now() - t0), notes,
   });
+  const result = facts.length > 0 ? { ...judged, facts } : judged;
   say(`    ${target.kind.padEnd(16)} ${result.ok ? 'ok  ' : 'FAIL'} convergence ${result.convergenceMs === undefined ? 'never' : `${result.convergenceMs} ms`}, paths back ${pathsBackMs === undefined ? 'never' : `${pathsBackMs} ms`}, loss ${result.lossPct ?? '-'}%, longest gap ${result.maxGapMs ?? '-'} ms, `
     + `before ${before.count.working}/${before.count.shouldWork} (ended ${beforeAgeMs} ms before), after ${after.count.working}/${after.count.shouldWork} (${((result.durationMs ?? 0) / 1000).toFixed(1)} s, matrices ${(before.ms / 1000).toFixed(1)} + ${(after.ms / 1000).toFixed(1)} s)`);
+  for (const f of facts) say(`    ${''.padEnd(16)} ${f}`);
   return { result, after };
 }
 
@@ -426,7 +588,7 @@ export async function runFaults(lab: RunningLab, faults: readonly LabFaultKind[]
   say(`  faults: ${faults.join(', ')} (samples pinged every ${Number(PING_INTERVAL_S) * 1000} ms; the whole matrix right before and after each)`);
   const results: LabFaultResult[] = [];
   for (const kind of faults) {
-    const target = planFault(lab.plan, kind, lab.podRuntime.mode);
+    const target = planFault(lab.plan, kind, lab.podRuntime.mode, lab.workloadPods);
     if ('skipped' in target) {
       results.push({ kind, description: kind, skipped: target.skipped, ok: true });
       say(`    ${kind.padEnd(16)} skipped: ${target.skipped}`);

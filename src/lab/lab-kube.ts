@@ -9,6 +9,11 @@
  *   (src/adapters/kube/kubelet.ts), registered as the Node of the plan's name with the node's underlay address and
  *   labels for its site, community and (edge sites) role; it authenticates as `system:node:<name>` with a token.
  *   A kube-proxy (nftables mode) runs in every node's namespace.
+ * - Atoll is installed as users install it ({@link installAtoll}): `make image`'s image imported into every node's
+ *   containerd, `atoll kubernetes secret | kubectl apply -f -`, the chart rendered with the lab's values and applied.
+ *   Its DaemonSets' pods run the agents, its Deployments the controller and the relay; each node's containerd sees
+ *   that node's own directories at the manifest's hostPaths (src/core/lab/plan.ts `nodeHostDirs`), so the lab reads
+ *   the agents' state and status sockets there.
  * - Pods: a Pod per planned pod, bound to its node by `spec.nodeName`, running the test bed's image; its IP is read
  *   from the API, its network namespace from the node's containerd (the sandbox the kubelet made), so the checks and
  *   faults enter it as under plain CRI.
@@ -16,14 +21,20 @@
  * containerds, whose mount namespace holds the kubelets' volume mounts).
  */
 import { randomBytes } from 'node:crypto';
+import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { atollError } from '../core/errors.ts';
 import {
-  LAB_ETCD_PORTS, LAB_KUBE_API_PORT, LAB_KUBE_NAMESPACE, LAB_SERVICE_CIDR, LAB_SERVICE_LABEL, LAB_SERVICE_NAME, labNodeLabels, labPodObject, labServiceBackends, labServiceObject,
+  LAB_ATOLL_NAMESPACE, LAB_CRASH_LABEL, LAB_CRASH_SERVICE, LAB_ETCD_PORTS, LAB_KUBE_API_PORT, LAB_KUBE_NAMESPACE, LAB_SERVICE_CIDR, LAB_SERVICE_LABEL, LAB_SERVICE_NAME, LAB_WORKLOAD_LABEL, LAB_WORKLOADS,
+  labChartValues, labCrashServiceObject, labNodeLabels, labPodObject, labServiceBackends, labServiceObject, labWorkloadObjects,
 } from '../core/lab/kubernetes.ts';
+import { CLOUD_SITE } from '../core/lab/spec.ts';
 import type { TcpResult } from '../core/lab/report.ts';
 import { LAB_CLUSTER_CIDR, LAB_POD_NAMESPACE, type LabNode, type LabPlan, type LabPod } from '../core/lab/plan.ts';
-import type { Containerd } from '../adapters/containerd/containerd.ts';
+import { type Containerd, importImage, killTask } from '../adapters/containerd/containerd.ts';
+import { logTail } from '../adapters/child-process.ts';
+import { exec } from '../adapters/exec.ts';
+import { helmTemplate } from '../adapters/kube/helm.ts';
 import { PAUSE_IMAGE_REF } from '../adapters/containerd/pause-image.ts';
 import { startKubeControlPlane, type KubeControlPlane } from '../adapters/kube/control-plane.ts';
 import { kubeBinaries } from '../adapters/kube/k8s-binaries.ts';
@@ -33,8 +44,11 @@ import { NETNS_DIR } from '../adapters/processes.ts';
 import { sleep } from '../adapters/timers.ts';
 import { type CriPods, enterSandbox, type LabPodInfo, type LabPodRuntime, POD_CREATION } from './lab-pods.ts';
 import { PROBE_PORT, ProbeClient } from './probe.ts';
+import { ATOLL_BIN, REPO_ROOT } from './agent-process.ts';
 
 const NODES_READY_TIMEOUT_MS = 120_000;
+/** How long the chart's pods get to be Ready on every node (each agent installs the CNI, then its Node turns Ready). */
+const ATOLL_READY_TIMEOUT_MS = 180_000;
 const POD_RUNNING_TIMEOUT_MS = 90_000;
 /** How long a client keeps trying the Service (kube-proxy programs it within a sync period of creating it). */
 const SERVICE_TIMEOUT_MS = 30_000;
@@ -42,6 +56,8 @@ const SERVICE_TIMEOUT_MS = 30_000;
 /** The Kubernetes of a lab run. */
 export interface LabKubernetes {
   readonly controlPlane: KubeControlPlane;
+  /** The directory of the Kubernetes binaries (kubectl, helm, ...). */
+  readonly bins: string;
   readonly kubelets: ReadonlyMap<string, Kubelet>;
   readonly kubeProxies: ReadonlyMap<string, KubeProxy>;
   /** Runs kubectl as the admin in the controller's namespace; resolves with stdout. */
@@ -67,6 +83,8 @@ export interface KubernetesView {
   readonly server: string;
   readonly nodes: readonly { name: string; ready: boolean; internalIp?: string; kubeletVersion?: string; labels: Record<string, string> }[];
   readonly pods: readonly { name: string; node?: string; ip?: string; phase?: string }[];
+  /** Atoll's own pods (the chart's DaemonSets and Deployments, namespace {@link LAB_ATOLL_NAMESPACE}). */
+  readonly atoll: readonly { name: string; node?: string; ready: boolean; restarts: number; image?: string }[];
 }
 
 /** Reads the Nodes and the lab's Pods from the API. */
@@ -82,11 +100,16 @@ export async function kubernetesView(kube: LabKubernetes): Promise<KubernetesVie
       internalIp: n.status.addresses?.find((a) => a.type === 'InternalIP')?.address, kubeletVersion: n.status.nodeInfo?.kubeletVersion, labels: atoll(n.metadata.labels),
     })),
     pods: pods.map((p) => ({ name: p.metadata.name, node: p.spec.nodeName, ip: p.status.podIP, phase: p.status.phase })),
+    atoll: (await atollPods(kube)).map((p) => ({
+      name: p.metadata.name, node: p.spec.nodeName, ready: podReady(p), restarts: p.status.containerStatuses?.reduce((n, c) => n + c.restartCount, 0) ?? 0,
+      image: p.status.containerStatuses?.[0]?.image,
+    })),
   };
 }
 
 /**
- * Starts the control plane, then a kubelet per node, and resolves once every node is Ready in the API.
+ * Starts the control plane, then a kubelet per node, and resolves once every node is registered in the API (Ready
+ * comes with the pod network: {@link installAtoll}).
  * @throws AtollError LAB_STEP_FAILED naming what did not come up, with log tails.
  */
 export async function startLabKubernetes(init: LabKubernetesInit): Promise<LabKubernetes> {
@@ -134,29 +157,149 @@ export async function startLabKubernetes(init: LabKubernetesInit): Promise<LabKu
       kubeProxies.set(node.name, proxy);
       init.record(`kube-proxy ${node.name}`, proxy.pid);
     }
-    await waitForNodesReady(plan.nodes, kubelets, kubeProxies, kubectl);
+    await waitForNodes(plan.nodes, kubelets, kubeProxies, kubectl, false);
     await kubectl(['apply', '-f', '-'], JSON.stringify(LAB_KUBE_NAMESPACE));
   } catch (err) {
     await stop();
     throw atollError('LAB_STEP_FAILED', `Kubernetes nodes: ${(err as Error).message}`, 'read the kubelet log tails above', err);
   }
-  return { controlPlane, kubelets, kubeProxies, kubectl, kubectlCommand: [...launcher, join(bins, 'kubectl'), '--kubeconfig', adminKubeconfig] };
+  return { controlPlane, bins, kubelets, kubeProxies, kubectl, kubectlCommand: [...launcher, join(bins, 'kubectl'), '--kubeconfig', adminKubeconfig] };
 }
 
-/** Polls the Nodes until every planned node is Ready (failing fast when a kubelet or kube-proxy exits); the error lists the others with their kubelet's log tail. */
-async function waitForNodesReady(nodes: readonly LabNode[], kubelets: ReadonlyMap<string, Kubelet>, kubeProxies: ReadonlyMap<string, KubeProxy>, kubectl: LabKubernetes['kubectl']): Promise<void> {
+/**
+ * Polls the Nodes until every planned node is registered (`ready` false) or Ready, failing fast when a kubelet or
+ * kube-proxy exits; the error lists the others with their kubelet's log tail.
+ */
+async function waitForNodes(nodes: readonly LabNode[], kubelets: ReadonlyMap<string, Kubelet>, kubeProxies: ReadonlyMap<string, KubeProxy>, kubectl: LabKubernetes['kubectl'], ready: boolean): Promise<void> {
   const deadline = Date.now() + NODES_READY_TIMEOUT_MS;
   let notReady = nodes.map((n) => n.name);
   while (Date.now() < deadline) {
     const exited = [...[...kubelets].map(([n, k]) => [`kubelet of ${n}`, k] as const), ...[...kubeProxies].map(([n, p]) => [`kube-proxy of ${n}`, p] as const)].filter(([, p]) => !p.running);
     if (exited.length > 0) throw new Error(exited.map(([what, p]) => `the ${what} exited:\n${p.logTail(20)}`).join('\n'));
     const listed = await kubectl(['get', 'nodes', '-o', 'json']).then((out) => (JSON.parse(out) as { items: NodeJson[] }).items, () => []);
-    const ready = new Set(listed.filter((n) => n.status.conditions?.some((c) => c.type === 'Ready' && c.status === 'True')).map((n) => n.metadata.name));
-    notReady = nodes.map((n) => n.name).filter((n) => !ready.has(n));
+    const done = new Set(listed.filter((n) => !ready || n.status.conditions?.some((c) => c.type === 'Ready' && c.status === 'True')).map((n) => n.metadata.name));
+    notReady = nodes.map((n) => n.name).filter((n) => !done.has(n));
     if (notReady.length === 0) return;
     await sleep(1000);
   }
-  throw new Error(`not Ready within ${NODES_READY_TIMEOUT_MS / 1000} s: ${notReady.join(', ')}\n${notReady.map((n) => `--- kubelet ${n}:\n${kubelets.get(n)?.logTail(15)}`).join('\n')}`);
+  throw new Error(`not ${ready ? 'Ready' : 'registered'} within ${NODES_READY_TIMEOUT_MS / 1000} s: ${notReady.join(', ')}\n${notReady.map((n) => `--- kubelet ${n}:\n${kubelets.get(n)?.logTail(15)}`).join('\n')}`);
+}
+
+/** The tag `make image` gives the image by default: package.json's version. */
+export const ATOLL_IMAGE_TAG = (JSON.parse(readFileSync(join(REPO_ROOT, 'package.json'), 'utf8')) as { version: string }).version;
+
+/** The image `make image` writes for `tag` (a docker-archive). */
+export function atollImageTarball(tag: string): string {
+  return join(REPO_ROOT, 'build', 'image', `atoll-${tag}.tar`);
+}
+
+/** What installing Atoll through its chart gave: the pins the bootstrap Secret holds, and the image. */
+export interface AtollInstall {
+  /** The controller CA's pin (the Secret's `ca-cert-hash`), which every agent checks. */
+  readonly caCertHash: string;
+  /** The relay key's pin (the Secret's `relay-pin`). */
+  readonly relayPin: string;
+  /** The image reference the chart's pods run. */
+  readonly image: string;
+  /** The values the chart was rendered with. */
+  readonly values: Readonly<Record<string, unknown>>;
+}
+
+interface AtollPodJson {
+  metadata: { name: string; labels?: Record<string, string> };
+  spec: { nodeName?: string };
+  status: { phase?: string; conditions?: { type: string; status: string }[]; containerStatuses?: { ready: boolean; restartCount: number; image?: string }[] };
+}
+
+const podReady = (p: AtollPodJson) => p.status.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false;
+
+/** The chart's pods in {@link LAB_ATOLL_NAMESPACE}, from the API. */
+async function atollPods(kube: LabKubernetes): Promise<AtollPodJson[]> {
+  return kube.kubectl(['get', 'pods', '-n', LAB_ATOLL_NAMESPACE, '-o', 'json']).then((out) => (JSON.parse(out) as { items: AtollPodJson[] }).items, () => []);
+}
+
+/**
+ * The last lines of the newest log of `container` in the newest pod named `<pod>...` of {@link LAB_ATOLL_NAMESPACE}
+ * on `node`, read from its kubelet's pod log directory (`kubectl logs` would need the API server to reach the
+ * kubelet, which an edge kubelet behind its NAT is not).
+ */
+function podLogTail(kube: LabKubernetes, node: string, pod: string, container: string, lines: number): string {
+  const dir = kube.kubelets.get(node)?.podLogsDir;
+  if (!dir) return `(node ${node} has no kubelet)`;
+  const newest = (d: string, match: (name: string) => boolean) => {
+    try {
+      return readdirSync(d).filter(match).map((name) => ({ name, mtime: statSync(join(d, name)).mtimeMs })).sort((a, b) => b.mtime - a.mtime)[0]?.name;
+    } catch {
+      return undefined;
+    }
+  };
+  const podDir = newest(dir, (n) => n.startsWith(`${LAB_ATOLL_NAMESPACE}_${pod}`));
+  const log = podDir ? newest(join(dir, podDir, container), (n) => n.endsWith('.log')) : undefined;
+  return podDir && log ? logTail(join(dir, podDir, container, log), lines) : `(no log of ${pod} ${container} on ${node})`;
+}
+
+/** The last lines of the log of `node`'s agent pod. */
+export function agentPodLogTail(kube: LabKubernetes, node: string, lines = 15): string {
+  return podLogTail(kube, node, 'atoll-agent-', 'agent', lines);
+}
+
+/**
+ * Installs Atoll as the README's "Install on Kubernetes" does: imports `make image`'s image into every node's
+ * containerd (`ctr -n k8s.io images import`), creates the namespace, applies `atoll kubernetes secret`'s output,
+ * renders the chart with {@link labChartValues} (`helm template`) and applies it; then waits until every node runs a
+ * Ready agent pod, the controller has one Ready replica per cloud node, the relay is Ready, and every Node is Ready
+ * (its agent installed atoll-cni and the conflist in the node's own `/opt/cni/bin` and `/etc/cni/net.d`).
+ * @throws AtollError LAB_PREREQUISITE_MISSING without the image; LAB_STEP_FAILED naming what did not come up, with
+ * the pods' states and log tails.
+ */
+export async function installAtoll(kube: LabKubernetes, init: { plan: LabPlan; containerds: ReadonlyMap<string, Containerd>; tag: string; say: (l: string) => void }): Promise<AtollInstall> {
+  const { plan, say } = init;
+  const tarball = atollImageTarball(init.tag);
+  if (!existsSync(tarball)) throw atollError('LAB_PREREQUISITE_MISSING', `--kubernetes installs Atoll's image ${tarball}, which is not built`, 'run make image');
+  const fail = (what: string, cause?: unknown) => atollError('LAB_STEP_FAILED', `installing Atoll through its chart: ${what}`, `${kube.kubectlCommand.join(' ')} get pods -n ${LAB_ATOLL_NAMESPACE}`, cause);
+  let t = performance.now();
+  for (const ctd of init.containerds.values()) await importImage(ctd, tarball);
+  say(`  image: ${tarball} imported into ${init.containerds.size} containerds (${((performance.now() - t) / 1000).toFixed(1)} s)`);
+  t = performance.now();
+  await kube.kubectl(['apply', '-f', '-'], JSON.stringify({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: LAB_ATOLL_NAMESPACE } }));
+  const secretRun = await exec(ATOLL_BIN, ['kubernetes', 'secret', '--namespace', LAB_ATOLL_NAMESPACE]);
+  if (secretRun.code !== 0) throw fail(`atoll kubernetes secret failed (status ${secretRun.code}): ${secretRun.stderr.trim()}`);
+  const secret = JSON.parse(secretRun.stdout) as { stringData: Record<string, string> };
+  await kube.kubectl(['apply', '-f', '-'], secretRun.stdout);
+  const values = labChartValues(plan, init.tag);
+  const manifest = await helmTemplate({ binary: join(kube.bins, 'helm'), chart: join(REPO_ROOT, 'deploy', 'helm', 'atoll'), release: 'atoll', namespace: LAB_ATOLL_NAMESPACE, values });
+  await kube.kubectl(['apply', '-f', '-'], manifest).catch((err: Error) => {
+    throw fail(`kubectl apply of the rendered chart failed: ${err.message}`, err);
+  });
+  const cloud = plan.nodes.filter((n) => n.site === CLOUD_SITE).length;
+  const deadline = Date.now() + ATOLL_READY_TIMEOUT_MS;
+  let lacking: string[] = [];
+  for (;;) {
+    const pods = await atollPods(kube);
+    const component = (p: AtollPodJson) => p.metadata.labels?.['app.kubernetes.io/component'] ?? '';
+    const ready = (c: (x: string) => boolean) => pods.filter((p) => c(component(p)) && podReady(p));
+    const agentNodes = new Set(ready((c) => c.startsWith('agent-')).map((p) => p.spec.nodeName));
+    const nodesReady = await kube.kubectl(['get', 'nodes', '-o', 'json']).then((out) => (JSON.parse(out) as { items: NodeJson[] }).items, () => [])
+      .then((items) => new Set(items.filter((n) => n.status.conditions?.some((c) => c.type === 'Ready' && c.status === 'True')).map((n) => n.metadata.name)));
+    lacking = [
+      ...plan.nodes.filter((n) => !agentNodes.has(n.name)).map((n) => `no Ready agent pod on ${n.name}`),
+      ...plan.nodes.filter((n) => !nodesReady.has(n.name)).map((n) => `Node ${n.name} not Ready`),
+      ...(ready((c) => c === 'controller').length < cloud ? [`${ready((c) => c === 'controller').length}/${cloud} controller replicas Ready`] : []),
+      ...(ready((c) => c === 'relay').length < 1 ? ['the relay not Ready'] : []),
+    ];
+    if (lacking.length === 0) break;
+    if (Date.now() > deadline) {
+      const states = pods.map((p) => `${p.metadata.name} on ${p.spec.nodeName ?? '-'}: ${p.status.phase}${podReady(p) ? ', Ready' : ''}, restarts ${p.status.containerStatuses?.map((c) => c.restartCount).join('/') ?? '-'}`);
+      const containerOf = (p: AtollPodJson) => component(p).replace(/^agent-.*/, 'agent');
+      const tails = pods.filter((p) => !podReady(p) && p.spec.nodeName).slice(0, 3)
+        .map((p) => `--- ${p.metadata.name}:\n${podLogTail(kube, p.spec.nodeName as string, p.metadata.name, containerOf(p), 15)}`);
+      throw fail(`not up within ${ATOLL_READY_TIMEOUT_MS / 1000} s: ${lacking.join('; ')}\n${states.join('\n')}\n${tails.join('\n')}`);
+    }
+    await sleep(1000);
+  }
+  const image = `atoll.dev/atoll:${init.tag}`;
+  say(`  atoll: installed through deploy/helm/atoll (${image}): ${plan.nodes.length} agent pods Ready, ${cloud} controller replica${cloud === 1 ? '' : 's'} and the relay Ready, every Node Ready (${((performance.now() - t) / 1000).toFixed(1)} s)`);
+  return { caCertHash: secret.stringData['ca-cert-hash'] ?? '', relayPin: secret.stringData['relay-pin'] ?? '', image, values };
 }
 
 interface PodJson {
@@ -173,6 +316,11 @@ export class KubePods implements LabPodRuntime {
   constructor(cri: CriPods, kube: LabKubernetes) {
     this.#cri = cri;
     this.#kube = kube;
+  }
+
+  /** Every node's containerd, by node name (where the kubelets run the pods). */
+  get containerds(): ReadonlyMap<string, Containerd> {
+    return this.#cri.containerds;
   }
 
   agentLauncher(node: LabNode): string[] {
@@ -192,15 +340,9 @@ export class KubePods implements LabPodRuntime {
       await sleep(250);
       status = await this.#kube.kubectl(['get', 'pod', '-n', LAB_POD_NAMESPACE, pod.name, '-o', 'json']).then((out) => (JSON.parse(out) as PodJson).status, () => ({}));
     }
-    const addMs = Math.round(performance.now() - t);
-    const ctd = this.#cri.containerds.get(pod.node);
-    if (!ctd) throw fail('its node has no containerd');
-    const sandbox = (await ctd.cri.listPodSandbox()).find((s) => s.namespace === LAB_POD_NAMESPACE && s.name === pod.name && s.state === 'SANDBOX_READY');
-    if (!sandbox) throw fail(`Running in the API but no ready sandbox in ${ctd.socket}`);
-    const sbx = await ctd.cri.podSandboxStatus(sandbox.id);
-    if (!sbx.netnsPath) throw fail(`sandbox ${sandbox.id} reports no network namespace`);
-    if (sbx.ip !== status.podIP) throw fail(`the API says IP ${status.podIP}, the sandbox ${sbx.ip}`);
-    return { name: pod.name, node: pod.node, netns: sbx.netnsPath, enter: enterSandbox(ctd, sbx.netnsPath), ip: status.podIP, addMs, sandboxId: sandbox.id };
+    return sandboxOf(this.#cri.containerds, { name: pod.name, node: pod.node, ip: status.podIP }, Math.round(performance.now() - t)).catch((err: Error) => {
+      throw fail(err.message, err);
+    });
   }
 
   async recreate(pod: LabPod, _current: LabPodInfo): Promise<LabPodInfo> {
@@ -214,6 +356,173 @@ export class KubePods implements LabPodRuntime {
     this.#cri.close();
   }
 }
+
+/**
+ * A Running pod of namespace `lab` as the lab's checks enter it: the ready sandbox its kubelet made in its node's
+ * containerd (found by name), whose IP must be the one the API gives. @throws Error naming the disagreement.
+ */
+async function sandboxOf(containerds: ReadonlyMap<string, Containerd>, pod: { name: string; node: string; ip: string }, addMs?: number): Promise<LabPodInfo> {
+  const ctd = containerds.get(pod.node);
+  if (!ctd) throw new Error(`node ${pod.node} has no containerd`);
+  const sandbox = (await ctd.cri.listPodSandbox()).find((s) => s.namespace === LAB_POD_NAMESPACE && s.name === pod.name && s.state === 'SANDBOX_READY');
+  if (!sandbox) throw new Error(`Running in the API but no ready sandbox in ${ctd.socket}`);
+  const sbx = await ctd.cri.podSandboxStatus(sandbox.id);
+  if (!sbx.netnsPath) throw new Error(`sandbox ${sandbox.id} reports no network namespace`);
+  if (sbx.ip !== pod.ip) throw new Error(`the API says IP ${pod.ip}, the sandbox ${sbx.ip}`);
+  return { name: pod.name, node: pod.node, netns: sbx.netnsPath, enter: enterSandbox(ctd, sbx.netnsPath), ip: pod.ip, ...(addMs === undefined ? {} : { addMs }), sandboxId: sandbox.id };
+}
+
+interface WorkloadPodJson {
+  metadata: { name: string; labels?: Record<string, string>; deletionTimestamp?: string };
+  spec: { nodeName?: string };
+  status: { phase?: string; podIP?: string };
+}
+
+/** The lab's workloads as they run: their pods (IPs from the API, entered through their sandboxes), by workload. */
+export interface LabWorkloads {
+  readonly deployment: readonly LabPodInfo[];
+  readonly statefulSet: readonly LabPodInfo[];
+  /** From applying them until every pod was Running with an IP, ms. */
+  readonly readyMs: number;
+}
+
+/** The workloads' Running pods with an IP (not being deleted), from the API. */
+async function workloadPods(kube: LabKubernetes): Promise<WorkloadPodJson[]> {
+  const selector = `${LAB_WORKLOAD_LABEL} in (${LAB_WORKLOADS.deployment},${LAB_WORKLOADS.statefulSet})`;
+  const items = await kube.kubectl(['get', 'pods', '-n', LAB_POD_NAMESPACE, '-l', selector, '-o', 'json']).then((out) => (JSON.parse(out) as { items: WorkloadPodJson[] }).items, () => []);
+  return items.filter((p) => p.status.phase === 'Running' && p.status.podIP && p.spec.nodeName && !p.metadata.deletionTimestamp);
+}
+
+/**
+ * Applies the workloads ({@link labWorkloadObjects}: a Deployment and a StatefulSet, each with a pod per node), lets
+ * the scheduler place them, waits until every pod is Running with an
+ * IP (at most {@link POD_RUNNING_TIMEOUT_MS}) and returns them with their sandboxes.
+ * @throws AtollError LAB_STEP_FAILED naming the pods missing.
+ */
+export async function startWorkloads(kube: LabKubernetes, init: { plan: LabPlan; containerds: ReadonlyMap<string, Containerd> }): Promise<LabWorkloads> {
+  const t = performance.now();
+  const nodes = init.plan.nodes.length;
+  const want = { [LAB_WORKLOADS.deployment]: nodes, [LAB_WORKLOADS.statefulSet]: nodes };
+  for (const obj of labWorkloadObjects({ nodes, image: PAUSE_IMAGE_REF })) {
+    await kube.kubectl(['apply', '-f', '-'], JSON.stringify(obj));
+  }
+  const deadline = Date.now() + POD_RUNNING_TIMEOUT_MS;
+  for (;;) {
+    const pods = await workloadPods(kube);
+    const of = (name: string) => pods.filter((p) => p.metadata.labels?.[LAB_WORKLOAD_LABEL] === name);
+    const short = Object.entries(want).filter(([name, n]) => of(name).length < n);
+    if (short.length === 0) {
+      const info = (name: string) => Promise.all(of(name).sort((a, b) => a.metadata.name.localeCompare(b.metadata.name))
+        .map((p) => sandboxOf(init.containerds, { name: p.metadata.name, node: p.spec.nodeName as string, ip: p.status.podIP as string })));
+      const [deployment, statefulSet] = await Promise.all([info(LAB_WORKLOADS.deployment), info(LAB_WORKLOADS.statefulSet)]);
+      return { deployment, statefulSet, readyMs: Math.round(performance.now() - t) };
+    }
+    if (Date.now() > deadline) {
+      throw atollError('LAB_STEP_FAILED', `workloads not Running within ${POD_RUNNING_TIMEOUT_MS / 1000} s: ${short.map(([name, n]) => `${name} ${of(name).length}/${n}`).join(', ')}`,
+        `kubectl get pods -n ${LAB_POD_NAMESPACE} -o wide; kubectl describe pods -n ${LAB_POD_NAMESPACE}`);
+    }
+    await sleep(500);
+  }
+}
+
+/** The uid of pod `name` in namespace `lab` (undefined when it does not exist). */
+async function podUid(kube: LabKubernetes, name: string): Promise<string | undefined> {
+  return kube.kubectl(['get', 'pod', '-n', LAB_POD_NAMESPACE, name, '-o', 'jsonpath={.metadata.uid}']).then((out) => out.trim() || undefined, () => undefined);
+}
+
+/**
+ * Deletes the StatefulSet's pod `current` through the API (waiting until it is gone) and waits until its controller
+ * re-created it under the same name, Running with an IP (a new uid); returns it with its sandbox, `addMs` from the
+ * deletion's end. @throws AtollError LAB_STEP_FAILED when it does not come back within {@link POD_RUNNING_TIMEOUT_MS}.
+ */
+export async function recreateStatefulPod(kube: LabKubernetes, containerds: ReadonlyMap<string, Containerd>, current: LabPodInfo): Promise<LabPodInfo> {
+  const was = await podUid(kube, current.name);
+  await kube.kubectl(['delete', 'pod', '-n', LAB_POD_NAMESPACE, current.name, '--wait=true', '--timeout=60s']);
+  const t = performance.now();
+  const deadline = Date.now() + POD_RUNNING_TIMEOUT_MS;
+  for (;;) {
+    const pod = (await workloadPods(kube)).find((p) => p.metadata.name === current.name);
+    if (pod && (await podUid(kube, current.name)) !== was) {
+      return sandboxOf(containerds, { name: pod.metadata.name, node: pod.spec.nodeName as string, ip: pod.status.podIP as string }, Math.round(performance.now() - t));
+    }
+    if (Date.now() > deadline) throw atollError('LAB_STEP_FAILED', `StatefulSet pod ${current.name} not back within ${POD_RUNNING_TIMEOUT_MS / 1000} s`, `kubectl describe pod -n ${LAB_POD_NAMESPACE} ${current.name}`);
+    await sleep(250);
+  }
+}
+
+/**
+ * Kills the sandbox of `current` in its node's containerd (SIGKILL, as a crash would) and waits, without the API,
+ * until its kubelet has a new ready sandbox for the pod; returns the pod as it runs now (the sandbox's IP and
+ * network namespace), `addMs` from the kill. @throws AtollError LAB_STEP_FAILED when none comes within
+ * {@link POD_RUNNING_TIMEOUT_MS}.
+ */
+export async function crashSandbox(containerds: ReadonlyMap<string, Containerd>, current: LabPodInfo): Promise<LabPodInfo> {
+  const ctd = containerds.get(current.node);
+  if (!ctd) throw new Error(`node ${current.node} has no containerd`);
+  const t = performance.now();
+  await killTask(ctd, current.sandboxId);
+  const deadline = Date.now() + POD_RUNNING_TIMEOUT_MS;
+  for (;;) {
+    const next = (await ctd.cri.listPodSandbox()).find((x) => x.namespace === LAB_POD_NAMESPACE && x.name === current.name && x.state === 'SANDBOX_READY' && x.id !== current.sandboxId);
+    const sbx = next && await ctd.cri.podSandboxStatus(next.id);
+    if (next && sbx?.netnsPath && sbx.ip) {
+      return { name: current.name, node: current.node, netns: sbx.netnsPath, enter: enterSandbox(ctd, sbx.netnsPath), ip: sbx.ip, addMs: Math.round(performance.now() - t), sandboxId: next.id };
+    }
+    if (Date.now() > deadline) throw atollError('LAB_STEP_FAILED', `the kubelet of ${current.node} did not restart pod ${current.name} within ${POD_RUNNING_TIMEOUT_MS / 1000} s`, `read ${current.node}'s kubelet log`);
+    await sleep(200);
+  }
+}
+
+/** Every pod's IP in namespace `lab`, by name, as the API has it. */
+export async function podIps(kube: LabKubernetes): Promise<Map<string, string>> {
+  type Pod = { metadata: { name: string }; status: { podIP?: string } };
+  const items = (JSON.parse(await kube.kubectl(['get', 'pods', '-n', LAB_POD_NAMESPACE, '-o', 'json'])) as { items: Pod[] }).items;
+  return new Map(items.map((p) => [p.metadata.name, p.status.podIP ?? '']));
+}
+
+/** How long after its EndpointSlice names the pod the nodes' kube-proxies are given to program a new Service (their sync period is 1 s). */
+const KUBE_PROXY_SYNC_MS = 3000;
+
+/**
+ * Puts pod `name` alone behind ClusterIP Service {@link LAB_CRASH_SERVICE} (labelled {@link LAB_CRASH_LABEL}), waits
+ * until its EndpointSlice has the pod's address and the kube-proxies had time to program it, and returns the ClusterIP.
+ * @throws AtollError LAB_STEP_FAILED when no endpoint shows within 30 s.
+ */
+export async function exposePod(kube: LabKubernetes, name: string): Promise<string> {
+  await kube.kubectl(['label', 'pod', '--overwrite', '-n', LAB_POD_NAMESPACE, name, `${LAB_CRASH_LABEL}=true`]);
+  await kube.kubectl(['apply', '-f', '-'], JSON.stringify(labCrashServiceObject(PROBE_PORT)));
+  const deadline = Date.now() + SERVICE_TIMEOUT_MS;
+  const endpoints = () => kube.kubectl(['get', 'endpointslices', '-n', LAB_POD_NAMESPACE, '-l', `kubernetes.io/service-name=${LAB_CRASH_SERVICE}`, '-o', 'jsonpath={.items[*].endpoints[*].addresses[*]}'])
+    .then((out) => out.trim(), () => '');
+  while (!(await endpoints())) {
+    if (Date.now() > deadline) throw atollError('LAB_STEP_FAILED', `Service ${LAB_CRASH_SERVICE} has no endpoint for pod ${name} after ${SERVICE_TIMEOUT_MS / 1000} s`, `kubectl get endpointslices -n ${LAB_POD_NAMESPACE}`);
+    await sleep(250);
+  }
+  await sleep(KUBE_PROXY_SYNC_MS);
+  return (await kube.kubectl(['get', 'service', '-n', LAB_POD_NAMESPACE, LAB_CRASH_SERVICE, '-o', 'jsonpath={.spec.clusterIP}'])).trim();
+}
+
+/** The agents' DaemonSets of the chart. */
+const AGENT_DAEMONSETS = ['atoll-agent-cloud', 'atoll-agent-edge'] as const;
+
+/**
+ * Rolls the agents to image `atoll.dev/atoll:<tag>` as an operator would: the image imported into every node's
+ * containerd, `kubectl set image` on both DaemonSets (RollingUpdate, one node at a time each), then `kubectl rollout
+ * status` until both are done. @throws AtollError LAB_PREREQUISITE_MISSING without the image; LAB_STEP_FAILED when
+ * the rollout does not finish.
+ */
+export async function rollAgents(kube: LabKubernetes, containerds: ReadonlyMap<string, Containerd>, tag: string): Promise<void> {
+  const tarball = atollImageTarball(tag);
+  if (!existsSync(tarball)) throw atollError('LAB_PREREQUISITE_MISSING', `the agent-roll fault rolls to ${tarball}, which is not built`, `node_modules/.bin/node scripts/image.ts --tag ${tag}`);
+  for (const ctd of containerds.values()) await importImage(ctd, tarball);
+  for (const ds of AGENT_DAEMONSETS) await kube.kubectl(['set', 'image', '-n', LAB_ATOLL_NAMESPACE, `daemonset/${ds}`, `agent=atoll.dev/atoll:${tag}`]);
+  await Promise.all(AGENT_DAEMONSETS.map((ds) => kube.kubectl(['rollout', 'status', '-n', LAB_ATOLL_NAMESPACE, `daemonset/${ds}`, '--timeout=300s']).catch((err: Error) => {
+    throw atollError('LAB_STEP_FAILED', `rolling daemonset/${ds} to ${tag}: ${err.message}`, `kubectl get pods -n ${LAB_ATOLL_NAMESPACE} -o wide`, err);
+  })));
+}
+
+/** The image tag the agent-roll fault rolls the agents to (`node scripts/image.ts --tag <it>`). */
+export const ATOLL_ROLL_TAG = `${ATOLL_IMAGE_TAG}-b`;
 
 /** One client's answer from the lab's Service. */
 export interface ServiceProbe {
@@ -240,7 +549,8 @@ export interface ServiceCheck {
  */
 export async function checkService(lab: { plan: LabPlan; pods: readonly LabPodInfo[]; kube: LabKubernetes; tag: string }): Promise<ServiceCheck> {
   const { plan, pods, kube } = lab;
-  const backends = labServiceBackends(pods, plan.nodes);
+  // the lab's own pods (the workloads' join them for the faults, and only take part as clients)
+  const backends = labServiceBackends(pods.filter((p) => plan.pods.some((q) => q.name === p.name)), plan.nodes);
   await kube.kubectl(['label', 'pod', '--overwrite', '-n', LAB_POD_NAMESPACE, ...backends.map((p) => p.name), `${LAB_SERVICE_LABEL}=${LAB_SERVICE_NAME}`]);
   await kube.kubectl(['apply', '-f', '-'], JSON.stringify(labServiceObject(PROBE_PORT)));
   const clusterIp = (await kube.kubectl(['get', 'service', '-n', LAB_POD_NAMESPACE, LAB_SERVICE_NAME, '-o', 'jsonpath={.spec.clusterIP}'])).trim();

@@ -18,7 +18,7 @@ import { existsSync, mkdirSync, readFileSync, symlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import type { LabPodsChoice } from '../config/lab-spec.ts';
 import { atollError } from '../core/errors.ts';
-import { LAB_POD_NAMESPACE, type LabNode, type LabPlan, type LabPod } from '../core/lab/plan.ts';
+import { LAB_POD_NAMESPACE, type LabNode, type LabPlan, type LabPod, nodeHostDirs } from '../core/lab/plan.ts';
 import { invokeCni } from '../adapters/cni-invoke.ts';
 import { type Containerd, type ContainerdLeftovers, startContainerd } from '../adapters/containerd/containerd.ts';
 import { buildPauseImage } from '../adapters/containerd/pause-image.ts';
@@ -161,6 +161,12 @@ export interface CriPodsInit {
   readonly concurrency?: number;
   /** Aborted: start no further containerd (the run is being removed). */
   readonly signal?: AbortSignal;
+  /**
+   * `--kubernetes` (Atoll installed through its chart): every containerd sees its node's own directories at the
+   * manifest's hostPaths ({@link nodeHostDirs}), uses `/opt/cni/bin` and `/etc/cni/net.d` there, and puts pod network
+   * namespaces under `/var/run/netns`, as on a real node; the node's agent pod installs atoll-cni and the conflist.
+   */
+  readonly nodeHostPaths?: boolean;
 }
 
 /** Pods through a private containerd per node. */
@@ -189,12 +195,16 @@ export class CriPods implements LabPodRuntime {
       for (let n = queue.shift(); n; n = queue.shift()) {
         const node = n;
         if (init.signal?.aborted) throw atollError('LAB_STEP_FAILED', 'the lab is being removed: no further containerd is started', 'nothing to do');
+        // the node's CNI plugins as its distribution installs them: loopback
         mkdirSync(node.cniBinDir, { recursive: true });
         if (!existsSync(join(node.cniBinDir, 'loopback'))) symlinkSync(LOOPBACK_PLUGIN, join(node.cniBinDir, 'loopback'));
         mkdirSync(node.cniConfDir, { recursive: true });
+        const cni = init.nodeHostPaths
+          ? { cniBinDir: '/opt/cni/bin', cniConfDir: '/etc/cni/net.d', hostDirs: nodeHostDirs(node), netnsUnderStateDir: false }
+          : { cniBinDir: node.cniBinDir, cniConfDir: node.cniConfDir };
         try {
           const ctd = await startContainerd({
-            workDir: join(node.dir, 'containerd'), netns: node.netns, cniBinDir: node.cniBinDir, cniConfDir: node.cniConfDir,
+            workDir: join(node.dir, 'containerd'), netns: node.netns, ...cni,
             pauseImageTarball: tarball, cgroupPrefix: `${plan.prefix}${node.name}`, onSpawn: (l) => init.record({ node: node.name, ...l }),
           });
           started.set(node.name, ctd);

@@ -13,18 +13,19 @@
  * - Every wait is bounded; a failed step removes the whole run before the error is reported; SIGINT, SIGTERM and
  *   uncaught errors remove the run too.
  */
-import { copyFileSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { copyFileSync, cpSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { AtollError, asAtollError, atollError } from '../core/errors.ts';
 import {
   agentConfigFor, classifyRoute, expectationOf, expectedPath, LAB_NETNS_PREFIX, type LabNamespace, labPrefix, type LabPath, type LabPlan, type LabSetupStep, relayConfigFor,
-  type ObservedRoute, planLab, renderLabSetup, runIdOfNetns,
+  NODE_HOST_PATHS, NODE_KUBELET_PATHS, type ObservedRoute, planLab, renderLabSetup, runIdOfNetns,
   udpBlockedAt,
 } from '../core/lab/plan.ts';
 import { judgeCell, type LabCell, type PingResult, type TcpResult } from '../core/lab/report.ts';
 import { describeLabSpec, type LabSpec } from '../core/lab/spec.ts';
+import type { LabWorkloadPod } from '../core/lab/faults.ts';
 import { removeContainerdLeftovers } from '../adapters/containerd/containerd.ts';
 import { exec } from '../adapters/exec.ts';
 import { IpRoute2 } from '../adapters/iproute2.ts';
@@ -40,7 +41,7 @@ import { readAgentStatus, readTunnelStatus, statusSocketOf } from '../adapters/s
 import { type TracePath, tracePath } from '../core/ops/trace.ts';
 import type { AgentStatus } from '../core/ops/agent-status.ts';
 import type { PeerPath } from '../core/tunnel/status.ts';
-import { KubePods, type LabKubernetes, startLabKubernetes } from './lab-kube.ts';
+import { agentPodLogTail, ATOLL_IMAGE_TAG, type AtollInstall, installAtoll, KubePods, type LabKubernetes, type LabWorkloads, startLabKubernetes, startWorkloads } from './lab-kube.ts';
 import { labPreflight, requireRoot, uplinkDelayMethod } from './lab-preflight.ts';
 import { ProbeClient } from './probe.ts';
 
@@ -67,7 +68,8 @@ export interface LabUpOptions extends LabOptions {
 export type { LabPodInfo } from './lab-pods.ts';
 
 export interface RunningLab {
-  readonly plan: LabPlan;
+  /** The plan; the node-delete fault takes its node out of it for the rest of the run. */
+  plan: LabPlan;
   readonly store: LabStateStore;
   readonly caCertHash: string;
   /** The pods as they are now (a re-created pod replaces its entry). */
@@ -77,19 +79,23 @@ export interface RunningLab {
   /** How the pods were created, for the report. */
   readonly podCreation: string;
   readonly timingsMs: Readonly<Record<string, number>>;
-  /** The running controller (the controller-kill fault replaces it). */
-  controller: ServiceProcess;
-  /** The running relay (the relay-kill fault replaces it). */
-  relay: ServiceProcess;
+  /** The lab's controller process (the controller-kill fault replaces it); none when the chart installed Atoll (`--kubernetes`). */
+  controller?: ServiceProcess;
+  /** The lab's relay process (the relay-kill fault replaces it); none when the chart installed Atoll. */
+  relay?: ServiceProcess;
   /** The relay's key pin, as the edge agents have it. */
   readonly relayPin: string;
-  /** The agent of every node, by node name. */
+  /** The agent process of every node, by node name; empty when the chart's DaemonSets run the agents (`--kubernetes`). */
   readonly agents: ReadonlyMap<string, AgentProcess>;
   /** The runs of the process that built it. */
   readonly runs: LabRuns;
   state: LabState;
   /** The control plane and kubelets (`--kubernetes`). */
   readonly kubernetes?: LabKubernetes;
+  /** How the chart installed Atoll (`--kubernetes`). */
+  readonly atollInstall?: AtollInstall;
+  /** The workloads' pods once started (`--kubernetes`, {@link checkWorkloads}), where the scheduler put them. */
+  readonly workloadPods: LabWorkloadPod[];
 }
 
 export interface DownSummary {
@@ -238,7 +244,7 @@ function nodeState(dataDir: string): NodeState {
 }
 
 /** Waits until every agent holds a block and knows every node with its blocks and VTEP MAC. */
-async function waitForBlocksAndPeers(plan: LabPlan, agents: ReadonlyMap<string, AgentProcess>): Promise<void> {
+async function waitForBlocksAndPeers(plan: LabPlan, agentLog: (node: string) => Promise<string>): Promise<void> {
   const deadline = Date.now() + BLOCKS_TIMEOUT_MS;
   const names = plan.nodes.map((n) => n.name);
   const missing = () => plan.nodes.flatMap((n) => {
@@ -252,7 +258,7 @@ async function waitForBlocksAndPeers(plan: LabPlan, agents: ReadonlyMap<string, 
     const m = missing();
     if (m.length === 0) return;
     if (Date.now() > deadline) {
-      const tails = plan.nodes.filter((n) => m.some((x) => x.startsWith(`${n.name} `))).slice(0, 3).map((n) => `--- agent ${n.name} (log tail)\n${agents.get(n.name)?.logTail(15)}`);
+      const tails = await Promise.all(plan.nodes.filter((n) => m.some((x) => x.startsWith(`${n.name} `))).slice(0, 3).map(async (n) => `--- agent ${n.name} (log tail)\n${await agentLog(n.name)}`));
       throw atollError('LAB_STEP_FAILED', `agents did not get blocks and peers within ${BLOCKS_TIMEOUT_MS / 1000} s: ${m.join('; ')}\n${tails.join('\n')}`,
         'read the agents\' logs above; is the controller reachable from the edge sites through their NAT?');
     }
@@ -368,6 +374,8 @@ interface Build {
   readonly why: string;
   /** The namespaces the run makes (under CRI containerd creates the pods' own). */
   readonly namespaces: readonly LabNamespace[];
+  /** `--kubernetes`: Atoll installed through its chart on the lab's kubelets. */
+  readonly kubernetes: boolean;
   readonly say: (l: string) => void;
   readonly timingsMs: Record<string, number>;
   readonly agents: Map<string, AgentProcess>;
@@ -396,7 +404,7 @@ async function beginRun(spec: LabSpec, opts: LabUpOptions): Promise<Build> {
   const dir = store.runDir(runId);
   const token = () => randomBytes(18).toString('base64url');
   const delayBy = spec.edges.some((e) => e.uplink.delayMs !== undefined) ? await uplinkDelayMethod(`${prefix}probe`) : 'netem';
-  const plan = planLab({ spec, runId, dir, bootstrapToken: token(), adminToken: token(), relayToken: token(), delayBy });
+  const plan = planLab({ spec, runId, dir, bootstrapToken: token(), adminToken: token(), relayToken: token(), delayBy, kubernetes: opts.kubernetes ?? false });
   const { mode, why } = choosePodMode(opts.pods ?? 'auto');
   if (opts.kubernetes && mode !== 'cri') {
     throw atollError('LAB_PREREQUISITE_MISSING', `--kubernetes runs a kubelet beside each node's containerd, but pods would be made by direct CNI calls (${why})`, 'install containerd, runc and busybox-static (make setup) and drop --pods direct');
@@ -411,7 +419,7 @@ async function beginRun(spec: LabSpec, opts: LabUpOptions): Promise<Build> {
   const run: ActiveRun = { store, state, say };
   runs.active = run;
   say(`atoll lab ${runId}: ${describeLabSpec(spec)}`);
-  return { runs, store, spec, plan, mode, why, namespaces, say, timingsMs: {}, agents: new Map(), run, step: 'preflight' };
+  return { runs, store, spec, plan, mode, why, namespaces, kubernetes: opts.kubernetes ?? false, say, timingsMs: {}, agents: new Map(), run, step: 'preflight' };
 }
 
 /** Phase: root, the tools, and every kernel feature the spec needs, tried in a throwaway namespace. */
@@ -442,11 +450,9 @@ async function buildTopology(b: Build): Promise<void> {
   }
 }
 
-/** Phase: the controller, and meanwhile the pod runtime (under CRI a containerd per node, each recorded as it spawns). */
-async function startControllerAndPods(b: Build): Promise<{ controller: ServiceProcess; caCertHash: string; podRuntime: LabPodRuntime }> {
+/** Starts the pod runtime (under CRI a containerd per node, each recorded as it spawns); {@link podRuntimeStarted} awaits it. */
+function startPodRuntime(b: Build): Promise<LabPodRuntime> {
   const { plan, run } = b;
-  b.step = b.mode === 'cri' ? 'starting the controller and a containerd per node' : 'starting the controller';
-  const t = performance.now();
   const tCtd = performance.now();
   const abort = new AbortController();
   const recordContainerd = (rec: LabContainerdRecord) => {
@@ -454,7 +460,7 @@ async function startControllerAndPods(b: Build): Promise<{ controller: ServicePr
     b.store.save(run.state);
   };
   const runtimeStarting = b.mode === 'cri'
-    ? CriPods.start({ plan, record: recordContainerd, signal: abort.signal }).then((r) => {
+    ? CriPods.start({ plan, record: recordContainerd, signal: abort.signal, nodeHostPaths: b.kubernetes }).then((r) => {
       b.timingsMs.containerd = since(tCtd);
       return r;
     })
@@ -462,19 +468,33 @@ async function startControllerAndPods(b: Build): Promise<{ controller: ServicePr
   b.runtimeStarting = runtimeStarting;
   const settled = runtimeStarting.then((r) => b.runs.runtimes.set(plan.runId, r), () => undefined); // also: a rejection is handled
   run.starting = { abort, settled };
+  return runtimeStarting;
+}
+
+async function podRuntimeStarted(b: Build, starting: Promise<LabPodRuntime>): Promise<LabPodRuntime> {
+  const podRuntime = await starting;
+  b.run.starting = undefined;
+  if (podRuntime instanceof CriPods) {
+    const pids = [...podRuntime.containerds.values()].map((c) => c.pid);
+    const dirs = b.kubernetes ? `its own ${[...NODE_HOST_PATHS, ...NODE_KUBELET_PATHS].join(', ')} bind-mounted in its mount namespace` : 'its CNI dirs';
+    b.say(`  containerd: ${pids.length} private instances, one per node in its namespace with ${dirs} (pids ${pids.join(', ')}), pause image built once (${secs(b.timingsMs.containerd ?? 0)})`);
+  }
+  return podRuntime;
+}
+
+/** Phase: the controller, and meanwhile the pod runtime. */
+async function startControllerAndPods(b: Build): Promise<{ controller: ServiceProcess; caCertHash: string; podRuntime: LabPodRuntime }> {
+  const { plan } = b;
+  b.step = b.mode === 'cri' ? 'starting the controller and a containerd per node' : 'starting the controller';
+  const t = performance.now();
+  const runtimeStarting = startPodRuntime(b);
   const controller = new ServiceProcess({ kind: 'controller', configPath: plan.controller.configPath, logPath: plan.controller.logPath });
   const started = controller.start(['ip', 'netns', 'exec', plan.controller.netns]);
   recordStarted(b, 'controller', controller.pid);
   const caCertHash = await started;
   b.timingsMs.controller = since(t);
   b.say(`  controller: ${plan.controller.url} in ${plan.controller.netns} (pid ${controller.pid}), CA pin ${caCertHash.slice(0, 23)}... (${secs(b.timingsMs.controller)})`);
-  const podRuntime = await runtimeStarting;
-  run.starting = undefined;
-  if (podRuntime instanceof CriPods) {
-    const pids = [...podRuntime.containerds.values()].map((c) => c.pid);
-    b.say(`  containerd: ${pids.length} private instances, one per node in its namespace with its CNI dirs (pids ${pids.join(', ')}), pause image built once (${secs(b.timingsMs.containerd ?? 0)})`);
-  }
-  return { controller, caCertHash, podRuntime };
+  return { controller, caCertHash, podRuntime: await podRuntimeStarted(b, runtimeStarting) };
 }
 
 /** Phase: the relay beside the controller, following it with a relay token. */
@@ -507,8 +527,14 @@ async function startAgents(b: Build, peers: { podRuntime: LabPodRuntime; caCertH
     recordStarted(b, `agent ${n.name}`, agent.pid);
     await starting;
   });
+  await awaitAgentsConverged(b, t, async (node) => agents.get(node)?.logTail(15) ?? '');
+}
+
+/** Phase, after the agents started: until each holds a block, knows every node and routes its site's and tunnel peers' blocks. */
+async function awaitAgentsConverged(b: Build, t: number, agentLog: (node: string) => Promise<string>): Promise<void> {
+  const { plan } = b;
   b.step = 'waiting for blocks and peers';
-  await waitForBlocksAndPeers(plan, agents);
+  await waitForBlocksAndPeers(plan, agentLog);
   b.step = 'waiting for same-site and tunnel routes';
   await waitForSiteRoutes(plan);
   b.timingsMs.agents = since(t);
@@ -524,18 +550,36 @@ async function awaitTunnelPaths(b: Build): Promise<void> {
   b.say(`  tunnel paths: ${Object.entries(paths).map(([p, n]) => `${n} ${p}`).join(', ') || 'none'} node pairs up (${secs(b.timingsMs.tunnelPaths)})`);
 }
 
-/** Phase (`--kubernetes`): the control plane in the cloud, a kubelet per node beside its containerd, every node Ready. */
-async function startKubernetes(b: Build, podRuntime: LabPodRuntime): Promise<{ kube: LabKubernetes; podRuntime: LabPodRuntime }> {
+/** Phase (`--kubernetes`): the control plane in the cloud, a kubelet and kube-proxy per node beside its containerd, every Node registered. */
+async function startKubernetes(b: Build, podRuntime: LabPodRuntime): Promise<{ kube: LabKubernetes; podRuntime: CriPods }> {
   b.step = 'starting Kubernetes (control plane, kubelets)';
   const t = performance.now();
   if (!(podRuntime instanceof CriPods)) throw new Error('--kubernetes needs the CRI pod runtime');
   const kube = await startLabKubernetes({ plan: b.plan, containerds: podRuntime.containerds, record: (role, pid) => recordStarted(b, role, pid) });
   b.timingsMs.kubernetes = since(t);
   const cp = Object.entries(kube.controlPlane.pids).map(([role, pid]) => `${role} ${pid}`).join(', ');
-  b.say(`  kubernetes: control plane at ${kube.controlPlane.server} in ${b.plan.controller.netns} (${cp}); ${kube.kubelets.size} kubelets and kube-proxies, every node Ready with its site labels (${secs(b.timingsMs.kubernetes)})`);
+  b.say(`  kubernetes: control plane at ${kube.controlPlane.server} in ${b.plan.controller.netns} (${cp}); ${kube.kubelets.size} kubelets and kube-proxies, every node registered with its site labels (${secs(b.timingsMs.kubernetes)})`);
+  return { kube, podRuntime };
+}
+
+/**
+ * `--kubernetes`: containerds (each node's own host directories), Kubernetes, then Atoll installed through its chart
+ * (src/lab/lab-kube.ts installAtoll); no agent, controller or relay process of the lab's own. Then as without
+ * Kubernetes: until the agents converged and every tunnel pair is on its path, read from their state and status
+ * sockets in the nodes' own directories.
+ */
+async function installedThroughKubernetes(b: Build): Promise<{ kube: LabKubernetes; install: AtollInstall; podRuntime: KubePods }> {
+  b.step = 'starting a containerd per node';
+  const { kube, podRuntime } = await startKubernetes(b, await podRuntimeStarted(b, startPodRuntime(b)));
   const kubePods = new KubePods(podRuntime, kube);
   b.runs.runtimes.set(b.plan.runId, kubePods);
-  return { kube, podRuntime: kubePods };
+  b.step = 'installing Atoll through its chart';
+  const t = performance.now();
+  const install = await installAtoll(kube, { plan: b.plan, containerds: podRuntime.containerds, tag: ATOLL_IMAGE_TAG, say: b.say });
+  b.timingsMs.install = since(t);
+  await awaitAgentsConverged(b, t, async (node) => agentPodLogTail(kube, node));
+  await awaitTunnelPaths(b);
+  return { kube, install, podRuntime: kubePods };
 }
 
 /** Phase: every planned pod, through the pod runtime. */
@@ -579,30 +623,44 @@ export async function labUp(spec: LabSpec, opts: LabUpOptions): Promise<RunningL
   try {
     await preflight(b);
     await buildTopology(b);
+    if (opts.kubernetes) {
+      const { kube, install, podRuntime } = await installedThroughKubernetes(b);
+      const pods = await createPods(b, podRuntime);
+      b.timingsMs.up = since(t0);
+      return {
+        plan: b.plan, store: b.store, caCertHash: install.caCertHash, pods, podRuntime, podCreation: podRuntime.description,
+        timingsMs: b.timingsMs, relayPin: install.relayPin, kubernetes: kube, atollInstall: install, workloadPods: [],
+        agents: b.agents, runs: b.runs, state: b.run.state,
+      };
+    }
     const { controller, caCertHash, podRuntime } = await startControllerAndPods(b);
     const { relay, relayPin } = await startRelay(b, caCertHash);
     await startAgents(b, { podRuntime, caCertHash, relayPin });
     await awaitTunnelPaths(b);
-    const kubernetes = opts.kubernetes ? await startKubernetes(b, podRuntime) : undefined;
-    const pods = await createPods(b, kubernetes?.podRuntime ?? podRuntime);
+    const pods = await createPods(b, podRuntime);
     b.timingsMs.up = since(t0);
     return {
-      plan: b.plan, store: b.store, caCertHash, pods, podRuntime: kubernetes?.podRuntime ?? podRuntime, podCreation: (kubernetes?.podRuntime ?? podRuntime).description,
-      timingsMs: b.timingsMs, controller, relay, relayPin, kubernetes: kubernetes?.kube,
-      agents: b.agents, runs: b.runs, state: b.run.state,
+      plan: b.plan, store: b.store, caCertHash, pods, podRuntime, podCreation: podRuntime.description,
+      timingsMs: b.timingsMs, controller, relay, relayPin, agents: b.agents, runs: b.runs, state: b.run.state, workloadPods: [],
     };
   } catch (err) {
     throw await abandonRun(b, err, opts.keepLogs);
   }
 }
 
-/** Copies the controller's and agents' logs to `toDir` (the run's directory goes with the run). */
+/** Copies the controller's, agents', containerds' and kubelets' logs to `toDir` (the run's directory goes with the run). */
 export function saveLogs(plan: LabPlan, toDir: string, say: (l: string) => void): void {
   try {
     mkdirSync(toDir, { recursive: true });
     const containerdLogs = plan.nodes.map((n) => [join(n.dir, 'containerd', 'containerd.log'), `containerd-${n.name}.log`] as const);
     for (const [from, name] of [[plan.controller.logPath, 'controller.log'], ...plan.nodes.map((n) => [n.logPath, `agent-${n.name}.log`] as const), ...containerdLogs] as const) {
       if (existsSync(from)) copyFileSync(from, join(toDir, name));
+    }
+    // --kubernetes: each kubelet's log, and its containers' logs (the chart's agents, controller and relay among them)
+    for (const n of plan.nodes) {
+      const kubelet = join(n.dir, 'kubelet');
+      if (existsSync(join(kubelet, 'kubelet.log'))) copyFileSync(join(kubelet, 'kubelet.log'), join(toDir, `kubelet-${n.name}.log`));
+      if (existsSync(join(kubelet, 'pod-logs'))) cpSync(join(kubelet, 'pod-logs'), join(toDir, `pod-logs-${n.name}`), { recursive: true });
     }
     say(`  logs saved in ${toDir}`);
   } catch (err) {
@@ -691,6 +749,22 @@ export async function runChecks(lab: RunningLab, opts: LabOptions): Promise<LabC
   } finally {
     await Promise.all([...probes.values()].map((p) => p.close()));
   }
+}
+
+/**
+ * `--kubernetes`: the workloads applied through the API (src/lab/lab-kube.ts startWorkloads: a Deployment with a pod
+ * on every node, a StatefulSet), then the whole matrix between their pods, with the IPs the API gives, judged as the
+ * lab's own pods are. Their pods then join `lab.pods` (and `lab.workloadPods`), for the faults.
+ */
+export async function checkWorkloads(lab: RunningLab, opts: LabOptions): Promise<{ workloads: LabWorkloads; cells: LabCell[] }> {
+  if (!lab.kubernetes || !(lab.podRuntime instanceof KubePods)) throw new Error('the workloads need --kubernetes');
+  const workloads = await startWorkloads(lab.kubernetes, { plan: lab.plan, containerds: lab.podRuntime.containerds });
+  const cells = await runChecks({ ...lab, pods: [...workloads.deployment, ...workloads.statefulSet] }, opts);
+  // from here on the faults' matrices, samples and Service checks take them in too
+  lab.pods.push(...workloads.deployment, ...workloads.statefulSet);
+  lab.workloadPods.push(...workloads.deployment.map((p) => ({ name: p.name, node: p.node, workload: 'deployment' as const })),
+    ...workloads.statefulSet.map((p) => ({ name: p.name, node: p.node, workload: 'statefulset' as const })));
+  return { workloads, cells };
 }
 
 function roundTcp(t: TcpResult): TcpResult {

@@ -1,9 +1,12 @@
 /**
  * `atoll lab run --kubernetes`, reduced: one cloud and one NATed edge node with a real control plane in the cloud and
- * a real kubelet and kube-proxy per node (the edge kubelet through its NAT), the lab's pods created through the API,
+ * a real kubelet and kube-proxy per node (the edge kubelet through its NAT), Atoll installed through its chart (the
+ * image imported into each node's containerd; agents, controller and relay as the chart's pods, none of them a
+ * process of the lab's own), the lab's pods created through the API,
  * the matrix, one fault (pod-recreate: the Pod deleted and applied again under its name), the ClusterIP Service
- * (before and after the fault), and nothing of the run left. Needs root, containerd and the Kubernetes binaries
- * (make k8s); skips otherwise.
+ * (before and after the fault), the workloads (a Deployment and a StatefulSet with a pod on each node, the matrix
+ * between their pods), and nothing of the run left. Needs root, containerd, the Kubernetes binaries
+ * (make k8s) and the image (make image; scripts/test.sh builds it); skips otherwise.
  *
  * The Service's endpoints are on the edge site: the cloud node and pod reach them over the tunnel (the node's own
  * packets leave with its VTEP address).
@@ -15,8 +18,10 @@ import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } 
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ATOLL_BIN } from '../../src/lab/agent-process.ts';
+import { ATOLL_IMAGE_TAG, atollImageTarball } from '../../src/lab/lab-kube.ts';
 import type { LabFaultResult } from '../../src/core/lab/faults.ts';
 import type { KubernetesView, ServiceCheck } from '../../src/lab/lab-kube.ts';
+import type { LabPodInfo } from '../../src/lab/lab-pods.ts';
 import { rootSkipReason } from '../support/netns.ts';
 
 const hasContainerd = ['/usr/bin/containerd', '/usr/sbin/runc', '/bin/busybox', '/usr/lib/cni/loopback'].every((p) => existsSync(p));
@@ -29,7 +34,13 @@ interface Report {
   readonly verdict: { ok: boolean; shouldWork: number; working: number };
   readonly faults: readonly LabFaultResult[];
   readonly kubernetes: KubernetesView;
+  readonly atoll: { readonly image: string; readonly caCertHash: string };
   readonly service: ServiceCheck;
+  readonly workloads: {
+    readonly deployment: readonly LabPodInfo[];
+    readonly statefulSet: readonly LabPodInfo[];
+    readonly verdict: { ok: boolean; shouldWork: number; working: number };
+  };
   readonly cleanup: { leftovers: readonly string[] };
 }
 
@@ -47,9 +58,10 @@ function run(args: readonly string[], timeoutMs: number): Promise<{ code: number
   });
 }
 
-const skip = rootSkipReason() || (hasContainerd ? false : 'needs containerd, runc, busybox-static and the CNI loopback plugin');
+const skip = rootSkipReason() || (hasContainerd ? false : 'needs containerd, runc, busybox-static and the CNI loopback plugin')
+  || (existsSync(atollImageTarball(ATOLL_IMAGE_TAG)) ? false : `needs the image ${atollImageTarball(ATOLL_IMAGE_TAG)} (make image)`);
 
-test('atoll lab run --kubernetes: nodes registered with their labels, pods through the API, matrix, pod-recreate, Service; nothing left', { skip, timeout: 400_000 }, async () => {
+test('atoll lab run --kubernetes: nodes registered with their labels, Atoll installed through its chart, pods through the API, matrix, pod-recreate, Service, workloads; nothing left', { skip, timeout: 400_000 }, async () => {
   const tmp = mkdtempSync(join(tmpdir(), 'atoll-labk8s-'));
   const started = Date.now();
   try {
@@ -69,13 +81,34 @@ test('atoll lab run --kubernetes: nodes registered with their labels, pods throu
       assert.ok(report.processes.some((p) => p.role === role), `${role} was recorded`);
     }
 
+    // Atoll as users install it: the chart's pods, Ready where they belong; no agent, controller or relay of the lab's own
+    const atoll = report.kubernetes.atoll;
+    const on = (prefix: string) => atoll.filter((p) => p.name.startsWith(prefix) && p.ready).map((p) => p.node);
+    assert.deepEqual(on('atoll-agent-cloud-'), ['cloud-1'], out);
+    assert.deepEqual(on('atoll-agent-edge-'), ['a-1'], out);
+    assert.deepEqual(on('atoll-controller-'), ['cloud-1'], out);
+    assert.deepEqual(on('atoll-relay-'), ['cloud-1'], out);
+    assert.ok(atoll.every((p) => p.image === `atoll.dev/atoll:${ATOLL_IMAGE_TAG}`));
+    assert.equal(report.atoll.image, `atoll.dev/atoll:${ATOLL_IMAGE_TAG}`);
+    assert.match(report.atoll.caCertHash, /^sha256:[0-9a-f]{64}$/);
+    assert.deepEqual(report.processes.filter((p) => /^(agent|controller|relay)\b/.test(p.role)), [], 'no Atoll process of the lab\'s own');
+
     assert.ok(report.verdict.ok && report.verdict.working === 2, `matrix:\n${out}`);
     assert.equal(report.faults[0]?.kind, 'pod-recreate');
     assert.ok(report.faults[0]?.ok, `pod-recreate:\n${out}`);
-    assert.deepEqual(report.faults[0]?.service, { answered: 4, of: 4 }, 'the Service answered every pod and node after the fault');
+    // the workloads' pods (2 + 2) joined the lab's 2 and the 2 nodes as the Service's clients for the faults
+    assert.deepEqual(report.faults[0]?.service, { answered: 8, of: 8 }, 'the Service answered every pod and node after the fault');
 
     assert.deepEqual(report.service.backends, ['a-1-p1']);
     for (const from of ['cloud-1-p1', 'a-1-p1', 'node cloud-1', 'node a-1']) assert.ok(report.service.probes.find((p) => p.from === from)?.ok, `Service from ${from}:\n${out}`);
+
+    // workloads through the API: the Deployment's pods one per node, the StatefulSet's by their stable names, the matrix between them
+    const w = report.workloads;
+    assert.deepEqual(w.deployment.map((p) => p.node).sort(), ['a-1', 'cloud-1'], out);
+    assert.deepEqual(w.statefulSet.map((p) => p.name), ['lab-db-0', 'lab-db-1']);
+    assert.notEqual(w.statefulSet[0]?.node, w.statefulSet[1]?.node, 'the StatefulSet is spread over both nodes');
+    assert.ok([...w.deployment, ...w.statefulSet].every((p) => p.ip.startsWith('10.100.')), 'pod IPs from Atoll\'s range, as the API gave them');
+    assert.ok(w.verdict.ok && w.verdict.shouldWork === 12 && w.verdict.working === 12, `workloads matrix:\n${out}`);
 
     const runDir = `/run/atoll-lab/${report.runId}`;
     assert.deepEqual(report.cleanup.leftovers, []);

@@ -79,6 +79,14 @@ export interface ContainerdInit {
   /** Deadline of each CRI call; default from cri-client. */
   criDeadlineMs?: number;
   /**
+   * Directories of this node bind-mounted over machine paths inside containerd's mount namespace (where its runc
+   * and a kubelet that joins it resolve hostPath volumes), as a real node has its own `/opt/cni/bin`,
+   * `/etc/cni/net.d`, `/var/run/netns`... Each is made a shared mount, so what containerd mounts below it later
+   * (a pod's netns under `/var/run/netns`) reaches containers that mount it with HostToContainer propagation.
+   * A missing target is created on the machine as an empty mount point (nothing is ever written into it there).
+   */
+  hostDirs?: readonly { readonly source: string; readonly target: string }[];
+  /**
    * A pause image tarball built already ({@link buildPauseImage}), imported instead of building one: several
    * instances share one build.
    */
@@ -292,7 +300,7 @@ async function isMountPoint(path: string): Promise<boolean> {
  * Prepares the holder's mount namespace: netns-correct /sys with the host's cgroup tree back on top, and a private
  * tmpfs on /run/containerd for shim sockets. All mounts happen inside the holder's namespace only.
  */
-async function prepareMountNamespace(holderPid: number, p: Paths): Promise<void> {
+async function prepareMountNamespace(holderPid: number, p: Paths, hostDirs: ContainerdInit['hostDirs'] = []): Promise<void> {
   const inNs = (args: string[], what: string) => run('nsenter', ['-t', String(holderPid), '-m', ...args], what);
   const keepCgroups = await isMountPoint('/sys/fs/cgroup');
   if (keepCgroups) {
@@ -306,6 +314,18 @@ async function prepareMountNamespace(holderPid: number, p: Paths): Promise<void>
   await inNs(['--', 'mount', '-t', 'tmpfs', '-o', 'mode=0711', 'tmpfs', SHIM_SOCKET_ROOT], 'mounting a private /run/containerd');
   await mkdir(CNI_CACHE_DIR, { recursive: true, mode: 0o700 });
   await inNs(['--', 'mount', '-t', 'tmpfs', '-o', 'mode=0700', 'tmpfs', CNI_CACHE_DIR], 'mounting a private CNI result cache');
+  if (hostDirs.length > 0) {
+    // hostPath volumes with mount propagation need their mount shared or slave, and containerd 1.6 looks the mount up
+    // without resolving symlinks (`/var/run/netns` is found on `/`): `/` is shared on a real (systemd) node; here the
+    // machine's is private, so its copy in this namespace becomes shared, a peer group of this namespace alone
+    await inNs(['--', 'mount', '--make-shared', '/'], 'making / shared in the node\'s mount namespace');
+  }
+  for (const d of hostDirs) {
+    await mkdir(d.source, { recursive: true, mode: 0o755 });
+    await mkdir(d.target, { recursive: true, mode: 0o755 });
+    await inNs(['--', 'mount', '--bind', d.source, d.target], `bind-mounting ${d.source} over ${d.target}`);
+    await inNs(['--', 'mount', '--make-shared', d.target], `making ${d.target} a shared mount`);
+  }
 }
 
 /** Spawns containerd in the holder's mount and network namespaces; `nsenter` execs it, so the PID is containerd's. */
@@ -558,6 +578,20 @@ function makeInstance(parts: Parts & { child: ChildProcess; cri: CriClient }): C
 }
 
 /**
+ * Imports an image tarball (docker-archive or OCI, e.g. `make image`'s) into the k8s.io namespace of a running
+ * instance, as `ctr -n k8s.io images import` does on a real node. Idempotent (an image present is replaced).
+ * @throws Error with ctr's output when the import fails.
+ */
+export async function importImage(ctd: Pick<Containerd, 'socket'>, tarball: string, timeoutMs = 180_000): Promise<void> {
+  await run('ctr', ['-a', ctd.socket, '-n', 'k8s.io', 'images', 'import', tarball], `importing ${tarball}`, timeoutMs);
+}
+
+/** SIGKILLs the task (a sandbox's or a container's process) `id` of a running instance, as a crash would end it. */
+export async function killTask(ctd: Pick<Containerd, 'socket'>, id: string): Promise<void> {
+  await run('ctr', ['-a', ctd.socket, '-n', 'k8s.io', 'tasks', 'kill', '-s', 'SIGKILL', id], `killing task ${id}`);
+}
+
+/**
  * Starts a private containerd (CRI enabled, overlayfs, runc) inside network namespace `init.netns`, waits until its
  * CRI socket answers (bounded by `startTimeoutMs`), and imports the sandbox image {@link PAUSE_IMAGE_REF}.
  *
@@ -575,7 +609,7 @@ export async function startContainerd(init: ContainerdInit): Promise<Containerd>
   const cgroupParent = `/${init.cgroupPrefix ?? 'atoll-e2e'}-${randomBytes(6).toString('hex')}`;
   const parts: Parts = { p, init, cgroupParent, holder, mountNs: await readlink(`/proc/${holderPid}/ns/mnt`) };
   try {
-    await prepareMountNamespace(holderPid, p);
+    await prepareMountNamespace(holderPid, p, init.hostDirs);
     parts.child = spawnContainerd(holderPid, p);
     init.onSpawn?.({ pid: parts.child.pid ?? -1, holderPid, mountNs: parts.mountNs, cgroupParent, workDir: init.workDir });
     await waitForCri(parts.child, p, init.startTimeoutMs ?? 30_000);

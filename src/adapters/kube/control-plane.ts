@@ -105,7 +105,10 @@ export async function startKubeControlPlane(init: KubeControlPlaneInit): Promise
     '--advertise-address', address, '--service-cluster-ip-range', init.serviceCidr, '--allow-privileged=true',
     '--service-account-issuer', 'https://kubernetes.default.svc', '--service-account-key-file', join(dir, 'sa.pub'),
     '--service-account-signing-key-file', saKey, '--authorization-mode', 'Node,RBAC',
-    '--token-auth-file', join(dir, 'tokens.csv'), '--disable-admission-plugins', 'ServiceAccount',
+    '--token-auth-file', join(dir, 'tokens.csv'),
+    // pods get their ServiceAccount's token mounted (ServiceAccount admission) only where the controller-manager
+    // runs: its service-account controllers make each namespace's `default` account, which that admission requires
+    ...(init.controllers ? [] : ['--disable-admission-plugins', 'ServiceAccount']),
     '--kubelet-preferred-address-types', 'InternalIP', '--enable-priority-and-fairness=false', '--profiling=false', '--v=0',
   ];
   start('kube-apiserver', apiArgs);

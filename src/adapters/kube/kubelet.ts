@@ -55,6 +55,8 @@ export interface Kubelet {
   readonly pid: number;
   readonly logPath: string;
   readonly rootDir: string;
+  /** Where its containers' logs are: `<namespace>_<pod>_<uid>/<container>/<restart>.log`. */
+  readonly podLogsDir: string;
   /** False once it exited. */
   readonly running: boolean;
   logTail(lines?: number): string;
@@ -65,8 +67,12 @@ export interface Kubelet {
   stop(): Promise<void>;
 }
 
-/** The KubeletConfiguration (YAML; JSON is YAML) for a kubelet beside a private containerd on this kind of host. */
-export function renderKubeletConfig(init: { socket: string; nodeIp: string }): string {
+/**
+ * The KubeletConfiguration (YAML; JSON is YAML) for a kubelet beside a private containerd on this kind of host; its
+ * containers' logs go to `podLogsDir` (the default, the machine's /var/log/pods, would be shared by every kubelet here
+ * and outlive it).
+ */
+export function renderKubeletConfig(init: { socket: string; nodeIp: string; podLogsDir: string }): string {
   return `${JSON.stringify({
     apiVersion: 'kubelet.config.k8s.io/v1beta1',
     kind: 'KubeletConfiguration',
@@ -82,6 +88,7 @@ export function renderKubeletConfig(init: { socket: string; nodeIp: string }): s
     authorization: { mode: 'Webhook' },
     resolvConf: '',
     rotateCertificates: false,
+    podLogsDir: init.podLogsDir,
   }, null, 2)}\n`;
 }
 
@@ -111,8 +118,10 @@ export function startKubelet(init: KubeletInit): Kubelet {
   const configPath = join(init.dir, 'kubelet.json');
   const kubeconfigPath = join(init.dir, 'kubelet.kubeconfig');
   const logPath = join(init.dir, 'kubelet.log');
+  const podLogsDir = join(init.dir, 'pod-logs');
+  mkdirSync(podLogsDir, { recursive: true, mode: 0o755 });
   writeFileSync(caPath, init.apiServer.ca);
-  writeFileSync(configPath, renderKubeletConfig({ socket: init.runtime.socket, nodeIp: init.nodeIp }));
+  writeFileSync(configPath, renderKubeletConfig({ socket: init.runtime.socket, nodeIp: init.nodeIp, podLogsDir }));
   writeFileSync(kubeconfigPath, renderTokenKubeconfig(init.apiServer.server, caPath, init.apiServer.token), { mode: 0o600 });
   const ns = `/proc/${init.runtime.pid}/ns`;
   const labels = Object.entries(init.labels).map(([k, v]) => `${k}=${v}`).join(',');
@@ -135,6 +144,7 @@ export function startKubelet(init: KubeletInit): Kubelet {
     pid,
     logPath,
     rootDir,
+    podLogsDir,
     get running() {
       return child.running;
     },

@@ -14,7 +14,9 @@ function targetOf<K extends LabFaultKind>(p: ReturnType<typeof plan>, kind: K, p
 const pair = { from: 'x', to: 'y' };
 
 test('--faults: all, none, a list in the canonical order, unknown names named', () => {
-  assert.deepEqual(parseFaultList('all').faults, [...LAB_FAULTS]);
+  assert.deepEqual(parseFaultList('all').faults, LAB_FAULTS.filter((f) => !['statefulset-recreate', 'crash-offline', 'agent-roll', 'node-delete'].includes(f)), 'the faults through Kubernetes only with --kubernetes');
+  assert.deepEqual(parseFaultList('all', { kubernetes: true }).faults, [...LAB_FAULTS]);
+  assert.match(parseFaultList('agent-roll').problems[0] ?? '', /needs --kubernetes/);
   assert.deepEqual(parseFaultList('none').faults, []);
   assert.deepEqual(parseFaultList('pod-recreate,controller-kill,pod-recreate'), { faults: ['controller-kill', 'pod-recreate'], problems: [] });
   assert.match(parseFaultList('controller-kill,relay-restart').problems[0] ?? '', /unknown fault "relay-restart"/);
@@ -105,8 +107,45 @@ test('with --kubernetes, pod-recreate goes through the API and node-reboot is sk
   assert.ok('skipped' in reboot && reboot.skipped.includes('kubelet'));
 });
 
+test('with --kubernetes, the faults that kill the lab\'s own controller, relay or agent processes are skipped (the chart\'s pods run them)', () => {
+  const p = plan(DEFAULT_LAB_SPEC);
+  for (const kind of ['controller-kill', 'relay-kill', 'agent-restart', 'offline-restart'] as const) {
+    const f = planFault(p, kind, 'kubernetes');
+    assert.ok('skipped' in f && f.skipped.includes('chart'), kind);
+    assert.ok(!('skipped' in planFault(p, kind, 'cri')), `${kind} runs without --kubernetes`);
+  }
+  for (const kind of ['direct-path-cut', 'uplink-cut', 'uplink-flap'] as const) assert.ok(!('skipped' in planFault(p, kind, 'kubernetes')), kind);
+});
+
 test('the fault table notes the Service count when there is one (--kubernetes), and nothing otherwise', () => {
   const base = { kind: 'pod-recreate' as const, description: 'd', ok: true, heldMs: 0, convergenceMs: 5, lossPct: 0, maxGapMs: 0 };
   assert.match(renderFaults([{ ...base, service: { answered: 4, of: 4 } }])[1] ?? '', /Service 4\/4$/);
   assert.doesNotMatch(renderFaults([base])[1] ?? '', /Service/);
+});
+
+test('the faults through Kubernetes: the StatefulSet pod on the target node, a pod crashed while its site is cut, the agents rolled', () => {
+  const p = plan(DEFAULT_LAB_SPEC);
+  const workloads = [{ name: 'lab-db-0', node: 'cloud-1', workload: 'statefulset' as const }, { name: 'lab-db-3', node: 'a-1', workload: 'statefulset' as const }, { name: 'lab-web-x', node: 'a-1', workload: 'deployment' as const }];
+  const sts = planFault(p, 'statefulset-recreate', 'kubernetes', workloads);
+  assert.ok(!('skipped' in sts) && sts.kind === 'statefulset-recreate');
+  assert.equal(sts.pod, 'lab-db-3');
+  assert.deepEqual(sts.samples, [{ from: 'cloud-1-p1', to: 'lab-db-3' }, { from: 'a-2-p1', to: 'lab-db-3' }, { from: 'a-1-p1', to: 'lab-db-3' }, { from: 'lab-db-3', to: 'cloud-1-p1' }]);
+  assert.ok('skipped' in planFault(p, 'statefulset-recreate', 'kubernetes', []), 'no StatefulSet pod there');
+  const crash = planFault(p, 'crash-offline', 'kubernetes');
+  assert.ok(!('skipped' in crash) && crash.kind === 'crash-offline');
+  assert.deepEqual([crash.site, crash.node, crash.pod], ['a', 'a-1', 'a-1-p1']);
+  assert.ok(!('skipped' in planFault(p, 'agent-roll', 'kubernetes')));
+  for (const kind of ['statefulset-recreate', 'crash-offline', 'agent-roll'] as const) assert.ok('skipped' in planFault(p, kind, 'cri', workloads), `${kind} needs --kubernetes`);
+});
+
+test('node-delete takes the last node of the first edge site (not the other faults\' target), sampled between nodes that stay, without loss', () => {
+  const p = plan(DEFAULT_LAB_SPEC);
+  const f = planFault(p, 'node-delete', 'kubernetes');
+  assert.ok(!('skipped' in f) && f.kind === 'node-delete');
+  assert.equal(f.node, 'a-2');
+  assert.equal(f.lossless, true);
+  assert.ok(f.samples.length > 0 && f.samples.every((s) => !s.from.startsWith('a-2') && !s.to.startsWith('a-2')), JSON.stringify(f.samples));
+  const one = plan({ ...DEFAULT_LAB_SPEC, edges: DEFAULT_LAB_SPEC.edges.map((e) => ({ ...e, nodes: 1 })) });
+  assert.ok('skipped' in planFault(one, 'node-delete', 'kubernetes'), 'a single-node edge site is the other faults\' target');
+  assert.ok('skipped' in planFault(p, 'node-delete', 'cri'));
 });

@@ -11,23 +11,29 @@
 import { CLOUD_SITE } from './spec.ts';
 import { expectationOf, expectedPath, type LabPath, type LabPlan } from './plan.ts';
 
-export type LabFaultKind = 'controller-kill' | 'relay-kill' | 'direct-path-cut' | 'agent-restart' | 'offline-restart' | 'pod-recreate' | 'uplink-cut' | 'uplink-flap' | 'node-reboot';
+export type LabFaultKind = 'controller-kill' | 'relay-kill' | 'direct-path-cut' | 'agent-restart' | 'offline-restart' | 'pod-recreate' | 'uplink-cut' | 'uplink-flap' | 'node-reboot'
+  | 'statefulset-recreate' | 'crash-offline' | 'agent-roll' | 'node-delete';
 
 /** Every fault, in the order `--faults all` runs them. */
-export const LAB_FAULTS: readonly LabFaultKind[] = Object.freeze(['controller-kill', 'relay-kill', 'direct-path-cut', 'agent-restart', 'offline-restart', 'pod-recreate', 'uplink-cut', 'uplink-flap', 'node-reboot']);
+export const LAB_FAULTS: readonly LabFaultKind[] = Object.freeze(['controller-kill', 'relay-kill', 'direct-path-cut', 'agent-restart', 'offline-restart', 'pod-recreate', 'uplink-cut', 'uplink-flap', 'node-reboot',
+  'statefulset-recreate', 'crash-offline', 'agent-roll', 'node-delete']);
+
+/** Faults through Kubernetes, only with `--kubernetes` (`all` without it leaves them out). */
+export const LAB_KUBERNETES_FAULTS: readonly LabFaultKind[] = Object.freeze(['statefulset-recreate', 'crash-offline', 'agent-roll', 'node-delete']);
 
 /** nftables table the uplink faults add in an edge router (beside the NAT's `atoll-lab`). */
 export const LAB_FAULT_NFT_TABLE = 'atoll-lab-fault';
 
 /** Parses `--faults`: `all`, `none` or a comma-separated list of {@link LabFaultKind}. */
-export function parseFaultList(text: string): { faults: LabFaultKind[]; problems: string[] } {
+export function parseFaultList(text: string, opts: { kubernetes?: boolean } = {}): { faults: LabFaultKind[]; problems: string[] } {
   const t = text.trim();
-  if (t === 'all') return { faults: [...LAB_FAULTS], problems: [] };
+  if (t === 'all') return { faults: LAB_FAULTS.filter((f) => opts.kubernetes || !LAB_KUBERNETES_FAULTS.includes(f)), problems: [] };
   if (t === 'none' || t === '') return { faults: [], problems: [] };
   const faults: LabFaultKind[] = [];
   const problems: string[] = [];
   for (const name of t.split(',').map((s) => s.trim()).filter(Boolean)) {
     if (!(LAB_FAULTS as readonly string[]).includes(name)) problems.push(`unknown fault "${name}" (known: ${LAB_FAULTS.join(', ')}, or all, none)`);
+    else if (!opts.kubernetes && LAB_KUBERNETES_FAULTS.includes(name as LabFaultKind)) problems.push(`fault "${name}" goes through Kubernetes: it needs --kubernetes`);
     else if (!faults.includes(name as LabFaultKind)) faults.push(name as LabFaultKind);
   }
   return { faults: LAB_FAULTS.filter((f) => faults.includes(f)), problems };
@@ -62,6 +68,14 @@ interface LabFaultHits {
   readonly 'uplink-cut': { readonly site: string };
   readonly 'uplink-flap': { readonly site: string };
   readonly 'node-reboot': { readonly site: string; readonly node: string };
+  /** The StatefulSet's pod on `node`, deleted through the API; its controller re-creates it under its name. */
+  readonly 'statefulset-recreate': { readonly node: string; readonly pod: string };
+  /** `site`'s uplink cut; meanwhile `pod`'s sandbox on `node` is killed and its kubelet restarts it offline. */
+  readonly 'crash-offline': { readonly site: string; readonly node: string; readonly pod: string };
+  /** The agents' DaemonSets rolled to another image tag. */
+  readonly 'agent-roll': object;
+  /** `node` taken out of the cluster for good (its kubelet and containerd stopped, `kubectl delete node`). */
+  readonly 'node-delete': { readonly node: string };
 }
 
 /** The target of one kind of fault: whom it hits and what is watched while it lasts. */
@@ -78,18 +92,29 @@ export interface LabFaultSkipped {
 
 const MAX_SAMPLES = 4;
 
+/** A workload pod placed by the scheduler (`--kubernetes`), for the faults that go through it. */
+export interface LabWorkloadPod {
+  readonly name: string;
+  readonly node: string;
+  readonly workload: 'deployment' | 'statefulset';
+}
+
+/** Faults that kill and start the lab's own controller, relay or agent processes. */
+const PROCESS_FAULTS: readonly LabFaultKind[] = ['controller-kill', 'relay-kill', 'agent-restart', 'offline-restart'];
+
 /**
  * The target of `kind` in `plan`, or the reason it cannot run there (e.g. an uplink fault without edge sites).
  * Deterministic: the first edge site, its first node and that node's first pod.
  */
-export function planFault(plan: LabPlan, kind: LabFaultKind, pods: 'cri' | 'direct' | 'kubernetes' = 'direct'): LabFaultTarget | LabFaultSkipped {
+export function planFault(plan: LabPlan, kind: LabFaultKind, pods: 'cri' | 'direct' | 'kubernetes' = 'direct', workloads: readonly LabWorkloadPod[] = []): LabFaultTarget | LabFaultSkipped {
   const podsOf = (node: string) => plan.pods.filter((p) => p.node === node).map((p) => p.name);
+  const nodeOf = (pod: string) => plan.pods.find((p) => p.name === pod)?.node ?? workloads.find((p) => p.name === pod)?.node;
   const cloudPod = plan.pods.find((p) => plan.nodes.find((n) => n.name === p.node)?.site === CLOUD_SITE)?.name;
   const edgeSite = plan.spec.edges[0]?.name;
   const edgeNodes = plan.nodes.filter((n) => n.site === edgeSite);
   const works = (a: string, b: string) => {
-    const na = plan.pods.find((p) => p.name === a)?.node;
-    const nb = plan.pods.find((p) => p.name === b)?.node;
+    const na = nodeOf(a);
+    const nb = nodeOf(b);
     return na !== undefined && nb !== undefined && a !== b && expectationOf(expectedPath(plan, na, nb)) === 'reachable';
   };
   const pairs = (list: readonly (readonly [string | undefined, string | undefined])[]): LabPodPair[] => {
@@ -105,6 +130,10 @@ export function planFault(plan: LabPlan, kind: LabFaultKind, pods: 'cri' | 'dire
   const nodePods = node ? podsOf(node.name) : [];
   const sameSitePod = node ? plan.nodes.filter((n) => n.site === node.site && n.name !== node.name).flatMap((n) => podsOf(n.name))[0] : undefined;
   const sitePods = edgeNodes.map((n) => podsOf(n.name)[0]);
+  if (pods !== 'kubernetes' && LAB_KUBERNETES_FAULTS.includes(kind)) return { kind, skipped: 'it goes through Kubernetes (--kubernetes)' };
+  if (pods === 'kubernetes' && PROCESS_FAULTS.includes(kind)) {
+    return { kind, skipped: 'with --kubernetes the chart\'s pods run the controller, the relay and the agents: this fault kills the lab\'s own processes (its Kubernetes form is not built yet)' };
+  }
   switch (kind) {
     case 'controller-kill': {
       const firstOfEach = plan.spec.edges.map((e) => plan.pods.find((p) => plan.nodes.find((n) => n.name === p.node)?.site === e.name)?.name);
@@ -156,6 +185,31 @@ export function planFault(plan: LabPlan, kind: LabFaultKind, pods: 'cri' | 'dire
       }[pods];
       return { kind, node: node.name, pod, description: `pod ${pod} deleted ${how[0]} and added again under the same name ${how[1]}`, lossless: false, flows: [],
         samples: pairs([[cloudPod, pod], [sameSitePod, pod], [nodePods[1], pod], [pod, cloudPod]]) };
+    }
+    case 'statefulset-recreate': {
+      const pod = node && workloads.find((p) => p.node === node.name && p.workload === 'statefulset')?.name;
+      if (!node || !pod) return { kind, skipped: 'no StatefulSet pod on the target node' };
+      return { kind, node: node.name, pod, lossless: false, flows: [], samples: pairs([[cloudPod, pod], [sameSitePod, pod], [nodePods[0], pod], [pod, cloudPod]]),
+        description: `StatefulSet pod ${pod} on ${node.name} deleted through the API; its controller re-creates it under its name (the spread sends it back to ${node.name})` };
+    }
+    case 'crash-offline': {
+      const pod = nodePods[0];
+      if (!edgeSite || !node || !pod) return { kind, skipped: 'no edge site' };
+      return { kind, site: edgeSite, node: node.name, pod, lossless: false, flows: [], samples: pairs([[sameSitePod, pod], [nodePods[1], pod], [cloudPod, pod], [pod, cloudPod]]),
+        description: `uplink of edge site ${edgeSite} cut; meanwhile pod ${pod}'s sandbox is killed and ${node.name}'s kubelet restarts it without the API; the site's pods reach it directly and through a Service; uplink restored` };
+    }
+    case 'agent-roll': {
+      const firstOfEach = plan.spec.edges.map((e) => plan.pods.find((p) => plan.nodes.find((n) => n.name === p.node)?.site === e.name)?.name);
+      return { kind, lossless: false, flows: [], samples: pairs([...firstOfEach.map((p) => [cloudPod, p] as const), [nodePods[0], sameSitePod], ...firstOfEach.map((p) => [p, cloudPod] as const)]),
+        description: 'the agents\' DaemonSets rolled to another image tag while traffic flows (one node at a time per DaemonSet)' };
+    }
+    case 'node-delete': {
+      // the last node of the first edge site: not the other faults' target, not a cloud node (the controller's and relay's)
+      const gone = edgeNodes.length >= 2 ? edgeNodes.at(-1) : undefined;
+      if (!gone || !node) return { kind, skipped: 'the first edge site has fewer than 2 nodes' };
+      const stays = (p: string | undefined) => (p !== undefined && nodeOf(p) !== gone.name ? p : undefined);
+      return { kind, node: gone.name, lossless: true, flows: [], samples: pairs([[cloudPod, stays(nodePods[0])], [stays(nodePods[0]), cloudPod], [stays(sitePods[0]), stays(nodePods[1])]]),
+        description: `node ${gone.name} taken out of the cluster: its kubelet and containerd stopped (the machine off), \`kubectl delete node ${gone.name}\`; the controller releases its blocks and every other node drops their routes` };
     }
     case 'uplink-cut':
     case 'uplink-flap':
@@ -302,6 +356,8 @@ export interface LabFaultResult {
   readonly description: string;
   readonly skipped?: string;
   readonly ok: boolean;
+  /** What the fault observed besides its verdict (e.g. who reached a pod while its site was cut); failures are `notes`. */
+  readonly facts?: readonly string[];
   /**
    * The whole matrix right before the fault: measured for it, or the previous matrix (the main check or the previous
    * fault's after) when that ended just before (see beforeAgeMs).

@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { kubernetesLine, labNodeLabels, labPodObject, labServiceBackends, labServiceObject } from './kubernetes.ts';
+import { kubernetesLine, labChartValues, labWorkloadObjects, labNodeLabels, labPodObject, labServiceBackends, labServiceObject } from './kubernetes.ts';
+import type { LabNode } from './plan.ts';
 
 test('cloud nodes carry their site; edge nodes their site, community and the edge role', () => {
   assert.deepEqual(labNodeLabels({ site: 'cloud', community: '' }), { 'atoll.dev/site': 'cloud' });
@@ -32,4 +33,34 @@ test('the Kubernetes view in one line: Nodes Ready, Pods Running, the Service\'s
   assert.equal(kubernetesLine(view), 'Kubernetes v1.34.4 at 192.0.2.2:6443: 1/2 Nodes Ready, 1/2 Pods Running');
   assert.equal(kubernetesLine(view, { clusterIp: '10.96.0.9', port: 7777, probes: [{ ok: true }, { ok: false }] }),
     'Kubernetes v1.34.4 at 192.0.2.2:6443: 1/2 Nodes Ready, 1/2 Pods Running, Service 10.96.0.9:7777 answered 1/2');
+});
+
+test('the chart\'s values for the lab: its pod range, the controller on every cloud node\'s address, the relay on the first', () => {
+  const nodes = [
+    { name: 'cloud-1', site: 'cloud', community: '', underlay: '192.0.2.11' }, { name: 'cloud-2', site: 'cloud', community: '', underlay: '192.0.2.12' },
+    { name: 'a-1', site: 'a', community: 'edge', underlay: '10.0.1.11' }, { name: 'b-1', site: 'b', community: 'edge', underlay: '10.0.2.11' },
+  ] as unknown as LabNode[];
+  assert.deepEqual(labChartValues({ nodes }, '0.1.0'), {
+    image: { tag: '0.1.0' }, clusterCidrs: ['10.100.0.0/16'], blockBits: 26, community: 'edge',
+    controller: { replicas: 2, urls: ['https://192.0.2.11:7443', 'https://192.0.2.12:7443'], nodeDeleteGraceSeconds: 10 },
+    relay: { address: '192.0.2.11:8476', nodeSelector: { 'kubernetes.io/hostname': 'cloud-1' } },
+  });
+  const mixed = nodes.map((n) => (n.name === 'b-1' ? { ...n, community: 'other' } : n));
+  assert.equal(labChartValues({ nodes: mixed }, '0.1.0').community, '', 'sites of different communities: the Node labels say it');
+  assert.throws(() => labChartValues({ nodes: nodes.slice(2) }, '0.1.0'), /no cloud node/);
+});
+
+test('the workloads: a Deployment and a StatefulSet with a replica per node, spread one pod per node, never pulling', () => {
+  type Obj = { kind: string; metadata: { name: string; namespace: string }; spec: { replicas?: number; serviceName?: string; clusterIP?: string; template?: { spec: { topologySpreadConstraints: { maxSkew: number; topologyKey: string; whenUnsatisfiable: string }[]; containers: { imagePullPolicy: string }[] } } } };
+  const objs = labWorkloadObjects({ nodes: 6, image: 'localhost/atoll-pause:test' }) as Obj[];
+  assert.deepEqual(objs.map((o) => `${o.kind}/${o.metadata.namespace}/${o.metadata.name}`), ['Deployment/lab/lab-web', 'Service/lab/lab-db', 'StatefulSet/lab/lab-db']);
+  const [dep, svc, sts] = objs as [Obj, Obj, Obj];
+  assert.equal(dep.spec.replicas, 6);
+  assert.equal(sts.spec.replicas, 6);
+  assert.equal(sts.spec.serviceName, 'lab-db');
+  assert.equal(svc.spec.clusterIP, 'None');
+  for (const o of [dep, sts]) {
+    assert.deepEqual(o.spec.template?.spec.topologySpreadConstraints[0], { maxSkew: 1, topologyKey: 'kubernetes.io/hostname', whenUnsatisfiable: 'DoNotSchedule', labelSelector: { matchLabels: { 'app.kubernetes.io/name': o.metadata.name } } });
+    assert.equal(o.spec.template?.spec.containers[0]?.imagePullPolicy, 'Never');
+  }
 });

@@ -4,7 +4,7 @@
  * the processes (src/adapters/kube/control-plane.ts, src/adapters/kube/kubelet.ts).
  */
 import { LABEL_COMMUNITY, LABEL_OPENYURT_EDGE, LABEL_SITE } from '../kube/placement.ts';
-import { LAB_POD_NAMESPACE, type LabNode, type LabPod } from './plan.ts';
+import { LAB_BLOCK_BITS, LAB_CLUSTER_CIDR, LAB_CONTROLLER_PORT, LAB_POD_NAMESPACE, LAB_RELAY_PORT, type LabNode, type LabPlan, type LabPod } from './plan.ts';
 import { CLOUD_SITE } from './spec.ts';
 
 /** kube-apiserver's port on the controller's cloud address (the nodes reach it there; edge nodes through their NAT). */
@@ -34,7 +34,7 @@ export const LAB_KUBE_NAMESPACE = Object.freeze({ apiVersion: 'v1', kind: 'Names
 
 /**
  * The Pod of lab pod `pod`: bound to its node by `spec.nodeName` (the plan places pods), running `image` (present
- * on every node: never pulled), stopped within a second.
+ * on every node: never pulled), stopped within a second; it never talks to the API, so it mounts no token.
  */
 export function labPodObject(pod: Pick<LabPod, 'name' | 'node'>, image: string): Record<string, unknown> {
   return {
@@ -43,6 +43,7 @@ export function labPodObject(pod: Pick<LabPod, 'name' | 'node'>, image: string):
     spec: {
       nodeName: pod.node,
       terminationGracePeriodSeconds: LAB_POD_GRACE_SECONDS,
+      automountServiceAccountToken: false,
       containers: [{ name: 'sleep', image, imagePullPolicy: 'Never' }],
     },
   };
@@ -58,6 +59,19 @@ export function labServiceObject(port: number): Record<string, unknown> {
     apiVersion: 'v1', kind: 'Service',
     metadata: { name: LAB_SERVICE_NAME, namespace: LAB_POD_NAMESPACE },
     spec: { type: 'ClusterIP', selector: { [LAB_SERVICE_LABEL]: LAB_SERVICE_NAME }, ports: [{ name: 'echo', protocol: 'TCP', port, targetPort: port }] },
+  };
+}
+
+/** The label and the Service that put one pod alone behind a ClusterIP (the crash-offline fault). */
+export const LAB_CRASH_LABEL = 'atoll.dev/lab-crash';
+export const LAB_CRASH_SERVICE = 'lab-crash';
+
+/** The ClusterIP Service in front of the one pod labelled {@link LAB_CRASH_LABEL}, on the TCP probe's echo port. */
+export function labCrashServiceObject(port: number): Record<string, unknown> {
+  return {
+    apiVersion: 'v1', kind: 'Service',
+    metadata: { name: LAB_CRASH_SERVICE, namespace: LAB_POD_NAMESPACE },
+    spec: { type: 'ClusterIP', selector: { [LAB_CRASH_LABEL]: 'true' }, ports: [{ name: 'echo', protocol: 'TCP', port, targetPort: port }] },
   };
 }
 
@@ -83,4 +97,71 @@ export function kubernetesLine(
     ...(service ? [`Service ${service.clusterIp}:${service.port} answered ${service.probes.filter((p) => p.ok).length}/${service.probes.length}`] : []),
   ];
   return parts.join(', ');
+}
+
+/** How long the lab's controller waits after a Node's deletion before releasing its blocks (the chart's default is 60 s). */
+export const LAB_NODE_DELETE_GRACE_SECONDS = 10;
+
+/** The namespace Atoll is installed in (the chart's release namespace, as the README's install uses). */
+export const LAB_ATOLL_NAMESPACE = 'atoll-system';
+
+/**
+ * The chart's values for the lab, as an operator would write them for this cluster: the lab's pod range and block
+ * size, the edge sites' community (when they share one; the nodes' `atoll.dev/community` labels say it per site
+ * anyway), the image `tag`, one controller replica per cloud node (their anti-affinity puts one on each), dialled
+ * at the cloud nodes' addresses (what edges reach through their NAT), releasing a deleted Node's blocks after
+ * {@link LAB_NODE_DELETE_GRACE_SECONDS}, and the relay on the first cloud node at its address. Every other value keeps
+ * the chart's default.
+ */
+export function labChartValues(plan: Pick<LabPlan, 'nodes'>, tag: string): Record<string, unknown> {
+  const cloud = plan.nodes.filter((n) => n.site === CLOUD_SITE);
+  const first = cloud[0];
+  if (!first) throw new Error('the lab has no cloud node for the controller and the relay');
+  const communities = [...new Set(plan.nodes.filter((n) => n.site !== CLOUD_SITE).map((n) => n.community))];
+  return {
+    image: { tag },
+    clusterCidrs: [LAB_CLUSTER_CIDR],
+    blockBits: LAB_BLOCK_BITS,
+    community: communities.length === 1 ? communities[0] : '',
+    controller: { replicas: cloud.length, urls: cloud.map((n) => `https://${n.underlay}:${LAB_CONTROLLER_PORT}`), nodeDeleteGraceSeconds: LAB_NODE_DELETE_GRACE_SECONDS },
+    relay: { address: `${first.underlay}:${LAB_RELAY_PORT}`, nodeSelector: { 'kubernetes.io/hostname': first.name } },
+  };
+}
+
+/** The lab's workloads (`lab run --kubernetes`): a Deployment with a pod on every node and a StatefulSet. */
+export const LAB_WORKLOADS = Object.freeze({ deployment: 'lab-web', statefulSet: 'lab-db' });
+/** The label every workload pod carries (the workload's name). */
+export const LAB_WORKLOAD_LABEL = 'app.kubernetes.io/name';
+
+/** A workload's pod template: the test bed's image, never pulled, no token, one pod per node at most (hostname spread). */
+function workloadTemplate(name: string, image: string): Record<string, unknown> {
+  return {
+    metadata: { labels: { [LAB_WORKLOAD_LABEL]: name, 'app.kubernetes.io/part-of': 'atoll-lab' } },
+    spec: {
+      terminationGracePeriodSeconds: LAB_POD_GRACE_SECONDS,
+      automountServiceAccountToken: false,
+      topologySpreadConstraints: [{ maxSkew: 1, topologyKey: 'kubernetes.io/hostname', whenUnsatisfiable: 'DoNotSchedule', labelSelector: { matchLabels: { [LAB_WORKLOAD_LABEL]: name } } }],
+      containers: [{ name: 'sleep', image, imagePullPolicy: 'Never' }],
+    },
+  };
+}
+
+/**
+ * The workloads as objects to apply, in namespace `lab`: Deployment {@link LAB_WORKLOADS}.deployment and
+ * StatefulSet {@link LAB_WORKLOADS}.statefulSet (behind its headless Service), each with one replica per node: the
+ * hostname spread with a skew of 1 puts one on each, and sends a StatefulSet pod deleted and re-created under its
+ * name back to the one node without one, its own (where Atoll keeps its address for it). The scheduler places them;
+ * their addresses come from the API.
+ */
+export function labWorkloadObjects(init: { nodes: number; image: string }): Record<string, unknown>[] {
+  const { deployment, statefulSet } = LAB_WORKLOADS;
+  const selector = (name: string) => ({ matchLabels: { [LAB_WORKLOAD_LABEL]: name } });
+  return [
+    { apiVersion: 'apps/v1', kind: 'Deployment', metadata: { name: deployment, namespace: LAB_POD_NAMESPACE },
+      spec: { replicas: init.nodes, selector: selector(deployment), template: workloadTemplate(deployment, init.image) } },
+    { apiVersion: 'v1', kind: 'Service', metadata: { name: statefulSet, namespace: LAB_POD_NAMESPACE },
+      spec: { clusterIP: 'None', selector: { [LAB_WORKLOAD_LABEL]: statefulSet }, ports: [{ name: 'echo', port: 7777 }] } },
+    { apiVersion: 'apps/v1', kind: 'StatefulSet', metadata: { name: statefulSet, namespace: LAB_POD_NAMESPACE },
+      spec: { replicas: init.nodes, serviceName: statefulSet, podManagementPolicy: 'Parallel', selector: selector(statefulSet), template: workloadTemplate(statefulSet, init.image) } },
+  ];
 }

@@ -2,7 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync, writeFileSync } from 'node:fs';
 import {
-  classifyRoute, expectedPath, interfaceNames, labPrefix, natRuleset, planLab, renderLabSetup, runIdOfNetns, uplinkQdiscLines, type LabPlan,
+  classifyRoute, expectedPath, interfaceNames, labPrefix, natRuleset, nodeHostDirs, planLab, renderLabSetup, runIdOfNetns, uplinkQdiscLines, type LabPlan,
 } from './plan.ts';
 import { DEFAULT_LAB_SPEC, describeLabSpec, labSpecProblems, type EdgeSiteSpec, type LabSpec } from './spec.ts';
 import { judgeCell, renderFailures, renderMatrix, renderSummary, summarize, verdictOf, type LabCell } from './report.ts';
@@ -172,4 +172,25 @@ test('the datagram path: agents get tunnel.udp; a site that blocks UDP drops it 
     'oifname "up0" meta l4proto udp drop', 'iifname "up0" meta l4proto udp drop', 'iifname "up0" oifname "lan0" ct state established,related accept',
   ]);
   assert.match(describeLabSpec(spec), /edge b 2 nodes \(NAT endpoint-independent, community edge, UDP blocked\).*tunnel datagram path on/);
+});
+
+test('with --kubernetes a node\'s agent paths are the manifest\'s hostPaths in the node\'s own directories', () => {
+  const input = { spec: DEFAULT_LAB_SPEC, runId: '0abc', dir: '/run/atoll-lab/0abc', bootstrapToken: 'b', adminToken: 'a', relayToken: 'r' };
+  const node = planLab({ ...input, kubernetes: true }).nodes[0];
+  assert.ok(node);
+  assert.deepEqual(nodeHostDirs(node), [
+    { source: '/run/atoll-lab/0abc/cloud-1/host/opt/cni/bin', target: '/opt/cni/bin' },
+    { source: '/run/atoll-lab/0abc/cloud-1/host/etc/cni/net.d', target: '/etc/cni/net.d' },
+    { source: '/run/atoll-lab/0abc/cloud-1/host/var/lib/atoll', target: '/var/lib/atoll' },
+    { source: '/run/atoll-lab/0abc/cloud-1/host/run/atoll', target: '/run/atoll' },
+    { source: '/run/atoll-lab/0abc/cloud-1/host/var/run/netns', target: '/var/run/netns' },
+    { source: '/run/atoll-lab/0abc/cloud-1/host/var/lib/kubelet', target: '/var/lib/kubelet' },
+    { source: '/run/atoll-lab/0abc/cloud-1/host/var/log/containers', target: '/var/log/containers' },
+  ]);
+  // the agent's defaults (/var/lib/atoll, /run/atoll/atoll.sock, ...) as the lab reads them
+  assert.equal(node.dataDir, '/run/atoll-lab/0abc/cloud-1/host/var/lib/atoll');
+  assert.equal(node.socketPath, '/run/atoll-lab/0abc/cloud-1/host/run/atoll/atoll.sock');
+  assert.equal(node.cniBinDir, '/run/atoll-lab/0abc/cloud-1/host/opt/cni/bin');
+  assert.equal(node.cniConfDir, '/run/atoll-lab/0abc/cloud-1/host/etc/cni/net.d');
+  assert.equal(planLab(input).nodes[0]?.dataDir, '/run/atoll-lab/0abc/cloud-1/data');
 });

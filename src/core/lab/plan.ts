@@ -211,6 +211,30 @@ export interface LabPlanInput {
   readonly relayToken: string;
   /** How to delay uplinks (`--delay`): netem where the kernel has it (the default), else the lab's delay line. */
   readonly delayBy?: LabDelayBy;
+  /**
+   * `--kubernetes`: Atoll is installed through its chart, so each node's agent paths are the manifest's hostPaths
+   * as that node sees them: its own directories under `<node dir>/host` ({@link nodeHostDirs}).
+   */
+  readonly kubernetes?: boolean;
+}
+
+/**
+ * The machine paths the manifest's hostPath volumes name (deploy/helm/atoll: atoll-cni and the conflist, the agent's
+ * state and sockets, the pods' network namespaces). On a real node each is that node's own; in the lab every node
+ * has its own directory for each, bind-mounted over the path in the node's mount namespace.
+ */
+export const NODE_HOST_PATHS: readonly string[] = Object.freeze(['/opt/cni/bin', '/etc/cni/net.d', '/var/lib/atoll', '/run/atoll', '/var/run/netns']);
+
+/**
+ * Machine paths every kubelet uses whatever its `--root-dir`: its device-plugin and pod-resources sockets under
+ * `/var/lib/kubelet` (two kubelets on one machine race for `device-plugins/kubelet.sock`: "bind: address already in
+ * use"), and the container log symlinks in `/var/log/containers`.
+ */
+export const NODE_KUBELET_PATHS: readonly string[] = Object.freeze(['/var/lib/kubelet', '/var/log/containers']);
+
+/** A node's own directory for each of {@link NODE_HOST_PATHS} and {@link NODE_KUBELET_PATHS}: `<node dir>/host<path>`. */
+export function nodeHostDirs(node: Pick<LabNode, 'dir'>): { source: string; target: string }[] {
+  return [...NODE_HOST_PATHS, ...NODE_KUBELET_PATHS].map((target) => ({ source: `${node.dir}/host${target}`, target }));
 }
 
 /** The namespace prefix of a run: `atl-lab-<runid>-`. */
@@ -362,7 +386,12 @@ export function planLab(input: LabPlanInput): LabPlan {
     const monitorAddress = `${LAB_MONITOR.prefix}.${Math.floor(nodes.length / 250)}.${(nodes.length % 250) + 2}`;
     veths.push({ a: { netns: ctl, ifname: `m-${name}`, master: LAB_MONITOR.bridge }, b: { netns, ifname: LAB_MONITOR.bridge, address: `${monitorAddress}/${LAB_MONITOR.bits}` } });
     const nodeDir = `${dir}/${name}`;
-    const paths = {
+    // installed through the chart, the agent uses its defaults, which are the manifest's hostPaths
+    const host = `${nodeDir}/host`;
+    const paths = input.kubernetes ? {
+      dir: nodeDir, configPath: `${nodeDir}/agent.json`, socketPath: `${host}/run/atoll/atoll.sock`, logPath: `${nodeDir}/agent.log`,
+      dataDir: `${host}/var/lib/atoll`, cniBinDir: `${host}/opt/cni/bin`, cniConfDir: `${host}/etc/cni/net.d`,
+    } : {
       dir: nodeDir, configPath: `${nodeDir}/agent.json`, socketPath: `${nodeDir}/agent.sock`, logPath: `${nodeDir}/agent.log`,
       dataDir: `${nodeDir}/data`, cniBinDir: `${nodeDir}/cni-bin`, cniConfDir: `${nodeDir}/cni-conf`,
     };
