@@ -9,6 +9,7 @@
  * the first segment's size (the last may be shorter; it, or one with PSH, ends the superpacket). Anything else (SYN,
  * FIN, RST, URG, fragments, IP options, another flow) flushes what was merged and passes on as it came.
  */
+import { fold, sum16 } from '../net/checksum.ts';
 import { VNET_HDR_LEN } from './routing.ts';
 
 /** The largest superpacket built: an IP packet's limit. */
@@ -139,15 +140,4 @@ function mergeable(pkt: Uint8Array): Segment | undefined {
   if (thl < 20 || payload <= 0 || (flags & TCP_NO_MERGE) !== 0) return undefined;
   const seq = ((pkt[t + 4]! << 24) >>> 0) + (pkt[t + 5]! << 16) + (pkt[t + 6]! << 8) + pkt[t + 7]!;
   return { thl, seq, payload, flags };
-}
-
-function sum16(b: Uint8Array, off: number, len: number): number {
-  let s = 0;
-  for (let i = 0; i < len; i += 2) s += (b[off + i]! << 8) | b[off + i + 1]!;
-  return s;
-}
-
-function fold(s: number): number {
-  while (s > 0xffff) s = (s & 0xffff) + Math.floor(s / 0x10000);
-  return s;
 }

@@ -10,6 +10,7 @@
  * counter bytes: each direction of each pair has its own key (the sender's, src/adapters/datagram-path.ts), and a
  * sender never reuses a counter under a key, so a (key, nonce) pair never repeats.
  */
+import { fold, sum16 } from '../net/checksum.ts';
 import { VNET_HDR_LEN } from './routing.ts';
 
 export const DATAGRAM_TYPE = Object.freeze({ data: 1, keepalive: 2 });
@@ -189,17 +190,6 @@ export function forEachSegment(pkt: Uint8Array, maxIp: number, scratch: Uint8Arr
     emit(seg);
   }
   return true;
-}
-
-function sum16(b: Uint8Array, off: number, len: number): number {
-  let s = 0;
-  for (let i = 0; i < len; i += 2) s += (b[off + i]! << 8) | b[off + i + 1]!;
-  return s;
-}
-
-function fold(s: number): number {
-  while (s > 0xffff) s = (s & 0xffff) + Math.floor(s / 0x10000);
-  return s;
 }
 
 function readU16(b: Uint8Array, o: number): number {
