@@ -83,7 +83,14 @@ interface Options {
   readonly timeoutS: number;
   readonly enforce: boolean;
   readonly json: string | undefined;
+  /** Unshaped part: the lab with its metrics listeners (on), without (`atoll lab up --no-metrics`: off), or both labs, runs alternating. */
+  readonly metrics: MetricsSetting;
 }
+
+type MetricsSetting = 'on' | 'off' | 'both';
+const METRICS_SETTINGS: readonly MetricsSetting[] = ['on', 'off', 'both'];
+/** Suffix of the unshaped part's path keys measured in the lab without metrics listeners, with --metrics both. */
+const NO_METRICS = '-nometrics';
 
 const USAGE = `usage: node bench/tunnel.ts [options]
   --smoke              short run for CI: 1 repetition, iperf3 -t 2, the unshaped part only
@@ -94,6 +101,10 @@ const USAGE = `usage: node bench/tunnel.ts [options]
   --delay MS           shaped part: one-way delay on each of those uplinks, both directions (default 10: 20 ms one
                        way from a to b, 40 ms round trip); 0 for none. By netem, or by the lab's delay line where
                        the kernel has no netem; the report says which
+  --metrics on|off|both
+                       unshaped part: the lab's agents, controller and relay with their metrics listeners (on,
+                       the default), without them (off: atoll lab up --no-metrics), or both: two labs, each path
+                       measured in one and then the other, alternating, and the two side by side
   --loss PCT,...       lossy part: random loss per edge uplink and direction, percent (default 1,3)
   --json FILE          write every sample and summary to FILE
   --timeout SECONDS    abort (and clean up) after this long (default 900; 300 with --smoke)
@@ -107,6 +118,7 @@ function parseOptions(argv: readonly string[]): Options {
     rate: { type: 'string' },
     delay: { type: 'string' },
     loss: { type: 'string' },
+    metrics: { type: 'string' },
     enforce: { type: 'boolean', default: false },
   });
   const smoke = values.smoke;
@@ -114,6 +126,8 @@ function parseOptions(argv: readonly string[]): Options {
   if (values.only !== undefined && !PARTS.includes(values.only as Part)) {
     throw new Error(`--only must be one of ${PARTS.join(', ')}, got "${values.only}"\n${USAGE}`);
   }
+  const metrics = (values.metrics ?? 'on') as MetricsSetting;
+  if (!METRICS_SETTINGS.includes(metrics)) throw new Error(`--metrics must be on, off or both, got "${values.metrics}"\n${USAGE}`);
   const loss = (values.loss ?? '1,3').split(',').map((x) => Math.round(Number(x) * 10));
   if (loss.some((x) => !Number.isInteger(x) || x < 0 || x > 500)) throw new Error(`--loss must be percentages 0 to 50, got "${values.loss}"\n${USAGE}`);
   return {
@@ -127,6 +141,7 @@ function parseOptions(argv: readonly string[]): Options {
     timeoutS: int('timeout', values.timeout, smoke ? 300 : 900, 1, 86_400),
     enforce: values.enforce,
     json: values.json,
+    metrics,
   };
 }
 
@@ -535,38 +550,66 @@ interface PartResult {
   readonly paths: Record<string, string>;
   readonly idle: Record<string, { rssKiB: number; hwmKiB: number }>;
   readonly samples: Sample[];
+  /** Unshaped part with --metrics both: the second lab, without metrics listeners (its paths' keys end in {@link NO_METRICS}). */
+  readonly noMetrics?: { readonly runId: string; readonly flags: readonly string[]; readonly idle: Record<string, { rssKiB: number; hwmKiB: number }> };
   /** Shaped part: the uplink conditions applied, and how the delay was made. */
   readonly applied?: { readonly rateMbit: number; readonly delayMs: number; readonly delayBy: 'netem' | 'delay-line'; readonly qdiscs: Record<string, string[]> };
 }
 
+/** The unshaped part's three paths in `lab`; `suffix` and `note` mark the lab without metrics listeners. */
+async function unshapedPaths(fx: Fixture, lab: Lab, suffix: string, note: string): Promise<PathDef[]> {
+  await waitForPath(fx, lab, 'a-1', 'b-1', 'direct');
+  await waitForPath(fx, lab, 'a-2', 'c-1', 'relayed');
+  const pod = (n: string) => need(lab.pods, n, 'pod');
+  const a1 = need(lab.nodes, 'a-1', 'node');
+  return [
+    {
+      key: `vxlan${suffix}`, part: 'unshaped', label: `VXLAN a-1-p1 -> a-2-p1 (same site, kernel VXLAN)${note}`, from: pod('a-1-p1'), to: pod('a-2-p1'),
+      watch: watched(lab, ['agent a-1', 'sender'], ['agent a-2', 'receiver']), carried: async () => txBytesOf(a1.netns, 'atoll.1'), carrier: 'atoll.1 on a-1',
+    },
+    {
+      key: `direct${suffix}`, part: 'unshaped', label: `tunnel direct a-1-p1 -> b-1-p1 (hole-punched)${note}`, from: pod('a-1-p1'), to: pod('b-1-p1'),
+      watch: watched(lab, ['agent a-1', 'sender'], ['agent b-1', 'receiver']), carried: tunnelCarried(fx, lab, 'a-1', 'b-1'), carrier: 'a-1 tunnel peer b-1 (txBytes)',
+      tunnel: { lab, node: 'a-1', peer: 'b-1', want: 'direct' },
+    },
+    {
+      key: `relayed${suffix}`, part: 'unshaped', label: `tunnel relayed a-2-p1 -> c-1-p1 (through the relay)${note}`, from: pod('a-2-p1'), to: pod('c-1-p1'),
+      watch: watched(lab, ['agent a-2', 'sender'], ['agent c-1', 'receiver'], ['relay', 'relay']), carried: tunnelCarried(fx, lab, 'a-2', 'c-1'), carrier: 'a-2 tunnel peer c-1 (txBytes)',
+      tunnel: { lab, node: 'a-2', peer: 'c-1', want: 'relayed' },
+    },
+  ];
+}
+
 async function unshaped(fx: Fixture, opts: Options): Promise<PartResult> {
-  const lab = await labUp(fx, 'unshaped', UNSHAPED_SPEC, []);
+  if (opts.metrics !== 'both') {
+    const flags = opts.metrics === 'off' ? ['--no-metrics'] : [];
+    const lab = await labUp(fx, 'unshaped', UNSHAPED_SPEC, flags);
+    try {
+      const paths = await unshapedPaths(fx, lab, '', opts.metrics === 'off' ? ' (metrics off)' : '');
+      const idle = idleMemory(lab);
+      const samples = await measure(fx, paths, opts);
+      return { runId: lab.runId, flags: lab.flags, paths: Object.fromEntries(paths.map((p) => [p.key, p.label])), idle, samples };
+    } finally {
+      await labDown(fx, lab);
+    }
+  }
+  // both: two labs up at once; each path in the lab with metrics, then in the one without, rep after rep
+  const [on, off] = await Promise.allSettled([labUp(fx, 'unshaped', UNSHAPED_SPEC, []), labUp(fx, 'unshaped-nometrics', UNSHAPED_SPEC, ['--no-metrics'])]);
   try {
-    await waitForPath(fx, lab, 'a-1', 'b-1', 'direct');
-    await waitForPath(fx, lab, 'a-2', 'c-1', 'relayed');
-    const pod = (n: string) => need(lab.pods, n, 'pod');
-    const a1 = need(lab.nodes, 'a-1', 'node');
-    const paths: PathDef[] = [
-      {
-        key: 'vxlan', part: 'unshaped', label: 'VXLAN a-1-p1 -> a-2-p1 (same site, kernel VXLAN)', from: pod('a-1-p1'), to: pod('a-2-p1'),
-        watch: watched(lab, ['agent a-1', 'sender'], ['agent a-2', 'receiver']), carried: async () => txBytesOf(a1.netns, 'atoll.1'), carrier: 'atoll.1 on a-1',
-      },
-      {
-        key: 'direct', part: 'unshaped', label: 'tunnel direct a-1-p1 -> b-1-p1 (hole-punched)', from: pod('a-1-p1'), to: pod('b-1-p1'),
-        watch: watched(lab, ['agent a-1', 'sender'], ['agent b-1', 'receiver']), carried: tunnelCarried(fx, lab, 'a-1', 'b-1'), carrier: 'a-1 tunnel peer b-1 (txBytes)',
-        tunnel: { lab, node: 'a-1', peer: 'b-1', want: 'direct' },
-      },
-      {
-        key: 'relayed', part: 'unshaped', label: 'tunnel relayed a-2-p1 -> c-1-p1 (through the relay)', from: pod('a-2-p1'), to: pod('c-1-p1'),
-        watch: watched(lab, ['agent a-2', 'sender'], ['agent c-1', 'receiver'], ['relay', 'relay']), carried: tunnelCarried(fx, lab, 'a-2', 'c-1'), carrier: 'a-2 tunnel peer c-1 (txBytes)',
-        tunnel: { lab, node: 'a-2', peer: 'c-1', want: 'relayed' },
-      },
-    ];
-    const idle = idleMemory(lab);
+    if (on.status === 'rejected') throw on.reason;
+    if (off.status === 'rejected') throw off.reason;
+    const onPaths = await unshapedPaths(fx, on.value, '', '');
+    const offPaths = await unshapedPaths(fx, off.value, NO_METRICS, ' (metrics off)');
+    const paths = onPaths.flatMap((p, i) => [p, offPaths[i] as PathDef]);
+    const idle = idleMemory(on.value);
+    const idleOff = idleMemory(off.value);
     const samples = await measure(fx, paths, opts);
-    return { runId: lab.runId, flags: lab.flags, paths: Object.fromEntries(paths.map((p) => [p.key, p.label])), idle, samples };
+    return {
+      runId: on.value.runId, flags: on.value.flags, paths: Object.fromEntries(paths.map((p) => [p.key, p.label])), idle, samples,
+      noMetrics: { runId: off.value.runId, flags: off.value.flags, idle: idleOff },
+    };
   } finally {
-    await labDown(fx, lab);
+    for (const r of [on, off]) if (r.status === 'fulfilled') await labDown(fx, r.value);
   }
 }
 
@@ -793,6 +836,23 @@ function summaries(r: Results): Summary[] {
   return out;
 }
 
+/** --metrics both: each unshaped path with and without the metrics listeners, medians side by side. */
+function metricsSideBySide(part: PartResult): string[] {
+  const rows: string[][] = [['path', 'runs', 'Gbit/s on', 'off', 'off/on', 'sender agent CPU % on', 'off', 'receiver agent CPU % on', 'off', 'relay CPU % on', 'off']];
+  const gbps = (key: string) => median(part.samples.filter((s) => s.path === key).map((s) => s.gbps));
+  const cpu = (key: string, as: string) => {
+    const xs = part.samples.filter((s) => s.path === key).flatMap((s) => s.procs.filter((p) => p.as === as).map((p) => p.cpuPct));
+    return xs.length > 0 ? fmt(median(xs)) : '-';
+  };
+  for (const key of Object.keys(part.paths).filter((k) => !k.endsWith(NO_METRICS))) {
+    const off = `${key}${NO_METRICS}`;
+    const runs = part.samples.filter((s) => s.path === key).length;
+    rows.push([key, String(runs), fmt(gbps(key), 2), fmt(gbps(off), 2), fmt(gbps(off) / gbps(key), 3),
+      cpu(key, 'sender'), cpu(off, 'sender'), cpu(key, 'receiver'), cpu(off, 'receiver'), cpu(key, 'relay'), cpu(off, 'relay')]);
+  }
+  return [`Metrics on and off (medians; lab ${part.runId} with the metrics listeners, lab ${part.noMetrics?.runId} with atoll lab up --no-metrics; runs alternating between them)`, table(rows, 2), ''];
+}
+
 function report(r: Results, opts: Options): { text: string; targets: Target[]; summary: Summary[] } {
   const lines: string[] = [];
   const samples = partsOf(r).flatMap((p) => p.samples);
@@ -860,10 +920,11 @@ function report(r: Results, opts: Options): { text: string; targets: Target[]; s
         const us = mine.flatMap((s) => s.procs.filter((p) => p.role === role));
         const cpu = us.map((u) => u.cpuPct);
         procRows.push([mine[0]?.part ?? '', key, role, us[0]?.as ?? '', String(us.length), fmt(median(cpu)), fmt(Math.min(...cpu)), fmt(Math.max(...cpu)),
-          mib(part.idle[role]?.rssKiB ?? NaN), mib(median(us.map((u) => u.rssBeforeKiB))), mib(Math.max(...us.map((u) => u.rssMaxKiB))), mib(Math.max(...us.map((u) => u.hwmEndKiB)))]);
+          mib((key.endsWith(NO_METRICS) && part.noMetrics ? part.noMetrics.idle : part.idle)[role]?.rssKiB ?? NaN), mib(median(us.map((u) => u.rssBeforeKiB))), mib(Math.max(...us.map((u) => u.rssMaxKiB))), mib(Math.max(...us.map((u) => u.hwmEndKiB)))]);
       }
     }
   }
+  if (r.unshaped?.noMetrics) lines.push('', ...metricsSideBySide(r.unshaped));
   lines.push('Agents and relay under load (/proc/<pid>/stat utime+stime over the run; VmRSS: at lab start, right before each run, its maximum sampled every 250 ms '
     + 'during the runs; VmHWM: the peak since the process started, so it includes earlier runs of other paths)', table(procRows, 4));
   return { text: lines.join('\n'), targets, summary };

@@ -94,6 +94,12 @@ async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> 
   if (values.kubernetes && values.prometheus) {
     throw atollError('LAB_SPEC_INVALID', '--prometheus scrapes the lab\'s own processes on its monitoring network; with --kubernetes the chart\'s pods listen on the nodes\' addresses', 'drop one of --prometheus and --kubernetes');
   }
+  if (spec.metrics === false && values.prometheus) {
+    throw atollError('LAB_SPEC_INVALID', '--no-metrics leaves out the metrics listeners --prometheus scrapes', 'drop one of --no-metrics and --prometheus');
+  }
+  if (spec.metrics === false && values.kubernetes) {
+    throw atollError('LAB_SPEC_INVALID', '--no-metrics: with --kubernetes the chart\'s values decide the metrics listeners, not the lab\'s configurations', 'drop --no-metrics with --kubernetes');
+  }
   if (values.kubernetes && spec.sameSite === 'direct') {
     throw atollError('LAB_SPEC_INVALID', '--same-site direct: the chart installs the same-site overlay with its default (VXLAN); it has no value for direct routes', 'drop --same-site direct with --kubernetes');
   }

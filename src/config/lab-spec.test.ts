@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { labPodsFromFlag, labSpecFromFlags } from './lab-spec.ts';
+import { labPodsFromFlag, labSpecFromFlags, labSpecSchema } from './lab-spec.ts';
 import { DEFAULT_LAB_SPEC } from '../core/lab/spec.ts';
 import { AtollError } from '../core/errors.ts';
 
@@ -65,4 +65,10 @@ test('--udp turns the datagram path on; --block-udp SITE blocks UDP at that site
   assert.deepEqual(spec.edges.map((e) => [e.name, e.udpBlocked === true]), [['a', false], ['b', true]]);
   assert.equal(labSpecFromFlags({}).tunnelUdp, undefined, 'off by default');
   assert.throws(() => labSpecFromFlags({ 'block-udp': ['z'] }), (e: unknown) => e instanceof AtollError && /--block-udp z: there is no edge site "z"/.test(e.message));
+});
+
+test('--no-metrics (or "metrics": false in the spec file) leaves the metrics listeners out; on by default', () => {
+  assert.equal(labSpecFromFlags({ 'no-metrics': true }).metrics, false);
+  assert.equal(labSpecFromFlags({}).metrics, undefined, 'on by default');
+  assert.equal(labSpecSchema.parse({ metrics: false }).metrics, false);
 });

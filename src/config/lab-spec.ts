@@ -23,6 +23,7 @@ export const labSpecSchema = z.strictObject({
   podsPerNode: z.number().int().default(DEFAULT_LAB_SPEC.podsPerNode),
   sameSite: z.enum(['vxlan', 'direct']).default(DEFAULT_LAB_SPEC.sameSite),
   tunnelUdp: z.boolean().optional(),
+  metrics: z.boolean().optional(),
 });
 
 /** The lab flags as `node:util` parseArgs gives them (strings; repeatable ones as arrays). */
@@ -38,6 +39,7 @@ export interface LabFlags {
   readonly rate?: readonly string[];
   readonly 'same-site'?: string;
   readonly udp?: boolean;
+  readonly 'no-metrics'?: boolean;
   readonly 'block-udp'?: readonly string[];
 }
 
@@ -54,6 +56,7 @@ export const LAB_FLAG_OPTIONS = {
   rate: { type: 'string', multiple: true },
   'same-site': { type: 'string' },
   udp: { type: 'boolean' },
+  'no-metrics': { type: 'boolean' },
   'block-udp': { type: 'string', multiple: true },
 } as const;
 
@@ -68,6 +71,8 @@ export const LAB_FLAGS_HELP = `  --cloud-nodes N          nodes in the cloud sit
   --rate [SITE=]MBIT       rate limit on edge uplinks (tc tbf), e.g. 100, 100mbit or 1gbit
   --same-site vxlan|direct how nodes of one site reach each other (default vxlan)
   --udp                    the tunnel's datagram path on (agents' tunnel.udp)
+  --no-metrics             the agents, the controller and the relay without their metrics listeners (for measuring
+                           what metrics cost; not with --prometheus)
   --block-udp SITE         the site's router drops UDP on its uplink (the datagram path falls back to TCP); repeatable
   --spec FILE              a JSON spec (docs/lab.md); the flags above change it
 `;
@@ -158,6 +163,7 @@ export function labSpecFromFlags(flags: LabFlags): LabSpec {
     podsPerNode: count('pods-per-node', flags['pods-per-node']) ?? base.podsPerNode,
     sameSite,
     ...(flags.udp || base.tunnelUdp ? { tunnelUdp: true } : {}),
+    ...(flags['no-metrics'] || base.metrics === false ? { metrics: false } : {}),
   };
   const problems = labSpecProblems(spec);
   if (problems.length > 0) fail(`the lab spec is impossible: ${problems.join('; ')}`);

@@ -2,7 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync, writeFileSync } from 'node:fs';
 import {
-  classifyRoute, expectedPath, interfaceNames, labPrefix, natRuleset, nodeHostDirs, planLab, renderLabSetup, runIdOfNetns, uplinkQdiscLines, type LabPlan,
+  agentConfigFor, classifyRoute, expectedPath, interfaceNames, labPrefix, natRuleset, nodeHostDirs, planLab, relayConfigFor, renderLabSetup, runIdOfNetns, uplinkQdiscLines, type LabNode, type LabPlan,
 } from './plan.ts';
 import { DEFAULT_LAB_SPEC, describeLabSpec, labSpecProblems, type EdgeSiteSpec, type LabSpec } from './spec.ts';
 import { judgeCell, renderFailures, renderMatrix, renderSummary, summarize, verdictOf, type LabCell } from './report.ts';
@@ -193,4 +193,24 @@ test('with --kubernetes a node\'s agent paths are the manifest\'s hostPaths in t
   assert.equal(node.cniBinDir, '/run/atoll-lab/0abc/cloud-1/host/opt/cni/bin');
   assert.equal(node.cniConfDir, '/run/atoll-lab/0abc/cloud-1/host/etc/cni/net.d');
   assert.equal(planLab(input).nodes[0]?.dataDir, '/run/atoll-lab/0abc/cloud-1/data');
+});
+
+test('metrics: by default the agents, the controller and the relay listen on the monitoring network; with metrics false none of their configurations has a listener, the rest is the same', () => {
+  const relay = (p: LabPlan) => ({ plan: p.relay, pin: 'sha256:00' });
+  const on = plan(DEFAULT_LAB_SPEC);
+  assert.deepEqual(on.controller.config.metrics, { listen: '10.254.0.1:9471' });
+  assert.deepEqual(relayConfigFor(on.relay, 'sha256:ca').metrics, { listen: '10.254.0.1:9472' });
+  assert.deepEqual(on.nodes.map((n) => agentConfigFor(n, 'sha256:ca', relay(on)).metrics), on.nodes.map((n) => ({ listen: `${n.monitorAddress}:9470` })));
+  const off = plan({ ...DEFAULT_LAB_SPEC, metrics: false });
+  assert.equal('metrics' in off.controller.config, false);
+  assert.equal('metrics' in relayConfigFor(off.relay, 'sha256:ca'), false);
+  assert.ok(off.nodes.every((n) => !('metrics' in agentConfigFor(n, 'sha256:ca', relay(off)))));
+  const { metrics: _c, ...controllerRest } = on.controller.config;
+  assert.deepEqual(off.controller.config, controllerRest);
+  for (const [i, n] of off.nodes.entries()) {
+    const { metrics: _a, ...agentRest } = (on.nodes[i] as LabNode).agentConfig;
+    assert.deepEqual(n.agentConfig, agentRest);
+  }
+  assert.deepEqual(renderLabSetup(off), renderLabSetup(on), 'the same namespaces, devices and addresses (the monitoring network stays)');
+  assert.ok(describeLabSpec({ ...DEFAULT_LAB_SPEC, metrics: false }).endsWith('; metrics listeners off'));
 });

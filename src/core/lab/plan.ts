@@ -360,7 +360,9 @@ export function planLab(input: LabPlanInput): LabPlan {
     },
   };
   bridges.push({ netns: ctl, ifname: LAB_MONITOR.bridge, address: `${LAB_MONITOR.controllerAddress}/${LAB_MONITOR.bits}` });
-  (controller.config as Record<string, unknown>).metrics = { listen: `${LAB_MONITOR.controllerAddress}:${LAB_MONITOR.controllerPort}` };
+  // spec.metrics false: no listeners (what the metrics cost is measured against); the monitoring network stays
+  const withMetrics = spec.metrics !== false;
+  if (withMetrics) (controller.config as Record<string, unknown>).metrics = { listen: `${LAB_MONITOR.controllerAddress}:${LAB_MONITOR.controllerPort}` };
   const relay: LabRelay = {
     netns: ctl,
     address: ctlAddress,
@@ -370,7 +372,7 @@ export function planLab(input: LabPlanInput): LabPlan {
     logPath: `${dir}/relay/relay.log`,
     config: {
       listenHost: ctlAddress, listenPort: LAB_RELAY_PORT, dataDir: `${dir}/relay/data`, controller: { urls: [url], token: input.relayToken },
-      metrics: { listen: `${LAB_MONITOR.controllerAddress}:${LAB_MONITOR.relayPort}` },
+      ...(withMetrics ? { metrics: { listen: `${LAB_MONITOR.controllerAddress}:${LAB_MONITOR.relayPort}` } } : {}),
     },
   };
 
@@ -403,7 +405,7 @@ export function planLab(input: LabPlanInput): LabPlan {
         overlay: { device: NODE_DEVICES.overlay, directRouting: spec.sameSite === 'direct' ? 'auto' : 'never' }, clusterCidrs: [LAB_CLUSTER_CIDR],
         tunnel: { device: NODE_DEVICES.tunnel, role: site === CLOUD_SITE ? 'cloud' : 'edge', ...(spec.tunnelUdp ? { udp: {} } : {}) },
         controller: { urls: [url], token: input.bootstrapToken, usagePeriod: 5 },
-        metrics: { listen: `${monitorAddress}:${LAB_MONITOR.agentPort}` },
+        ...(withMetrics ? { metrics: { listen: `${monitorAddress}:${LAB_MONITOR.agentPort}` } } : {}),
       },
     });
     for (let p = 1; p <= spec.podsPerNode; p++) {

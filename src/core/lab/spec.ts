@@ -44,6 +44,11 @@ export interface LabSpec {
   readonly sameSite: SameSitePath;
   /** Whether the agents' tunnels use the datagram path (`tunnel.udp`). */
   readonly tunnelUdp?: boolean;
+  /**
+   * `false`: the agents, the controller and the relay run without their metrics listeners (no `metrics` in their
+   * configurations; the monitoring network stays, unused). Absent or `true`: they listen on the monitoring network.
+   */
+  readonly metrics?: boolean;
 }
 
 /** Bounds that keep addresses inside their /24s, names inside 15 characters and the check matrix tractable. */
@@ -109,5 +114,5 @@ export function describeLabSpec(spec: LabSpec): string {
     return `edge ${e.name} ${e.nodes} node${e.nodes === 1 ? '' : 's'} (${extra.join(', ')})`;
   });
   return [`cloud ${spec.cloudNodes} node${spec.cloudNodes === 1 ? '' : 's'}`, ...edges, `${spec.podsPerNode} pod${spec.podsPerNode === 1 ? '' : 's'} per node`, `same-site ${spec.sameSite === 'vxlan' ? 'VXLAN' : 'direct routes'}`,
-    ...(spec.tunnelUdp ? ['tunnel datagram path on'] : [])].join('; ');
+    ...(spec.tunnelUdp ? ['tunnel datagram path on'] : []), ...(spec.metrics === false ? ['metrics listeners off'] : [])].join('; ');
 }
