@@ -72,7 +72,7 @@ export const LAB_FLAGS_HELP = `  --cloud-nodes N          nodes in the cloud sit
   --same-site vxlan|direct how nodes of one site reach each other (default vxlan)
   --udp                    the tunnel's datagram path on (agents' tunnel.udp)
   --no-metrics             the agents, the controller and the relay without their metrics listeners (for measuring
-                           what metrics cost; not with --prometheus)
+                           what metrics cost; not with --prometheus or --kubernetes)
   --block-udp SITE         the site's router drops UDP on its uplink (the datagram path falls back to TCP); repeatable
   --spec FILE              a JSON spec (docs/lab.md); the flags above change it
 `;
