@@ -7,6 +7,8 @@
 #                                        and pod-to-pod iperf3 over our VXLAN against a flannel-style one
 #   sh bench/run.sh tunnel [options]     cross-site tunnel throughput on the lab: direct and relayed against kernel
 #                                        VXLAN, unshaped and on shaped uplinks; the agents' CPU and RSS under load
+#   sh bench/run.sh kubelet [options]    pods through a real kubelet on one node: create-to-Running and a Deployment
+#                                        0 -> 30 Ready, Atoll's CNI against bridge + host-local; the agent's idle RSS
 # Options pass through (--smoke, --json FILE, ...; --help lists them).
 set -eu
 cd "$(dirname "$0")/.."
@@ -14,6 +16,7 @@ case "${1:-}" in
   controller) shift; exec node_modules/.bin/node bench/controller.ts "$@" ;;
   overlay) shift; exec node_modules/.bin/node bench/overlay.ts "$@" ;;
   tunnel) shift; exec node_modules/.bin/node bench/tunnel.ts "$@" ;;
+  kubelet) shift; exec node_modules/.bin/node bench/kubelet.ts "$@" ;;
   cni) shift ;;
 esac
 exec node_modules/.bin/node bench/cni-latency.ts "$@"

@@ -1,0 +1,477 @@
+/**
+ * Pods through a real kubelet, Atoll's CNI against the reference, side by side in one run on ONE node:
+ *   one node namespace with a private containerd 1.6 (src/adapters/containerd/containerd.ts), a real kubelet v1.34
+ *   (src/adapters/kube/kubelet.ts), a kube-apiserver, controller-manager and scheduler on its loopback
+ *   (test/support/kube.ts), and a real `atoll agent` for that node (test/support/agent.ts) whose `atoll-cni` and
+ *   conflist are in the node's CNI directories;
+ *   ours       the node's CNI conf dir holds Atoll's conflist (as the agent wrote it);
+ *   reference  it holds a bridge + host-local conflist (Debian's containernetworking-plugins).
+ *
+ * The CNI is switched between phases by rewriting one file of the conf dir in place (`00-bench.conflist`, sorting
+ * before the agent's own `10-atoll.conflist`): containerd reloads on the write; nothing is restarted. Each pod's IP is
+ * checked against the phase's range (ours 10.77.0.0/22, the reference 10.79.0.0/22), so a phase whose pods went
+ * through the other plugin fails the run. Phases alternate (ours first in even rounds).
+ *
+ * Measured: (1) create-to-Running of single pods, one at a time (p50, p95), (2) a Deployment scaled from 0 to N
+ * replicas until all are Ready, (3) the agent's idle VmRSS afterwards. bench/README.md explains the method.
+ *
+ * Usage: node bench/kubelet.ts [--smoke] [--rounds R] [--pods P] [--replicas N] [--json FILE] [--timeout S] [--enforce]
+ */
+import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { cpus, loadavg, release, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { startContainerd, type Containerd } from '../src/adapters/containerd/containerd.ts';
+import { PAUSE_IMAGE_REF } from '../src/adapters/containerd/pause-image.ts';
+import { startKubelet, type Kubelet } from '../src/adapters/kube/kubelet.ts';
+import { TestAgent } from '../test/support/agent.ts';
+import { kubeBinDir, startControlPlane, type ControlPlane } from '../test/support/kube.ts';
+import { isRoot, leftoverNetns, RUN_PREFIX } from '../test/support/netns.ts';
+import { exitStatus, fmt, intOption, median, parseBenchArgs, removeRunTempDirs, runBench, table } from './common.ts';
+
+const REF_DIR = '/usr/lib/cni';
+const NODE = 'kb-node';
+const NODE_IP = '192.0.2.10';
+const OURS_CIDR = '10.77.0.0/22';
+const OURS_PREFIX = '10.77.';
+const REF_CIDR = '10.79.0.0/22';
+const REF_PREFIX = '10.79.';
+const SWITCH_FILE = '00-bench.conflist';
+const POD_TIMEOUT_MS = 120_000;
+
+interface Options {
+  readonly smoke: boolean;
+  readonly rounds: number;
+  readonly pods: number;
+  readonly replicas: number;
+  readonly rssSamples: number;
+  readonly timeoutS: number;
+  readonly enforce: boolean;
+  readonly json: string | undefined;
+}
+
+const USAGE = `usage: node bench/kubelet.ts [options]
+  --smoke              a small run: 1 round, 3 single pods and 5 replicas per side
+  --rounds R           rounds; each runs both sides, alternating which goes first (default 3)
+  --pods P             single pods per side and round, created one at a time (default 10)
+  --replicas N         replicas of the Deployment scaled from 0 per side and round (default 30)
+  --rss-samples K      VmRSS samples of the idle agent, 1 s apart (default 5; 3 with --smoke)
+  --json FILE          write every sample and summary to FILE
+  --timeout SECONDS    abort (and clean up) after this long (default 1800; 600 with --smoke)
+  --enforce            exit 1 when a target is missed (default: report only)`;
+
+function parseOptions(argv: readonly string[]): Options {
+  const values = parseBenchArgs(argv, USAGE, {
+    rounds: { type: 'string' },
+    pods: { type: 'string' },
+    replicas: { type: 'string' },
+    'rss-samples': { type: 'string' },
+    enforce: { type: 'boolean', default: false },
+  });
+  const smoke = values.smoke;
+  const int = intOption(USAGE);
+  return {
+    smoke,
+    rounds: int('rounds', values.rounds, smoke ? 1 : 3, 1),
+    pods: int('pods', values.pods, smoke ? 3 : 10, 0, 200),
+    replicas: int('replicas', values.replicas, smoke ? 5 : 30, 0, 100),
+    rssSamples: int('rss-samples', values['rss-samples'], smoke ? 3 : 5, 0),
+    timeoutS: int('timeout', values.timeout, smoke ? 600 : 1800, 1),
+    enforce: values.enforce,
+    json: values.json,
+  };
+}
+
+const log = (msg: string) => process.stderr.write(`bench: ${msg}\n`);
+
+// ---------------------------------------------------------------------------------------------------------------
+// The pods as a watch sees them
+
+interface PodSeen {
+  /** Arrival (ms, performance.now) of the first event naming the pod: its creation. */
+  readonly added: number;
+  running?: number;
+  ready?: number;
+  deleted?: number;
+  ip?: string;
+}
+
+/**
+ * `kubectl get pods --watch` inside the node namespace, one line per event (fields separated by `|`: kubectl's watch output turns tabs into spaces); every time is this process's arrival
+ * time of the event, so creation and Running are stamped by the same clock and path for both sides.
+ */
+class PodWatch {
+  readonly pods = new Map<string, PodSeen>();
+  #child: ChildProcess | undefined;
+  #stopped = false;
+  #buf = '';
+
+  readonly #argv: readonly string[];
+
+  constructor(argv: readonly string[]) {
+    this.#argv = argv;
+  }
+
+  start(): void {
+    const [cmd, ...args] = this.#argv as [string, ...string[]];
+    const child = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+    this.#child = child;
+    child.stdout.setEncoding('utf8');
+    child.stdout.on('data', (d: string) => {
+      const now = performance.now();
+      this.#buf += d;
+      let nl: number;
+      while ((nl = this.#buf.indexOf('\n')) >= 0) {
+        this.#line(this.#buf.slice(0, nl), now);
+        this.#buf = this.#buf.slice(nl + 1);
+      }
+    });
+    child.stderr.on('data', (d: Buffer) => log(`kubectl watch: ${d.toString('utf8').trim()}`));
+    child.on('close', (code) => {
+      if (this.#stopped) return;
+      log(`the pod watch ended (exit ${code}); restarting it`);
+      this.#buf = '';
+      setTimeout(() => {
+        if (!this.#stopped) this.start();
+      }, 500);
+    });
+  }
+
+  #line(line: string, now: number): void {
+    const [type, name, phase, podIp, ready, deleting] = line.split('|');
+    if (!name) return;
+    let p = this.pods.get(name);
+    if (!p) {
+      if (type === 'DELETED') return;
+      p = { added: now };
+      this.pods.set(name, p);
+    }
+    if (podIp) p.ip = podIp;
+    if (phase === 'Running' && p.running === undefined && !deleting) p.running = now;
+    if (ready === 'True' && p.ready === undefined && !deleting) p.ready = now;
+    if (type === 'DELETED') p.deleted = now;
+  }
+
+  stop(): void {
+    this.#stopped = true;
+    this.#child?.kill('SIGKILL');
+  }
+}
+
+/** Polls `check` every 10 ms until it returns a value; throws `what` after `ms`. */
+async function until<T>(what: string, ms: number, check: () => T | undefined, detail: () => string = () => ''): Promise<T> {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const v = check();
+    if (v !== undefined) return v;
+    if (Date.now() > deadline) throw new Error(`timed out after ${ms} ms waiting for ${what}\n${detail()}`);
+    await sleep(10);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The node and everything the run starts
+
+class Fixture {
+  readonly dir: string = mkdtempSync(join(tmpdir(), `${RUN_PREFIX}kbench-`));
+  agent: TestAgent | undefined;
+  cp: ControlPlane | undefined;
+  ctd: Containerd | undefined;
+  kubelet: Kubelet | undefined;
+  watch: PodWatch | undefined;
+  #cleaned: Promise<void> | undefined;
+
+  cleanup(): Promise<void> {
+    this.#cleaned ??= this.#cleanup();
+    return this.#cleaned;
+  }
+
+  async #cleanup(): Promise<void> {
+    const step = async (what: string, f: () => Promise<void> | void) => {
+      try {
+        await f();
+      } catch (e) {
+        process.stderr.write(`bench: ${what} failed: ${String(e)}\n`);
+      }
+    };
+    await step('stopping the watch', () => this.watch?.stop());
+    await step('stopping the kubelet', () => this.kubelet?.stop());
+    await step('stopping containerd', () => this.ctd?.stop());
+    await step('stopping the control plane', () => this.cp?.stop());
+    await step('stopping the agent', () => this.agent?.cleanup());
+    rmSync(this.dir, { recursive: true, force: true });
+    removeRunTempDirs();
+  }
+}
+
+type SideKey = 'ours' | 'reference';
+const SIDES: readonly SideKey[] = ['ours', 'reference'];
+const PREFIX: Record<SideKey, string> = { ours: OURS_PREFIX, reference: REF_PREFIX };
+
+function referenceConflist(fx: Fixture): string {
+  return `${JSON.stringify({
+    cniVersion: '1.0.0', name: 'bench-ref',
+    plugins: [{ type: 'bridge', bridge: 'kbref0', isGateway: true, ipMasq: false,
+      ipam: { type: 'host-local', ranges: [[{ subnet: REF_CIDR }]], dataDir: join(fx.dir, 'host-local') } }],
+  }, null, 2)}\n`;
+}
+
+/** Rewrites the switch file in place with the side's conflist and lets containerd's watcher reload it. */
+async function switchCni(fx: Fixture, side: SideKey): Promise<void> {
+  const agent = fx.agent as TestAgent;
+  const content = side === 'ours' ? readFileSync(join(agent.confDir, '10-atoll.conflist'), 'utf8') : referenceConflist(fx);
+  writeFileSync(join(agent.confDir, SWITCH_FILE), content);
+  await sleep(1500);
+}
+
+async function setUp(fx: Fixture): Promise<void> {
+  const agent = new TestAgent({ name: 'kb', podCidrs: [OURS_CIDR], config: { resyncPeriod: 60 } });
+  fx.agent = agent;
+  const ns = agent.netns;
+  const ip = (...args: string[]) => execFileSync('ip', ['-n', ns, ...args], { encoding: 'utf8' });
+  ip('link', 'set', 'lo', 'up');
+  ip('link', 'add', 'kb0', 'type', 'veth', 'peer', 'name', 'kb1');
+  ip('addr', 'add', `${NODE_IP}/24`, 'dev', 'kb0');
+  ip('link', 'set', 'kb0', 'up');
+  ip('link', 'set', 'kb1', 'up');
+  mkdirSync(agent.binDir, { recursive: true });
+  mkdirSync(agent.confDir, { recursive: true });
+  for (const p of ['loopback', 'bridge', 'host-local']) symlinkSync(join(REF_DIR, p), join(agent.binDir, p));
+  log('control plane (etcd, kube-apiserver, controller-manager, scheduler) in the node namespace');
+  fx.cp = await startControlPlane(fx.dir, { netns: ns, nodes: [NODE], controllers: true });
+  log('containerd');
+  fx.ctd = await startContainerd({ workDir: join(fx.dir, 'ctd'), netns: ns, cniBinDir: agent.binDir, cniConfDir: agent.confDir, cgroupPrefix: 'atoll-kb' });
+  log('atoll agent');
+  await agent.start(15_000, ['nsenter', `--mount=/proc/${fx.ctd.pid}/ns/mnt`, `--net=/var/run/netns/${ns}`, '--']);
+  await until('the agent\'s conflist', 15_000, () => (existsSync(join(agent.confDir, '10-atoll.conflist')) ? true : undefined));
+  log('kubelet');
+  const cp = fx.cp;
+  fx.kubelet = startKubelet({
+    binary: join(kubeBinDir(), 'kubelet'), dir: join(fx.dir, 'kubelet'), runtime: fx.ctd, nodeName: NODE, nodeIp: NODE_IP,
+    labels: {}, apiServer: { server: cp.server, ca: cp.ca, token: cp.nodeToken(NODE) },
+  });
+  const k = fx.kubelet;
+  await until('the node to turn Ready', 120_000, () => {
+    try {
+      const n = JSON.parse(cp.kubectl(['get', 'node', NODE, '-o', 'json'])) as { status: { conditions: { type: string; status: string }[] } };
+      return n.status.conditions.some((c) => c.type === 'Ready' && c.status === 'True') ? true : undefined;
+    } catch {
+      return undefined;
+    }
+  }, () => k.logTail(30));
+  await until('the default service account', 60_000, () => {
+    try {
+      cp.kubectl(['get', 'serviceaccount', 'default']);
+      return true;
+    } catch {
+      return undefined;
+    }
+  });
+  const jsonpath = '{.type}|{.object.metadata.name}|{.object.status.phase}|{.object.status.podIP}|'
+    + '{.object.status.conditions[?(@.type=="Ready")].status}|{.object.metadata.deletionTimestamp}{"\\n"}';
+  fx.watch = new PodWatch(['ip', 'netns', 'exec', ns, join(kubeBinDir(), 'kubectl'), '--kubeconfig', cp.kubeconfig(), 'get', 'pods',
+    '--watch', '--output-watch-events', '-o', `jsonpath=${jsonpath}`]);
+  fx.watch.start();
+  await sleep(1000);
+}
+
+function podTemplate(labels: Record<string, string>) {
+  return {
+    metadata: { labels },
+    spec: {
+      terminationGracePeriodSeconds: 0,
+      automountServiceAccountToken: false,
+      enableServiceLinks: false,
+      containers: [{ name: 'c', image: PAUSE_IMAGE_REF, imagePullPolicy: 'Never' }],
+    },
+  };
+}
+
+/** Waits until no pod with a name starting with `prefix` is left (the kubelet has stopped their sandboxes: CNI DEL). */
+async function waitGone(fx: Fixture, prefix: string): Promise<void> {
+  const w = fx.watch as PodWatch;
+  await until(`pods ${prefix}* to be gone`, POD_TIMEOUT_MS, () => ([...w.pods].every(([n, p]) => !n.startsWith(prefix) || p.deleted !== undefined) ? true : undefined));
+  // and containerd holds no ready sandbox any more: the kubelet stopped them, so the plugin's DEL ran with this
+  // phase's configuration
+  const ctd = fx.ctd as Containerd;
+  const deadline = Date.now() + POD_TIMEOUT_MS;
+  while ((await ctd.cri.listPodSandbox()).some((s) => s.state === 'SANDBOX_READY')) {
+    if (Date.now() > deadline) throw new Error('sandboxes still ready after their pods were deleted');
+    await sleep(50);
+  }
+}
+
+/** Checks that every pod IP is in the side's range; throws otherwise. */
+function checkIps(side: SideKey, what: string, ips: readonly (string | undefined)[]): void {
+  const bad = ips.filter((a) => !a?.startsWith(PREFIX[side]));
+  if (bad.length > 0) throw new Error(`${what} (${side}): pod IPs ${bad.join(', ')} are not from ${side === 'ours' ? OURS_CIDR : REF_CIDR}: the CNI switch did not take`);
+}
+
+interface PhaseResult {
+  readonly single: number[];
+  readonly deployment: number | undefined;
+}
+
+async function phase(fx: Fixture, side: SideKey, round: number, opts: Options): Promise<PhaseResult> {
+  const cp = fx.cp as ControlPlane;
+  const w = fx.watch as PodWatch;
+  await switchCni(fx, side);
+  const tag = `${side === 'ours' ? 'o' : 'r'}${round}`;
+  const single: number[] = [];
+  const ips: (string | undefined)[] = [];
+  for (let i = 0; i < opts.pods; i++) {
+    const name = `s-${tag}-${i}`;
+    cp.kubectl(['apply', '-f', '-'], JSON.stringify({ apiVersion: 'v1', kind: 'Pod', metadata: { name, ...podTemplate({ bench: tag }).metadata }, spec: podTemplate({}).spec }));
+    const p = await until(`pod ${name} to run`, POD_TIMEOUT_MS, () => {
+      const s = w.pods.get(name);
+      return s?.running !== undefined ? s : undefined;
+    }, () => `${cp.kubectl(['describe', 'pod', name])}\n${fx.kubelet?.logTail(20) ?? ''}`);
+    single.push((p.running as number) - p.added);
+    ips.push(p.ip);
+  }
+  if (opts.pods > 0) {
+    checkIps(side, 'single pods', ips);
+    cp.kubectl(['delete', 'pods', '-l', `bench=${tag}`, '--wait=false']);
+    await waitGone(fx, `s-${tag}-`);
+  }
+  let deployment: number | undefined;
+  if (opts.replicas > 0) {
+    const name = `d-${tag}`;
+    cp.kubectl(['apply', '-f', '-'], JSON.stringify({
+      apiVersion: 'apps/v1', kind: 'Deployment', metadata: { name },
+      spec: { replicas: 0, selector: { matchLabels: { app: name } }, template: podTemplate({ app: name }) },
+    }));
+    const t0 = performance.now();
+    cp.kubectl(['scale', `deployment/${name}`, `--replicas=${opts.replicas}`]);
+    const ready = await until(`${opts.replicas} replicas of ${name} to be Ready`, POD_TIMEOUT_MS * 2, () => {
+      const mine = [...w.pods].filter(([n]) => n.startsWith(`${name}-`)).map(([, p]) => p);
+      const r = mine.filter((p) => p.ready !== undefined && p.deleted === undefined);
+      return r.length >= opts.replicas ? r : undefined;
+    }, () => cp.kubectl(['get', 'pods', '-o', 'wide']));
+    deployment = Math.max(...ready.map((p) => p.ready as number)) - t0;
+    checkIps(side, 'deployment pods', ready.map((p) => p.ip));
+    cp.kubectl(['delete', 'deployment', name, '--wait=false']);
+    await waitGone(fx, `${name}-`);
+  }
+  return { single, deployment };
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Statistics and the report
+
+/** Nearest-rank percentile. */
+function pct(xs: readonly number[], p: number): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length === 0 ? NaN : (s[Math.max(0, Math.ceil((p / 100) * s.length) - 1)] as number);
+}
+
+interface Target {
+  readonly what: string;
+  readonly ours: number;
+  readonly reference: number;
+  readonly ratio: number;
+  readonly pass: boolean;
+}
+
+function agentRss(pid: number | undefined): { rssKiB: number; hwmKiB: number; name: string } | undefined {
+  if (pid === undefined) return undefined;
+  try {
+    const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+    const field = (name: string) => Number(new RegExp(`^${name}:\\s+(\\d+) kB$`, 'm').exec(status)?.[1] ?? NaN);
+    return { rssKiB: field('VmRSS'), hwmKiB: field('VmHWM'), name: /^Name:\s+(\S+)/m.exec(status)?.[1] ?? '?' };
+  } catch {
+    return undefined;
+  }
+}
+
+function preflight(): void {
+  const problems: string[] = [];
+  if (!isRoot()) problems.push('needs root: a node namespace, containerd, a kubelet and an agent');
+  for (const tool of ['/usr/bin/containerd', '/usr/sbin/runc', '/usr/bin/nsenter', '/bin/busybox', join(REF_DIR, 'bridge'), join(REF_DIR, 'host-local'), join(REF_DIR, 'loopback')]) {
+    if (!existsSync(tool)) problems.push(`missing ${tool} (apt-get install containerd runc util-linux busybox-static containernetworking-plugins)`);
+  }
+  if (problems.length > 0) throw new Error(problems.join('\n'));
+}
+
+async function main(): Promise<number> {
+  const opts = parseOptions(process.argv.slice(2));
+  preflight();
+  const started = Date.now();
+  const load0 = loadavg();
+  const fx = new Fixture();
+  const abort = (why: string, code: number) => {
+    process.stderr.write(`bench: ${why}; cleaning up\n`);
+    void fx.cleanup().finally(() => process.exit(code));
+  };
+  process.once('SIGINT', () => abort('interrupted', 130));
+  process.once('SIGTERM', () => abort('terminated', 143));
+  const watchdog = setTimeout(() => abort(`still running after ${opts.timeoutS} s (--timeout)`, 2), opts.timeoutS * 1000);
+  const single: Record<SideKey, number[]> = { ours: [], reference: [] };
+  const deployment: Record<SideKey, number[]> = { ours: [], reference: [] };
+  const rss: number[] = [];
+  let rssInfo: ReturnType<typeof agentRss>;
+  try {
+    await setUp(fx);
+    for (let r = 0; r < opts.rounds; r++) {
+      for (const side of r % 2 === 0 ? SIDES : [...SIDES].reverse()) {
+        log(`round ${r + 1}/${opts.rounds}, ${side}: ${opts.pods} single pods, then a Deployment 0 -> ${opts.replicas}`);
+        const res = await phase(fx, side, r, opts);
+        single[side].push(...res.single);
+        if (res.deployment !== undefined) deployment[side].push(res.deployment);
+        log(`  single p50 ${fmt(median(res.single), 0)} ms; deployment ${fmt(res.deployment ?? NaN, 0)} ms`);
+      }
+    }
+    if (opts.rssSamples > 0) {
+      log(`agent idle RSS: settling 5 s, then ${opts.rssSamples} samples 1 s apart`);
+      await sleep(5000);
+      for (let k = 0; k < opts.rssSamples; k++) {
+        rssInfo = agentRss(fx.agent?.pid);
+        if (rssInfo) rss.push(rssInfo.rssKiB);
+        await sleep(1000);
+      }
+    }
+  } finally {
+    clearTimeout(watchdog);
+    await fx.cleanup();
+  }
+  const left = leftoverNetns();
+  if (left.length > 0) throw new Error(`namespaces left behind: ${left.join(', ')}`);
+
+  const tg: Target[] = [];
+  const add = (what: string, ours: number, reference: number) => tg.push({ what, ours, reference, ratio: ours / reference, pass: ours <= reference });
+  if (opts.pods > 0) {
+    add('single pod create-to-Running p50', pct(single.ours, 50), pct(single.reference, 50));
+    add('single pod create-to-Running p95', pct(single.ours, 95), pct(single.reference, 95));
+  }
+  if (opts.replicas > 0) add(`Deployment 0 -> ${opts.replicas} all Ready, median`, median(deployment.ours), median(deployment.reference));
+
+  const rows: string[][] = [['measure', 'side', 'n', 'p50 ms', 'p95 ms', 'min', 'max']];
+  for (const side of SIDES) {
+    const s = single[side];
+    rows.push(['single pod create-to-Running', side, String(s.length), fmt(pct(s, 50), 0), fmt(pct(s, 95), 0), fmt(Math.min(...s), 0), fmt(Math.max(...s), 0)]);
+  }
+  for (const side of SIDES) {
+    const d = deployment[side];
+    rows.push([`Deployment 0 -> ${opts.replicas} all Ready`, side, String(d.length), fmt(median(d), 0), '', fmt(Math.min(...d), 0), fmt(Math.max(...d), 0)]);
+  }
+  const tt: string[][] = [['target (ours / reference <= 1.0)', 'result', 'ours ms', 'reference ms', 'ratio']];
+  for (const t of tg) tt.push([t.what, t.pass ? 'PASS' : 'MISS', fmt(t.ours, 0), fmt(t.reference, 0), fmt(t.ratio, 2)]);
+  const load1 = loadavg();
+  const out = [
+    `Pods through a real kubelet v1.34 on one node (private containerd), Atoll's CNI against bridge + host-local; ${opts.rounds} round(s), alternating`,
+    table(rows, 2), '',
+    'Targets', table(tt, 2), '',
+    rss.length > 0 ? `Atoll agent idle after the runs: VmRSS median ${fmt(median(rss) / 1024, 1)} MiB (${rss.length} samples), VmHWM ${fmt((rssInfo?.hwmKiB ?? NaN) / 1024, 1)} MiB` : '',
+    `${opts.smoke ? 'smoke run' : 'run'} took ${((Date.now() - started) / 1000).toFixed(1)} s; load average ${load0.map((x) => x.toFixed(2)).join(' ')} at start, `
+      + `${load1.map((x) => x.toFixed(2)).join(' ')} at end; ${cpus().length} CPUs, kernel ${release()}`,
+  ];
+  process.stdout.write(out.join('\n') + '\n');
+  if (opts.json) {
+    writeFileSync(opts.json, JSON.stringify({ options: opts, env: { kernel: release(), node: process.version, cpus: cpus().length, loadavgStart: load0, loadavgEnd: load1 },
+      targets: tg, samples: { single, deployment, agentRssKiB: rss, agentHwmKiB: rssInfo?.hwmKiB } }, null, 2) + '\n');
+  }
+  return exitStatus(tg.filter((t) => !t.pass).length, opts.enforce);
+}
+
+runBench(main);
