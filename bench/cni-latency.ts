@@ -20,7 +20,7 @@ import { setImmediate as nextTurn, setTimeout as sleep } from 'node:timers/promi
 import { inNetns } from '../src/adapters/netns.ts';
 import { TestAgent } from '../test/support/agent.ts';
 import { addNetns, delNetns, isRoot, leftoverNetns, RUN_PREFIX } from '../test/support/netns.ts';
-import { exitStatus, fmt, intOption, parseBenchArgs, removeRunTempDirs, runBench, table } from './common.ts';
+import { cleanUpOnExit, exitStatus, fmt, intOption, parseBenchArgs, removeRunTempDirs, runBench, table } from './common.ts';
 
 const GNU_TIME = '/usr/bin/time';
 const REF_DIR = '/usr/lib/cni';
@@ -598,13 +598,7 @@ async function main(): Promise<number> {
   const started = Date.now();
   const load0 = loadavg();
   const fx = new Fixture();
-  const abort = (why: string, code: number) => {
-    process.stderr.write(`bench: ${why}; cleaning up\n`);
-    void fx.cleanup().finally(() => process.exit(code));
-  };
-  process.once('SIGINT', () => abort('interrupted', 130));
-  process.once('SIGTERM', () => abort('terminated', 143));
-  const watchdog = setTimeout(() => abort(`still running after ${opts.timeoutS} s (--timeout)`, 2), opts.timeoutS * 1000);
+  const watchdog = cleanUpOnExit(fx, opts.timeoutS);
   let results: Results;
   try {
     results = await run(fx, opts);

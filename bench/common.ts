@@ -69,6 +69,20 @@ export function exitStatus(missed: number, enforce: boolean): number {
 }
 
 /** Runs a benchmark's `main` and exits with its status; an error is printed (with its cause) and exits 1. */
+/**
+ * Cleans up `fx` and exits on SIGINT (130), SIGTERM (143) or when `timeoutS` runs out (2). Returns the watchdog timer:
+ * clear it once the run has finished on its own.
+ */
+export function cleanUpOnExit(fx: { cleanup(): Promise<unknown> }, timeoutS: number): NodeJS.Timeout {
+  const abort = (why: string, code: number) => {
+    process.stderr.write(`bench: ${why}; cleaning up\n`);
+    void fx.cleanup().finally(() => process.exit(code));
+  };
+  process.once('SIGINT', () => abort('interrupted', 130));
+  process.once('SIGTERM', () => abort('terminated', 143));
+  return setTimeout(() => abort(`still running after ${timeoutS} s (--timeout)`, 2), timeoutS * 1000);
+}
+
 export function runBench(main: () => Promise<number>): void {
   main().then((code) => process.exit(code), (err: unknown) => {
     process.stderr.write(`bench: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);

@@ -28,7 +28,7 @@ import { startKubelet, type Kubelet } from '../src/adapters/kube/kubelet.ts';
 import { TestAgent } from '../test/support/agent.ts';
 import { kubeBinDir, startControlPlane, type ControlPlane } from '../test/support/kube.ts';
 import { isRoot, leftoverNetns, RUN_PREFIX } from '../test/support/netns.ts';
-import { exitStatus, fmt, intOption, median, parseBenchArgs, removeRunTempDirs, runBench, table } from './common.ts';
+import { cleanUpOnExit, exitStatus, fmt, intOption, median, parseBenchArgs, removeRunTempDirs, runBench, table } from './common.ts';
 
 const REF_DIR = '/usr/lib/cni';
 const NODE = 'kb-node';
@@ -400,13 +400,7 @@ async function main(): Promise<number> {
   const started = Date.now();
   const load0 = loadavg();
   const fx = new Fixture();
-  const abort = (why: string, code: number) => {
-    process.stderr.write(`bench: ${why}; cleaning up\n`);
-    void fx.cleanup().finally(() => process.exit(code));
-  };
-  process.once('SIGINT', () => abort('interrupted', 130));
-  process.once('SIGTERM', () => abort('terminated', 143));
-  const watchdog = setTimeout(() => abort(`still running after ${opts.timeoutS} s (--timeout)`, 2), opts.timeoutS * 1000);
+  const watchdog = cleanUpOnExit(fx, opts.timeoutS);
   const single: Record<SideKey, number[]> = { ours: [], reference: [] };
   const deployment: Record<SideKey, number[]> = { ours: [], reference: [] };
   const rss: number[] = [];

@@ -35,7 +35,7 @@ import { TestAgent } from '../test/support/agent.ts';
 import { type ControllerProc, TestCloud } from '../test/support/cloud.ts';
 import { addNetns, delNetns, isRoot, leftoverNetns, RUN_PREFIX, sh } from '../test/support/netns.ts';
 import { until } from '../test/support/wait.ts';
-import { exitStatus, fmt, intOption, median, parseBenchArgs, removeRunTempDirs, runBench, type Spawned, spawnBounded, table } from './common.ts';
+import { cleanUpOnExit, exitStatus, fmt, intOption, median, parseBenchArgs, removeRunTempDirs, runBench, spawnBounded, type Spawned, table } from './common.ts';
 
 const SELF = import.meta.filename;
 const PEERS_TARGET_MS = 1000;
@@ -797,13 +797,7 @@ async function main(): Promise<number> {
   const started = Date.now();
   const load0 = loadavg();
   const fx = new Fixture();
-  const abort = (why: string, code: number) => {
-    process.stderr.write(`bench: ${why}; cleaning up\n`);
-    void fx.cleanup().finally(() => process.exit(code));
-  };
-  process.once('SIGINT', () => abort('interrupted', 130));
-  process.once('SIGTERM', () => abort('terminated', 143));
-  const watchdog = setTimeout(() => abort(`still running after ${opts.timeoutS} s (--timeout)`, 2), opts.timeoutS * 1000);
+  const watchdog = cleanUpOnExit(fx, opts.timeoutS);
   const results: { programming?: { ours: WorkerResult[]; reference: WorkerResult[] }; throughput?: ThroughputResults } = {};
   const seconds: Record<string, number> = {};
   try {
