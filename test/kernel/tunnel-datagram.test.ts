@@ -12,7 +12,8 @@ import { generateKeyPairSync } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { addNetns, delNetns, dumpNetns, leftoverNetns, rootSkipReason, sh } from '../support/netns.ts';
+import { addNetns, delNetns, dumpNetns, inNetns, leftoverNetns, rootSkipReason, sh } from '../support/netns.ts';
+import { until } from '../support/wait.ts';
 import { PROJECT_NODE } from '../../src/lab/agent-process.ts';
 import { selfSignedTunnelCert, spkiPin } from '../../src/adapters/pki.ts';
 import type { DatagramPathStats } from '../../src/adapters/datagram-path.ts';
@@ -47,24 +48,12 @@ interface Stats {
   udp: DatagramPathStats;
 }
 
-async function until(what: string, fn: () => boolean, timeoutMs = 15_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!fn()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
-
 function statsOf(s: Side): Stats | undefined {
   try {
     return JSON.parse(readFileSync(s.statsFile, 'utf8')) as Stats;
   } catch {
     return undefined;
   }
-}
-
-function inNs(ns: string, cmd: string, args: string[], timeoutMs = 20_000) {
-  return spawnSync('ip', ['netns', 'exec', ns, cmd, ...args], { encoding: 'utf8', timeout: timeoutMs });
 }
 
 describe('cross-site tunnel datagram path', { skip: rootSkipReason(), timeout: 180_000 }, () => {
@@ -115,9 +104,9 @@ describe('cross-site tunnel datagram path', { skip: rootSkipReason(), timeout: 1
       sh('ip', ['-n', s.pod, 'route', 'add', 'default', 'via', s.gw]);
     }
     startTunnel(b, a, 'listen');
-    await until('node b to listen', () => statsOf(b) !== undefined);
+    await until('node b to listen', () => statsOf(b) !== undefined, 15_000);
     startTunnel(a, b, 'dial');
-    await until('both ends to use the datagram path', () => sides.every((s) => statsOf(s)?.path === 'udp'));
+    await until('both ends to use the datagram path', () => sides.every((s) => statsOf(s)?.path === 'udp'), 15_000);
     sh('ip', ['-n', a.node, 'route', 'add', b.block, 'dev', TUN]);
     sh('ip', ['-n', b.node, 'route', 'add', a.block, 'dev', TUN]);
   });
@@ -142,7 +131,7 @@ describe('cross-site tunnel datagram path', { skip: rootSkipReason(), timeout: 1
     assert.match(sh('ip', ['-n', a.node, 'link', 'show', TUN]), /mtu 1430 /);
     const sent0 = statsOf(a)!.udp.sent;
     const frames0 = statsOf(a)!.stream?.framesSent ?? 0;
-    const r = inNs(a.pod, 'ping', ['-c3', '-i0.2', '-W2', b.podIp]);
+    const r = inNetns(a.pod, 'ping', ['-c3', '-i0.2', '-W2', b.podIp]);
     assert.equal(r.status, 0, `ping: ${r.stdout}${r.stderr}\n${diag()}`);
     await until('the datagrams to be counted', () => statsOf(a)!.udp.sent >= sent0 + 3, 3000).catch(() => assert.fail(diag()));
     assert.equal(statsOf(a)!.udp.dropped.sendFailed, 0, diag());
@@ -155,7 +144,7 @@ describe('cross-site tunnel datagram path', { skip: rootSkipReason(), timeout: 1
     try {
       spawnSync('sleep', ['0.5']);
       const sent0 = statsOf(a)!.udp.sent;
-      const r = inNs(a.pod, 'iperf3', ['-c', b.podIp, '-J', '-t', '4', '--connect-timeout', '3000'], 30_000);
+      const r = inNetns(a.pod, 'iperf3', ['-c', b.podIp, '-J', '-t', '4', '--connect-timeout', '3000'], 30_000);
       assert.equal(r.status, 0, `iperf3: ${r.stdout.slice(-400)}${r.stderr}\n${diag()}`);
       const sum = JSON.parse(r.stdout).end.sum_received as { bits_per_second: number; bytes: number };
       report.push(`iperf3 single stream over datagrams, 4 s: ${(sum.bits_per_second / 1e9).toFixed(2)} Gbit/s; node a: ${JSON.stringify(statsOf(a)!.udp)}`);
@@ -169,7 +158,7 @@ describe('cross-site tunnel datagram path', { skip: rootSkipReason(), timeout: 1
   test('spoofed sources over datagrams are dropped and counted', async () => {
     const [a, b] = sides as [Side, Side];
     const dropped0 = statsOf(a)!.endpoint.droppedBadSource;
-    const r = inNs(b.node, 'ping', ['-c2', '-i0.2', '-W1', '-I', b.underlay, a.podIp]);
+    const r = inNetns(b.node, 'ping', ['-c2', '-i0.2', '-W1', '-I', b.underlay, a.podIp]);
     assert.notEqual(r.status, 0);
     await until('the drops to be counted', () => statsOf(a)!.endpoint.droppedBadSource >= dropped0 + 2, 3000);
     assert.equal(statsOf(b)!.path, 'udp');
@@ -186,7 +175,7 @@ describe('cross-site tunnel datagram path', { skip: rootSkipReason(), timeout: 1
         const h = Buffer.alloc(200); h[0] = 1; h.writeUInt32BE(12345, 4); await send(h);
         setTimeout(() => { console.log(answers); s.close(); }, 500);
       });`;
-    const r = inNs(b.node, PROJECT_NODE, ['-e', code]);
+    const r = inNetns(b.node, PROJECT_NODE, ['-e', code]);
     assert.equal(r.status, 0, r.stderr);
     assert.equal(r.stdout.trim(), '0', 'something answered');
     await until('the drops to be counted', () => {
@@ -218,7 +207,7 @@ describe('cross-site tunnel datagram path', { skip: rootSkipReason(), timeout: 1
         await until('node a to fall back to the stream', () => statsOf(a)!.path === 'direct', 8000);
         // TCP inside retransmits with backoff while the datagrams are lost (about 3 s), then on the stream
         await until('the stream to carry the flow while UDP is blocked', () => (statsOf(a)!.stream?.framesSent ?? 0) > frames0 + 100, 10_000);
-        inNs(b.node, 'nft', ['delete', 'table', 'inet', 'atoll-test-udp']);
+        inNetns(b.node, 'nft', ['delete', 'table', 'inet', 'atoll-test-udp']);
         await until('node a to take the datagram path again', () => statsOf(a)!.path === 'udp', 8000);
       } finally {
         clearInterval(watch);
@@ -231,7 +220,7 @@ describe('cross-site tunnel datagram path', { skip: rootSkipReason(), timeout: 1
       assert.ok(intervals.slice(-3).every((x) => x > 0), `no progress after the moves: ${intervals.join(' ')}`);
       assert.deepEqual([...seen].sort(), ['direct', 'udp']);
     } finally {
-      inNs(b.node, 'nft', ['delete', 'table', 'inet', 'atoll-test-udp']);
+      inNetns(b.node, 'nft', ['delete', 'table', 'inet', 'atoll-test-udp']);
       server.kill('SIGKILL');
     }
   });

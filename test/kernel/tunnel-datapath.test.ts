@@ -6,12 +6,13 @@
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import { type ChildProcess, spawn } from 'node:child_process';
 import { generateKeyPairSync } from 'node:crypto';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { addNetns, delNetns, dumpNetns, leftoverNetns, rootSkipReason, sh } from '../support/netns.ts';
+import { addNetns, delNetns, dumpNetns, inNetns, leftoverNetns, rootSkipReason, sh } from '../support/netns.ts';
+import { until } from '../support/wait.ts';
 import { PROJECT_NODE } from '../../src/lab/agent-process.ts';
 import { selfSignedTunnelCert, spkiPin } from '../../src/adapters/pki.ts';
 import { dialTunnel } from '../../src/adapters/tunnel-dial.ts';
@@ -45,14 +46,6 @@ interface Stats {
   refused: number;
 }
 
-async function until(what: string, fn: () => boolean, timeoutMs = 15_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!fn()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
-
 function statsOf(s: Side): Stats | undefined {
   try {
     return JSON.parse(readFileSync(s.statsFile, 'utf8')) as Stats;
@@ -61,16 +54,12 @@ function statsOf(s: Side): Stats | undefined {
   }
 }
 
-function inNs(ns: string, cmd: string, args: string[], timeoutMs = 20_000) {
-  return spawnSync('ip', ['netns', 'exec', ns, cmd, ...args], { encoding: 'utf8', timeout: timeoutMs });
-}
-
 /** A single-stream iperf3 run from `from` to `toIp` (server in `serverNs`); Gbit/s received. */
 async function iperf(from: string, serverNs: string, toIp: string, seconds: number, extra: string[] = []): Promise<{ gbps: number; bytes: number }> {
   const server = spawn('ip', ['netns', 'exec', serverNs, 'timeout', String(seconds + 15), 'iperf3', '-s', '-1', '-B', toIp], { stdio: 'ignore' });
   try {
-    await until(`iperf3 listening in ${serverNs}`, () => inNs(serverNs, 'ss', ['-Hltn', 'sport', '=', ':5201']).stdout.trim() !== '');
-    const r = inNs(from, 'iperf3', ['-c', toIp, '-J', '--connect-timeout', '3000', ...(extra.length ? extra : ['-t', String(seconds)])], (seconds + 15) * 1000);
+    await until(`iperf3 listening in ${serverNs}`, () => inNetns(serverNs, 'ss', ['-Hltn', 'sport', '=', ':5201']).stdout.trim() !== '', 15_000);
+    const r = inNetns(from, 'iperf3', ['-c', toIp, '-J', '--connect-timeout', '3000', ...(extra.length ? extra : ['-t', String(seconds)])], (seconds + 15) * 1000);
     assert.equal(r.status, 0, `iperf3 to ${toIp} failed: ${r.stdout.slice(-500)} ${r.stderr}`);
     const sum = JSON.parse(r.stdout).end.sum_received as { bits_per_second: number; bytes: number };
     return { gbps: sum.bits_per_second / 1e9, bytes: sum.bytes };
@@ -129,9 +118,9 @@ describe('cross-site tunnel data path', { skip: rootSkipReason(), timeout: 180_0
       sh('ip', ['-n', s.pod, 'route', 'add', 'default', 'via', s.gw]);
     }
     startTunnel(b, a, 'listen');
-    await until('node b to listen', () => statsOf(b) !== undefined);
+    await until('node b to listen', () => statsOf(b) !== undefined, 15_000);
     startTunnel(a, b, 'dial');
-    await until('both tunnel ends to connect', () => sides.every((s) => statsOf(s)?.connected === true));
+    await until('both tunnel ends to connect', () => sides.every((s) => statsOf(s)?.connected === true), 15_000);
     // Each node routes the other side's pod block into its TUN device.
     sh('ip', ['-n', a.node, 'route', 'add', b.block, 'dev', TUN]);
     sh('ip', ['-n', b.node, 'route', 'add', a.block, 'dev', TUN]);
@@ -154,9 +143,9 @@ describe('cross-site tunnel data path', { skip: rootSkipReason(), timeout: 180_0
 
   test('pod to pod ping crosses the tunnel both ways', () => {
     const [a, b] = sides as [Side, Side];
-    const r1 = inNs(a.pod, 'ping', ['-c3', '-i0.2', '-W2', b.podIp]);
+    const r1 = inNetns(a.pod, 'ping', ['-c3', '-i0.2', '-W2', b.podIp]);
     assert.equal(r1.status, 0, `ping a->b: ${r1.stdout}${r1.stderr}\n${diag()}`);
-    const r2 = inNs(b.pod, 'ping', ['-c3', '-i0.2', '-W2', '-s', '3000', a.podIp]);
+    const r2 = inNetns(b.pod, 'ping', ['-c3', '-i0.2', '-W2', '-s', '3000', a.podIp]);
     assert.equal(r2.status, 0, `ping b->a (fragmented): ${r2.stdout}${r2.stderr}\n${diag()}`);
     assert.ok((statsOf(a)?.endpoint.forwardedIn ?? 0) >= 3 && (statsOf(b)?.endpoint.forwardedIn ?? 0) >= 3, diag());
   });
@@ -180,11 +169,11 @@ describe('cross-site tunnel data path', { skip: rootSkipReason(), timeout: 180_0
     const [a, b] = sides as [Side, Side];
     const dropped0 = statsOf(a)!.endpoint.droppedBadSource;
     // Node b sends into its tunnel from its underlay address (not in its block 10.210.2.0/24)...
-    const r1 = inNs(b.node, 'ping', ['-c2', '-i0.2', '-W1', '-I', b.underlay, a.podIp]);
+    const r1 = inNetns(b.node, 'ping', ['-c2', '-i0.2', '-W1', '-I', b.underlay, a.podIp]);
     assert.notEqual(r1.status, 0, 'a spoofed-source ping got an answer');
     // ...and from an address inside a's own block.
     sh('ip', ['-n', b.node, 'addr', 'add', '10.210.1.99/32', 'dev', 'lo']);
-    const r2 = inNs(b.node, 'ping', ['-c2', '-i0.2', '-W1', '-I', '10.210.1.99', a.podIp]);
+    const r2 = inNetns(b.node, 'ping', ['-c2', '-i0.2', '-W1', '-I', '10.210.1.99', a.podIp]);
     assert.notEqual(r2.status, 0, 'a ping with a source in the receiver\'s own block got an answer');
     await until('the drops to be counted', () => (statsOf(a)?.endpoint.droppedBadSource ?? 0) >= dropped0 + 4, 3000).catch(() => undefined);
     assert.equal(statsOf(a)!.endpoint.droppedBadSource - dropped0, 4, diag());
@@ -203,7 +192,7 @@ describe('cross-site tunnel data path', { skip: rootSkipReason(), timeout: 180_0
       try { const s = await m.dialTunnel({ host: '${b.underlay}', port: ${PORT}, credentials: creds, peerPin: '${b.pin}', timeoutMs: 3000 });
         s.on('close', () => { console.log('closed'); process.exit(0); }); setTimeout(() => { console.log('open'); process.exit(1); }, 3000);
       } catch (e) { console.log('error ' + e.message); process.exit(0); } })`;
-    const r = inNs(sides[0]!.node, PROJECT_NODE, ['--no-warnings', '--input-type=module', '-e', code]);
+    const r = inNetns(sides[0]!.node, PROJECT_NODE, ['--no-warnings', '--input-type=module', '-e', code]);
     assert.equal(r.status, 0, `the intruder's stream stayed open: ${r.stdout}${r.stderr}`);
     await until('the refusal to be counted', () => (statsOf(b)?.refused ?? 0) > refused0, 3000);
     // The wrong pin on the dialling side is refused before anything is sent.
@@ -222,7 +211,7 @@ describe('cross-site tunnel data path', { skip: rootSkipReason(), timeout: 180_0
       sh('ip', ['-n', s.node, 'link', 'set', 'vx0', 'mtu', '1450', 'up']);
       sh('ip', ['-n', s.node, 'route', 'replace', o.block, 'via', `192.0.2.${s === a ? 2 : 1}`, 'dev', 'vx0']);
     }
-    await until('the VXLAN path', () => inNs(a.pod, 'ping', ['-c1', '-W1', b.podIp]).status === 0, 5000);
+    await until('the VXLAN path', () => inNetns(a.pod, 'ping', ['-c1', '-W1', b.podIp]).status === 0, 5000);
     const vxlan = await iperf(a.pod, b.pod, b.podIp, secs);
     report.push(`iperf3 single stream, ${secs} s: tunnel pod->pod ${tunnel.gbps.toFixed(2)} Gbit/s; underlay veth node->node ${veth.gbps.toFixed(2)}; kernel VXLAN pod->pod ${vxlan.gbps.toFixed(2)}; tunnel/VXLAN ${(tunnel.gbps / vxlan.gbps).toFixed(2)}`);
     report.push(`node a counters: ${JSON.stringify(statsOf(a)?.endpoint)}`);

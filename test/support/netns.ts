@@ -1,7 +1,7 @@
 /**
  * Throwaway network namespaces for root tests: unique names per run, always removed.
  */
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawnSync, type SpawnSyncReturns } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 
 /** A prefix unique to this test process, e.g. `atlt-1a2b3c-`. */
@@ -51,4 +51,9 @@ export function dumpNetns(full: string): string {
     }
   };
   return [`# ${full}`, run(['-d', 'link']), run(['addr']), run(['route'])].join('\n');
+}
+
+/** Runs `cmd` in namespace `ns` (ip netns exec), bounded by `timeoutMs`; never throws. */
+export function inNetns(ns: string, cmd: string, args: readonly string[], timeoutMs = 20_000): SpawnSyncReturns<string> {
+  return spawnSync('ip', ['netns', 'exec', ns, cmd, ...args], { encoding: 'utf8', timeout: timeoutMs });
 }
