@@ -2,6 +2,7 @@
  * The real clocks and timer behind the core's {@link Clock} and {@link Sleep} ports (src/core/ports.ts).
  */
 import type { Clock, Sleep } from '../core/ports.ts';
+import { SteadyClock } from '../core/steady-clock.ts';
 
 /** Milliseconds since the epoch. */
 export const wallClock: Clock = () => Date.now();
@@ -23,3 +24,28 @@ export const sleep: Sleep = (ms, signal) => new Promise((resolve) => {
   const t = setTimeout(done, ms);
   signal?.addEventListener('abort', done, { once: true });
 });
+
+/** How often the steady clock is read when nothing else reads it: a healthy process never steps further between readings. */
+const STEADY_TICK_MS = 250;
+/** A step larger than this between two readings is a clock jump (or a stall), not time passing. */
+const STEADY_MAX_STEP_MS = 2000;
+let steady: SteadyClock | undefined;
+
+/**
+ * Milliseconds on the process's steady clock (src/core/steady-clock.ts): the monotonic clock with its jumps taken out,
+ * for liveness deadlines (keepalives, "nothing heard for 3 s"). The first call starts a ticker (unref'd) that reads
+ * the clock every {@link STEADY_TICK_MS}, so a jump is told from time passing however rarely others read it.
+ */
+export const steadyClock: Clock = () => {
+  if (!steady) {
+    const clock = new SteadyClock(() => performance.now(), STEADY_MAX_STEP_MS);
+    steady = clock;
+    setInterval(() => clock.now(), STEADY_TICK_MS).unref();
+  }
+  return steady.now();
+};
+
+/** Clock jumps the steady clock has taken out so far, and their total in ms. */
+export function steadyClockJumps(): { jumps: number; jumpedMs: number } {
+  return { jumps: steady?.jumps ?? 0, jumpedMs: steady?.jumpedMs ?? 0 };
+}

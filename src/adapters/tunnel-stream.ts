@@ -19,6 +19,7 @@ import { EventEmitter } from 'node:events';
 import { type ConnectionOptions, connect, type TLSSocket } from 'node:tls';
 import { encodeFrame, FRAME_HEADER, FRAME_KIND, FrameDecoder, type FrameKind, PEER_ID_LEN, writeFrameHeader } from '../core/tunnel/frame.ts';
 import { type ControlMessage, decodeTunnelMessage, type PeerMessage } from '../core/tunnel/messages.ts';
+import { steadyClock } from './timers.ts';
 
 /** Bytes queued on a stream above which its owner should stop feeding it (see {@link TunnelStream.congested}). */
 const HIGH_WATER = 1024 * 1024;
@@ -29,7 +30,8 @@ const KEEPALIVE_MS = 1000;
 /**
  * ...and is declared dead when nothing at all arrived for this long (a cut link, a NAT mapping gone, a peer gone
  * without a FIN). Long enough that a short cut passes (TCP queues and retransmits, nothing is lost); a stream with a
- * fallback (a punched one: the relay) sets it shorter.
+ * fallback (a punched one: the relay) sets it shorter. Counted on the steady clock (src/adapters/timers.ts): a clock
+ * jump is not silence, the keepalives after it decide.
  */
 const DEAD_AFTER_MS = 20_000;
 
@@ -105,7 +107,7 @@ export class TunnelStream extends EventEmitter {
   private readonly socket: TLSSocket;
   private readonly decoder: FrameDecoder;
   private readonly keepalive: NodeJS.Timeout;
-  private lastHeard = performance.now();
+  private lastHeard = steadyClock();
   private corked = false;
   private dead = false;
 
@@ -118,7 +120,7 @@ export class TunnelStream extends EventEmitter {
     this.remote = { host: (socket.remoteAddress ?? '').replace(/^::ffff:/, ''), port: socket.remotePort ?? 0 };
     socket.setNoDelay(true);
     const onChunk = (chunk: Buffer) => {
-      this.lastHeard = performance.now();
+      this.lastHeard = steadyClock();
       try {
         this.decoder.push(chunk, (payload, kind) => this.onFrame(payload, kind));
       } catch (err) {
@@ -132,8 +134,8 @@ export class TunnelStream extends EventEmitter {
     socket.on('close', () => this.close());
     const deadAfter = opts.deadAfterMs ?? DEAD_AFTER_MS;
     this.keepalive = setInterval(() => {
-      if (performance.now() - this.lastHeard > deadAfter) this.close(new Error(`nothing heard from the peer for ${deadAfter} ms`));
-      else this.sendControl({ t: 'ping', at: performance.now() });
+      if (steadyClock() - this.lastHeard > deadAfter) this.close(new Error(`nothing heard from the peer for ${deadAfter} ms`));
+      else this.sendControl({ t: 'ping', at: steadyClock() });
     }, opts.keepaliveMs ?? KEEPALIVE_MS);
     this.keepalive.unref();
   }
@@ -150,7 +152,7 @@ export class TunnelStream extends EventEmitter {
         if (!r.ok) throw r.error;
         const msg = r.message;
         if (msg.t === 'ping') this.sendControl({ t: 'pong', at: msg.at });
-        else if (msg.t === 'pong') this.rttMs = Math.max(0, performance.now() - msg.at);
+        else if (msg.t === 'pong') this.rttMs = Math.max(0, steadyClock() - msg.at);
         else this.emit('control', msg);
         return;
       }
