@@ -51,8 +51,8 @@ describe('datagram path on loopback', () => {
     pb = make('b', sb);
     await pa.start();
     await pb.start();
-    pa.setPeers(['b']);
-    pb.setPeers(['a']);
+    pa.setPeers([{ id: 'b', pin: b.pin }]);
+    pb.setPeers([{ id: 'a', pin: a.pin }]);
     sa.on('control', (m: ControlMessage) => (m.t === 'udp-key' || m.t === 'udp-key-ack') && pa.onControl('b', sa, m));
     sb.on('control', (m: ControlMessage) => {
       if (m.t === 'udp-key') offers.push(m);
@@ -120,7 +120,8 @@ describe('datagram path on loopback', () => {
     await to(sealed(DATAGRAM_TYPE.data, 5_000_003));
     await until('every bad datagram to be counted', () => pb.stats.dropped.unknownAddress > d0.unknownAddress, 3000, 10);
     const delta = Object.fromEntries(Object.entries(pb.stats.dropped).map(([k, v]) => [k, v - d0[k as keyof typeof d0]]));
-    assert.deepEqual(delta, { truncated: 1, badType: 1, unknownKey: 1, replayed: 1, badTag: 2, unknownAddress: 1, badPayload: 0, sendFailed: 0 });
+    assert.deepEqual(delta, { truncated: 1, badType: 1, unknownKey: 1, replayed: 1, badTag: 2, unknownAddress: 1, badPayload: 0, sendFailed: 0,
+      helloMalformed: 0, helloUnknownPeer: 0, helloBadSignature: 0, helloReplayed: 0, helloLimited: 0 });
     assert.equal(got.a!.length, received, 'a valid datagram from an unknown address was delivered');
     await new Promise((r) => setTimeout(r, 300));
     assert.deepEqual(answers, [], 'something was answered');

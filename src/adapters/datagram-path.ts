@@ -22,6 +22,14 @@
  * Bad input is dropped before any answer and counted by reason: too short, not our type, an unknown or expired key,
  * a counter seen before (replay window), a tag that does not verify. Nothing received is ever answered.
  *
+ * Without a stream (the relay and the controller unreachable, or the peer restarted while they were), the path
+ * rebuilds itself: a peer whose path is not usable and that has no stream gets hellos at its last address
+ * (src/core/tunnel/hello.ts: signed X25519 with the pinned tunnel keys), and the keys they agree on replace the
+ * stream's. The port, the hello generation and every peer's last address are kept on the node
+ * (src/adapters/datagram-state-file.ts), so a restarted agent binds the port its NAT mapping belongs to and finds its
+ * peers where they were. What cannot heal so: both ends' addresses changed while the coordinators were away (a NAT
+ * that re-mapped the port on both sides); the pair then waits for a stream, as before.
+ *
  * MTU: the socket sets IP_PMTUDISC_DO, so no datagram is fragmented on the underlay; a packet whose datagram would
  * exceed the underlay MTU is left to the stream (the TUN device's MTU keeps pods below it, see src/agent/tunnel.ts).
  */
@@ -32,12 +40,16 @@ import {
   DATAGRAM_HEADER, DATAGRAM_TAG, DATAGRAM_TYPE, type DatagramDrop, type DatagramType, forEachSegment, innerMtu, KEEPALIVE_HEARS_YOU, MAX_COUNTER,
   NONCE_LEN, OLD_KEY_GRACE_MS, parseDatagramHeader, REKEY_AFTER_MS, REKEY_AFTER_PACKETS, rekeyDue, ReplayWindow, writeDatagramHeader, writeNonce,
 } from '../core/tunnel/datagram.ts';
+import { equalBytes, HELLO_TYPE, type HelloDrop, judgeHello, parseHello } from '../core/tunnel/hello.ts';
 import type { UdpKeyAck, UdpKeyMessage } from '../core/tunnel/messages.ts';
 import { VNET_HDR_LEN } from '../core/tunnel/routing.ts';
 import { atollError } from '../core/errors.ts';
 import { DatagramKey } from './aead.ts';
+import { type Ephemeral, HelloCrypto } from './datagram-hello.ts';
+import type { DatagramLocalState, DatagramPeerMemory } from './datagram-state-file.ts';
 import { GSO_MAX_BYTES, GSO_MAX_SEGMENTS, GsoSender } from './udp-gso.ts';
 import type { TunnelStream } from './tunnel-stream.ts';
+import { steadyClock } from './timers.ts';
 
 /** The TLS exporter label datagram keys are derived from. */
 export const DATAGRAM_EXPORTER_LABEL = 'EXPORTER-atoll-datagram-v1';
@@ -50,7 +62,17 @@ const IPPROTO_IP = 0;
 const IP_MTU_DISCOVER = 10;
 const IP_PMTUDISC_DO = 2;
 
-export type DatagramDropReason = DatagramDrop | 'sendFailed';
+export type DatagramDropReason = DatagramDrop | HelloDrop | 'sendFailed';
+
+/** A peer without a usable path and without a stream gets a hello this often in the first {@link HELLO_FAST_FOR_MS} of it... */
+const HELLO_FAST_MS = 250;
+const HELLO_FAST_FOR_MS = 5000;
+/** ...and this often after. */
+const HELLO_SLOW_MS = 1000;
+/** A peer's hellos are answered at most this often (a bound on what a replayed current hello can make us send). */
+const HELLO_ANSWER_MIN_MS = 100;
+/** Signature checks of hellos per second at most: a flood of forged hellos costs a bounded share of a core. */
+const HELLO_VERIFY_PER_S = 200;
 
 export interface DatagramPathStats {
   sent: number;
@@ -63,6 +85,10 @@ export interface DatagramPathStats {
   endpointMoves: number;
   /** The errno of the last failed send (0: none). */
   lastSendErrno: number;
+  /** Hellos sent and authentic ones received; pairs of keys the hellos agreed on. */
+  hellosSent: number;
+  hellosReceived: number;
+  helloKeys: number;
   readonly dropped: Record<DatagramDropReason, number>;
 }
 
@@ -73,6 +99,8 @@ export interface DatagramPathComponents {
   readonly publicHost: () => string;
   /** An authentic packet from `peerId`: its source check and the TUN device are the caller's. A view valid during the call. */
   readonly onPacket: (peerId: string, pkt: Uint8Array) => void;
+  /** Where the hellos' memory lives (src/adapters/datagram-state-file.ts); with {@link DatagramPathInit.identityKeyPem}. */
+  readonly state?: { load(): DatagramLocalState; save(state: DatagramLocalState): void };
 }
 
 export interface DatagramPathInit {
@@ -84,6 +112,8 @@ export interface DatagramPathInit {
   readonly keepaliveMs?: number;
   readonly deadAfterMs?: number;
   readonly rekey?: { readonly packets: number; readonly ms: number };
+  /** The node's tunnel key (PEM): with it and a state store, the hellos rebuild paths without a stream. */
+  readonly identityKeyPem?: string;
 }
 
 interface SendKey {
@@ -106,23 +136,39 @@ interface PeerState {
   announced: { host: string; port: number } | undefined;
   send: SendKey | undefined;
   pending: { readonly id: number; readonly key: DatagramKey; readonly at: number } | undefined;
-  /** When an authentic datagram from the peer last came, and when one said it hears us (performance.now()). */
+  /** When an authentic datagram from the peer last came, and when one said it hears us (steadyClock()). */
   lastHeard: number;
   heardByPeer: number;
   /** Its receiving keys' ids, oldest first. */
   readonly recvIds: number[];
+  readonly pin: string;
+  /** The hello handshake (src/core/tunnel/hello.ts): what we remember of the peer's and our ephemeral keys. */
+  seenGeneration: number;
+  theirEph: Uint8Array | undefined;
+  myEph: (Ephemeral & { generation: number }) | undefined;
+  myEphUsedWith: Uint8Array | undefined;
+  /** Since when (wall clock, ms) the path is being rebuilt by hellos, with no stream to help; when the next goes (steady). */
+  rebuildingSince: number | undefined;
+  rebuildStartedAt: number;
+  nextHelloAt: number;
+  lastAnswerAt: number;
 }
 
 /** What `atoll peers` shows of one peer's datagram path. */
 export interface DatagramPeerStatus {
   readonly usable: boolean;
   readonly endpoint: string | undefined;
+  /** Since when (ms since the epoch) hellos are rebuilding the path, with no stream and no relay to help. */
+  readonly rebuildingSince?: number;
 }
 
 export class DatagramPath {
   readonly stats: DatagramPathStats = {
-    sent: 0, received: 0, keepalivesSent: 0, keepalivesReceived: 0, fallbacks: 0, endpointMoves: 0, lastSendErrno: 0,
-    dropped: { truncated: 0, badType: 0, unknownKey: 0, replayed: 0, badTag: 0, unknownAddress: 0, badPayload: 0, sendFailed: 0 },
+    sent: 0, received: 0, keepalivesSent: 0, keepalivesReceived: 0, fallbacks: 0, endpointMoves: 0, lastSendErrno: 0, hellosSent: 0, hellosReceived: 0, helloKeys: 0,
+    dropped: {
+      truncated: 0, badType: 0, unknownKey: 0, replayed: 0, badTag: 0, unknownAddress: 0, badPayload: 0, sendFailed: 0,
+      helloMalformed: 0, helloUnknownPeer: 0, helloBadSignature: 0, helloReplayed: 0, helloLimited: 0,
+    },
   };
   readonly #c: DatagramPathComponents;
   readonly #init: DatagramPathInit;
@@ -137,6 +183,14 @@ export class DatagramPath {
   readonly #recvNonce = new Uint8Array(NONCE_LEN);
   readonly #keepalive: Uint8Array;
   #timer: NodeJS.Timeout | undefined;
+  #helloTimer: NodeJS.Timeout | undefined;
+  readonly #hello: HelloCrypto | undefined;
+  /** The hellos' memory as last saved. */
+  #state: DatagramLocalState | undefined;
+  /** Whether the peers were set once: before that, an empty peer set is not what to remember. */
+  #peersSet = false;
+  /** Signature checks left in this second, and when it started (steady). */
+  #verifyBudget = { left: HELLO_VERIFY_PER_S, since: 0 };
   #port = 0;
   #gso: GsoSender | undefined;
   /** The run of datagrams being built in the sender's buffer: bytes, count, size of each (but a shorter last). */
@@ -149,6 +203,10 @@ export class DatagramPath {
     this.#scratch = new Uint8Array(VNET_HDR_LEN + this.#maxIp);
     this.#keepalive = new Uint8Array(VNET_HDR_LEN + this.#maxIp);
     this.#socket = createSocket({ type: 'udp4', recvBufferSize: 4 << 20, sendBufferSize: 4 << 20 });
+    if (init.identityKeyPem && components.state) {
+      this.#hello = new HelloCrypto(init.identityKeyPem);
+      this.#state = components.state.load();
+    }
   }
 
   /** The largest inner IP packet a datagram carries: what the TUN device's MTU may be at most. */
@@ -176,20 +234,37 @@ export class DatagramPath {
     this.#port = this.#socket.address().port;
     this.#timer = setInterval(() => this.#tick(), this.#init.keepaliveMs ?? KEEPALIVE_MS);
     this.#timer.unref();
+    if (this.#hello && this.#state) {
+      if (this.#state.port !== this.#port) this.#save({ ...this.#state, port: this.#port });
+      this.#helloTimer = setInterval(() => this.#helloPass(), HELLO_FAST_MS);
+      this.#helloTimer.unref();
+    }
     return this.#port;
   }
 
-  /** Keeps state for exactly these peers: the others' keys are dropped and freed. */
-  setPeers(ids: readonly string[]): void {
-    const keep = new Set(ids);
+  /**
+   * Keeps state for exactly these peers (by name, with their pins): the others' keys are dropped and freed, as are a
+   * peer's whose pin changed. A new peer starts from what the node remembers of it (its last address).
+   */
+  setPeers(peers: readonly { readonly id: string; readonly pin: string }[]): void {
+    this.#peersSet = peers.length > 0 || this.#peersSet;
+    const keep = new Map(peers.map((p) => [p.id, p.pin]));
     for (const [id, p] of this.#peers) {
-      if (keep.has(id)) continue;
+      if (keep.get(id) === p.pin) continue;
       p.send?.key.free();
       p.pending?.key.free();
       for (const k of p.recvIds) this.#dropRecv(k);
       this.#peers.delete(id);
     }
-    for (const id of keep) if (!this.#peers.has(id)) this.#peers.set(id, { endpoint: undefined, announced: undefined, send: undefined, pending: undefined, lastHeard: -Infinity, heardByPeer: -Infinity, recvIds: [] });
+    for (const [id, pin] of keep) {
+      if (this.#peers.has(id)) continue;
+      const mem: DatagramPeerMemory | undefined = this.#state?.peers[id]?.pin === pin ? this.#state.peers[id] : undefined;
+      this.#peers.set(id, {
+        endpoint: parseEndpoint(mem?.endpoint), announced: undefined, send: undefined, pending: undefined, lastHeard: -Infinity, heardByPeer: -Infinity, recvIds: [],
+        pin, seenGeneration: mem?.seenGeneration ?? -1, theirEph: undefined, myEph: undefined, myEphUsedWith: undefined,
+        rebuildingSince: undefined, rebuildStartedAt: 0, nextHelloAt: 0, lastAnswerAt: -Infinity,
+      });
+    }
   }
 
   /** Offers a new sending key to `peerId` on `stream` (a live tunnel stream of the pair). */
@@ -199,7 +274,7 @@ export class DatagramPath {
     const id = randomBytes(4).readUInt32BE(0);
     const salt = randomBytes(16).toString('hex');
     p.pending?.key.free();
-    p.pending = { id, key: new DatagramKey(deriveDatagramKey(stream, salt, id), 'seal'), at: performance.now() };
+    p.pending = { id, key: new DatagramKey(deriveDatagramKey(stream, salt, id), 'seal'), at: steadyClock() };
     stream.sendControl({ t: 'udp-key', id, salt, host: this.#c.publicHost(), port: this.#port });
   }
 
@@ -210,36 +285,159 @@ export class DatagramPath {
     if (msg.t === 'udp-key-ack') {
       if (p.pending?.id !== msg.id) return;
       p.send?.key.free();
-      p.send = { id: msg.id, key: p.pending.key, counter: 0, createdAt: performance.now() };
+      p.send = { id: msg.id, key: p.pending.key, counter: 0, createdAt: steadyClock() };
       p.pending = undefined;
       return;
     }
     const had = this.#recv.get(msg.id);
     if (had && had.peer !== peerId) return; // another peer's id: no ack, the sender offers another
-    if (!had) {
-      const now = performance.now();
-      for (const old of p.recvIds) {
-        const k = this.#recv.get(old);
-        if (k) k.expiresAt = Math.min(k.expiresAt, now + OLD_KEY_GRACE_MS);
-      }
-      while (p.recvIds.length >= 2) this.#dropRecv(p.recvIds.shift() as number);
-      this.#recv.set(msg.id, { peer: peerId, key: new DatagramKey(deriveDatagramKey(stream, msg.salt, msg.id), 'open'), window: new ReplayWindow(), expiresAt: Infinity });
-      p.recvIds.push(msg.id);
-    }
+    if (!had) this.#addRecvKey(peerId, p, msg.id, deriveDatagramKey(stream, msg.salt, msg.id));
     // A new announced address (the peer restarted, on another port) is taken at once: sending there opens our NAT for
     // its keepalives. The same address again (a rotation) leaves the one authentic datagrams come from lately (a NAT
     // that did not keep the peer's port: a rotation must not undo what the keepalives taught).
     const announced = { host: msg.host || stream.remote.host, port: msg.port };
     const again = p.announced?.host === announced.host && p.announced.port === announced.port;
-    if (!p.endpoint || !again || performance.now() - p.lastHeard >= (this.#init.deadAfterMs ?? DEAD_AFTER_MS)) p.endpoint = announced;
+    if (!p.endpoint || !again || steadyClock() - p.lastHeard >= (this.#init.deadAfterMs ?? DEAD_AFTER_MS)) p.endpoint = announced;
     p.announced = announced;
     stream.sendControl({ t: 'udp-key-ack', id: msg.id });
+  }
+
+  /** A new receiving key of `p`: the older ones stay for {@link OLD_KEY_GRACE_MS} (datagrams in flight), two at most. */
+  #addRecvKey(peerId: string, p: PeerState, id: number, key: Uint8Array): void {
+    const now = steadyClock();
+    for (const old of p.recvIds) {
+      const k = this.#recv.get(old);
+      if (k) k.expiresAt = Math.min(k.expiresAt, now + OLD_KEY_GRACE_MS);
+    }
+    while (p.recvIds.length >= 2) this.#dropRecv(p.recvIds.shift() as number);
+    this.#recv.set(id, { peer: peerId, key: new DatagramKey(key, 'open'), window: new ReplayWindow(), expiresAt: Infinity });
+    p.recvIds.push(id);
+  }
+
+  /**
+   * A hello (src/core/tunnel/hello.ts). Checked cheaply first (layout, a key one of our peers has), then, within a
+   * budget of signature checks per second, its signature; then judged against what we remember of its sender.
+   */
+  #onHello(buf: Uint8Array, from: RemoteInfo): void {
+    const crypto = this.#hello;
+    if (!crypto) return this.#drop('badType');
+    const h = parseHello(buf);
+    if (typeof h === 'string') return this.#drop(h);
+    const pin = HelloCrypto.pinOf(h.spki);
+    let peerId: string | undefined;
+    for (const [id, q] of this.#peers) if (q.pin === pin) peerId = id;
+    const p = peerId === undefined ? undefined : this.#peers.get(peerId);
+    if (!p || peerId === undefined) return this.#drop('helloUnknownPeer');
+    const now = steadyClock();
+    const budget = this.#verifyBudget;
+    if (now - budget.since >= 1000) {
+      budget.since = now;
+      budget.left = HELLO_VERIFY_PER_S;
+    }
+    if (budget.left <= 0) return this.#drop('helloLimited');
+    budget.left--;
+    if (!crypto.verify(h.spki, h.signed, h.signature)) return this.#drop('helloBadSignature');
+    const v = judgeHello({ seenGeneration: p.seenGeneration, theirEph: p.theirEph, myEph: p.myEph?.pub, myEphUsedWith: p.myEphUsedWith }, h);
+    if (v.replayed) return this.#drop('helloReplayed');
+    this.stats.hellosReceived++;
+    if (v.newHandshake) {
+      p.seenGeneration = h.generation;
+      p.theirEph = h.eph.slice();
+      p.endpoint = { host: from.address, port: from.port };
+      this.#remember();
+    }
+    if (v.renewMyEph) this.#renewEph(p);
+    const mine = p.myEph as Ephemeral;
+    if (v.derive && !(p.myEphUsedWith && equalBytes(p.myEphUsedWith, h.eph))) {
+      const keys = crypto.derive(mine, h.eph, p.pin);
+      if (!keys || this.#recv.has(keys.recv.id)) return this.#drop('helloMalformed');
+      p.myEphUsedWith = h.eph.slice();
+      p.send?.key.free();
+      p.send = { id: keys.send.id, key: new DatagramKey(keys.send.key, 'seal'), counter: 0, createdAt: now };
+      this.#addRecvKey(peerId, p, keys.recv.id, keys.recv.key);
+      this.stats.helloKeys++;
+    }
+    if (v.derive) {
+      // it echoed our key: it hears us, and we hear it
+      p.lastHeard = now;
+      p.heardByPeer = now;
+    }
+    if (v.answer && now - p.lastAnswerAt >= HELLO_ANSWER_MIN_MS) {
+      p.lastAnswerAt = now;
+      this.#sendHello(p);
+    }
+  }
+
+  /** A new ephemeral key for `p`, under a new generation saved before any hello carries it. */
+  #renewEph(p: PeerState): void {
+    const state = this.#state as DatagramLocalState;
+    const generation = state.generation + 1;
+    this.#save({ ...state, generation });
+    p.myEph = { ...(this.#hello as HelloCrypto).newEphemeral(), generation };
+    p.myEphUsedWith = undefined;
+  }
+
+  #sendHello(p: PeerState): void {
+    const crypto = this.#hello;
+    if (!crypto || !p.endpoint) return;
+    if (!p.myEph) this.#renewEph(p);
+    const mine = p.myEph as Ephemeral & { generation: number };
+    const derived = p.myEphUsedWith !== undefined && p.theirEph !== undefined && equalBytes(p.myEphUsedWith, p.theirEph);
+    this.#socket.send(crypto.hello(p.pin, mine.generation, mine.pub, p.theirEph, derived), p.endpoint.port, p.endpoint.host);
+    this.stats.hellosSent++;
+  }
+
+  /**
+   * Every {@link HELLO_FAST_MS}: a peer whose path is not usable and that has no stream to bring keys (the relay and
+   * the controller away, or a peer that restarted) gets hellos at its last address, fast at first, then every second,
+   * until the path is usable again. Both ends do the same, so whichever restarted, the pair finds itself again as long
+   * as one of the two addresses still holds.
+   */
+  #helloPass(): void {
+    const now = steadyClock();
+    for (const [id, p] of this.#peers) {
+      const rebuilding = p.endpoint !== undefined && !this.#usable(p, now) && this.#c.streamOf(id) === undefined;
+      if (!rebuilding) {
+        p.rebuildingSince = undefined;
+        continue;
+      }
+      if (p.rebuildingSince === undefined) {
+        p.rebuildingSince = Date.now();
+        p.rebuildStartedAt = now;
+        p.nextHelloAt = now;
+        // a key already used to derive is spent: a rebuild starts a new handshake
+        if (p.myEphUsedWith) p.myEph = undefined;
+      }
+      if (now < p.nextHelloAt) continue;
+      p.nextHelloAt = now + (now - p.rebuildStartedAt < HELLO_FAST_FOR_MS ? HELLO_FAST_MS : HELLO_SLOW_MS);
+      this.#sendHello(p);
+    }
+  }
+
+  /** Saves the peers' addresses when one changed since the last save. */
+  #remember(): void {
+    const state = this.#state;
+    if (!state || !this.#peersSet) return;
+    const peers: Record<string, DatagramPeerMemory> = {};
+    let changed = false;
+    for (const [id, p] of this.#peers) {
+      const endpoint = p.endpoint ? `${p.endpoint.host}:${p.endpoint.port}` : undefined;
+      const was = state.peers[id];
+      peers[id] = { pin: p.pin, ...(endpoint ? { endpoint } : {}), ...(p.seenGeneration >= 0 ? { seenGeneration: p.seenGeneration } : {}) };
+      if (was?.pin !== p.pin || was.endpoint !== endpoint || (was.seenGeneration ?? -1) !== p.seenGeneration) changed = true;
+    }
+    if (changed || Object.keys(state.peers).length !== this.#peers.size) this.#save({ ...state, peers });
+  }
+
+  #save(state: DatagramLocalState): void {
+    this.#state = state;
+    this.#c.state?.save(state);
   }
 
   /** Whether packets to `peerId` take the datagram path now. */
   usable(peerId: string): boolean {
     const p = this.#peers.get(peerId);
-    return p !== undefined && this.#usable(p, performance.now());
+    return p !== undefined && this.#usable(p, steadyClock());
   }
 
   #usable(p: PeerState, now: number): boolean {
@@ -255,7 +453,7 @@ export class DatagramPath {
    */
   send(peerId: string, pkt: Uint8Array): boolean {
     const p = this.#peers.get(peerId);
-    if (!p || !this.#usable(p, performance.now()) || !forEachSegment(pkt, this.#maxIp, this.#scratch, (seg) => this.#seal(p, DATAGRAM_TYPE.data, seg))) {
+    if (!p || !this.#usable(p, steadyClock()) || !forEachSegment(pkt, this.#maxIp, this.#scratch, (seg) => this.#seal(p, DATAGRAM_TYPE.data, seg))) {
       this.#flush(p);
       this.stats.fallbacks++;
       return false;
@@ -307,10 +505,11 @@ export class DatagramPath {
   }
 
   #onDatagram(buf: Buffer, from: RemoteInfo): void {
+    if (buf[0] === HELLO_TYPE) return this.#onHello(buf, from);
     const h = parseDatagramHeader(buf);
     if (typeof h === 'string') return this.#drop(h);
     const rk = this.#recv.get(h.keyId);
-    const now = performance.now();
+    const now = steadyClock();
     if (!rk || rk.expiresAt < now) return this.#drop('unknownKey');
     if (!rk.window.ok(h.counter)) return this.#drop('replayed');
     writeNonce(this.#recvNonce, h.counter);
@@ -339,7 +538,7 @@ export class DatagramPath {
 
   /** Every second: keepalives, key rotation, offers that went unanswered, expired receiving keys. */
   #tick(): void {
-    const now = performance.now();
+    const now = steadyClock();
     const dead = this.#init.deadAfterMs ?? DEAD_AFTER_MS;
     const limits = this.#init.rekey ?? { packets: REKEY_AFTER_PACKETS, ms: REKEY_AFTER_MS };
     for (const [id, p] of this.#peers) {
@@ -355,6 +554,7 @@ export class DatagramPath {
       }
     }
     for (const [id, k] of this.#recv) if (k.expiresAt < now) this.#dropRecv(id);
+    this.#remember();
   }
 
   #dropRecv(id: number): void {
@@ -371,13 +571,18 @@ export class DatagramPath {
   statusOf(peerId: string): DatagramPeerStatus | undefined {
     const p = this.#peers.get(peerId);
     if (!p) return undefined;
-    return { usable: this.#usable(p, performance.now()), endpoint: p.endpoint ? `${p.endpoint.host}:${p.endpoint.port}` : undefined };
+    return {
+      usable: this.#usable(p, steadyClock()), endpoint: p.endpoint ? `${p.endpoint.host}:${p.endpoint.port}` : undefined,
+      ...(p.rebuildingSince !== undefined ? { rebuildingSince: p.rebuildingSince } : {}),
+    };
   }
 
   /** Stops the keepalives, closes the socket, frees every key. Idempotent. */
   close(): void {
     if (this.#timer) clearInterval(this.#timer);
+    if (this.#helloTimer) clearInterval(this.#helloTimer);
     this.#timer = undefined;
+    this.#helloTimer = undefined;
     this.setPeers([]);
     try {
       this.#socket.close();
@@ -385,6 +590,11 @@ export class DatagramPath {
       // closed already
     }
   }
+}
+
+function parseEndpoint(text: string | undefined): { host: string; port: number } | undefined {
+  const m = text === undefined ? null : /^(\d{1,3}(?:\.\d{1,3}){3}):(\d{1,5})$/.exec(text);
+  return m ? { host: m[1] as string, port: Number(m[2]) } : undefined;
 }
 
 /** The key `id` announced with `salt` on `stream`: HKDF-SHA256 over the stream's exported keying material. */

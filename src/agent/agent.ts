@@ -175,7 +175,7 @@ export class Agent {
         {
           nodeName: cfg.nodeName, role: cfg.tunnel.role, port: cfg.tunnel.port, device: cfg.tunnel.device, community: cfg.community,
           listenHost: cfg.underlayAddresses[0] ?? '0.0.0.0', mtu, credentials: this.#tunnelCredentials, relay: relayOf(cfg.tunnel.relay),
-          ...(cfg.tunnel.udp ? { udp: cfg.tunnel.udp } : {}),
+          ...(cfg.tunnel.udp ? { udp: { ...cfg.tunnel.udp, statePath: join(cfg.dataDir, 'tunnel-udp.json') } } : {}),
         },
       );
       await this.#tunnel.start();

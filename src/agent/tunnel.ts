@@ -25,6 +25,7 @@ import type { PeerPath, TunnelStatus } from '../core/tunnel/status.ts';
 import { innerMtu } from '../core/tunnel/datagram.ts';
 import type { ControlMessage } from '../core/tunnel/messages.ts';
 import { DatagramPath } from '../adapters/datagram-path.ts';
+import { type DatagramLocalState, DatagramStateFile, EMPTY_DATAGRAM_STATE } from '../adapters/datagram-state-file.ts';
 import type { IpRoute2 } from '../adapters/iproute2.ts';
 import { openTun } from '../adapters/tun.ts';
 import { type StreamKind, TunnelEndpoint } from '../adapters/tunnel-endpoint.ts';
@@ -59,8 +60,11 @@ export interface TunnelInit {
   readonly retryMaxMs?: number;
   /** How long one hole-punching attempt may take. */
   readonly punchTimeoutMs?: number;
-  /** The datagram path: its UDP port and the underlay's MTU; off when absent. */
-  readonly udp?: { readonly port: number; readonly underlayMtu: number };
+  /**
+   * The datagram path: its UDP port, the underlay's MTU and the file its local state lives in (the port an edge node
+   * bound, peers' last addresses: what rebuilds paths without the relay); off when absent.
+   */
+  readonly udp?: { readonly port: number; readonly underlayMtu: number; readonly statePath?: string };
 }
 
 /** A running per-peer loop: what it was started for, and how to stop it. */
@@ -118,21 +122,13 @@ export class Tunnel {
     const endpoint = new TunnelEndpoint(tun, []);
     this.#endpoint = endpoint;
     if (udp) {
-      const datagrams = new DatagramPath({
-        streamOf: (name) => endpoint.streamOf(name) ?? endpoint.circuitOf(name),
-        publicHost: () => this.#relay?.control.publicHost ?? '',
-        onPacket: (name, pkt) => endpoint.fromDatagram(name, pkt),
-      // an edge node binds an ephemeral port: nodes behind one NAT then never want the same outside port, so the NAT
-      // keeps each one's (what the node announces); a cloud node has a public address and the configured port
-      }, { host: role === 'cloud' ? listenHost : '0.0.0.0', port: role === 'cloud' ? udp.port : 0, underlayMtu: udp.underlayMtu });
       try {
-        await datagrams.start();
+        this.#datagrams = await this.#startDatagrams(endpoint, udp);
       } catch (err) {
         endpoint.close();
         throw err;
       }
-      endpoint.useDatagrams(datagrams);
-      this.#datagrams = datagrams;
+      endpoint.useDatagrams(this.#datagrams);
     }
     endpoint.start();
     if (role === 'cloud') {
@@ -149,6 +145,39 @@ export class Tunnel {
     }
     if (role === 'edge' && this.#relay) void this.#relay.control.run(this.#abort.signal);
     this.#c.log.info('tunnel started', { device, mtu, role, ...(role === 'cloud' ? { listen: `${listenHost}:${port}` } : {}), ...(this.#datagrams ? { udpPort: this.#datagrams.port, underlayMtu: udp?.underlayMtu } : {}), ...(this.#init.relay ? { relay: `${this.#init.relay.host}:${this.#init.relay.port}` } : {}) });
+  }
+
+  /**
+   * The datagram path, bound. An edge node binds an ephemeral port the first time (nodes behind one NAT then never want
+   * the same outside port, so the NAT keeps each one's) and the same port after a restart, so its NAT mapping, which
+   * its peers know, still holds; another one when that port is taken meanwhile. A cloud node has a public address and
+   * the configured port.
+   */
+  async #startDatagrams(endpoint: TunnelEndpoint, udp: NonNullable<TunnelInit['udp']>): Promise<DatagramPath> {
+    const { role, listenHost, credentials } = this.#init;
+    const file = udp.statePath ? new DatagramStateFile(udp.statePath) : undefined;
+    const saved = file?.load() ?? EMPTY_DATAGRAM_STATE;
+    let state = saved;
+    const components = {
+      streamOf: (name: string) => endpoint.streamOf(name) ?? endpoint.circuitOf(name),
+      publicHost: () => this.#relay?.control.publicHost ?? '',
+      onPacket: (name: string, pkt: Uint8Array) => endpoint.fromDatagram(name, pkt),
+      ...(file ? { state: { load: () => state, save: (s: DatagramLocalState) => file.save((state = s)) } } : {}),
+    };
+    const init = (port: number) => ({ host: role === 'cloud' ? listenHost : '0.0.0.0', port, underlayMtu: udp.underlayMtu, identityKeyPem: credentials.keyPem });
+    const wanted = role === 'cloud' ? udp.port : saved.port;
+    const datagrams = new DatagramPath(components, init(wanted));
+    try {
+      await datagrams.start();
+      return datagrams;
+    } catch (err) {
+      datagrams.close();
+      if (role === 'cloud' || wanted === 0) throw err;
+      this.#c.log.warn('the UDP port of the last run is taken: peers learn the new one from the relay or the controller', { port: wanted });
+      const fresh = new DatagramPath(components, init(0));
+      await fresh.start();
+      return fresh;
+    }
   }
 
   /** A peer that dials us (an edge peer of a cloud node) with this pin. */
@@ -205,7 +234,7 @@ export class Tunnel {
     this.#plan = plan;
     if (changed) {
       endpoint.setPeers(plan.peers.map((p) => ({ id: p.name, blocks: p.blocks })));
-      this.#datagrams?.setPeers(plan.peers.map((p) => p.name));
+      this.#datagrams?.setPeers(plan.peers.map((p) => ({ id: p.name, pin: p.pin })));
       this.#c.log.info('tunnel peers', { peers: plan.peers.map((p) => `${p.name} (${p.dial ? `dial ${p.dial.host}:${p.dial.port}` : p.mode})`), skipped: plan.skipped });
       for (const p of plan.peers) this.#notePath(p.name);
     }
@@ -251,7 +280,7 @@ export class Tunnel {
           txBytes: t?.txBytes ?? 0, rxBytes: t?.rxBytes ?? 0, txPackets: t?.txPackets ?? 0, rxPackets: t?.rxPackets ?? 0,
           since: this.#pathSince.get(p.name)?.since ?? 0,
           ...(punch ? { punch: { ...punch } } : {}),
-          ...(udp ? { udp: { endpoint: udp.endpoint, usable: udp.usable } } : {}),
+          ...(udp ? { udp: { endpoint: udp.endpoint, usable: udp.usable, ...(udp.rebuildingSince !== undefined ? { rebuildingSince: udp.rebuildingSince } : {}) } } : {}),
         };
       }),
       skipped: this.#plan.skipped,

@@ -3,7 +3,8 @@
  * device and a pod behind a veth with the pods' usual MTU of 1450, one tunnel process per node with a pinned TLS
  * stream and the datagram path. Checks that pods talk over datagrams (their superpackets split to the inner MTU),
  * that spoofed sources and bad datagrams are dropped and counted and never answered, and that a TCP flow moves to the
- * stream when UDP is blocked and back when it is not, without breaking.
+ * stream when UDP is blocked and back when it is not, without breaking; and that a node restarted with no stream to
+ * its peer (the relay and the controller away) rebuilds the datagram path from its local state by hellos.
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -18,6 +19,7 @@ import { PROJECT_NODE } from '../../src/lab/agent-process.ts';
 import { selfSignedTunnelCert, spkiPin } from '../../src/adapters/pki.ts';
 import type { DatagramPathStats } from '../../src/adapters/datagram-path.ts';
 import type { TunnelNodeSpec } from '../support/tunnel-node.ts';
+import { HELLO_LEN } from '../../src/core/tunnel/hello.ts';
 
 const TUN = 'atltun0';
 const PORT = 7410;
@@ -74,12 +76,12 @@ describe('cross-site tunnel datagram path', { skip: rootSkipReason(), timeout: 1
     };
   };
 
-  const startTunnel = (self: Side, peer: Side, role: 'listen' | 'dial') => {
+  const startTunnel = (self: Side, peer: Side, role: 'listen' | 'dial' | 'alone') => {
     const spec: TunnelNodeSpec = {
       tun: TUN, keyFile: self.keyFile, certFile: self.certFile, statsFile: self.statsFile,
       peer: { id: peer.id, pin: peer.pin, blocks: [peer.block] },
-      udp: { host: self.underlay, port: UDP_PORT, underlayMtu: 1500 },
-      ...(role === 'listen' ? { listen: { host: self.underlay, port: PORT } } : { dial: { host: peer.underlay, port: PORT } }),
+      udp: { host: self.underlay, port: UDP_PORT, underlayMtu: 1500 }, udpStatePath: join(dir, `${self.id}.udp-state.json`),
+      ...(role === 'listen' ? { listen: { host: self.underlay, port: PORT } } : role === 'dial' ? { dial: { host: peer.underlay, port: PORT } } : {}),
     };
     const proc = spawn('ip', ['netns', 'exec', self.node, PROJECT_NODE, '--no-warnings', SCRIPT, JSON.stringify(spec)], { stdio: ['ignore', 'pipe', 'pipe'] });
     proc.stdout?.on('data', (d) => (self.log += d));
@@ -223,5 +225,41 @@ describe('cross-site tunnel datagram path', { skip: rootSkipReason(), timeout: 1
       inNetns(b.node, 'nft', ['delete', 'table', 'inet', 'atoll-test-udp']);
       server.kill('SIGKILL');
     }
+  });
+
+  test('a node restarted with no stream to its peer finds it again by hellos, from its local state', async () => {
+    const [a, b] = sides as [Side, Side];
+    const b0 = statsOf(b)!.udp;
+    a.proc?.kill('SIGKILL');
+    await new Promise((r) => a.proc?.once('exit', r));
+    rmSync(a.statsFile, { force: true });
+    const t0 = performance.now();
+    startTunnel(a, b, 'alone');
+    await until('node a to take the datagram path again, with no stream', () => statsOf(a)?.path === 'udp', 15_000).catch(() => assert.fail(diag()));
+    const healedMs = Math.round(performance.now() - t0);
+    sh('ip', ['-n', a.node, 'route', 'replace', b.block, 'dev', TUN]);
+    const r = inNetns(a.pod, 'ping', ['-c3', '-i0.2', '-W2', b.podIp]);
+    assert.equal(r.status, 0, `ping: ${r.stdout}${r.stderr}\n${diag()}`);
+    const sa = statsOf(a)!;
+    const sb = statsOf(b)!.udp;
+    report.push(`restarted node back on the datagram path ${healedMs} ms after its start (process start included); hellos a sent ${sa.udp.hellosSent}, b sent ${sb.hellosSent - b0.hellosSent}`);
+    assert.equal(sa.connected, false, 'node a has no stream');
+    assert.ok(sa.udp.helloKeys >= 1 && sb.helloKeys >= b0.helloKeys + 1, 'both ends agreed on keys by hellos');
+    assert.ok(sa.udp.hellosSent <= 10 && sb.hellosSent - b0.hellosSent <= 10, `too many hellos: ${sa.udp.hellosSent}, ${sb.hellosSent - b0.hellosSent}`);
+  });
+
+  test('hellos with a key no peer has are dropped unverified, never answered', async () => {
+    const [a, b] = sides as [Side, Side];
+    const d0 = statsOf(a)!.udp.dropped;
+    const code = `const s = require('node:dgram').createSocket('udp4'); let answers = 0; s.on('message', () => answers++);
+      s.bind(0, '${b.underlay}', async () => {
+        const h = Buffer.alloc(${HELLO_LEN}); h[0] = 3; h.fill(9, 12);
+        for (let i = 0; i < 5; i++) await new Promise((r) => s.send(h, ${UDP_PORT}, '${a.underlay}', r));
+        setTimeout(() => { console.log(answers); s.close(); }, 500);
+      });`;
+    const r = inNetns(b.node, PROJECT_NODE, ['-e', code]);
+    assert.equal(r.status, 0, r.stderr);
+    assert.equal(r.stdout.trim(), '0', 'something answered');
+    await until('the drops to be counted', () => statsOf(a)!.udp.dropped.helloUnknownPeer === d0.helloUnknownPeer + 5, 3000);
   });
 });

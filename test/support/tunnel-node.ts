@@ -1,6 +1,6 @@
 /**
  * A tunnel node for root tests, run inside a node namespace with `ip netns exec`: opens the TUN device, listens or
- * dials one peer over a pinned TLS stream, with `udp` also the datagram path (wired as src/agent/tunnel.ts does), and
+ * dials one peer over a pinned TLS stream (or neither: a node that must find its peer without one), with `udp` also the datagram path (wired as src/agent/tunnel.ts does), and
  * writes its counters as JSON to a file every 200 ms.
  * Argument: one JSON object (see {@link TunnelNodeSpec}).
  */
@@ -11,6 +11,7 @@ import { dialTunnel, listenTunnel } from '../../src/adapters/tunnel-dial.ts';
 import type { TunnelStream } from '../../src/adapters/tunnel-stream.ts';
 import { TunnelEndpoint } from '../../src/adapters/tunnel-endpoint.ts';
 import { DatagramPath } from '../../src/adapters/datagram-path.ts';
+import { type DatagramLocalState, DatagramStateFile } from '../../src/adapters/datagram-state-file.ts';
 import { innerMtu } from '../../src/core/tunnel/datagram.ts';
 import type { ControlMessage } from '../../src/core/tunnel/messages.ts';
 
@@ -24,6 +25,8 @@ export interface TunnelNodeSpec {
   readonly statsFile: string;
   /** The datagram path: bind this address and port; the TUN device's MTU becomes innerMtu(underlayMtu). */
   readonly udp?: { readonly host: string; readonly port: number; readonly underlayMtu: number };
+  /** With udp: the datagram path's local state file, which turns its hellos on (paths rebuilt without a stream). */
+  readonly udpStatePath?: string;
 }
 
 const spec = JSON.parse(process.argv[2] ?? '{}') as TunnelNodeSpec;
@@ -36,11 +39,13 @@ const endpoint = new TunnelEndpoint(tun, [{ id: spec.peer.id, blocks: spec.peer.
 }) }]);
 let datagrams: DatagramPath | undefined;
 if (spec.udp) {
+  const stateFile = spec.udpStatePath ? new DatagramStateFile(spec.udpStatePath) : undefined;
   datagrams = new DatagramPath({
     streamOf: (id) => endpoint.streamOf(id), publicHost: () => '', onPacket: (id, pkt) => endpoint.fromDatagram(id, pkt),
-  }, spec.udp);
+    ...(stateFile ? { state: { load: () => stateFile.load(), save: (s: DatagramLocalState) => stateFile.save(s) } } : {}),
+  }, { ...spec.udp, ...(stateFile ? { identityKeyPem: credentials.keyPem } : {}) });
   await datagrams.start();
-  datagrams.setPeers([spec.peer.id]);
+  datagrams.setPeers([{ id: spec.peer.id, pin: spec.peer.pin }]);
   endpoint.useDatagrams(datagrams);
 }
 endpoint.start();

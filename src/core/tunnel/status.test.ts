@@ -33,4 +33,7 @@ test('atoll peers: a row per peer with path, rtt, traffic, age and punch count; 
     punch: { attempts: 1, successes: 0, lastError: 'timed out' }, udp: { endpoint: '198.51.100.9:8476', usable: true } }], skipped: [], dropped: { 'udp.replayed': 2 } }, now);
   assert.match(udp[1]!, /^b-3\s+edge\s+udp 198\.51\.100\.9:8476\s+-/);
   assert.deepEqual(udp.slice(2), ['dropped packets: udp.replayed 2'], 'a failed TCP punch is no news while datagrams flow');
+  const rebuilding = renderPeers({ role: 'edge', peers: [{ name: 'b-4', role: 'edge', mode: 'punch', path: 'down', txBytes: 0, rxBytes: 0, txPackets: 0, rxPackets: 0, since: now - 9000,
+    punch: { attempts: 1, successes: 0, lastError: 'the relay is unreachable' }, udp: { endpoint: '198.51.100.9:40123', usable: false, rebuildingSince: now - 7000 } }], skipped: [], dropped: {} }, now);
+  assert.deepEqual(rebuilding.slice(2), ['b-4: rebuilding the path without the relay for 7s: hellos to 198.51.100.9:40123']);
 });

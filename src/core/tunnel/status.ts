@@ -22,8 +22,11 @@ export interface TunnelPeerStatus {
   /** Since when the path is what it is (ms since epoch; 0 when unknown). */
   readonly since: number;
   readonly punch?: { readonly attempts: number; readonly successes: number; readonly lastError: string };
-  /** The datagram path (with tunnel.udp): the peer's UDP address and whether datagrams flow both ways now. */
-  readonly udp?: { readonly endpoint: string | undefined; readonly usable: boolean };
+  /**
+   * The datagram path (with tunnel.udp): the peer's UDP address, whether datagrams flow both ways now, and since when
+   * (ms since epoch) hellos are rebuilding it with no stream to help (the relay and the controller away).
+   */
+  readonly udp?: { readonly endpoint: string | undefined; readonly usable: boolean; readonly rebuildingSince?: number };
 }
 
 export interface TunnelStatus {
@@ -90,7 +93,9 @@ export function renderPeers(st: TunnelStatus, now: number): string[] {
   if (st.peers.length === 0) out.push('(no tunnel peers)');
   if (st.relay) out.push(`relay ${st.relay.address}: ${st.relay.connected ? `connected${st.relay.rttMs === undefined ? '' : `, rtt ${st.relay.rttMs.toFixed(1)} ms`}` : 'NOT connected'}`);
   for (const p of st.peers) {
-    if (p.punch?.lastError && p.path !== 'direct' && p.path !== 'udp') out.push(`${p.name}: last hole punch failed: ${p.punch.lastError}`);
+    const rebuilding = p.udp?.rebuildingSince;
+    if (rebuilding !== undefined) out.push(`${p.name}: rebuilding the path without the relay for ${age(now - rebuilding)}: hellos to ${p.udp?.endpoint ?? 'its last address'}`);
+    else if (p.punch?.lastError && p.path !== 'direct' && p.path !== 'udp') out.push(`${p.name}: last hole punch failed: ${p.punch.lastError}`);
   }
   for (const s of st.skipped) out.push(`no path to ${s.name}: ${s.reason}`);
   const drops = Object.entries(st.dropped).filter(([, n]) => n > 0);
