@@ -38,11 +38,20 @@ let steady: SteadyClock | undefined;
  */
 export const steadyClock: Clock = () => {
   if (!steady) {
-    const clock = new SteadyClock(() => performance.now(), STEADY_MAX_STEP_MS);
+    const clock = new SteadyClock(() => performance.now(), STEADY_MAX_STEP_MS, () => Date.now());
     steady = clock;
     setInterval(() => clock.now(), STEADY_TICK_MS).unref();
   }
   return steady.now();
+};
+
+/**
+ * Milliseconds since the epoch less the wall clock's jumps this process saw (src/core/steady-clock.ts): what the age
+ * of a wall-clock stamp is read on, so a clock stepped by days expires nothing.
+ */
+export const jumpFreeWallClock: Clock = () => {
+  steadyClock();
+  return (steady as SteadyClock).wallNow();
 };
 
 /** Clock jumps the steady clock has taken out so far, and their total in ms. */

@@ -40,6 +40,8 @@ export interface AgentComponents {
   readonly ip: IpRoute2;
   readonly log: Logger;
   readonly clock: Clock;
+  /** What reservations' ages are read on (see PodNetworkComponents.ageClock). */
+  readonly ageClock?: Clock;
 }
 
 /** The agent's version, as it reports it in its node record (`agentVersion`). */
@@ -155,7 +157,7 @@ export class Agent {
     }
     initNetns();
     this.#pods = new PodNetwork(
-      { ip: this.#c.ip, store: new FsIpamStore(cfg.dataDir, cfg.network), log: log.child('pods'), clock: this.#c.clock },
+      { ip: this.#c.ip, store: new FsIpamStore(cfg.dataDir, cfg.network), log: log.child('pods'), clock: this.#c.clock, ageClock: this.#c.ageClock },
       { nodeName: cfg.nodeName, network: cfg.network, bridge: cfg.bridge, mtu, blocks, reservationTtlMs: cfg.reservationTtl },
     );
     await this.#pods.start();

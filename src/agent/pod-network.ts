@@ -26,7 +26,13 @@ export interface PodNetworkComponents {
   readonly ip: IpRoute2;
   readonly store: FsIpamStore;
   readonly log: Logger;
+  /** Stamps allocations and releases (ms since the epoch). */
   readonly clock: Clock;
+  /**
+   * What reservations' ages are read on (the plain clock when absent): the agent's is the wall clock less the jumps
+   * it saw (src/adapters/timers.ts jumpFreeWallClock), so a clock stepped by days expires no reservation.
+   */
+  readonly ageClock?: Clock;
 }
 
 export interface PodNetworkInit {
@@ -331,7 +337,7 @@ export class PodNetwork implements PodNetworkPort {
     await this.#lock.run(async () => {
       const gone = this.#ipam.planReleaseAllBut((r) => this.#inFlight.has(`${r.containerId}/${r.ifName}`) || present.has(hostVethName(r.containerId, r.ifName)), now);
       const released = this.#commit(gone); // applied in memory now, so the expiry below is planned on top of it
-      const expired = this.#commit(this.#ipam.planExpire(now, this.#init.reservationTtlMs));
+      const expired = this.#commit(this.#ipam.planExpire(this.#c.ageClock?.() ?? now, this.#init.reservationTtlMs));
       await Promise.all([released, expired]);
       if (gone.length > 0) this.#c.log.info('released allocations whose pod network is gone', { count: gone.length });
     });

@@ -5,6 +5,7 @@ import { asAtollError } from '../core/errors.ts';
 import { loadAgentConfig } from '../config/agent-config.ts';
 import { jsonLogger } from '../adapters/json-logger.ts';
 import { IpRoute2 } from '../adapters/iproute2.ts';
+import { jumpFreeWallClock } from '../adapters/timers.ts';
 import { Agent } from '../agent/agent.ts';
 import { parseCommand, UsageError, usageExitCode } from './usage.ts';
 
@@ -67,7 +68,7 @@ async function runAgent(argv: string[]): Promise<number> {
   const flags = serviceFlags('atoll agent', AGENT_USAGE, argv);
   const log = jsonLogger({ level: flags.logLevel }).child('agent');
   const config = loadAgentConfig(flags.config);
-  const agent = new Agent({ ip: new IpRoute2(), log, clock: Date.now }, config);
+  const agent = new Agent({ ip: new IpRoute2(), log, clock: Date.now, ageClock: jumpFreeWallClock }, config);
   await agent.start();
   await new Promise<void>((resolve) => {
     const stop = () => resolve();

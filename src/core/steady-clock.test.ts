@@ -55,3 +55,27 @@ test('a step just within the largest is time passing; just above it, a jump', ()
   assert.equal(c.now() - t0, 2000);
   assert.equal(c.jumps, 1);
 });
+
+test('the wall clock less its jumps: a jump of the wall clock alone, or of both clocks, does not age stamps', () => {
+  const mono = manual(5000);
+  const wall = manual(1_700_000_000_000);
+  const c = new SteadyClock(mono.clock, 2000, wall.clock);
+  const stamp = c.wallNow();
+  for (let i = 0; i < 4; i++) {
+    mono.add(250);
+    wall.add(250);
+    c.now();
+  }
+  wall.add(8 * 86_400_000); // an NTP step: the wall clock alone
+  mono.add(250);
+  wall.add(250);
+  assert.equal(c.wallNow() - stamp, 1250);
+  mono.add(8 * 86_400_000); // both (a VM restored, libfaketime)
+  wall.add(8 * 86_400_000);
+  assert.equal(c.wallNow() - stamp, 1250);
+  mono.add(1000);
+  wall.add(1000);
+  assert.equal(c.wallNow() - stamp, 2250, 'time passing still counts');
+  wall.add(-3 * 86_400_000); // stepped back
+  assert.equal(c.wallNow() - stamp, 2250);
+});

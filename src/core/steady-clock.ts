@@ -10,37 +10,58 @@
  * answer them are declared dead. A stall of the process itself (a long garbage collection, a host starved of CPU)
  * looks the same and is treated the same, which is right: nothing could be heard while it lasted.
  *
- * Not for what must follow real time across restarts (IP reservations, certificate validity): those keep the wall
- * clock, which is the only one that survives a reboot.
+ * Given the wall clock too, it also keeps the wall clock's jumps (a step of the wall clock that the steady time did not
+ * make): {@link wallNow} is the wall clock less them, for reading the age of what was stamped with the wall clock (IP
+ * reservations): a jump of days then expires nothing; only time this process saw pass counts. Stamps themselves keep
+ * the plain wall clock, the only one that survives a reboot. (A suspend is a jump here too, so what expires while
+ * the process lives errs on the side of lasting longer.)
  */
 import type { Clock } from './ports.ts';
 
 export class SteadyClock {
   readonly #raw: Clock;
+  readonly #wall: Clock | undefined;
   readonly #maxStepMs: number;
   #last: number;
+  #lastWall: number;
   #offset = 0;
+  #wallOffset = 0;
   /** Jumps taken out so far, and their total (ms; a backwards jump counts its size). */
   jumps = 0;
   jumpedMs = 0;
 
   /** `maxStepMs`: the largest step between two readings that is time passing; read at least that often (see {@link tick}). */
-  constructor(raw: Clock, maxStepMs: number) {
+  constructor(raw: Clock, maxStepMs: number, wall?: Clock) {
     this.#raw = raw;
+    this.#wall = wall;
     this.#maxStepMs = maxStepMs;
     this.#last = raw();
+    this.#lastWall = wall?.() ?? 0;
   }
 
   /** The steady time, ms: the raw clock less every jump seen. Never goes backwards. */
   now(): number {
     const raw = this.#raw();
     const step = raw - this.#last;
-    if (step < 0 || step > this.#maxStepMs) {
+    const credited = step < 0 || step > this.#maxStepMs ? 0 : step;
+    if (credited !== step) {
       this.#offset += step;
       this.jumps++;
       this.jumpedMs += Math.abs(step);
     }
     this.#last = raw;
+    if (this.#wall) {
+      const wall = this.#wall();
+      const wallJump = wall - this.#lastWall - credited;
+      if (Math.abs(wallJump) > this.#maxStepMs) this.#wallOffset += wallJump;
+      this.#lastWall = wall;
+    }
     return raw - this.#offset;
+  }
+
+  /** The wall clock less the jumps of it seen (read as often as {@link now}; without a wall clock, NaN). */
+  wallNow(): number {
+    this.now();
+    return this.#wall ? this.#lastWall - this.#wallOffset : Number.NaN;
   }
 }
