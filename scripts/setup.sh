@@ -5,7 +5,7 @@ set -eu
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES="iproute2 nftables iptables iputils-ping util-linux gcc libc6-dev make time iperf3 ethtool openssl etcd-server etcd-client \
-containerd runc containernetworking-plugins busybox-static prometheus curl"
+containerd runc containernetworking-plugins busybox-static prometheus curl conntrack libfaketime"
 
 missing=""
 for p in $APT_PACKAGES; do

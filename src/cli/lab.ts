@@ -108,7 +108,7 @@ async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> 
   const uninstall = lab.installCleanupHandlers(runs);
   const t0 = performance.now();
   const keepLogs = values['keep-logs'];
-  const running = await lab.labUp(spec, { say, keepLogs, pods, runs, kubernetes: values.kubernetes });
+  const running = await lab.labUp(spec, { say, keepLogs, pods, runs, kubernetes: values.kubernetes, fakeClocks: faultList.faults.includes('clock-jump') });
   const describe = {
     runId: running.plan.runId, prefix: running.plan.prefix, spec, podCreation: running.podCreation, startedAt: running.state.startedAt,
     uplinkDelayBy: running.plan.delayBy,

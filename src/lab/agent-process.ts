@@ -2,7 +2,7 @@
  * An `atoll agent` as a real child process, for the lab and the demo: started behind a launcher prefix (e.g.
  * `ip netns exec NS` or `nsenter ...`), ready once its socket answers a VERSION request, stopped by PID.
  */
-import { rmSync } from 'node:fs';
+import { existsSync, rmSync, writeFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import { join } from 'node:path';
 import { encodeRequest } from '../core/cni-spec/shim-protocol.ts';
@@ -15,6 +15,20 @@ export const ATOLL_BIN = join(REPO_ROOT, 'bin', 'atoll');
 /** The lab's delay line for kernels without netem (native/atoll-delay.c, built by the set-up). */
 export const DELAY_BIN = join(REPO_ROOT, 'bin', 'atoll-delay');
 export const PROJECT_NODE = join(REPO_ROOT, 'node_modules', '.bin', 'node');
+
+/** libfaketime as Debian installs it (package libfaketime), for the clock-jump fault; undefined when it is not installed. */
+export const LIBFAKETIME = ['/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1', '/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1'].find((p) => existsSync(p));
+
+/**
+ * The launcher suffix that runs a process under libfaketime with its clocks (wall and monotonic) offset by what
+ * `file` holds (`+0` to start with; `+8d` moves them 8 days ahead within a second: the cache is re-read every second).
+ * Writes `file`. Empty without libfaketime.
+ */
+export function fakeClockLauncher(file: string): string[] {
+  if (!LIBFAKETIME) return [];
+  if (!existsSync(file)) writeFileSync(file, '+0\n');
+  return ['env', `LD_PRELOAD=${LIBFAKETIME}`, `FAKETIME_TIMESTAMP_FILE=${file}`, 'FAKETIME_CACHE_DURATION=1'];
+}
 
 export interface AgentProcessInit {
   readonly configPath: string;

@@ -8,13 +8,13 @@
  * Safety: everything happens inside the run's namespaces; processes are stopped by PID (the ones the lab started);
  * every wait is bounded; a fault that throws still restores the uplink it cut.
  */
-import { readFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { asAtollError } from '../core/errors.ts';
 import {
-  type FlowResult, judgeFault, type LabFaultKind, type LabFaultResult, type LabFaultTarget, type LabPodPair, type MatrixCount, type PingReply,
-  peerCutRuleset, planFault, sampleStats, type SampleStats, uplinkCutRuleset, uplinkRestoreRuleset,
+  CLOCK_JUMP, type FlowResult, judgeFault, type LabFaultKind, type LabFaultResult, type LabFaultTarget, type LabPodPair, lostOutsideWindows, type LossWindow, type MatrixCount,
+  type PingReply, peerCutRuleset, planFault, sampleStats, type SampleStats, uplinkCutRuleset, uplinkRestoreRuleset,
 } from '../core/lab/faults.ts';
 import { NODE_DEVICES } from '../core/lab/plan.ts';
 import { LAB_NODE_DELETE_GRACE_SECONDS } from '../core/lab/kubernetes.ts';
@@ -27,14 +27,21 @@ import { Child } from '../adapters/child-process.ts';
 import { ATOLL_ROLL_TAG, checkService, crashSandbox, exposePod, KubePods, type LabKubernetes, podIps, recreateStatefulPod, rollAgents } from './lab-kube.ts';
 import { ProbeClient } from './probe.ts';
 import { ServiceProcess } from './service-process.ts';
-import { PROJECT_NODE } from './agent-process.ts';
-import { type LabOptions, type LabPodInfo, nsPath, recordProcess, runChecks, type RunningLab, waitForTunnelPaths } from './lab.ts';
+import { LIBFAKETIME, PROJECT_NODE } from './agent-process.ts';
+import { agentLauncher, type LabOptions, type LabPodInfo, nsPath, recordProcess, runChecks, type RunningLab, waitForTunnelPaths } from './lab.ts';
 
 /** How long a fault is held before it is healed. */
 const HOLD_MS: Record<LabFaultKind, number> = {
   'controller-kill': 2000, 'relay-kill': 2000, 'direct-path-cut': 8000, 'agent-restart': 500, 'offline-restart': 500, 'pod-recreate': 0, 'uplink-cut': 3000, 'uplink-flap': 0, 'node-reboot': 2000,
   'statefulset-recreate': 0, 'crash-offline': 2000, 'agent-roll': 0, 'node-delete': 0,
+  // between a site's cut and the first restart, and between restarts; after a NAT reboot (its paths must be back within
+  // 5 s); the jumped clocks (beyond every liveness deadline, 3 s, so a false "dead" would show)
+  'offline-restart-all': 2000, 'nat-reboot-offline': 6000, 'clock-jump': 8000,
 };
+/** After a NAT reboot a site's edge-to-edge paths must answer again within this long. */
+const NAT_REBOOT_WINDOW_MS = 5000;
+/** An agent's restart may cost its edge-to-edge paths this long after it serves again. */
+const RESTART_GRACE_MS = 1000;
 const FLAPS = 3;
 const FLAP_MS = 700;
 /** Bound on waiting for every sample to answer again after the heal (the edge re-dials with backoff of at most 30 s). */
@@ -203,6 +210,13 @@ class Flow {
   }
 }
 
+/** Flushes the connection tracking of `netns` (a router rebooting: its NAT forgets every mapping). */
+async function flushConntrack(netns: string): Promise<void> {
+  const proc = new Child(['ip', 'netns', 'exec', netns, 'conntrack', '-F'], { output: 'pipe' });
+  await proc.closed();
+  if (proc.exitCode !== 0) throw new Error(`conntrack -F in ${netns} failed (status ${proc.exitCode}); is conntrack installed (apt install conntrack)?`);
+}
+
 /** The first line of a (multi-line) error message. */
 const firstLine = (message: string): string => message.split('\n', 1)[0] ?? '';
 
@@ -221,6 +235,7 @@ function routerOf(lab: RunningLab, site: string): string {
   return ns.name;
 }
 
+const cutFromCloud = (lab: RunningLab, site: string, cloud: readonly string[]) => nft.apply(peerCutRuleset(cloud, 'cut off from the cloud'), { netns: nsPath(routerOf(lab, site)) });
 const cutUplink = (lab: RunningLab, site: string) => nft.apply(uplinkCutRuleset('up0'), { netns: nsPath(routerOf(lab, site)) });
 const restoreUplink = (lab: RunningLab, site: string) => nft.apply(uplinkRestoreRuleset(), { netns: nsPath(routerOf(lab, site)) });
 
@@ -250,7 +265,7 @@ async function restartAgent(lab: RunningLab, node: string, beforeStart?: () => P
   if (!agent || !n) throw new Error(`no agent for node ${node}`);
   await agent.stop('SIGKILL');
   await beforeStart?.();
-  const starting = agent.start(lab.podRuntime.agentLauncher(n), 30_000);
+  const starting = agent.start(agentLauncher(lab, n), 30_000);
   recordProcess(lab, `agent ${node} (restarted)`, agent.pid);
   await starting;
 }
@@ -431,6 +446,10 @@ async function runFault(lab: RunningLab, target: LabFaultTarget, say: (l: string
   let heldMs = 0;
   let pathsBackMs: number | undefined;
   let cut: string | undefined;
+  /** Where the fault may cost packets (faults with `strict` samples). */
+  const windows: LossWindow[] = [];
+  /** What is set right after the samples stopped, before the matrix after (the clock-jump fault's clocks). */
+  let afterSamples: (() => Promise<void>) | undefined;
   try {
     if (!(await waitUntil(() => pingers.every((p) => p.replies.length > 0), WARMUP_TIMEOUT_MS))) notes.push('some samples did not answer before the fault');
     for (const f of flows) f.start();
@@ -505,6 +524,41 @@ async function runFault(lab: RunningLab, target: LabFaultTarget, say: (l: string
       case 'node-delete':
         facts.push(...await deleteNode(lab, target.node, notes));
         break;
+      case 'offline-restart-all':
+        cut = target.site;
+        await cutFromCloud(lab, cut, target.cloud);
+        for (const node of target.nodes) {
+          await sleep(HOLD_MS['offline-restart-all']);
+          const killedAt = performance.now();
+          await restartAgent(lab, node);
+          windows.push({ fromMs: killedAt, toMs: performance.now() + RESTART_GRACE_MS, label: `${node}'s restart` });
+        }
+        await sleep(HOLD_MS['offline-restart-all']);
+        break;
+      case 'nat-reboot-offline': {
+        cut = target.site;
+        await cutFromCloud(lab, cut, target.cloud);
+        await sleep(1000);
+        const flushedAt = performance.now();
+        await flushConntrack(routerOf(lab, cut));
+        windows.push({ fromMs: flushedAt, toMs: flushedAt + NAT_REBOOT_WINDOW_MS, label: 'the NAT reboot' });
+        await sleep(HOLD_MS['nat-reboot-offline']);
+        break;
+      }
+      case 'clock-jump': {
+        cut = target.site;
+        await cutFromCloud(lab, cut, target.cloud);
+        await sleep(1000);
+        const files = target.nodes.map((n) => lab.clockFiles.get(n)).filter((f) => f !== undefined);
+        for (const f of files) writeFileSync(f, `${CLOCK_JUMP}\n`);
+        await sleep(HOLD_MS['clock-jump']);
+        // libfaketime cannot step a monotonic clock back (no kernel does): set the clocks right and restart the agents
+        afterSamples = async () => {
+          for (const f of files) writeFileSync(f, '+0\n');
+          for (const n of target.nodes) await restartAgent(lab, n);
+        };
+        break;
+      }
       case 'uplink-cut':
         cut = target.site;
         await cutUplink(lab, cut);
@@ -554,7 +608,11 @@ async function runFault(lab: RunningLab, target: LabFaultTarget, say: (l: string
     if (cut) await restoreUplink(lab, cut).catch((e: unknown) => notes.push(`could not restore the uplink of ${cut}: ${asAtollError(e).message}`));
   }
   const samples: SampleStats[] = [];
-  for (const p of pingers) samples.push(sampleStats(p.pair, p.replies, await p.stop(), healAt));
+  for (const p of pingers) {
+    const st = sampleStats(p.pair, p.replies, await p.stop(), healAt);
+    samples.push(target.strict ? { ...st, lostOutsideWindows: lostOutsideWindows(p.replies, windows, Number(PING_INTERVAL_S) * 1000) } : st);
+  }
+  if (afterSamples) await afterSamples().catch((err: unknown) => notes.push(`could not set the clocks right: ${firstLine(asAtollError(err).message)}`));
   const flowResults: FlowResult[] = [];
   for (const f of flows) flowResults.push(await f.stop());
   const after = await measure(lab);
@@ -588,7 +646,10 @@ export async function runFaults(lab: RunningLab, faults: readonly LabFaultKind[]
   say(`  faults: ${faults.join(', ')} (samples pinged every ${Number(PING_INTERVAL_S) * 1000} ms; the whole matrix right before and after each)`);
   const results: LabFaultResult[] = [];
   for (const kind of faults) {
-    const target = planFault(lab.plan, kind, lab.podRuntime.mode, lab.workloadPods);
+    const planned = planFault(lab.plan, kind, lab.podRuntime.mode, lab.workloadPods);
+    const target = kind === 'clock-jump' && !('skipped' in planned) && lab.clockFiles.size === 0
+      ? { kind, skipped: LIBFAKETIME ? 'the agents were not started under libfaketime (run with --faults including clock-jump)' : 'libfaketime is not installed (apt install libfaketime)' }
+      : planned;
     if ('skipped' in target) {
       results.push({ kind, description: kind, skipped: target.skipped, ok: true });
       say(`    ${kind.padEnd(16)} skipped: ${target.skipped}`);

@@ -19,7 +19,7 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { AtollError, asAtollError, atollError } from '../core/errors.ts';
 import {
-  agentConfigFor, classifyRoute, expectationOf, expectedPath, LAB_NETNS_PREFIX, type LabNamespace, labPrefix, type LabPath, type LabPlan, type LabSetupStep, relayConfigFor,
+  agentConfigFor, classifyRoute, expectationOf, expectedPath, LAB_NETNS_PREFIX, type LabNamespace, type LabNode, labPrefix, type LabPath, type LabPlan, type LabSetupStep, relayConfigFor,
   NODE_HOST_PATHS, NODE_KUBELET_PATHS, type ObservedRoute, planLab, renderLabSetup, runIdOfNetns,
   udpBlockedAt,
 } from '../core/lab/plan.ts';
@@ -34,7 +34,7 @@ import { Nft } from '../adapters/nft.ts';
 import { commandLine, isAlive, listNetns, NETNS_DIR, pidsInNetns, stopPid } from '../adapters/processes.ts';
 import { writeSysctl } from '../adapters/sysctl.ts';
 import { Tc } from '../adapters/tc.ts';
-import { AgentProcess, DELAY_BIN } from './agent-process.ts';
+import { AgentProcess, DELAY_BIN, fakeClockLauncher, LIBFAKETIME } from './agent-process.ts';
 import { ServiceProcess } from './service-process.ts';
 import { choosePodMode, CriPods, DirectPods, type LabContainerdRecord, type LabPodInfo, type LabPodRuntime, type LabPodsChoice } from './lab-pods.ts';
 import { readAgentStatus, readTunnelStatus, statusSocketOf } from '../adapters/status-socket.ts';
@@ -58,6 +58,11 @@ export interface LabOptions {
    * created through the API. Needs containerd (`--pods cri` or `auto` with containerd installed).
    */
   readonly kubernetes?: boolean;
+  /**
+   * The first edge site's agents run under libfaketime, their clocks moved through a file per node (the clock-jump
+   * fault, src/lab/faults.ts); nothing when libfaketime is not installed.
+   */
+  readonly fakeClocks?: boolean;
 }
 
 /** `labUp`'s options: the runs of this process, shared with the clean-up handlers, besides the common ones. */
@@ -96,6 +101,14 @@ export interface RunningLab {
   readonly atollInstall?: AtollInstall;
   /** The workloads' pods once started (`--kubernetes`, {@link checkWorkloads}), where the scheduler put them. */
   readonly workloadPods: LabWorkloadPod[];
+  /** The libfaketime file of each agent run with faked clocks ({@link LabOptions.fakeClocks}), by node. */
+  readonly clockFiles: ReadonlyMap<string, string>;
+}
+
+/** How `node`'s agent is started: behind the pod runtime's launcher, and under libfaketime when its clocks are faked. */
+export function agentLauncher(lab: Pick<RunningLab, 'podRuntime' | 'clockFiles'>, node: LabNode): string[] {
+  const file = lab.clockFiles.get(node.name);
+  return [...lab.podRuntime.agentLauncher(node), ...(file ? fakeClockLauncher(file) : [])];
 }
 
 export interface DownSummary {
@@ -379,6 +392,8 @@ interface Build {
   readonly say: (l: string) => void;
   readonly timingsMs: Record<string, number>;
   readonly agents: Map<string, AgentProcess>;
+  /** The libfaketime file of each agent run with faked clocks, by node. */
+  readonly clockFiles: Map<string, string>;
   /** The run as recorded in its state file; also `runs.active` while it is being built or runs. */
   readonly run: ActiveRun;
   /** What is under way, for the error when it fails. */
@@ -419,7 +434,10 @@ async function beginRun(spec: LabSpec, opts: LabUpOptions): Promise<Build> {
   const run: ActiveRun = { store, state, say };
   runs.active = run;
   say(`atoll lab ${runId}: ${describeLabSpec(spec)}`);
-  return { runs, store, spec, plan, mode, why, namespaces, kubernetes: opts.kubernetes ?? false, say, timingsMs: {}, agents: new Map(), run, step: 'preflight' };
+  // the clock-jump fault's site: the first edge site (src/core/lab/faults.ts), its agents under libfaketime
+  const faked = opts.fakeClocks && LIBFAKETIME ? plan.nodes.filter((n) => n.site === spec.edges[0]?.name) : [];
+  const clockFiles = new Map(faked.map((n) => [n.name, join(n.dir, 'faketime')]));
+  return { runs, store, spec, plan, mode, why, namespaces, kubernetes: opts.kubernetes ?? false, say, timingsMs: {}, agents: new Map(), clockFiles, run, step: 'preflight' };
 }
 
 /** Phase: root, the tools, and every kernel feature the spec needs, tried in a throwaway namespace. */
@@ -523,7 +541,7 @@ async function startAgents(b: Build, peers: { podRuntime: LabPodRuntime; caCertH
     writeFileSync(n.configPath, JSON.stringify(agentConfigFor(n, peers.caCertHash, { plan: plan.relay, pin: peers.relayPin }), null, 2));
     const agent = new AgentProcess({ configPath: n.configPath, socketPath: n.socketPath, logPath: n.logPath, detached: true });
     agents.set(n.name, agent);
-    const starting = agent.start(peers.podRuntime.agentLauncher(n), 30_000);
+    const starting = agent.start(agentLauncher({ podRuntime: peers.podRuntime, clockFiles: b.clockFiles }, n), 30_000);
     recordStarted(b, `agent ${n.name}`, agent.pid);
     await starting;
   });
@@ -630,7 +648,7 @@ export async function labUp(spec: LabSpec, opts: LabUpOptions): Promise<RunningL
       return {
         plan: b.plan, store: b.store, caCertHash: install.caCertHash, pods, podRuntime, podCreation: podRuntime.description,
         timingsMs: b.timingsMs, relayPin: install.relayPin, kubernetes: kube, atollInstall: install, workloadPods: [],
-        agents: b.agents, runs: b.runs, state: b.run.state,
+        agents: b.agents, runs: b.runs, state: b.run.state, clockFiles: b.clockFiles,
       };
     }
     const { controller, caCertHash, podRuntime } = await startControllerAndPods(b);
@@ -641,7 +659,7 @@ export async function labUp(spec: LabSpec, opts: LabUpOptions): Promise<RunningL
     b.timingsMs.up = since(t0);
     return {
       plan: b.plan, store: b.store, caCertHash, pods, podRuntime, podCreation: podRuntime.description,
-      timingsMs: b.timingsMs, controller, relay, relayPin, agents: b.agents, runs: b.runs, state: b.run.state, workloadPods: [],
+      timingsMs: b.timingsMs, controller, relay, relayPin, agents: b.agents, runs: b.runs, state: b.run.state, workloadPods: [], clockFiles: b.clockFiles,
     };
   } catch (err) {
     throw await abandonRun(b, err, opts.keepLogs);

@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { judgeFault, LAB_FAULTS, type LabFaultKind, type LabFaultTarget, type LabFaultTargetOf, parseFaultList, peerCutRuleset, planFault, renderFaults, sampleStats, uplinkCutRuleset } from './faults.ts';
+import { judgeFault, LAB_FAULTS, type LabFaultKind, type LabFaultTarget, type LabFaultTargetOf, lostOutsideWindows, parseFaultList, peerCutRuleset, planFault, renderFaults, sampleStats, uplinkCutRuleset } from './faults.ts';
 import { planLab } from './plan.ts';
 import { DEFAULT_LAB_SPEC, type LabSpec } from './spec.ts';
 
@@ -148,4 +148,45 @@ test('node-delete takes the last node of the first edge site (not the other faul
   const one = plan({ ...DEFAULT_LAB_SPEC, edges: DEFAULT_LAB_SPEC.edges.map((e) => ({ ...e, nodes: 1 })) });
   assert.ok('skipped' in planFault(one, 'node-delete', 'kubernetes'), 'a single-node edge site is the other faults\' target');
   assert.ok('skipped' in planFault(p, 'node-delete', 'cri'));
+});
+
+test('the faults of a site cut off from the cloud (#16): its hole-punched pairs both ways and a VXLAN pair that may lose nothing; they need --udp', () => {
+  const streams = plan(DEFAULT_LAB_SPEC);
+  for (const kind of ['offline-restart-all', 'nat-reboot-offline', 'clock-jump'] as const) {
+    const f = planFault(streams, kind);
+    assert.ok('skipped' in f && f.skipped.includes('--udp'), kind);
+  }
+  const p = plan({ ...DEFAULT_LAB_SPEC, tunnelUdp: true });
+  const all = targetOf(p, 'offline-restart-all');
+  assert.equal(all.site, 'a');
+  assert.deepEqual(all.nodes, ['a-1', 'a-2']);
+  assert.deepEqual(all.cloud, ['198.51.100.2', '192.0.2.0/24']);
+  assert.deepEqual(all.strict?.lossFree, [{ from: 'a-1-p1', to: 'a-2-p1' }]);
+  assert.deepEqual(all.samples.slice(0, 3), [{ from: 'a-1-p1', to: 'b-1-p1' }, { from: 'a-2-p1', to: 'b-1-p1' }, { from: 'b-1-p1', to: 'a-1-p1' }]);
+  assert.ok(all.samples.every((s) => s.from !== s.to));
+  assert.deepEqual(targetOf(p, 'clock-jump').nodes, ['a-1', 'a-2']);
+  assert.ok('skipped' in planFault(p, 'nat-reboot-offline', 'kubernetes'));
+  assert.match(peerCutRuleset(all.cloud, 'cut off from the cloud'), /ip saddr 198\.51\.100\.2 drop\n {4}ip daddr 198\.51\.100\.2 drop\n {4}ip saddr 192\.0\.2\.0\/24 drop/);
+});
+
+test('loss windows: a run of lost packets counts only when it lies outside every window', () => {
+  const replies = (seqs: number[], at: (s: number) => number) => seqs.map((seq) => ({ seq, atMs: at(seq), rttMs: 1 }));
+  const at = (s: number) => s * 100 + 1;
+  // packets 11..20 lost while an agent restarted from 1000 to 1900 (+ 1 s grace)
+  const r = replies([...Array.from({ length: 10 }, (_, i) => i + 1), ...Array.from({ length: 10 }, (_, i) => i + 21)], at);
+  assert.equal(lostOutsideWindows(r, [{ fromMs: 1000, toMs: 2900, label: 'restart' }], 100), 0);
+  assert.equal(lostOutsideWindows(r, [{ fromMs: 1500, toMs: 2900, label: 'restart' }], 100), 10, 'the loss began before the window');
+  assert.equal(lostOutsideWindows(r, [{ fromMs: 1000, toMs: 1500, label: 'restart' }], 100), 10, 'and ended after it');
+  assert.equal(lostOutsideWindows(r, [], 100), 10);
+  assert.equal(lostOutsideWindows(replies([3, 4, 5], at), [], 100), 0, 'the warm-up before the first reply does not count');
+});
+
+test('judging a fault with strict samples: a VXLAN pair may lose nothing, the others nothing outside the windows', () => {
+  const target = targetOf(plan({ ...DEFAULT_LAB_SPEC, tunnelUdp: true }), 'nat-reboot-offline');
+  const m = { ok: true, shouldWork: 10, working: 10 };
+  const sample = (from: string, to: string, sent: number, received: number, lostOutside: number) => ({ from, to, sent, received, lossPct: 0, late: 0, maxGapMs: 0, convergenceMs: 0, lostOutsideWindows: lostOutside });
+  const judge = (samples: ReturnType<typeof sample>[]) => judgeFault(target, { before: m, after: m, samples, heldMs: 1, durationMs: 1, notes: [] });
+  assert.equal(judge([sample('a-1-p1', 'b-1-p1', 100, 90, 0), sample('a-1-p1', 'a-2-p1', 100, 100, 0)]).ok, true);
+  assert.deepEqual(judge([sample('a-1-p1', 'b-1-p1', 100, 90, 3), sample('a-1-p1', 'a-2-p1', 100, 99, 0)]).notes, [
+    'a-1-p1 -> b-1-p1 lost 3 packets outside the fault\'s allowed windows', 'a-1-p1 -> a-2-p1 lost 1 packets; it should lose none']);
 });

@@ -12,11 +12,11 @@ import { CLOUD_SITE } from './spec.ts';
 import { expectationOf, expectedPath, type LabPath, type LabPlan } from './plan.ts';
 
 export type LabFaultKind = 'controller-kill' | 'relay-kill' | 'direct-path-cut' | 'agent-restart' | 'offline-restart' | 'pod-recreate' | 'uplink-cut' | 'uplink-flap' | 'node-reboot'
-  | 'statefulset-recreate' | 'crash-offline' | 'agent-roll' | 'node-delete';
+  | 'offline-restart-all' | 'nat-reboot-offline' | 'clock-jump' | 'statefulset-recreate' | 'crash-offline' | 'agent-roll' | 'node-delete';
 
 /** Every fault, in the order `--faults all` runs them. */
 export const LAB_FAULTS: readonly LabFaultKind[] = Object.freeze(['controller-kill', 'relay-kill', 'direct-path-cut', 'agent-restart', 'offline-restart', 'pod-recreate', 'uplink-cut', 'uplink-flap', 'node-reboot',
-  'statefulset-recreate', 'crash-offline', 'agent-roll', 'node-delete']);
+  'offline-restart-all', 'nat-reboot-offline', 'clock-jump', 'statefulset-recreate', 'crash-offline', 'agent-roll', 'node-delete']);
 
 /** Faults through Kubernetes, only with `--kubernetes` (`all` without it leaves them out). */
 export const LAB_KUBERNETES_FAULTS: readonly LabFaultKind[] = Object.freeze(['statefulset-recreate', 'crash-offline', 'agent-roll', 'node-delete']);
@@ -54,6 +54,12 @@ interface LabFaultWatch {
   readonly flows: readonly LabPodPair[];
   /** Whether the samples are expected to keep answering while the fault lasts (the agents work offline). */
   readonly lossless: boolean;
+  /**
+   * Faults of a site cut off from the cloud: samples that may lose nothing at all (same-site VXLAN pairs), and whether
+   * the others may lose packets only inside the fault's windows (an agent's restart and 1 s after it; 5 s after a NAT
+   * reboot; none for a clock jump), which the run records.
+   */
+  readonly strict?: { readonly lossFree: readonly LabPodPair[] };
 }
 
 /** Whom each kind of fault hits. */
@@ -76,6 +82,12 @@ interface LabFaultHits {
   readonly 'agent-roll': object;
   /** `node` taken out of the cluster for good (its kubelet and containerd stopped, `kubectl delete node`). */
   readonly 'node-delete': { readonly node: string };
+  /** `site` cut off from every cloud address (`cloud`, its router's drop rule), then each agent of `nodes` restarted in turn. */
+  readonly 'offline-restart-all': { readonly site: string; readonly cloud: readonly string[]; readonly nodes: readonly string[] };
+  /** `site` cut off from the cloud, then its router's connection tracking flushed (its NAT rebooted). */
+  readonly 'nat-reboot-offline': { readonly site: string; readonly cloud: readonly string[] };
+  /** `site` cut off from the cloud, then the clocks (wall and monotonic) of its `nodes`' agents jump by days. */
+  readonly 'clock-jump': { readonly site: string; readonly cloud: readonly string[]; readonly nodes: readonly string[] };
 }
 
 /** The target of one kind of fault: whom it hits and what is watched while it lasts. */
@@ -211,6 +223,10 @@ export function planFault(plan: LabPlan, kind: LabFaultKind, pods: 'cri' | 'dire
       return { kind, node: gone.name, lossless: true, flows: [], samples: pairs([[cloudPod, stays(nodePods[0])], [stays(nodePods[0]), cloudPod], [stays(sitePods[0]), stays(nodePods[1])]]),
         description: `node ${gone.name} taken out of the cluster: its kubelet and containerd stopped (the machine off), \`kubectl delete node ${gone.name}\`; the controller releases its blocks and every other node drops their routes` };
     }
+    case 'offline-restart-all':
+    case 'nat-reboot-offline':
+    case 'clock-jump':
+      return planOfflineEdgeFault(plan, kind, pods, pairs);
     case 'uplink-cut':
     case 'uplink-flap':
     case 'node-reboot': {
@@ -233,23 +249,71 @@ export function planFault(plan: LabPlan, kind: LabFaultKind, pods: 'cri' | 'dire
   }
 }
 
+/**
+ * The target of a fault of the first edge site cut off from the cloud: its hole-punched pairs both ways (the paths
+ * that must heal without the relay) and a same-site VXLAN pair (which must not notice).
+ */
+function planOfflineEdgeFault(plan: LabPlan, kind: LabFaultKind, pods: 'cri' | 'direct' | 'kubernetes',
+  pairs: (list: readonly (readonly [string | undefined, string | undefined])[]) => LabPodPair[]): LabFaultTarget | LabFaultSkipped {
+  if (pods === 'kubernetes') return { kind, skipped: 'with --kubernetes the chart\'s pods run the agents: this fault restarts or re-clocks the lab\'s own agent processes' };
+  if (!plan.spec.tunnelUdp) return { kind, skipped: 'it needs the datagram path (--udp): TCP streams between edge sites are rebuilt only through the relay' };
+  const site = plan.spec.edges[0]?.name;
+  const siteNodes = plan.nodes.filter((n) => n.site === site).map((n) => n.name);
+  const cloud = cloudAddresses(plan);
+  const inSite = (pod: { node: string }) => siteNodes.includes(pod.node);
+  const punched = plan.pods.flatMap((a) => plan.pods.filter((b) => inSite(a) && !inSite(b) && expectedPath(plan, a.node, b.node) === 'tunnel hole-punched').map((b) => [a, b] as const));
+  if (!site || punched.length === 0 || cloud.length === 0) return { kind, skipped: 'no hole-punched pair from the first edge site' };
+  // one pair per node of the site, both ways where the sample budget allows
+  const firstOf = siteNodes.map((n) => punched.find(([a]) => a.node === n)).filter((x) => x !== undefined);
+  const vxlan = plan.pods.flatMap((a) => plan.pods.filter((b) => inSite(a) && inSite(b) && a.node !== b.node).map((b) => [a.name, b.name] as const))[0];
+  const lossFree = pairs(vxlan ? [vxlan] : []);
+  const edge = pairs([...firstOf.map(([a, b]) => [a.name, b.name] as const), ...firstOf.map(([a, b]) => [b.name, a.name] as const)]).slice(0, 3);
+  const samples = [...edge, ...lossFree];
+  const cut = `edge site ${site} cut off from the cloud (${cloud.join(', ')}) by its router`;
+  switch (kind) {
+    case 'offline-restart-all':
+      return { kind, site, cloud, nodes: siteNodes, samples, flows: [], lossless: false, strict: { lossFree },
+        description: `${cut}; each agent of ${site} (${siteNodes.join(', ')}) killed and started again in turn; edge-to-edge pairs may lose only inside each restart and 1 s after it, VXLAN pairs nothing` };
+    case 'nat-reboot-offline':
+      return { kind, site, cloud, samples, flows: [], lossless: false, strict: { lossFree },
+        description: `${cut}; then ${site}-router's connection tracking flushed (its NAT rebooted); edge-to-edge pairs back within 5 s, VXLAN pairs lose nothing` };
+    default:
+      return { kind: 'clock-jump', site, cloud, nodes: siteNodes, samples, flows: [], lossless: false, strict: { lossFree },
+        description: `${cut}; the clocks of ${site}'s agents (wall and monotonic, libfaketime) jump ${CLOCK_JUMP} ahead; no pair may lose anything; afterwards their clocks are set right and they are restarted` };
+  }
+}
+
+/** How far the clock-jump fault moves the clocks (libfaketime's syntax). */
+export const CLOCK_JUMP = '+8d';
+
+/** Every address of the cloud as the wan sees it: its router's and the cloud network routed behind it. */
+export function cloudAddresses(plan: LabPlan): string[] {
+  const router = routerAddress(plan, CLOUD_SITE);
+  if (!router) return [];
+  const routed = plan.routes.filter((r) => r.via === router).map((r) => r.dst);
+  return [router, ...new Set(routed)];
+}
+
 /** The public (wan) address of `site`'s router. */
 function routerAddress(plan: LabPlan, site: string): string | undefined {
   const router = `${plan.prefix}${site}-router`;
   return plan.veths.find((v) => v.b.netns === router && v.b.ifname === 'up0')?.b.address?.split('/')[0];
 }
 
-/** The ruleset that makes an edge router drop everything forwarded to or from `peer` (a public address). */
-export function peerCutRuleset(peer: string): string {
+/**
+ * The ruleset that makes an edge router drop everything forwarded to or from `peers` (public addresses or prefixes):
+ * another edge site's router (a direct path cut) or the whole cloud (a site cut off from its coordinators).
+ */
+export function peerCutRuleset(peers: string | readonly string[], what = 'direct path cut'): string {
+  const list = typeof peers === 'string' ? [peers] : peers;
   return [
     `table ip ${LAB_FAULT_NFT_TABLE}`,
     `delete table ip ${LAB_FAULT_NFT_TABLE}`,
     `table ip ${LAB_FAULT_NFT_TABLE} {`,
-    `  comment "atoll lab: direct path cut (fault)"`,
+    `  comment "atoll lab: ${what} (fault)"`,
     `  chain forward {`,
     `    type filter hook forward priority filter - 10; policy accept;`,
-    `    ip saddr ${peer} drop`,
-    `    ip daddr ${peer} drop`,
+    ...list.flatMap((p) => [`    ip saddr ${p} drop`, `    ip daddr ${p} drop`]),
     `  }`,
     `}`,
     '',
@@ -301,6 +365,35 @@ export interface SampleStats {
   readonly maxGapMs: number;
   /** From the heal to the first reply after the last lost packet; 0 when nothing was lost; undefined when it never answered again. */
   readonly convergenceMs?: number;
+  /** Faults with loss windows: packets lost outside all of them. */
+  readonly lostOutsideWindows?: number;
+}
+
+/** A stretch of time (ms, the clock of the replies) in which a fault may cost packets, e.g. an agent's restart and 1 s after it. */
+export interface LossWindow {
+  readonly fromMs: number;
+  readonly toMs: number;
+  readonly label: string;
+}
+
+/**
+ * How many packets of a sample were lost outside every window. A run of lost packets is inside a window when the
+ * reply before it came no earlier than the window's start less one ping interval (the first lost one may have left
+ * just before), and the reply after it was sent (its arrival less its round trip) no later than the window's end plus
+ * one interval. Packets before the first reply (the warm-up) do not count.
+ */
+export function lostOutsideWindows(replies: readonly PingReply[], windows: readonly LossWindow[], intervalMs: number): number {
+  const sorted = [...replies].sort((a, b) => a.seq - b.seq);
+  let lost = 0;
+  for (let i = 1; i < sorted.length; i++) {
+    const prev = sorted[i - 1] as PingReply;
+    const next = sorted[i] as PingReply;
+    const run = next.seq - prev.seq - 1;
+    if (run <= 0) continue;
+    const sentAt = next.atMs - (next.rttMs ?? 0);
+    if (!windows.some((w) => prev.atMs >= w.fromMs - intervalMs && sentAt <= w.toMs + intervalMs)) lost += run;
+  }
+  return lost;
 }
 
 /**
@@ -404,6 +497,13 @@ export function judgeFault(target: LabFaultTarget, parts: {
   if (!parts.after.ok) notes.push(`${parts.after.shouldWork - parts.after.working} of ${parts.after.shouldWork} cells that should work fail after the fault`);
   if (target.lossless && lossPct !== undefined && lossPct > 5) notes.push(`${lossPct}% loss although the data plane should not notice this fault`);
   for (const f of parts.flows ?? []) if (!f.survived) notes.push(`the TCP flow ${f.from} -> ${f.to} broke (${f.error ?? 'no echo'})`);
+  if (target.strict) {
+    for (const s of parts.samples) {
+      const free = target.strict.lossFree.some((p) => p.from === s.from && p.to === s.to);
+      if (free && s.received < s.sent) notes.push(`${s.from} -> ${s.to} lost ${s.sent - s.received} packets; it should lose none`);
+      else if (!free && (s.lostOutsideWindows ?? 0) > 0) notes.push(`${s.from} -> ${s.to} lost ${s.lostOutsideWindows} packets outside the fault's allowed windows`);
+    }
+  }
   const maxGapMs = parts.samples.length === 0 ? undefined : Math.max(...parts.samples.map((s) => s.maxGapMs));
   const convergenceMs = unrecovered.length > 0 || parts.samples.length === 0 ? undefined : Math.max(...parts.samples.map((s) => s.convergenceMs ?? 0));
   return {
