@@ -44,6 +44,7 @@ import { equalBytes, HELLO_TYPE, type HelloDrop, judgeHello, parseHello } from '
 import type { UdpKeyAck, UdpKeyMessage } from '../core/tunnel/messages.ts';
 import { VNET_HDR_LEN } from '../core/tunnel/routing.ts';
 import { atollError } from '../core/errors.ts';
+import type { Logger } from '../core/ports.ts';
 import { DatagramKey } from './aead.ts';
 import { type Ephemeral, HelloCrypto } from './datagram-hello.ts';
 import type { DatagramLocalState, DatagramPeerMemory } from './datagram-state-file.ts';
@@ -99,6 +100,8 @@ export interface DatagramPathComponents {
   readonly publicHost: () => string;
   /** An authentic packet from `peerId`: its source check and the TUN device are the caller's. A view valid during the call. */
   readonly onPacket: (peerId: string, pkt: Uint8Array) => void;
+  /** Keys agreed by hellos and paths being rebuilt are logged here. */
+  readonly log?: Logger;
   /** Where the hellos' memory lives (src/adapters/datagram-state-file.ts); with {@link DatagramPathInit.identityKeyPem}. */
   readonly state?: { load(): DatagramLocalState; save(state: DatagramLocalState): void };
 }
@@ -356,6 +359,7 @@ export class DatagramPath {
       p.send = { id: keys.send.id, key: new DatagramKey(keys.send.key, 'seal'), counter: 0, createdAt: now };
       this.#addRecvKey(peerId, p, keys.recv.id, keys.recv.key);
       this.stats.helloKeys++;
+      this.#c.log?.info('datagram keys agreed by hellos', { peer: peerId, endpoint: `${from.address}:${from.port}`, rebuildingForMs: p.rebuildingSince === undefined ? 0 : Date.now() - p.rebuildingSince });
     }
     if (v.derive) {
       // it echoed our key: it hears us, and we hear it
@@ -402,6 +406,7 @@ export class DatagramPath {
         continue;
       }
       if (p.rebuildingSince === undefined) {
+        this.#c.log?.info('rebuilding the datagram path with hellos (no usable path, no stream)', { peer: id, endpoint: `${p.endpoint?.host}:${p.endpoint?.port}` });
         p.rebuildingSince = Date.now();
         p.rebuildStartedAt = now;
         p.nextHelloAt = now;

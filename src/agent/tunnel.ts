@@ -162,6 +162,7 @@ export class Tunnel {
       streamOf: (name: string) => endpoint.streamOf(name) ?? endpoint.circuitOf(name),
       publicHost: () => this.#relay?.control.publicHost ?? '',
       onPacket: (name: string, pkt: Uint8Array) => endpoint.fromDatagram(name, pkt),
+      log: this.#c.log,
       ...(file ? { state: { load: () => state, save: (s: DatagramLocalState) => file.save((state = s)) } } : {}),
     };
     const init = (port: number) => ({ host: role === 'cloud' ? listenHost : '0.0.0.0', port, underlayMtu: udp.underlayMtu, identityKeyPem: credentials.keyPem });

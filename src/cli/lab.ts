@@ -24,8 +24,10 @@ export const LAB_USAGE = `usage: atoll lab <command> [flags]
       [--prometheus] [--kubernetes]
                  up, then the connectivity matrix (every pod to every pod, ping and TCP, path and RTT),
                  \`atoll trace\` of every cell against the path measured, then the faults (default all:
-                 controller-kill, relay-kill, agent-restart, offline-restart, pod-recreate, uplink-cut,
-                 uplink-flap, node-reboot), each with loss, convergence, TCP flows
+                 controller-kill, relay-kill, direct-path-cut, agent-restart, offline-restart, pod-recreate,
+                 uplink-cut, uplink-flap, node-reboot; with --udp also the first edge site cut off from the cloud
+                 while its agents restart in turn (offline-restart-all), its NAT reboots (nat-reboot-offline)
+                 or its agents' clocks jump 8 days (clock-jump, under libfaketime)), each with loss, convergence, TCP flows
                  held across it and the matrix before and after, the report, down. Exit 0 only if every
                  allowed cell works over its path and no forbidden one does, before and after every fault
   down [RUNID] [--all]
@@ -58,7 +60,7 @@ the verdict and the faults).
                 while its site is cut off), agent-roll (the DaemonSets rolled to image tag <version>-b, built with
                 \`node scripts/image.ts --tag <version>-b\`), node-delete (the last node of the first edge site
                 switched off and \`kubectl delete node\`: its blocks released); controller-kill, relay-kill, agent-restart,
-                offline-restart and node-reboot are skipped. Needs containerd and \`make image\`.
+                offline-restart, node-reboot and the cut-off-site faults are skipped. Needs containerd and \`make image\`.
 
 flags for up and run:
 ${LAB_FLAGS_HELP}`;

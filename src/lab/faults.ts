@@ -22,6 +22,8 @@ import { removeContainerdLeftovers } from '../adapters/containerd/containerd.ts'
 import { verdictOf } from '../core/lab/report.ts';
 import { NFT_TABLE } from '../core/overlay/nft.ts';
 import { IpRoute2 } from '../adapters/iproute2.ts';
+import { readTunnelStatus, statusSocketOf } from '../adapters/status-socket.ts';
+import { renderPeers } from '../core/tunnel/status.ts';
 import { Nft } from '../adapters/nft.ts';
 import { Child } from '../adapters/child-process.ts';
 import { ATOLL_ROLL_TAG, checkService, crashSandbox, exposePod, KubePods, type LabKubernetes, podIps, recreateStatefulPod, rollAgents } from './lab-kube.ts';
@@ -208,6 +210,17 @@ class Flow {
     const error = st.err || (caughtUp ? undefined : `${st.sent - st.echoed} bytes never echoed`);
     return { ...this.pair, survived: error === undefined, sentBytes: st.sent, echoedBytes: st.echoed, maxGapMs: st.gap, ...(error ? { error } : {}) };
   }
+}
+
+/** How long the first agent of offline-restart-all stays down: past the datagram path's 3 s deadline at its peers. */
+const WATCH_DOWN_MS = 4500;
+
+/** The line of `node`'s `atoll peers` saying the path to `peer` is being rebuilt without the relay, if it says so. */
+async function rebuildingLine(lab: RunningLab, node: string, peer: string): Promise<string | undefined> {
+  const n = lab.plan.nodes.find((x) => x.name === node);
+  if (!n) return undefined;
+  const st = await readTunnelStatus(statusSocketOf(n.socketPath), 2000).catch(() => undefined);
+  return st ? renderPeers(st, Date.now()).find((l) => l.startsWith(`${peer}: rebuilding`)) : undefined;
 }
 
 /** Flushes the connection tracking of `netns` (a router rebooting: its NAT forgets every mapping). */
@@ -527,10 +540,16 @@ async function runFault(lab: RunningLab, target: LabFaultTarget, say: (l: string
       case 'offline-restart-all':
         cut = target.site;
         await cutFromCloud(lab, cut, target.cloud);
-        for (const node of target.nodes) {
+        for (const [i, node] of target.nodes.entries()) {
           await sleep(HOLD_MS['offline-restart-all']);
           const killedAt = performance.now();
-          await restartAgent(lab, node);
+          // the first agent stays down past its peers' 3 s deadline: they must show it being rebuilt (`atoll peers`)
+          await restartAgent(lab, node, i > 0 ? undefined : async () => {
+            await sleep(WATCH_DOWN_MS);
+            const seen = await rebuildingLine(lab, target.watcher, node);
+            if (seen) facts.push(`while ${node}'s agent was down, \`atoll peers\` on ${target.watcher}: ${seen}`);
+            else notes.push(`${target.watcher} did not show the path to ${node} being rebuilt without the relay`);
+          });
           windows.push({ fromMs: killedAt, toMs: performance.now() + RESTART_GRACE_MS, label: `${node}'s restart` });
         }
         await sleep(HOLD_MS['offline-restart-all']);

@@ -160,6 +160,7 @@ test('the faults of a site cut off from the cloud (#16): its hole-punched pairs 
   const all = targetOf(p, 'offline-restart-all');
   assert.equal(all.site, 'a');
   assert.deepEqual(all.nodes, ['a-1', 'a-2']);
+  assert.equal(all.watcher, 'b-1');
   assert.deepEqual(all.cloud, ['198.51.100.2', '192.0.2.0/24']);
   assert.deepEqual(all.strict?.lossFree, [{ from: 'a-1-p1', to: 'a-2-p1' }]);
   assert.deepEqual(all.samples.slice(0, 3), [{ from: 'a-1-p1', to: 'b-1-p1' }, { from: 'a-2-p1', to: 'b-1-p1' }, { from: 'b-1-p1', to: 'a-1-p1' }]);

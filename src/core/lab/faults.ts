@@ -82,8 +82,12 @@ interface LabFaultHits {
   readonly 'agent-roll': object;
   /** `node` taken out of the cluster for good (its kubelet and containerd stopped, `kubectl delete node`). */
   readonly 'node-delete': { readonly node: string };
-  /** `site` cut off from every cloud address (`cloud`, its router's drop rule), then each agent of `nodes` restarted in turn. */
-  readonly 'offline-restart-all': { readonly site: string; readonly cloud: readonly string[]; readonly nodes: readonly string[] };
+  /**
+   * `site` cut off from every cloud address (`cloud`, its router's drop rule), then each agent of `nodes` restarted in
+   * turn, the first one held down long enough that `watcher` (its hole-punched peer in another site) shows the path
+   * being rebuilt without the relay.
+   */
+  readonly 'offline-restart-all': { readonly site: string; readonly cloud: readonly string[]; readonly nodes: readonly string[]; readonly watcher: string };
   /** `site` cut off from the cloud, then its router's connection tracking flushed (its NAT rebooted). */
   readonly 'nat-reboot-offline': { readonly site: string; readonly cloud: readonly string[] };
   /** `site` cut off from the cloud, then the clocks (wall and monotonic) of its `nodes`' agents jump by days. */
@@ -272,8 +276,8 @@ function planOfflineEdgeFault(plan: LabPlan, kind: LabFaultKind, pods: 'cri' | '
   const cut = `edge site ${site} cut off from the cloud (${cloud.join(', ')}) by its router`;
   switch (kind) {
     case 'offline-restart-all':
-      return { kind, site, cloud, nodes: siteNodes, samples, flows: [], lossless: false, strict: { lossFree },
-        description: `${cut}; each agent of ${site} (${siteNodes.join(', ')}) killed and started again in turn; edge-to-edge pairs may lose only inside each restart and 1 s after it, VXLAN pairs nothing` };
+      return { kind, site, cloud, nodes: siteNodes, watcher: punched[0]![1].node, samples, flows: [], lossless: false, strict: { lossFree },
+        description: `${cut}; each agent of ${site} (${siteNodes.join(', ')}) killed and started again in turn (the first after 4 s down); edge-to-edge pairs may lose only inside each restart and 1 s after it, VXLAN pairs nothing` };
     case 'nat-reboot-offline':
       return { kind, site, cloud, samples, flows: [], lossless: false, strict: { lossFree },
         description: `${cut}; then ${site}-router's connection tracking flushed (its NAT rebooted); edge-to-edge pairs back within 5 s, VXLAN pairs lose nothing` };
