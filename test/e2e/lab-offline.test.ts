@@ -1,0 +1,67 @@
+/**
+ * `atoll lab run --udp` with the faults of an edge site cut off from the cloud (#16): its agents restarted in turn,
+ * its NAT rebooted, its agents' clocks jumped by days, all while the relay and the controller are unreachable. The
+ * edge-to-edge paths must heal without them (the datagram path's hellos), the same-site VXLAN pair must not notice.
+ * Small (a cloud node; edge a with two nodes, edge b with one, one community) and with direct CNI calls, so it runs
+ * in about a minute.
+ */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { ATOLL_BIN, LIBFAKETIME } from '../../src/lab/agent-process.ts';
+import type { LabFaultResult } from '../../src/core/lab/faults.ts';
+import { rootSkipReason } from '../support/netns.ts';
+
+const SPEC = {
+  cloudNodes: 1, podsPerNode: 1, sameSite: 'vxlan', tunnelUdp: true,
+  edges: [
+    { name: 'a', nodes: 2, community: 'x', nat: 'endpoint-independent', uplink: {} },
+    { name: 'b', nodes: 1, community: 'x', nat: 'endpoint-independent', uplink: {} },
+  ],
+};
+
+function skipReason(): string | false {
+  return rootSkipReason() || (LIBFAKETIME ? false : 'needs libfaketime (make setup)') || (existsSync('/usr/sbin/conntrack') ? false : 'needs conntrack (make setup)');
+}
+
+test('a site cut off from the cloud: its agents restarted in turn, its NAT rebooted, its clocks jumped by days; edge paths heal without the relay', { skip: skipReason(), timeout: 240_000 }, async () => {
+  const tmp = mkdtempSync(join(tmpdir(), 'atoll-lab-offline-'));
+  try {
+    const specFile = join(tmp, 'spec.json');
+    const json = join(tmp, 'report.json');
+    writeFileSync(specFile, JSON.stringify(SPEC));
+    const res = await new Promise<{ code: number | null; out: string }>((resolve) => {
+      const child = spawn(ATOLL_BIN, ['lab', 'run', '--spec', specFile, '--pods', 'direct', '--faults', 'offline-restart-all,nat-reboot-offline,clock-jump', '--json', json], { stdio: ['ignore', 'pipe', 'pipe'] });
+      let out = '';
+      child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+      child.stderr.on('data', (d: Buffer) => (out += d.toString()));
+      const timer = setTimeout(() => child.kill('SIGTERM'), 220_000);
+      child.on('close', (code) => {
+        clearTimeout(timer);
+        resolve({ code, out });
+      });
+    });
+    assert.equal(res.code, 0, res.out);
+    const report = JSON.parse(readFileSync(json, 'utf8')) as { faults: readonly LabFaultResult[] };
+    assert.deepEqual(report.faults.map((f) => [f.kind, f.ok, f.skipped]), [['offline-restart-all', true, undefined], ['nat-reboot-offline', true, undefined], ['clock-jump', true, undefined]], res.out);
+    const [restarts, nat, clock] = report.faults as [LabFaultResult, LabFaultResult, LabFaultResult];
+    for (const f of report.faults) {
+      const samples = f.samples ?? [];
+      // a-1 <-> b-1 both ways, a-2 -> b-1 (hole-punched), a-1 -> a-2 (VXLAN)
+      assert.deepEqual(samples.map((s) => `${s.from}>${s.to}`), ['a-1-p1>b-1-p1', 'a-2-p1>b-1-p1', 'b-1-p1>a-1-p1', 'a-1-p1>a-2-p1'], f.kind);
+      assert.ok(samples.every((s) => s.lostOutsideWindows === 0 && s.convergenceMs !== undefined), `${f.kind}: ${JSON.stringify(samples)}`);
+      assert.equal(samples[3]?.received, samples[3]?.sent, `${f.kind}: the VXLAN pair lost nothing`);
+    }
+    // the restarts did cost packets (inside their windows), and the first one was watched from the other site
+    assert.ok((restarts.lossPct ?? 0) > 0, JSON.stringify(restarts));
+    assert.match(restarts.facts?.[0] ?? '', /`atoll peers` on b-1: a-1: rebuilding the path without the relay for \d+s: hellos to 198\.51\.100\.\d+:\d+/);
+    assert.ok((clock.samples ?? []).every((s) => s.received === s.sent), `the clock jump cost nothing: ${JSON.stringify(clock.samples)}`);
+    assert.ok((nat.maxGapMs ?? Infinity) < 5000, JSON.stringify(nat));
+    assert.match(res.out, /^PASS: every fault healed/m);
+  } finally {
+    rmSync(tmp, { recursive: true, force: true });
+  }
+});
