@@ -27,7 +27,8 @@ export const LAB_USAGE = `usage: atoll lab <command> [flags]
                  controller-kill, relay-kill, direct-path-cut, agent-restart, offline-restart, pod-recreate,
                  uplink-cut, uplink-flap, node-reboot; with --udp also the first edge site cut off from the cloud
                  while its agents restart in turn (offline-restart-all), its NAT reboots (nat-reboot-offline)
-                 or its agents' clocks jump 8 days (clock-jump, under libfaketime)), each with loss, convergence, TCP flows
+                 or its agents' clocks jump 8 days (clock-jump, under libfaketime), and both edge sites take new
+                 public addresses (readdress-offline)), each with loss, convergence, TCP flows
                  held across it and the matrix before and after, the report, down. Exit 0 only if every
                  allowed cell works over its path and no forbidden one does, before and after every fault
   down [RUNID] [--all]

@@ -38,8 +38,10 @@ const HOLD_MS: Record<LabFaultKind, number> = {
   'statefulset-recreate': 0, 'crash-offline': 2000, 'agent-roll': 0, 'node-delete': 0,
   // between a site's cut and the first restart, and between restarts; after a NAT reboot (its paths must be back within
   // 5 s); the jumped clocks (beyond every liveness deadline, 3 s, so a false "dead" would show)
-  'offline-restart-all': 2000, 'nat-reboot-offline': 6000, 'clock-jump': 8000,
+  'offline-restart-all': 2000, 'nat-reboot-offline': 6000, 'clock-jump': 8000, 'readdress-offline': 8000,
 };
+/** A tunnel path that stopped working is declared dead after this long (a punched stream; the datagram path). */
+const PATH_DEAD_MS = 3000;
 /** After a NAT reboot a site's edge-to-edge paths must answer again within this long. */
 const NAT_REBOOT_WINDOW_MS = 5000;
 /** An agent's restart may cost its edge-to-edge paths this long after it serves again. */
@@ -221,6 +223,18 @@ async function rebuildingLine(lab: RunningLab, node: string, peer: string): Prom
   if (!n) return undefined;
   const st = await readTunnelStatus(statusSocketOf(n.socketPath), 2000).catch(() => undefined);
   return st ? renderPeers(st, Date.now()).find((l) => l.startsWith(`${peer}: rebuilding`)) : undefined;
+}
+
+/**
+ * Gives `site`'s router the public address `to` (CIDR) instead of `from`, as a carrier handing out a new one: the old
+ * address removed (its NAT mappings and connected route with it), the new one added, the default route put back, the
+ * rest of its connection tracking flushed.
+ */
+async function moveRouter(lab: RunningLab, site: string, from: string, to: string): Promise<void> {
+  const netns = routerOf(lab, site);
+  const gateway = lab.plan.routes.find((r) => r.netns === netns && r.dst === 'default')?.via;
+  await ip.batch([`addr del ${from} dev up0`, `addr add ${to} dev up0`, ...(gateway ? [`route replace default via ${gateway} dev up0`] : [])], { netns: nsPath(netns) });
+  await flushConntrack(netns);
 }
 
 /** Flushes the connection tracking of `netns` (a router rebooting: its NAT forgets every mapping). */
@@ -575,6 +589,25 @@ async function runFault(lab: RunningLab, target: LabFaultTarget, say: (l: string
         afterSamples = async () => {
           for (const f of files) writeFileSync(f, '+0\n');
           for (const n of target.nodes) await restartAgent(lab, n);
+        };
+        break;
+      }
+      case 'readdress-offline': {
+        cut = target.site;
+        await cutFromCloud(lab, cut, target.cloud);
+        await sleep(1000);
+        windows.push({ fromMs: performance.now(), toMs: Infinity, label: 'both ends moved: down until the cloud is back' });
+        for (const m of target.moves) await moveRouter(lab, m.site, m.from, m.to);
+        await sleep(HOLD_MS['readdress-offline'] / 2);
+        const seen = await rebuildingLine(lab, target.watcher, target.watched);
+        if (seen) facts.push(`with both ends moved and ${target.site} cut off, \`atoll peers\` on ${target.watcher}: ${seen}`);
+        else notes.push(`${target.watcher} did not show the path to ${target.watched} being rebuilt`);
+        await sleep(HOLD_MS['readdress-offline'] / 2);
+        afterSamples = async () => {
+          for (const m of target.moves) await moveRouter(lab, m.site, m.to, m.from);
+          // the moved paths look fine until their 3 s deadline: wait past it, then until every pair is back on its path
+          await sleep(PATH_DEAD_MS + 1000);
+          await waitForTunnelPaths(lab.plan, PATHS_TIMEOUT_MS);
         };
         break;
       }

@@ -2,6 +2,7 @@
  * `atoll lab run --udp` with the faults of an edge site cut off from the cloud (#16): its agents restarted in turn,
  * its NAT rebooted, its agents' clocks jumped by days, all while the relay and the controller are unreachable. The
  * edge-to-edge paths must heal without them (the datagram path's hellos), the same-site VXLAN pair must not notice.
+ * And what cannot heal so (both sites' public addresses changed meanwhile) stays down cleanly until the cloud is back.
  * Small (a cloud node; edge a with two nodes, edge b with one, one community) and with direct CNI calls, so it runs
  * in about a minute.
  */
@@ -34,7 +35,7 @@ test('a site cut off from the cloud: its agents restarted in turn, its NAT reboo
     const json = join(tmp, 'report.json');
     writeFileSync(specFile, JSON.stringify(SPEC));
     const res = await new Promise<{ code: number | null; out: string }>((resolve) => {
-      const child = spawn(ATOLL_BIN, ['lab', 'run', '--spec', specFile, '--pods', 'direct', '--faults', 'offline-restart-all,nat-reboot-offline,clock-jump', '--json', json], { stdio: ['ignore', 'pipe', 'pipe'] });
+      const child = spawn(ATOLL_BIN, ['lab', 'run', '--spec', specFile, '--pods', 'direct', '--faults', 'offline-restart-all,nat-reboot-offline,clock-jump,readdress-offline', '--json', json], { stdio: ['ignore', 'pipe', 'pipe'] });
       let out = '';
       child.stdout.on('data', (d: Buffer) => (out += d.toString()));
       child.stderr.on('data', (d: Buffer) => (out += d.toString()));
@@ -46,8 +47,9 @@ test('a site cut off from the cloud: its agents restarted in turn, its NAT reboo
     });
     assert.equal(res.code, 0, res.out);
     const report = JSON.parse(readFileSync(json, 'utf8')) as { faults: readonly LabFaultResult[] };
-    assert.deepEqual(report.faults.map((f) => [f.kind, f.ok, f.skipped]), [['offline-restart-all', true, undefined], ['nat-reboot-offline', true, undefined], ['clock-jump', true, undefined]], res.out);
-    const [restarts, nat, clock] = report.faults as [LabFaultResult, LabFaultResult, LabFaultResult];
+    assert.deepEqual(report.faults.map((f) => [f.kind, f.ok, f.skipped]), [['offline-restart-all', true, undefined], ['nat-reboot-offline', true, undefined], ['clock-jump', true, undefined],
+      ['readdress-offline', true, undefined]], res.out);
+    const [restarts, nat, clock, moved] = report.faults as [LabFaultResult, LabFaultResult, LabFaultResult, LabFaultResult];
     for (const f of report.faults) {
       const samples = f.samples ?? [];
       // a-1 <-> b-1 both ways, a-2 -> b-1 (hole-punched), a-1 -> a-2 (VXLAN)
@@ -60,6 +62,10 @@ test('a site cut off from the cloud: its agents restarted in turn, its NAT reboo
     assert.match(restarts.facts?.[0] ?? '', /`atoll peers` on b-1: a-1: rebuilding the path without the relay for \d+s: hellos to 198\.51\.100\.\d+:\d+/);
     assert.ok((clock.samples ?? []).every((s) => s.received === s.sent), `the clock jump cost nothing: ${JSON.stringify(clock.samples)}`);
     assert.ok((nat.maxGapMs ?? Infinity) < 5000, JSON.stringify(nat));
+    // both ends moved while a is cut off: down (cleanly) until the cloud is back, then healed through it
+    const edge = (moved.samples ?? []).slice(0, 3);
+    assert.ok(edge.every((s) => s.maxGapMs > 7000 && s.convergenceMs !== undefined), `the moved pairs stayed down until the heal: ${JSON.stringify(edge)}`);
+    assert.match(moved.facts?.[0] ?? '', /`atoll peers` on b-1: a-1: rebuilding the path without the relay/);
     assert.match(res.out, /^PASS: every fault healed/m);
   } finally {
     rmSync(tmp, { recursive: true, force: true });

@@ -152,7 +152,7 @@ test('node-delete takes the last node of the first edge site (not the other faul
 
 test('the faults of a site cut off from the cloud (#16): its hole-punched pairs both ways and a VXLAN pair that may lose nothing; they need --udp', () => {
   const streams = plan(DEFAULT_LAB_SPEC);
-  for (const kind of ['offline-restart-all', 'nat-reboot-offline', 'clock-jump'] as const) {
+  for (const kind of ['offline-restart-all', 'nat-reboot-offline', 'clock-jump', 'readdress-offline'] as const) {
     const f = planFault(streams, kind);
     assert.ok('skipped' in f && f.skipped.includes('--udp'), kind);
   }
@@ -166,6 +166,9 @@ test('the faults of a site cut off from the cloud (#16): its hole-punched pairs 
   assert.deepEqual(all.samples.slice(0, 3), [{ from: 'a-1-p1', to: 'b-1-p1' }, { from: 'a-2-p1', to: 'b-1-p1' }, { from: 'b-1-p1', to: 'a-1-p1' }]);
   assert.ok(all.samples.every((s) => s.from !== s.to));
   assert.deepEqual(targetOf(p, 'clock-jump').nodes, ['a-1', 'a-2']);
+  const moved = targetOf(p, 'readdress-offline');
+  assert.deepEqual(moved.moves, [{ site: 'a', from: '198.51.100.11/24', to: '198.51.100.111/24' }, { site: 'b', from: '198.51.100.12/24', to: '198.51.100.112/24' }]);
+  assert.deepEqual([moved.watcher, moved.watched], ['b-1', 'a-1']);
   assert.ok('skipped' in planFault(p, 'nat-reboot-offline', 'kubernetes'));
   assert.match(peerCutRuleset(all.cloud, 'cut off from the cloud'), /ip saddr 198\.51\.100\.2 drop\n {4}ip daddr 198\.51\.100\.2 drop\n {4}ip saddr 192\.0\.2\.0\/24 drop/);
 });

@@ -12,11 +12,11 @@ import { CLOUD_SITE } from './spec.ts';
 import { expectationOf, expectedPath, type LabPath, type LabPlan } from './plan.ts';
 
 export type LabFaultKind = 'controller-kill' | 'relay-kill' | 'direct-path-cut' | 'agent-restart' | 'offline-restart' | 'pod-recreate' | 'uplink-cut' | 'uplink-flap' | 'node-reboot'
-  | 'offline-restart-all' | 'nat-reboot-offline' | 'clock-jump' | 'statefulset-recreate' | 'crash-offline' | 'agent-roll' | 'node-delete';
+  | 'offline-restart-all' | 'nat-reboot-offline' | 'clock-jump' | 'readdress-offline' | 'statefulset-recreate' | 'crash-offline' | 'agent-roll' | 'node-delete';
 
 /** Every fault, in the order `--faults all` runs them. */
 export const LAB_FAULTS: readonly LabFaultKind[] = Object.freeze(['controller-kill', 'relay-kill', 'direct-path-cut', 'agent-restart', 'offline-restart', 'pod-recreate', 'uplink-cut', 'uplink-flap', 'node-reboot',
-  'offline-restart-all', 'nat-reboot-offline', 'clock-jump', 'statefulset-recreate', 'crash-offline', 'agent-roll', 'node-delete']);
+  'offline-restart-all', 'nat-reboot-offline', 'clock-jump', 'readdress-offline', 'statefulset-recreate', 'crash-offline', 'agent-roll', 'node-delete']);
 
 /** Faults through Kubernetes, only with `--kubernetes` (`all` without it leaves them out). */
 export const LAB_KUBERNETES_FAULTS: readonly LabFaultKind[] = Object.freeze(['statefulset-recreate', 'crash-offline', 'agent-roll', 'node-delete']);
@@ -92,6 +92,15 @@ interface LabFaultHits {
   readonly 'nat-reboot-offline': { readonly site: string; readonly cloud: readonly string[] };
   /** `site` cut off from the cloud, then the clocks (wall and monotonic) of its `nodes`' agents jump by days. */
   readonly 'clock-jump': { readonly site: string; readonly cloud: readonly string[]; readonly nodes: readonly string[] };
+  /**
+   * `site` cut off from the cloud, then every edge site's router takes a new public address (`moves`, CIDR): a pair
+   * whose both addresses changed cannot find itself without a coordinator; `watcher` shows `watched` being rebuilt
+   * meanwhile, and all heals once the cloud is back. Afterwards the addresses are moved back.
+   */
+  readonly 'readdress-offline': {
+    readonly site: string; readonly cloud: readonly string[]; readonly watcher: string; readonly watched: string;
+    readonly moves: readonly { readonly site: string; readonly from: string; readonly to: string }[];
+  };
 }
 
 /** The target of one kind of fault: whom it hits and what is watched while it lasts. */
@@ -230,6 +239,7 @@ export function planFault(plan: LabPlan, kind: LabFaultKind, pods: 'cri' | 'dire
     case 'offline-restart-all':
     case 'nat-reboot-offline':
     case 'clock-jump':
+    case 'readdress-offline':
       return planOfflineEdgeFault(plan, kind, pods, pairs);
     case 'uplink-cut':
     case 'uplink-flap':
@@ -278,6 +288,12 @@ function planOfflineEdgeFault(plan: LabPlan, kind: LabFaultKind, pods: 'cri' | '
     case 'offline-restart-all':
       return { kind, site, cloud, nodes: siteNodes, watcher: punched[0]![1].node, samples, flows: [], lossless: false, strict: { lossFree },
         description: `${cut}; each agent of ${site} (${siteNodes.join(', ')}) killed and started again in turn (the first after 4 s down); edge-to-edge pairs may lose only inside each restart and 1 s after it, VXLAN pairs nothing` };
+    case 'readdress-offline': {
+      const moves = plan.spec.edges.map((e) => ({ site: e.name, from: routerAddress(plan, e.name) })).filter((m): m is { site: string; from: string } => m.from !== undefined)
+        .map((m) => ({ site: m.site, from: `${m.from}/24`, to: `${movedAddress(m.from)}/24` }));
+      return { kind, site, cloud, watcher: punched[0]![1].node, watched: punched[0]![0].node, moves, samples, flows: [], lossless: false, strict: { lossFree },
+        description: `${cut}; then every edge site's router takes a new public address (${moves.map((m) => `${m.site} ${m.to.split('/')[0]}`).join(', ')}): with both ends moved, the edge-to-edge pairs cannot find each other without the relay, stay down cleanly and heal once the cloud is back; VXLAN pairs lose nothing; afterwards the addresses move back` };
+    }
     case 'nat-reboot-offline':
       return { kind, site, cloud, samples, flows: [], lossless: false, strict: { lossFree },
         description: `${cut}; then ${site}-router's connection tracking flushed (its NAT rebooted); edge-to-edge pairs back within 5 s, VXLAN pairs lose nothing` };
@@ -285,6 +301,12 @@ function planOfflineEdgeFault(plan: LabPlan, kind: LabFaultKind, pods: 'cri' | '
       return { kind: 'clock-jump', site, cloud, nodes: siteNodes, samples, flows: [], lossless: false, strict: { lossFree },
         description: `${cut}; the clocks of ${site}'s agents (wall and monotonic, libfaketime) jump ${CLOCK_JUMP} ahead; no pair may lose anything; afterwards their clocks are set right and they are restarted` };
   }
+}
+
+/** The address a router moves to in the readdress-offline fault: 100 above its own in the wan's /24 (edge routers sit at .11 up). */
+function movedAddress(address: string): string {
+  const parts = address.split('.');
+  return [...parts.slice(0, 3), String(Number(parts[3]) + 100)].join('.');
 }
 
 /** How far the clock-jump fault moves the clocks (libfaketime's syntax). */
