@@ -95,8 +95,9 @@ export const agentConfigSchema = z.strictObject({
     /**
      * The datagram path: packets as AES-256-GCM UDP datagrams, keyed over the TLS streams, which stay the fallback;
      * off when absent. Cloud nodes receive on `port`; edge nodes on an ephemeral port (nodes behind one NAT must not
-     * want the same outside port). `underlayMtu` bounds every datagram (the TUN device's MTU becomes at most
-     * underlayMtu - 70).
+     * want the same outside port), the same one again after a restart (kept in <dataDir>/tunnel-udp.json with the
+     * peers' last addresses, so paths heal without the relay). `underlayMtu` bounds every datagram (the TUN device's
+     * MTU becomes at most underlayMtu - 70).
      */
     udp: z.strictObject({
       port: z.number().int().min(1).max(65535).default(8477),
