@@ -344,9 +344,11 @@ export class DatagramPath {
     if (v.replayed) return this.#drop('helloReplayed');
     this.stats.hellosReceived++;
     if (v.newHandshake) {
+      // only a generation above the one on record moves the peer (a replay of its current hello after our restart
+      // makes us answer its known address, never the replayer's)
+      if (h.generation > p.seenGeneration || !p.endpoint) p.endpoint = { host: from.address, port: from.port };
       p.seenGeneration = h.generation;
       p.theirEph = h.eph.slice();
-      p.endpoint = { host: from.address, port: from.port };
       this.#remember();
     }
     if (v.renewMyEph) this.#renewEph(p);
@@ -392,21 +394,25 @@ export class DatagramPath {
   }
 
   /**
-   * Every {@link HELLO_FAST_MS}: a peer whose path is not usable and that has no stream to bring keys (the relay and
-   * the controller away, or a peer that restarted) gets hellos at its last address, fast at first, then every second,
+   * Every {@link HELLO_FAST_MS}: a peer whose path is not usable and that has no stream to bring keys, or only a silent
+   * one (the relay and the controller away, or a peer that restarted) gets hellos at its last address, fast at first, then every second,
    * until the path is usable again. Both ends do the same, so whichever restarted, the pair finds itself again as long
    * as one of the two addresses still holds.
    */
   #helloPass(): void {
     const now = steadyClock();
+    const dead = this.#init.deadAfterMs ?? DEAD_AFTER_MS;
     for (const [id, p] of this.#peers) {
-      const rebuilding = p.endpoint !== undefined && !this.#usable(p, now) && this.#c.streamOf(id) === undefined;
+      // a stream counts only while the peer answers on it: a circuit through the relay stays open for its 20 s
+      // deadline after the peer's side of it went silent
+      const stream = this.#c.streamOf(id);
+      const rebuilding = p.endpoint !== undefined && !this.#usable(p, now) && (stream === undefined || stream.silentMs >= dead);
       if (!rebuilding) {
         p.rebuildingSince = undefined;
         continue;
       }
       if (p.rebuildingSince === undefined) {
-        this.#c.log?.info('rebuilding the datagram path with hellos (no usable path, no stream)', { peer: id, endpoint: `${p.endpoint?.host}:${p.endpoint?.port}` });
+        this.#c.log?.info('rebuilding the datagram path with hellos (no usable path, no stream the peer answers on)', { peer: id, endpoint: `${p.endpoint?.host}:${p.endpoint?.port}` });
         p.rebuildingSince = Date.now();
         p.rebuildStartedAt = now;
         p.nextHelloAt = now;

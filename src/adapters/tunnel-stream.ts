@@ -171,6 +171,11 @@ export class TunnelStream extends EventEmitter {
     return this.socket.writableLength > HIGH_WATER;
   }
 
+  /** How long nothing has come from the peer, ms (its keepalives come every second). */
+  get silentMs(): number {
+    return steadyClock() - this.lastHeard;
+  }
+
   get alive(): boolean {
     return !this.dead;
   }

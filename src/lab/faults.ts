@@ -662,7 +662,8 @@ async function runFault(lab: RunningLab, target: LabFaultTarget, say: (l: string
   const samples: SampleStats[] = [];
   for (const p of pingers) {
     const st = sampleStats(p.pair, p.replies, await p.stop(), healAt);
-    samples.push(target.strict ? { ...st, lostOutsideWindows: lostOutsideWindows(p.replies, windows, Number(PING_INTERVAL_S) * 1000) } : st);
+    const outside = target.strict ? lostOutsideWindows(p.replies, windows, Number(PING_INTERVAL_S) * 1000) : undefined;
+    samples.push(outside ? { ...st, lostOutsideWindows: outside.lost, outsideRuns: outside.runs.map((r) => ({ ...r, fromMs: Math.round(r.fromMs - t0), toMs: Math.round(r.toMs - t0) })) } : st);
   }
   if (afterSamples) await afterSamples().catch((err: unknown) => notes.push(`could not set the clocks right: ${firstLine(asAtollError(err).message)}`));
   const flowResults: FlowResult[] = [];
@@ -671,6 +672,8 @@ async function runFault(lab: RunningLab, target: LabFaultTarget, say: (l: string
   const judged = judgeFault(target, {
     before: before.count, after: after.count, matrixMs: { before: before.ms, after: after.ms }, samples, flows: flowResults, ...(podStartMs.length ? { podStartMs } : {}), heldMs,
     ...(pathsBackMs !== undefined ? { pathsBackMs } : {}), beforeAgeMs, durationMs: Math.round(performance.now() - t0), notes,
+    // a window open to the end (readdress-offline) ends with the fault
+    windows: windows.map((w) => ({ ...w, fromMs: Math.round(w.fromMs - t0), toMs: Math.round(Math.min(w.toMs, performance.now()) - t0) })),
   });
   const result = facts.length > 0 ? { ...judged, facts } : judged;
   say(`    ${target.kind.padEnd(16)} ${result.ok ? 'ok  ' : 'FAIL'} convergence ${result.convergenceMs === undefined ? 'never' : `${result.convergenceMs} ms`}, paths back ${pathsBackMs === undefined ? 'never' : `${pathsBackMs} ms`}, loss ${result.lossPct ?? '-'}%, longest gap ${result.maxGapMs ?? '-'} ms, `

@@ -178,19 +178,22 @@ test('loss windows: a run of lost packets counts only when it lies outside every
   const at = (s: number) => s * 100 + 1;
   // packets 11..20 lost while an agent restarted from 1000 to 1900 (+ 1 s grace)
   const r = replies([...Array.from({ length: 10 }, (_, i) => i + 1), ...Array.from({ length: 10 }, (_, i) => i + 21)], at);
-  assert.equal(lostOutsideWindows(r, [{ fromMs: 1000, toMs: 2900, label: 'restart' }], 100), 0);
-  assert.equal(lostOutsideWindows(r, [{ fromMs: 1500, toMs: 2900, label: 'restart' }], 100), 10, 'the loss began before the window');
-  assert.equal(lostOutsideWindows(r, [{ fromMs: 1000, toMs: 1500, label: 'restart' }], 100), 10, 'and ended after it');
-  assert.equal(lostOutsideWindows(r, [], 100), 10);
-  assert.equal(lostOutsideWindows(replies([3, 4, 5], at), [], 100), 0, 'the warm-up before the first reply does not count');
+  assert.equal(lostOutsideWindows(r, [{ fromMs: 1000, toMs: 2900, label: 'restart' }], 100).lost, 0);
+  assert.equal(lostOutsideWindows(r, [{ fromMs: 1500, toMs: 2900, label: 'restart' }], 100).lost, 10, 'the loss began before the window');
+  assert.equal(lostOutsideWindows(r, [{ fromMs: 1000, toMs: 1500, label: 'restart' }], 100).lost, 10, 'and ended after it');
+  assert.deepEqual(lostOutsideWindows(r, [], 100), { lost: 10, runs: [{ fromMs: 1001, toMs: 2100, lost: 10 }] });
+  assert.equal(lostOutsideWindows(replies([3, 4, 5], at), [], 100).lost, 0, 'the warm-up before the first reply does not count');
 });
 
 test('judging a fault with strict samples: a VXLAN pair may lose nothing, the others nothing outside the windows', () => {
   const target = targetOf(plan({ ...DEFAULT_LAB_SPEC, tunnelUdp: true }), 'nat-reboot-offline');
   const m = { ok: true, shouldWork: 10, working: 10 };
-  const sample = (from: string, to: string, sent: number, received: number, lostOutside: number) => ({ from, to, sent, received, lossPct: 0, late: 0, maxGapMs: 0, convergenceMs: 0, lostOutsideWindows: lostOutside });
-  const judge = (samples: ReturnType<typeof sample>[]) => judgeFault(target, { before: m, after: m, samples, heldMs: 1, durationMs: 1, notes: [] });
+  const sample = (from: string, to: string, sent: number, received: number, lostOutside: number) => ({
+    from, to, sent, received, lossPct: 0, late: 0, maxGapMs: 0, convergenceMs: 0, lostOutsideWindows: lostOutside, outsideRuns: lostOutside ? [{ fromMs: 1000, toMs: 1400, lost: lostOutside }] : [],
+  });
+  const windows = [{ fromMs: 2000, toMs: 7000, label: 'the NAT reboot' }];
+  const judge = (samples: ReturnType<typeof sample>[]) => judgeFault(target, { before: m, after: m, samples, heldMs: 1, durationMs: 1, notes: [], windows });
   assert.equal(judge([sample('a-1-p1', 'b-1-p1', 100, 90, 0), sample('a-1-p1', 'a-2-p1', 100, 100, 0)]).ok, true);
   assert.deepEqual(judge([sample('a-1-p1', 'b-1-p1', 100, 90, 3), sample('a-1-p1', 'a-2-p1', 100, 99, 0)]).notes, [
-    'a-1-p1 -> b-1-p1 lost 3 packets outside the fault\'s allowed windows', 'a-1-p1 -> a-2-p1 lost 1 packets; it should lose none']);
+    'a-1-p1 -> b-1-p1 lost 3 packets outside the fault\'s allowed windows (3 from +1.0 s to +1.4 s; allowed: the NAT reboot +2.0 to +7.0 s)', 'a-1-p1 -> a-2-p1 lost 1 packets; it should lose none']);
 });

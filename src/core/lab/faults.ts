@@ -391,8 +391,17 @@ export interface SampleStats {
   readonly maxGapMs: number;
   /** From the heal to the first reply after the last lost packet; 0 when nothing was lost; undefined when it never answered again. */
   readonly convergenceMs?: number;
-  /** Faults with loss windows: packets lost outside all of them. */
+  /** Faults with loss windows: packets lost outside all of them... */
   readonly lostOutsideWindows?: number;
+  /** ...in these runs: from the reply before to the sending of the reply after (ms from the fault's start). */
+  readonly outsideRuns?: readonly LossRun[];
+}
+
+/** A run of lost packets: between the reply before it and the sending of the reply after it. */
+export interface LossRun {
+  readonly fromMs: number;
+  readonly toMs: number;
+  readonly lost: number;
 }
 
 /** A stretch of time (ms, the clock of the replies) in which a fault may cost packets, e.g. an agent's restart and 1 s after it. */
@@ -408,18 +417,18 @@ export interface LossWindow {
  * just before), and the reply after it was sent (its arrival less its round trip) no later than the window's end plus
  * one interval. Packets before the first reply (the warm-up) do not count.
  */
-export function lostOutsideWindows(replies: readonly PingReply[], windows: readonly LossWindow[], intervalMs: number): number {
+export function lostOutsideWindows(replies: readonly PingReply[], windows: readonly LossWindow[], intervalMs: number): { lost: number; runs: LossRun[] } {
   const sorted = [...replies].sort((a, b) => a.seq - b.seq);
-  let lost = 0;
+  const runs: LossRun[] = [];
   for (let i = 1; i < sorted.length; i++) {
     const prev = sorted[i - 1] as PingReply;
     const next = sorted[i] as PingReply;
     const run = next.seq - prev.seq - 1;
     if (run <= 0) continue;
     const sentAt = next.atMs - (next.rttMs ?? 0);
-    if (!windows.some((w) => prev.atMs >= w.fromMs - intervalMs && sentAt <= w.toMs + intervalMs)) lost += run;
+    if (!windows.some((w) => prev.atMs >= w.fromMs - intervalMs && sentAt <= w.toMs + intervalMs)) runs.push({ fromMs: prev.atMs, toMs: sentAt, lost: run });
   }
-  return lost;
+  return { lost: runs.reduce((n, r) => n + r.lost, 0), runs };
 }
 
 /**
@@ -506,12 +515,16 @@ export interface LabFaultResult {
   readonly notes?: readonly string[];
   /** `--kubernetes`: the clients (every pod and node) that reached the lab's ClusterIP Service after the fault, of all. */
   readonly service?: { readonly answered: number; readonly of: number };
+  /** Faults with loss windows: where the fault could cost packets (ms from its start). */
+  readonly windows?: readonly LossWindow[];
 }
 
 /** The result of a fault from its parts: ok when the matrix after works, every sample recovered and nothing else broke. */
 export function judgeFault(target: LabFaultTarget, parts: {
   before: MatrixCount; after: MatrixCount; matrixMs?: { before: number; after: number }; samples: readonly SampleStats[]; flows?: readonly FlowResult[]; podStartMs?: readonly number[];
   heldMs: number; pathsBackMs?: number; beforeAgeMs?: number; durationMs: number; notes: readonly string[];
+  /** Where the fault could cost packets (ms from its start). */
+  windows?: readonly LossWindow[];
 }): LabFaultResult {
   const sent = parts.samples.reduce((n, s) => n + s.sent, 0);
   const received = parts.samples.reduce((n, s) => n + s.received, 0);
@@ -527,7 +540,11 @@ export function judgeFault(target: LabFaultTarget, parts: {
     for (const s of parts.samples) {
       const free = target.strict.lossFree.some((p) => p.from === s.from && p.to === s.to);
       if (free && s.received < s.sent) notes.push(`${s.from} -> ${s.to} lost ${s.sent - s.received} packets; it should lose none`);
-      else if (!free && (s.lostOutsideWindows ?? 0) > 0) notes.push(`${s.from} -> ${s.to} lost ${s.lostOutsideWindows} packets outside the fault's allowed windows`);
+      else if (!free && (s.lostOutsideWindows ?? 0) > 0) {
+        const runs = (s.outsideRuns ?? []).map((r) => `${r.lost} from +${(r.fromMs / 1000).toFixed(1)} s to +${(r.toMs / 1000).toFixed(1)} s`).join(', ');
+        const allowed = (parts.windows ?? []).map((w) => `${w.label} +${(w.fromMs / 1000).toFixed(1)} to +${(w.toMs / 1000).toFixed(1)} s`).join(', ');
+        notes.push(`${s.from} -> ${s.to} lost ${s.lostOutsideWindows} packets outside the fault's allowed windows (${runs}; allowed: ${allowed || 'none'})`);
+      }
     }
   }
   const maxGapMs = parts.samples.length === 0 ? undefined : Math.max(...parts.samples.map((s) => s.maxGapMs));
@@ -537,7 +554,7 @@ export function judgeFault(target: LabFaultTarget, parts: {
     ...(convergenceMs !== undefined ? { convergenceMs } : {}), ...(lossPct !== undefined ? { lossPct } : {}), ...(maxGapMs !== undefined ? { maxGapMs } : {}), samples: parts.samples,
     ...(parts.flows ? { flows: parts.flows } : {}), ...(parts.podStartMs ? { podStartMs: parts.podStartMs } : {}), heldMs: parts.heldMs,
     ...(parts.pathsBackMs !== undefined ? { pathsBackMs: parts.pathsBackMs } : {}), ...(parts.beforeAgeMs !== undefined ? { beforeAgeMs: parts.beforeAgeMs } : {}),
-    durationMs: parts.durationMs, notes,
+    durationMs: parts.durationMs, notes, ...(parts.windows && parts.windows.length > 0 ? { windows: parts.windows } : {}),
   };
 }
 
