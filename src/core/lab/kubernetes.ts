@@ -114,18 +114,28 @@ export const LAB_ATOLL_NAMESPACE = 'atoll-system';
  * the chart's default.
  */
 export function labChartValues(plan: Pick<LabPlan, 'nodes'>, tag: string): Record<string, unknown> {
-  const cloud = plan.nodes.filter((n) => n.site === CLOUD_SITE);
-  const first = cloud[0];
-  if (!first) throw new Error('the lab has no cloud node for the controller and the relay');
+  const { controllers, relay } = labChartEndpoints(plan);
   const communities = [...new Set(plan.nodes.filter((n) => n.site !== CLOUD_SITE).map((n) => n.community))];
   return {
     image: { tag },
     clusterCidrs: [LAB_CLUSTER_CIDR],
     blockBits: LAB_BLOCK_BITS,
     community: communities.length === 1 ? communities[0] : '',
-    controller: { replicas: cloud.length, urls: cloud.map((n) => `https://${n.underlay}:${LAB_CONTROLLER_PORT}`), nodeDeleteGraceSeconds: LAB_NODE_DELETE_GRACE_SECONDS },
-    relay: { address: `${first.underlay}:${LAB_RELAY_PORT}`, nodeSelector: { 'kubernetes.io/hostname': first.name } },
+    controller: { replicas: controllers.length, urls: controllers.map((a) => `https://${a}`), nodeDeleteGraceSeconds: LAB_NODE_DELETE_GRACE_SECONDS },
+    relay: { address: relay.address, nodeSelector: { 'kubernetes.io/hostname': relay.node } },
   };
+}
+
+/**
+ * Where the chart's pods listen in the lab (host network): a controller replica on every cloud node, the relay on
+ * the first one. The lab's own controller and relay addresses (in the `ctl` namespace) are unused in this mode.
+ * @throws Error when the lab has no cloud node.
+ */
+export function labChartEndpoints(plan: Pick<LabPlan, 'nodes'>): { controllers: string[]; relay: { node: string; address: string } } {
+  const cloud = plan.nodes.filter((n) => n.site === CLOUD_SITE);
+  const first = cloud[0];
+  if (!first) throw new Error('the lab has no cloud node for the controller and the relay');
+  return { controllers: cloud.map((n) => `${n.underlay}:${LAB_CONTROLLER_PORT}`), relay: { node: first.name, address: `${first.underlay}:${LAB_RELAY_PORT}` } };
 }
 
 /** The lab's workloads (`lab run --kubernetes`): a Deployment with a pod on every node and a StatefulSet. */
