@@ -85,16 +85,16 @@ export function labServiceBackends<P extends Pick<LabPod, 'name' | 'node'>>(pods
   return pods.filter((p) => siteOf(p) === site);
 }
 
-/** The Kubernetes view in one line, for the picture: the API server, Nodes Ready, Pods Running, the Service's answers (pods and nodes). */
+/** The Kubernetes view in one line, for the picture: the API server, Nodes Ready, Pods Running, the Service's endpoints and answers (pods and nodes). */
 export function kubernetesLine(
   view: { readonly server: string; readonly nodes: readonly { readonly ready: boolean; readonly kubeletVersion?: string }[]; readonly pods: readonly { readonly phase?: string }[] },
-  service?: { readonly clusterIp: string; readonly port: number; readonly probes: readonly { readonly ok: boolean }[] },
+  service?: { readonly clusterIp: string; readonly port: number; readonly backends?: readonly string[]; readonly probes: readonly { readonly ok: boolean }[] },
 ): string {
   const version = view.nodes.find((n) => n.kubeletVersion)?.kubeletVersion;
   const parts = [
     `Kubernetes${version ? ` ${version}` : ''} at ${view.server.replace(/^https:\/\//, '')}: ${view.nodes.filter((n) => n.ready).length}/${view.nodes.length} Nodes Ready`,
     `${view.pods.filter((p) => p.phase === 'Running').length}/${view.pods.length} Pods Running`,
-    ...(service ? [`Service ${service.clusterIp}:${service.port} answered ${service.probes.filter((p) => p.ok).length}/${service.probes.length}`] : []),
+    ...(service ? [`Service ${service.clusterIp}:${service.port}${service.backends?.length ? ` (endpoints ${service.backends.join(', ')})` : ''} answered ${service.probes.filter((p) => p.ok).length}/${service.probes.length}`] : []),
   ];
   return parts.join(', ');
 }
