@@ -135,7 +135,7 @@ async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> 
     say(`  pod addresses:`);
     for (const p of running.pods) say(`    ${p.name.padEnd(14)} ${p.ip.padEnd(15)} ${p.enter.join(' ')} ...`);
     writeJson(values.json, describe);
-    writeSvg(values.svg, () => renderLabSvg(labSvgInputOf(running.plan, running.pods, undefined, describe.kubernetes && kubernetesLine(describe.kubernetes))));
+    writeSvg(values.svg, () => renderLabSvg(labSvgInputOf(running.plan, running.pods, undefined, describe.kubernetes ? { kubernetes: kubernetesLine(describe.kubernetes) } : {})));
     if (running.kubernetes) say(`  kubectl: ${running.kubernetes.kubectlCommand.join(' ')} get nodes`);
     if (values.detach) {
       lab.detachLab(running);
@@ -250,7 +250,7 @@ async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> 
   const v = verdictOf(cells);
   const durationMs = Math.round(performance.now() - t0);
   writeJson(values.json, { ...describe, processes: running.state.processes, durationMs, cells, summary: summarize(cells), verdict: { ...v, failures: v.failures.length }, traces, prometheus, faults, ...(service ? { service } : {}), ...(workloads ? { workloads } : {}), cleanup: down });
-  writeSvg(values.svg, () => renderLabSvg(labSvgInputOf(planAtUp, podsAtUp, cells, describe.kubernetes && kubernetesLine(describe.kubernetes, service))));
+  writeSvg(values.svg, () => renderLabSvg(labSvgInputOf(planAtUp, podsAtUp, cells, { ...(describe.kubernetes ? { kubernetes: kubernetesLine(describe.kubernetes, service) } : {}), faults })));
   say(`done in ${(durationMs / 1000).toFixed(1)} s`);
   return v.ok && faults.every((f) => f.ok) && traces.every((t) => t.ok) && (prometheus?.ok ?? true) && (service?.ok ?? true) && workloadsOk ? 0 : 1;
 }

@@ -28,11 +28,13 @@ test('the Service selects the backends\' label on the probe\'s port', () => {
   assert.equal(svc.spec.ports[0]?.port, 7777);
 });
 
-test('the Kubernetes view in one line: Nodes Ready, Pods Running, the Service\'s answers', () => {
+test('the Kubernetes view in one line: Nodes Ready, Pods Running, the Service\'s endpoints and answers', () => {
   const view = { server: 'https://192.0.2.2:6443', nodes: [{ ready: true, kubeletVersion: 'v1.34.4' }, { ready: false }], pods: [{ phase: 'Running' }, { phase: 'Pending' }] };
   assert.equal(kubernetesLine(view), 'Kubernetes v1.34.4 at 192.0.2.2:6443: 1/2 Nodes Ready, 1/2 Pods Running');
   assert.equal(kubernetesLine(view, { clusterIp: '10.96.0.9', port: 7777, probes: [{ ok: true }, { ok: false }] }),
     'Kubernetes v1.34.4 at 192.0.2.2:6443: 1/2 Nodes Ready, 1/2 Pods Running, Service 10.96.0.9:7777 answered 1/2');
+  assert.match(kubernetesLine(view, { clusterIp: '10.96.0.9', port: 7777, backends: ['b-1-p1', 'b-2-p1'], probes: [{ ok: true }] }),
+    /, Service 10\.96\.0\.9:7777 \(endpoints b-1-p1, b-2-p1\) answered 1\/1$/);
 });
 
 test('the chart\'s values for the lab: its pod range, the controller on every cloud node\'s address, the relay on the first', () => {

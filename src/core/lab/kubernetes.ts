@@ -85,16 +85,16 @@ export function labServiceBackends<P extends Pick<LabPod, 'name' | 'node'>>(pods
   return pods.filter((p) => siteOf(p) === site);
 }
 
-/** The Kubernetes view in one line, for the picture: the API server, Nodes Ready, Pods Running, the Service's answers (pods and nodes). */
+/** The Kubernetes view in one line, for the picture: the API server, Nodes Ready, Pods Running, the Service's endpoints and answers (pods and nodes). */
 export function kubernetesLine(
   view: { readonly server: string; readonly nodes: readonly { readonly ready: boolean; readonly kubeletVersion?: string }[]; readonly pods: readonly { readonly phase?: string }[] },
-  service?: { readonly clusterIp: string; readonly port: number; readonly probes: readonly { readonly ok: boolean }[] },
+  service?: { readonly clusterIp: string; readonly port: number; readonly backends?: readonly string[]; readonly probes: readonly { readonly ok: boolean }[] },
 ): string {
   const version = view.nodes.find((n) => n.kubeletVersion)?.kubeletVersion;
   const parts = [
     `Kubernetes${version ? ` ${version}` : ''} at ${view.server.replace(/^https:\/\//, '')}: ${view.nodes.filter((n) => n.ready).length}/${view.nodes.length} Nodes Ready`,
     `${view.pods.filter((p) => p.phase === 'Running').length}/${view.pods.length} Pods Running`,
-    ...(service ? [`Service ${service.clusterIp}:${service.port} answered ${service.probes.filter((p) => p.ok).length}/${service.probes.length}`] : []),
+    ...(service ? [`Service ${service.clusterIp}:${service.port}${service.backends?.length ? ` (endpoints ${service.backends.join(', ')})` : ''} answered ${service.probes.filter((p) => p.ok).length}/${service.probes.length}`] : []),
   ];
   return parts.join(', ');
 }
@@ -114,18 +114,28 @@ export const LAB_ATOLL_NAMESPACE = 'atoll-system';
  * the chart's default.
  */
 export function labChartValues(plan: Pick<LabPlan, 'nodes'>, tag: string): Record<string, unknown> {
-  const cloud = plan.nodes.filter((n) => n.site === CLOUD_SITE);
-  const first = cloud[0];
-  if (!first) throw new Error('the lab has no cloud node for the controller and the relay');
+  const { controllers, relay } = labChartEndpoints(plan);
   const communities = [...new Set(plan.nodes.filter((n) => n.site !== CLOUD_SITE).map((n) => n.community))];
   return {
     image: { tag },
     clusterCidrs: [LAB_CLUSTER_CIDR],
     blockBits: LAB_BLOCK_BITS,
     community: communities.length === 1 ? communities[0] : '',
-    controller: { replicas: cloud.length, urls: cloud.map((n) => `https://${n.underlay}:${LAB_CONTROLLER_PORT}`), nodeDeleteGraceSeconds: LAB_NODE_DELETE_GRACE_SECONDS },
-    relay: { address: `${first.underlay}:${LAB_RELAY_PORT}`, nodeSelector: { 'kubernetes.io/hostname': first.name } },
+    controller: { replicas: controllers.length, urls: controllers.map((a) => `https://${a}`), nodeDeleteGraceSeconds: LAB_NODE_DELETE_GRACE_SECONDS },
+    relay: { address: relay.address, nodeSelector: { 'kubernetes.io/hostname': relay.node } },
   };
+}
+
+/**
+ * Where the chart's pods listen in the lab (host network): a controller replica on every cloud node, the relay on
+ * the first one. The lab's own controller and relay addresses (in the `ctl` namespace) are unused in this mode.
+ * @throws Error when the lab has no cloud node.
+ */
+export function labChartEndpoints(plan: Pick<LabPlan, 'nodes'>): { controllers: string[]; relay: { node: string; address: string } } {
+  const cloud = plan.nodes.filter((n) => n.site === CLOUD_SITE);
+  const first = cloud[0];
+  if (!first) throw new Error('the lab has no cloud node for the controller and the relay');
+  return { controllers: cloud.map((n) => `${n.underlay}:${LAB_CONTROLLER_PORT}`), relay: { node: first.name, address: `${first.underlay}:${LAB_RELAY_PORT}` } };
 }
 
 /** The lab's workloads (`lab run --kubernetes`): a Deployment with a pod on every node and a StatefulSet. */

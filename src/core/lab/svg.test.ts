@@ -212,8 +212,18 @@ test('aggregateLinks: both directions of a node pair in one link, in node order,
   ]);
 });
 
-test('with --kubernetes the picture carries the Kubernetes view under the title', () => {
+test('with --kubernetes the picture carries the Kubernetes view under the title, and the controller and the relay where the chart runs them', () => {
   const p = planLab({ spec: DEFAULT_LAB_SPEC, runId: '0abc', dir: '/run/atoll-lab/0abc', bootstrapToken: 'b', adminToken: 'a', relayToken: 'r' });
-  const svg = renderLabSvg(labSvgInputOf(p, [], undefined, 'Kubernetes v1.34.4 at 192.0.2.2:6443: 6/6 Nodes Ready'));
+  const svg = renderLabSvg(labSvgInputOf(p, [], undefined, { kubernetes: 'Kubernetes v1.34.4 at 192.0.2.2:6443: 6/6 Nodes Ready' }));
   assert.match(svg, /Kubernetes v1\.34\.4 at 192\.0\.2\.2:6443: 6\/6 Nodes Ready/);
+  assert.ok(boxOf(svg, 'controller 192.0.2.11:7443, 192.0.2.12:7443'), 'a replica on each cloud node');
+  assert.ok(boxOf(svg, 'relay 192.0.2.11:8476 (cloud-1)'));
+  assert.ok(!svg.includes('192.0.2.2:7443') && !svg.includes('192.0.2.2:8476'), 'not the lab\'s own controller and relay, which do not run');
+});
+
+test('after the faults the picture says each one\'s verdict under the title', () => {
+  const p = planLab({ spec: DEFAULT_LAB_SPEC, runId: '0abc', dir: '/run/atoll-lab/0abc', bootstrapToken: 'b', adminToken: 'a', relayToken: 'r' });
+  const faults = [{ kind: 'controller-kill', ok: true, skipped: 'not here' }, { kind: 'pod-recreate', ok: true }, { kind: 'node-delete', ok: false }];
+  assert.match(renderLabSvg(labSvgInputOf(p, [], [], { faults })), />faults: pod-recreate ok, node-delete FAIL; 1 skipped</);
+  assert.ok(!renderLabSvg(labSvgInputOf(p, [], [])).includes('faults:'));
 });

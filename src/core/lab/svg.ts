@@ -16,6 +16,7 @@
  * red when a cell failed); the rest is summed up as text in each site, with a red line between the routers of edge
  * site pairs that failed. Nodes with many pods show them as dots, names in tooltips.
  */
+import { labChartEndpoints } from './kubernetes.ts';
 import { describeLabSpec } from './spec.ts';
 import type { LabPlan } from './plan.ts';
 import { escapeXml, fit, n, text, textWidth } from './svg/draw.ts';
@@ -31,11 +32,19 @@ export {
 } from './svg/model.ts';
 export { PATH_STYLE } from './svg/style.ts';
 
-/**
- * The picture's input from a lab plan, the pods' addresses, (after `run`) the cells, and with `--kubernetes` the
- * Kubernetes view in one line (kubernetesLine in ./kubernetes.ts), which joins the description under the title.
- */
-export function labSvgInputOf(plan: LabPlan, pods: readonly { readonly name: string; readonly node: string; readonly ip?: string }[], cells?: readonly LabSvgCell[], kubernetes?: string): LabSvgInput {
+/** What the picture adds to the lab's description under the title. */
+export interface LabSvgExtras {
+  /**
+   * With `--kubernetes`: the Kubernetes view in one line (kubernetesLine in ./kubernetes.ts). The controller and the
+   * relay are then drawn at the addresses of the chart's pods (labChartEndpoints), not at the lab's own.
+   */
+  readonly kubernetes?: string;
+  /** After `run`'s faults: each one's verdict, in a line of its own. */
+  readonly faults?: readonly { readonly kind: string; readonly ok: boolean; readonly skipped?: string }[];
+}
+
+/** The picture's input from a lab plan, the pods' addresses, (after `run`) the cells, and the {@link LabSvgExtras}. */
+export function labSvgInputOf(plan: LabPlan, pods: readonly { readonly name: string; readonly node: string; readonly ip?: string }[], cells?: readonly LabSvgCell[], extras: LabSvgExtras = {}): LabSvgInput {
   const siteNames = [...new Set(plan.nodes.map((n) => n.site))];
   const routerOf = (site: string) => {
     const ns = plan.namespaces.find((n) => n.role === 'router' && n.site === site)?.name;
@@ -55,10 +64,20 @@ export function labSvgInputOf(plan: LabPlan, pods: readonly { readonly name: str
       })),
     };
   });
+  const chart = extras.kubernetes === undefined ? undefined : labChartEndpoints(plan);
+  const description = [describeLabSpec(plan.spec), ...(extras.kubernetes ? [extras.kubernetes] : []), ...(extras.faults?.length ? [faultsLine(extras.faults)] : [])];
   return {
-    runId: plan.runId, description: `${describeLabSpec(plan.spec)}${kubernetes ? `; ${kubernetes}` : ''}`, controller: plan.controller.url.replace(/^https:\/\//, ''),
-    relay: { address: `${plan.relay.address}:${plan.relay.port}` }, sites, ...(cells ? { cells } : {}),
+    runId: plan.runId, description: description.join('; '),
+    controller: chart ? chart.controllers.join(', ') : plan.controller.url.replace(/^https:\/\//, ''),
+    relay: { address: chart ? `${chart.relay.address} (${chart.relay.node})` : `${plan.relay.address}:${plan.relay.port}` }, sites, ...(cells ? { cells } : {}),
   };
+}
+
+/** `faults: a ok, b FAIL; 2 skipped`. */
+function faultsLine(faults: NonNullable<LabSvgExtras['faults']>): string {
+  const ran = faults.filter((f) => f.skipped === undefined);
+  const skipped = faults.length - ran.length;
+  return `faults: ${ran.map((f) => `${f.kind} ${f.ok ? 'ok' : 'FAIL'}`).join(', ') || 'none ran'}${skipped > 0 ? `; ${skipped} skipped` : ''}`;
 }
 
 const FONT = 'font-family="DejaVu Sans, Verdana, Arial, sans-serif"';

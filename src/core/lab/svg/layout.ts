@@ -132,13 +132,26 @@ export function layoutLab(input: LabSvgInput): LabSvgLayout {
   return { perNode, listPods, dotsPerRow, description, descriptionY, sites, ...(cloudBox ? { cloud: cloudBox } : {}), infra, wanY, wanLines, rowsBottom };
 }
 
-/** Text cut into lines of at most `max` characters at `; ` (a part longer than that stays whole), at most 3 lines. */
+/** The description's lines at most: the spec (up to two), the Kubernetes view, each fault's verdict (up to two). */
+const DESCRIPTION_LINES = 5;
+
+/**
+ * Text cut into lines of at most `max` characters at `; `, a part longer than a line after its `, `; at most
+ * {@link DESCRIPTION_LINES} lines, the rest cut off with an ellipsis.
+ */
 function wrap(s: string, max: number): string[] {
   const lines: string[] = [];
   for (const part of s ? s.split('; ') : []) {
+    // a part too long for a line (the faults' verdicts) breaks after its commas
+    const [head = '', ...rest] = part.length <= max ? [part] : part.split(', ');
     const last = lines.at(-1);
-    if (last !== undefined && last.length + 2 + part.length <= max) lines[lines.length - 1] = `${last}; ${part}`;
-    else lines.push(part);
+    if (last !== undefined && last.length + 2 + head.length <= max) lines[lines.length - 1] = `${last}; ${head}`;
+    else lines.push(head);
+    for (const piece of rest) {
+      const cur = lines.at(-1) as string;
+      if (cur.length + 2 + piece.length <= max) lines[lines.length - 1] = `${cur}, ${piece}`;
+      else lines.splice(-1, 1, `${cur},`, piece);
+    }
   }
-  return lines.length > 3 ? [...lines.slice(0, 2), `${lines.slice(2).join('; ').slice(0, max - 1)}…`] : lines;
+  return lines.length > DESCRIPTION_LINES ? [...lines.slice(0, DESCRIPTION_LINES - 1), `${lines.slice(DESCRIPTION_LINES - 1).join(' ').slice(0, max - 1)}…`] : lines;
 }

@@ -37,9 +37,9 @@ export interface LabSvgInput {
   readonly runId: string;
   /** Second title line, e.g. the spec in words. */
   readonly description?: string;
-  /** The controller's address or URL. */
+  /** The controller's address or URL (or its replicas' addresses). */
   readonly controller?: string;
-  /** The relay in the cloud site (beside the controller); `address` as host:port. */
+  /** The relay in the cloud site (beside the controller); `address` as host:port, maybe with the node it runs on. */
   readonly relay?: { readonly address?: string };
   /** Cloud site first, then the edge sites. */
   readonly sites: readonly LabSvgSite[];
