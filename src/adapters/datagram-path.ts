@@ -23,7 +23,7 @@
  * a counter seen before (replay window), a tag that does not verify. Nothing received is ever answered.
  *
  * Without a stream (the relay and the controller unreachable, or the peer restarted while they were), the path
- * rebuilds itself: a peer whose path is not usable and that has no stream gets hellos at its last address
+ * rebuilds itself: a peer whose path is not usable and that has no stream it answers on gets hellos at its last address
  * (src/core/tunnel/hello.ts: signed X25519 with the pinned tunnel keys), and the keys they agree on replace the
  * stream's. The port, the hello generation and every peer's last address are kept on the node
  * (src/adapters/datagram-state-file.ts), so a restarted agent binds the port its NAT mapping belongs to and finds its
@@ -440,9 +440,17 @@ export class DatagramPath {
     if (changed || Object.keys(state.peers).length !== this.#peers.size) this.#save({ ...state, peers });
   }
 
+  /**
+   * Keeps `state` and writes it. A failed write (a full disk) is logged, not thrown: the hellos go on from memory; after
+   * a restart the peers then may take our hellos for replays until the generation passes the one they saw.
+   */
   #save(state: DatagramLocalState): void {
     this.#state = state;
-    this.#c.state?.save(state);
+    try {
+      this.#c.state?.save(state);
+    } catch (err) {
+      this.#c.log?.error('cannot save the datagram path\'s local state', { err });
+    }
   }
 
   /** Whether packets to `peerId` take the datagram path now. */
