@@ -25,17 +25,15 @@
  * MTU: the socket sets IP_PMTUDISC_DO, so no datagram is fragmented on the underlay; a packet whose datagram would
  * exceed the underlay MTU is left to the stream (the TUN device's MTU keeps pods below it, see src/agent/tunnel.ts).
  */
-import { createSocket, type RemoteInfo, type Socket } from 'node:dgram';
 import { hkdfSync, randomBytes } from 'node:crypto';
-import koffi from 'koffi';
 import {
   DATAGRAM_HEADER, DATAGRAM_TAG, DATAGRAM_TYPE, type DatagramDrop, type DatagramType, forEachSegment, innerMtu, KEEPALIVE_HEARS_YOU, MAX_COUNTER,
   NONCE_LEN, OLD_KEY_GRACE_MS, parseDatagramHeader, REKEY_AFTER_MS, REKEY_AFTER_PACKETS, rekeyDue, ReplayWindow, writeDatagramHeader, writeNonce,
 } from '../core/tunnel/datagram.ts';
 import type { UdpKeyAck, UdpKeyMessage } from '../core/tunnel/messages.ts';
 import { VNET_HDR_LEN } from '../core/tunnel/routing.ts';
-import { atollError } from '../core/errors.ts';
 import { DatagramKey } from './aead.ts';
+import { UdpBatchSocket, type UdpSource } from './udp-batch.ts';
 import { GSO_MAX_BYTES, GSO_MAX_SEGMENTS, GsoSender } from './udp-gso.ts';
 import type { TunnelStream } from './tunnel-stream.ts';
 
@@ -46,9 +44,8 @@ const KEEPALIVE_MS = 1000;
 export const DEAD_AFTER_MS = 3000;
 /** An offered key not acknowledged within this long is offered again (a new id). */
 const OFFER_TIMEOUT_MS = 5000;
-const IPPROTO_IP = 0;
-const IP_MTU_DISCOVER = 10;
-const IP_PMTUDISC_DO = 2;
+/** The socket's receive and send buffers: about 30 ms at 1 Gbit/s, so a pause of the event loop (a GC) loses nothing. */
+const SOCKET_BUFFER_BYTES = 4 << 20;
 
 export type DatagramDropReason = DatagramDrop | 'sendFailed';
 
@@ -126,7 +123,7 @@ export class DatagramPath {
   };
   readonly #c: DatagramPathComponents;
   readonly #init: DatagramPathInit;
-  readonly #socket: Socket;
+  #socket: UdpBatchSocket | undefined;
   readonly #peers = new Map<string, PeerState>();
   readonly #recv = new Map<number, RecvKey>();
   /** The largest IP packet one datagram carries. */
@@ -148,7 +145,6 @@ export class DatagramPath {
     this.#maxIp = innerMtu(init.underlayMtu);
     this.#scratch = new Uint8Array(VNET_HDR_LEN + this.#maxIp);
     this.#keepalive = new Uint8Array(VNET_HDR_LEN + this.#maxIp);
-    this.#socket = createSocket({ type: 'udp4', recvBufferSize: 4 << 20, sendBufferSize: 4 << 20 });
   }
 
   /** The largest inner IP packet a datagram carries: what the TUN device's MTU may be at most. */
@@ -161,19 +157,17 @@ export class DatagramPath {
     return this.#port;
   }
 
-  /** Binds the socket and starts the keepalives. @throws AtollError TUNNEL_UNREACHABLE when the port cannot be bound. */
+  /**
+   * Binds the socket (src/adapters/udp-batch.ts: received in batches on a pool thread) and starts the keepalives.
+   * @throws AtollError TUNNEL_UNREACHABLE when the port cannot be bound.
+   */
   async start(): Promise<number> {
     const { host, port } = this.#init;
-    await new Promise<void>((resolve, reject) => {
-      this.#socket.once('error', (err) => reject(atollError('TUNNEL_UNREACHABLE', `the tunnel's UDP port ${host}:${port} cannot be bound: ${err.message}`,
-        'free the port or set tunnel.udp.port', err)));
-      this.#socket.bind(port, host, () => resolve());
-    });
-    this.#socket.removeAllListeners('error');
-    this.#socket.on('error', () => this.stats.dropped.sendFailed++);
-    this.#socket.on('message', (buf, rinfo) => this.#onDatagram(buf, rinfo));
-    this.#gso = new GsoSender(setDontFragment(this.#socket));
-    this.#port = this.#socket.address().port;
+    const socket = new UdpBatchSocket({ host, port, bufferBytes: SOCKET_BUFFER_BYTES });
+    this.#socket = socket;
+    this.#gso = new GsoSender(socket.fd);
+    this.#port = socket.port;
+    socket.start((datagram, from) => this.#onDatagram(datagram, from));
     this.#timer = setInterval(() => this.#tick(), this.#init.keepaliveMs ?? KEEPALIVE_MS);
     this.#timer.unref();
     return this.#port;
@@ -306,7 +300,7 @@ export class DatagramPath {
     this.stats.dropped[reason]++;
   }
 
-  #onDatagram(buf: Buffer, from: RemoteInfo): void {
+  #onDatagram(buf: Uint8Array, from: UdpSource): void {
     const h = parseDatagramHeader(buf);
     if (typeof h === 'string') return this.#drop(h);
     const rk = this.#recv.get(h.keyId);
@@ -379,11 +373,7 @@ export class DatagramPath {
     if (this.#timer) clearInterval(this.#timer);
     this.#timer = undefined;
     this.setPeers([]);
-    try {
-      this.#socket.close();
-    } catch {
-      // closed already
-    }
+    this.#socket?.close();
   }
 }
 
@@ -391,22 +381,4 @@ export class DatagramPath {
 export function deriveDatagramKey(stream: Pick<TunnelStream, 'exportKeyingMaterial'>, salt: string, id: number): Uint8Array {
   const ikm = stream.exportKeyingMaterial(32, DATAGRAM_EXPORTER_LABEL);
   return new Uint8Array(hkdfSync('sha256', ikm, Buffer.from(salt, 'hex'), `atoll datagram key ${id >>> 0}`, 32));
-}
-
-let setsockopt: ((fd: number, level: number, name: number, value: Int32Array, len: number) => number) | undefined;
-
-/**
- * IP_PMTUDISC_DO on the socket: the don't-fragment bit on every datagram and no fragmentation by this host, so a
- * datagram too big for the path is dropped (and counted as a failed send once the kernel knows the path MTU)
- * rather than fragmented. Node's dgram has no option for it: the fd is read from the handle and set through koffi.
- */
-function setDontFragment(socket: Socket): number {
-  const state = Object.getOwnPropertySymbols(socket).map((s) => (socket as unknown as Record<symbol, { handle?: { fd?: number } }>)[s]).find((v) => v?.handle?.fd !== undefined);
-  const fd = state?.handle?.fd;
-  if (fd === undefined || fd < 0) throw atollError('KERNEL_OP_FAILED', 'the UDP socket of the tunnel has no file descriptor to set IP_MTU_DISCOVER on', 'run on Linux with a Node that keeps dgram handles as fds');
-  setsockopt ??= koffi.load('libc.so.6').func('int setsockopt(int fd, int level, int name, const int *value, int len)') as unknown as typeof setsockopt;
-  if (setsockopt?.(fd, IPPROTO_IP, IP_MTU_DISCOVER, new Int32Array([IP_PMTUDISC_DO]), 4) !== 0) {
-    throw atollError('KERNEL_OP_FAILED', `setsockopt IP_MTU_DISCOVER on the tunnel's UDP socket failed (errno ${koffi.errno()})`, 'report this with the kernel version');
-  }
-  return fd;
 }
