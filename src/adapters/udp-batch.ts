@@ -1,25 +1,32 @@
 /**
- * The datagram path's UDP socket, created and read by us through koffi: `recvmmsg` with UDP_GRO on a libuv pool
- * thread, many datagrams per call into memory of our own, instead of Node's dgram (a JavaScript callback, a fresh
- * Buffer and a `recvmsg` per datagram).
+ * The datagram path's UDP socket, created and read by us through koffi: `recvmmsg` with UDP_GRO, many datagrams per
+ * call into memory of our own, instead of Node's dgram (a JavaScript callback, a fresh Buffer and a `recvmsg` per
+ * datagram).
  *
  * Why (measured 2026-11-24 on this 2-vCPU VM, loopback, 1400-byte datagrams from a C sender using UDP GSO, 46 per
  * call; a loaded machine, so the rates are rough, the ratios the point): dgram 0.6 to 1.9 Gbit/s received; dgram's
  * 'message' as the readiness signal, then non-blocking `recvmmsg` until EAGAIN on the main thread, 3.9; a blocking
- * `recvmmsg` (64 per call) on a pool thread, 5.9; the same with UDP_GRO, 22 to 27. The pool thread waits in the
- * kernel and copies while the main thread opens the previous batch, so the two cores share the work; UDP_GRO makes
- * the kernel hand over a run of equal-sized datagrams from one sender (a UDP GSO send, or the device's GRO) as one
- * buffer with its segment size, and spares the sending host's kernel the software segmentation it does for a socket
- * without it. The dgram-as-readiness variant cannot use UDP_GRO: libuv reads the first buffer of each wake-up and
- * drops the segment size.
+ * `recvmmsg` (64 per call) on a pool thread, 5.9; the same with UDP_GRO, 22 to 27. UDP_GRO makes the kernel hand over a
+ * run of equal-sized datagrams from one sender (a UDP GSO send, or the device's GRO) as one buffer with its segment
+ * size, and spares the sending host's kernel the software segmentation it does for a socket without it. The
+ * dgram-as-readiness variant cannot use UDP_GRO: libuv reads the first buffer of each wake-up and drops the segment
+ * size.
  *
- * Shape: two receive rings; while the pool thread fills one (one `recvmmsg` with MSG_WAITFORONE: it blocks for the
- * first datagram, then takes what is queued, up to {@link RING_MESSAGES}), the main thread walks the other. The socket
- * is blocking for that call; sends pass MSG_DONTWAIT (src/adapters/udp-gso.ts), so a full send buffer still fails a
- * send (EAGAIN) rather than blocking the event loop. The pool thread is held for the socket's life: the agent's pool
- * has 32 (src/adapters/netlink.ts). {@link UdpBatchSocket.close} shuts the socket down, which wakes the waiting call,
- * and closes the fd once it returned. The rings hold 2 x 64 slots of 64 KiB (a GRO buffer's limit) of address space;
- * only the pages datagrams were written to become resident.
+ * Readiness without libuv: while idle, a pool thread waits in a blocking `recvmmsg` (MSG_WAITFORONE: the first
+ * datagram, then what is queued). Once traffic flows, the pool thread only sleeps {@link POLL_US} (`usleep`) and the
+ * main thread takes everything that gathered meanwhile with non-blocking `recvmmsg` calls, 64 buffers each, until the
+ * socket is empty; a sleep after which nothing came sends it back to waiting. So a busy socket costs one thread
+ * hand-off per {@link POLL_US}, not per call: on the lab (datagrams arriving one by one through the routers, no GRO on
+ * the way, 1 Gbit/s) waking per `recvmmsg` returned a few datagrams a time, and the hand-offs made the receiving agent
+ * spend about 12 us per datagram, ten times the stream's CPU per Gbit/s. The price is up to {@link POLL_US} of added
+ * delay while busy.
+ *
+ * The socket is blocking for the waiting call; the main thread's receives and sends pass MSG_DONTWAIT
+ * (src/adapters/udp-gso.ts), so a full send buffer fails a send (EAGAIN) rather than blocking the event loop. The
+ * waiting call holds a pool thread while idle: the agent's pool has 32 (src/adapters/netlink.ts).
+ * {@link UdpBatchSocket.close} shuts the socket down, which wakes a waiting call, and closes the fd once the pool
+ * thread's call returned. The ring holds 64 slots of 64 KiB (a GRO buffer's limit) of address space; only the pages
+ * datagrams were written to become resident.
  */
 import { getSystemErrorMessage, getSystemErrorName } from 'node:util';
 import koffi from 'koffi';
@@ -38,6 +45,7 @@ const IP_MTU_DISCOVER = 10;
 const IP_PMTUDISC_DO = 2;
 const SOL_UDP = 17;
 const UDP_GRO = 104;
+const MSG_DONTWAIT = 0x40;
 const MSG_WAITFORONE = 0x10000;
 const SHUT_RDWR = 2;
 
@@ -54,6 +62,10 @@ const NAMES = IOVECS + RING_MESSAGES * IOVEC;
 const CMSGS = NAMES + RING_MESSAGES * SOCKADDR;
 const DATA = CMSGS + RING_MESSAGES * CMSG_SPACE;
 const RING_BYTES = DATA + RING_MESSAGES * SLOT;
+/** While busy, the pool thread sleeps this long between the main thread's drains: the added delay, at most. */
+export const POLL_US = 250;
+/** At most this many `recvmmsg` calls per drain; more waiting is taken after the event loop's other I/O. */
+const MAX_CALLS_PER_DRAIN = 16;
 /** After a failed receive, wait this long before the next (a failure that repeats must not spin a pool thread). */
 const RETRY_MS = 100;
 
@@ -76,7 +88,9 @@ export interface UdpBatchStats {
   batches: number;
   buffers: number;
   datagrams: number;
-  /** Failed receive calls (retried after {@link RETRY_MS}). */
+  /** Times the socket went idle (a pool thread waiting for the next datagram). */
+  waits: number;
+  /** Failed waiting receives (retried after {@link RETRY_MS}). */
   receiveErrors: number;
 }
 
@@ -87,7 +101,9 @@ interface Libc {
   setsockopt: (fd: number, level: number, name: number, value: Int32Array, len: number) => number;
   bind: (fd: number, addr: Uint8Array, len: number) => number;
   getsockname: (fd: number, addr: Uint8Array, len: Int32Array) => number;
-  recvmmsg: { async: (fd: number, vec: unknown, vlen: number, flags: number, timeout: null, cb: (err: unknown, n: number) => void) => void };
+  recvmmsg: ((fd: number, vec: unknown, vlen: number, flags: number, timeout: null) => number)
+    & { async: (fd: number, vec: unknown, vlen: number, flags: number, timeout: null, cb: (err: unknown, n: number) => void) => void };
+  usleep: { async: (us: number, cb: (err: unknown, rc: number) => void) => void };
   shutdown: (fd: number, how: number) => number;
   close: (fd: number) => number;
 }
@@ -105,6 +121,7 @@ function load(): Libc {
     bind: lib.func('int bind(int fd, const uint8_t *addr, int len)') as Libc['bind'],
     getsockname: lib.func('int getsockname(int fd, _Out_ uint8_t *addr, _Inout_ int *len)') as Libc['getsockname'],
     recvmmsg: lib.func('int recvmmsg(int fd, void *vec, unsigned int vlen, int flags, void *timeout)') as unknown as Libc['recvmmsg'],
+    usleep: lib.func('int usleep(unsigned int us)') as unknown as Libc['usleep'],
     shutdown: lib.func('int shutdown(int fd, int how)') as Libc['shutdown'],
     close: lib.func('int close(int fd)') as Libc['close'],
   };
@@ -119,7 +136,7 @@ function errnoText(errno: number): string {
   }
 }
 
-/** One `recvmmsg` vector in malloc'd memory (the kernel writes into it from a pool thread: it must not move). */
+/** The `recvmmsg` vector in malloc'd memory (the kernel writes into it from a pool thread: it must not move). */
 class Ring {
   readonly mem: unknown;
   readonly #bytes: Uint8Array;
@@ -202,15 +219,14 @@ export class UdpBatchSocket {
   readonly fd: number;
   /** The bound port. */
   readonly port: number;
-  readonly stats: UdpBatchStats = { batches: 0, buffers: 0, datagrams: 0, receiveErrors: 0 };
+  readonly stats: UdpBatchStats = { batches: 0, buffers: 0, datagrams: 0, waits: 0, receiveErrors: 0 };
   readonly #c: Libc;
-  readonly #rings: [Ring, Ring];
+  readonly #ring: Ring;
   readonly #sources = new SourceCache();
   #onDatagram: ((datagram: Uint8Array, from: UdpSource) => void) | undefined;
-  /** Whether a `recvmmsg` is in flight on the pool thread (the fd is closed only once it returned). */
-  #receiving = false;
+  /** Whether a pool thread holds a call (a wait or a sleep): the fd and the ring are freed only once it returned. */
+  #pooled = false;
   #closed = false;
-  #next = 0;
 
   /**
    * Creates the socket and binds it.
@@ -244,7 +260,7 @@ export class UdpBatchSocket {
     if (c.getsockname(fd, bound, new Int32Array([SOCKADDR])) !== 0) fail(atollError('KERNEL_OP_FAILED', `getsockname on the tunnel's UDP socket failed: ${errnoText(koffi.errno())}`));
     this.fd = fd;
     this.port = (bound[2]! << 8) | bound[3]!;
-    this.#rings = [new Ring(c), new Ring(c)];
+    this.#ring = new Ring(c);
   }
 
   /**
@@ -254,38 +270,58 @@ export class UdpBatchSocket {
   start(onDatagram: (datagram: Uint8Array, from: UdpSource) => void): void {
     if (this.#onDatagram) throw new Error('the UDP socket is already receiving');
     this.#onDatagram = onDatagram;
-    this.#receive();
+    this.#wait();
   }
 
-  /** Puts the next ring on the pool thread; the one it filled last is walked meanwhile. */
-  #receive(): void {
+  /** Idle: a pool thread waits in the kernel for the first datagram (and takes what came with it). */
+  #wait(): void {
     if (this.#closed) return;
-    const ring = this.#rings[this.#next] as Ring;
-    this.#next ^= 1;
-    ring.reset();
-    this.#receiving = true;
-    this.#c.recvmmsg.async(this.fd, ring.mem, RING_MESSAGES, MSG_WAITFORONE, null, (err, n) => {
-      this.#receiving = false;
-      if (this.#closed) {
-        this.#c.close(this.fd);
-        this.#free();
-        return;
-      }
+    this.stats.waits++;
+    this.#ring.reset();
+    this.#pooled = true;
+    this.#c.recvmmsg.async(this.fd, this.#ring.mem, RING_MESSAGES, MSG_WAITFORONE, null, (err, n) => {
+      this.#pooled = false;
+      if (this.#closed) return this.#release();
       if (err !== null || n <= 0) {
         this.stats.receiveErrors++;
-        setTimeout(() => this.#receive(), RETRY_MS).unref();
+        setTimeout(() => this.#wait(), RETRY_MS).unref();
         return;
       }
-      this.#receive();
-      this.#deliver(ring, n);
+      this.#deliver(n);
+      this.#nap();
     });
   }
 
-  #deliver(ring: Ring, n: number): void {
+  /** Busy: datagrams gather for {@link POLL_US} while a pool thread sleeps, then the main thread takes them. */
+  #nap(): void {
+    if (this.#closed) return;
+    this.#pooled = true;
+    this.#c.usleep.async(POLL_US, () => {
+      this.#pooled = false;
+      if (this.#closed) return this.#release();
+      this.#drain();
+    });
+  }
+
+  #drain(): void {
+    if (this.#closed) return;
+    for (let i = 0; i < MAX_CALLS_PER_DRAIN; i++) {
+      this.#ring.reset();
+      const n = this.#c.recvmmsg(this.fd, this.#ring.mem, RING_MESSAGES, MSG_DONTWAIT, null);
+      if (n <= 0) return i === 0 ? this.#wait() : this.#nap(); // nothing came during a whole sleep: idle again
+      this.#deliver(n);
+      if (n < RING_MESSAGES || this.#closed) return this.#nap();
+    }
+    setImmediate(() => this.#drain());
+  }
+
+  #deliver(n: number): void {
+    const ring = this.#ring;
     const emit = this.#onDatagram as (datagram: Uint8Array, from: UdpSource) => void;
     this.stats.batches++;
     this.stats.buffers += n;
-    for (let i = 0; i < n; i++) {
+    // close() from a callback frees the ring at once: stop reading it then
+    for (let i = 0; i < n && !this.#closed; i++) {
       const buf = ring.payload(i);
       const from = this.#sources.get(ring.sourceKey(i));
       const seg = ring.segmentSize(i, buf.length);
@@ -294,26 +330,24 @@ export class UdpBatchSocket {
         emit(buf, from);
         continue;
       }
-      for (let off = 0; off < buf.length; off += seg) {
+      for (let off = 0; off < buf.length && !this.#closed; off += seg) {
         this.stats.datagrams++;
         emit(buf.subarray(off, Math.min(off + seg, buf.length)), from);
       }
     }
   }
 
-  #free(): void {
-    for (const r of this.#rings) this.#c.free(r.mem);
+  #release(): void {
+    this.#c.close(this.fd);
+    this.#c.free(this.#ring.mem);
   }
 
-  /** Stops receiving and closes the socket (once the call in flight, woken by the shutdown, returned). Idempotent. */
+  /** Stops receiving and closes the socket (once a pool thread's call, woken by the shutdown, returned). Idempotent. */
   close(): void {
     if (this.#closed) return;
     this.#closed = true;
     this.#c.shutdown(this.fd, SHUT_RDWR);
-    if (!this.#receiving) {
-      this.#c.close(this.fd);
-      this.#free();
-    }
+    if (!this.#pooled) this.#release();
   }
 }
 
