@@ -145,6 +145,8 @@ export class DatagramPath {
   #gso: GsoSender | undefined;
   /** The run of datagrams being built in the sender's buffer: bytes, count, size of each (but a shorter last). */
   #run = { bytes: 0, count: 0, stride: 0 };
+  /** The peer the run is for. */
+  #runPeer: PeerState | undefined;
 
   constructor(components: DatagramPathComponents, init: DatagramPathInit) {
     this.#c = components;
@@ -249,26 +251,32 @@ export class DatagramPath {
   }
 
   /**
-   * Sends `pkt` (virtio header first, as read from the TUN device) to `peerId` in datagrams, a superpacket split into
-   * its segments. The bytes are copied: `pkt` may be reused at once.
+   * Queues `pkt` (virtio header first, as read from the TUN device) for `peerId` in datagrams, a superpacket split into
+   * its segments; they leave at the next {@link flush} (or sooner, when the run they join is full). The bytes are
+   * copied: `pkt` may be reused at once. Call {@link flush} after each batch of packets: equal-sized datagrams to one
+   * peer leave in one system call (UDP GSO), so a batch of a flow's ACKs costs one send, not one each.
    * @returns false when the datagram path cannot take it (not usable now, or too big and not splittable): the caller
-   *   sends it on a stream.
+   *   sends it on a stream. What was queued before it leaves first, so a flow's packets keep their order.
    */
   send(peerId: string, pkt: Uint8Array): boolean {
     const p = this.#peers.get(peerId);
     if (!p || !this.#usable(p, performance.now()) || !forEachSegment(pkt, this.#maxIp, this.#scratch, (seg) => this.#seal(p, DATAGRAM_TYPE.data, seg))) {
-      this.#flush(p);
+      this.flush();
       this.stats.fallbacks++;
       return false;
     }
-    this.#flush(p);
     return true;
+  }
+
+  /** Sends what {@link send} queued. */
+  flush(): void {
+    this.#flush(this.#runPeer);
   }
 
   /**
    * Seals `plain` as the next datagram of the run in the sender's buffer: one system call sends a run of equal-sized
-   * datagrams (UDP GSO), so a run ends at a datagram larger than the run's first, after a shorter one, and at the
-   * kernel's limits.
+   * datagrams to one peer (UDP GSO), so a run ends at another peer, at a datagram larger than the run's first, after
+   * a shorter one, and at the kernel's limits.
    */
   #seal(p: PeerState | undefined, type: DatagramType, plain: Uint8Array): void {
     if (!p) return;
@@ -276,8 +284,11 @@ export class DatagramPath {
     const k = p.send as SendKey;
     const len = DATAGRAM_HEADER + plain.length + DATAGRAM_TAG;
     const run = this.#run;
-    if (run.count > 0 && (len > run.stride || run.bytes + len > GSO_MAX_BYTES || run.count >= GSO_MAX_SEGMENTS)) this.#flush(p);
-    if (run.count === 0) run.stride = len;
+    if (run.count > 0 && (p !== this.#runPeer || len > run.stride || run.bytes + len > GSO_MAX_BYTES || run.count >= GSO_MAX_SEGMENTS)) this.#flush(this.#runPeer);
+    if (run.count === 0) {
+      run.stride = len;
+      this.#runPeer = p;
+    }
     const counter = k.counter++;
     const out = gso.buffer.subarray(run.bytes, run.bytes + len);
     writeDatagramHeader(out, type, k.id, counter);
@@ -290,7 +301,7 @@ export class DatagramPath {
     if (len < run.stride) this.#flush(p); // a shorter datagram ends a run
   }
 
-  /** Sends the run built so far to `p`'s address. */
+  /** Sends the run built so far to `p`'s address (`p`: the peer it was sealed for). */
   #flush(p: PeerState | undefined): void {
     const run = this.#run;
     if (run.count === 0 || !p?.endpoint) return;
