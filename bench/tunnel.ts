@@ -48,8 +48,6 @@ const LOSSY_TARGET = 0.9;
 const DATAGRAM_VS_STREAM_TARGET = 1.0;
 /** Agents' idle resident memory with the datagram path, MiB. */
 const IDLE_RSS_TARGET_MIB = 80;
-/** The agents' tunnel.udp port (the default). */
-const TUNNEL_UDP_PORT = 8477;
 /** Lossy part: streams per iperf3 run. */
 const LOSSY_STREAMS = [1, 8] as const;
 const IPERF_PORT = 5201;
@@ -687,14 +685,15 @@ async function shaped(fx: Fixture, opts: Options): Promise<PartResult> {
 // Parts 3 and 4: the datagram path, unshaped and on lossy uplinks
 
 /**
- * Drops the tunnel's UDP (its port, either way) at `router` with `block`, or stops dropping it, and waits until
- * `node`'s path to `peer` shows it (the stream within about 3 s; datagrams again within a keepalive or two).
+ * Drops all UDP forwarded at `router` with `block` (as the lab's `--block-udp` does: edge nodes receive datagrams on
+ * an ephemeral port, so the tunnel's UDP has no fixed port to match), or stops dropping it, and waits until `node`'s
+ * path to `peer` shows it (the stream within about 3 s; datagrams again within a keepalive or two).
  */
 async function tunnelUdp(fx: Fixture, lab: Lab, router: string, block: boolean, node: string, peer: string): Promise<void> {
   const table = 'atoll-bench-noudp';
   await run(fx, inNs(router, ['nft', 'delete', 'table', 'ip', table]), 10_000); // absent the first time
   if (block) {
-    const rules = `table ip ${table} {\n  chain forward {\n    type filter hook forward priority -20; policy accept;\n    udp dport ${TUNNEL_UDP_PORT} drop\n    udp sport ${TUNNEL_UDP_PORT} drop\n  }\n}\n`;
+    const rules = `table ip ${table} {\n  chain forward {\n    type filter hook forward priority -20; policy accept;\n    meta l4proto udp drop\n  }\n}\n`;
     writeFileSync(join(fx.dir, `${table}.nft`), rules);
     const res = await run(fx, inNs(router, ['nft', '-f', join(fx.dir, `${table}.nft`)]), 10_000);
     if (res.code !== 0) throw new Error(`blocking UDP at ${router} failed: ${res.stderr}`);

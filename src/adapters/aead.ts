@@ -61,7 +61,6 @@ export class DatagramKey {
   readonly #c: Crypto;
   #ctx: unknown;
   readonly #outl = new Int32Array(1);
-  readonly #tag = new Uint8Array(DATAGRAM_TAG);
 
   /** @param key 32 bytes. @param direction 'seal' (our sending key) or 'open' (a peer's). */
   constructor(key: Uint8Array, direction: 'seal' | 'open') {
@@ -80,13 +79,12 @@ export class DatagramKey {
     const c = this.#c;
     const ctx = this.#ctx;
     if (nonce.length !== NONCE_LEN || out.length < DATAGRAM_HEADER + plain.length + DATAGRAM_TAG) throw new RangeError('datagram buffer too small');
+    // views only where an offset is needed: each one costs an allocation per datagram (about a fifth of the call here)
     c.encInit(ctx, null, null, null, nonce);
-    c.encUpdate(ctx, null, this.#outl, out.subarray(0, DATAGRAM_HEADER), DATAGRAM_HEADER);
-    const body = out.subarray(DATAGRAM_HEADER);
-    c.encUpdate(ctx, body, this.#outl, plain, plain.length);
-    c.encFinal(ctx, body, this.#outl);
-    c.ctrl(ctx, EVP_CTRL_GCM_GET_TAG, DATAGRAM_TAG, this.#tag);
-    out.set(this.#tag, DATAGRAM_HEADER + plain.length);
+    c.encUpdate(ctx, null, this.#outl, out, DATAGRAM_HEADER);
+    c.encUpdate(ctx, out.subarray(DATAGRAM_HEADER), this.#outl, plain, plain.length);
+    c.encFinal(ctx, out, this.#outl); // GCM writes nothing here
+    c.ctrl(ctx, EVP_CTRL_GCM_GET_TAG, DATAGRAM_TAG, out.subarray(DATAGRAM_HEADER + plain.length));
     return DATAGRAM_HEADER + plain.length + DATAGRAM_TAG;
   }
 
@@ -100,11 +98,10 @@ export class DatagramKey {
     const n = datagram.length - DATAGRAM_HEADER - DATAGRAM_TAG;
     if (n < 0 || out.length < n) return -1;
     c.decInit(ctx, null, null, null, nonce);
-    c.decUpdate(ctx, null, this.#outl, datagram.subarray(0, DATAGRAM_HEADER), DATAGRAM_HEADER);
-    c.decUpdate(ctx, out, this.#outl, datagram.subarray(DATAGRAM_HEADER, DATAGRAM_HEADER + n), n);
-    this.#tag.set(datagram.subarray(DATAGRAM_HEADER + n));
-    c.ctrl(ctx, EVP_CTRL_GCM_SET_TAG, DATAGRAM_TAG, this.#tag);
-    return c.decFinal(ctx, out.subarray(n), this.#outl) > 0 ? n : -1;
+    c.decUpdate(ctx, null, this.#outl, datagram, DATAGRAM_HEADER);
+    c.decUpdate(ctx, out, this.#outl, datagram.subarray(DATAGRAM_HEADER), n);
+    c.ctrl(ctx, EVP_CTRL_GCM_SET_TAG, DATAGRAM_TAG, datagram.subarray(DATAGRAM_HEADER + n));
+    return c.decFinal(ctx, out, this.#outl) > 0 ? n : -1; // GCM writes nothing here
   }
 
   /** Frees the context; the key is unusable afterwards. Idempotent. */

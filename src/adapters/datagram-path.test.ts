@@ -70,9 +70,11 @@ describe('datagram path on loopback', () => {
     server?.close();
   });
 
-  test('packets cross as datagrams both ways; a superpacket-sized packet that cannot be split is left to the stream', async () => {
+  test('packets cross as datagrams both ways once flushed; a superpacket-sized packet that cannot be split is left to the stream', async () => {
     for (let i = 0; i < 50; i++) assert.equal(pa.send('b', packet(1000, i)), true);
+    pa.flush();
     assert.equal(pb.send('a', packet(1430, 7)), true, 'the largest inner packet fits one datagram');
+    // the fallback sends what was queued first (no flush() here), so a flow's packets keep their order
     assert.equal(pb.send('a', packet(1431, 7)), false, 'one byte more does not, and is not a TCP superpacket');
     await until('the packets to arrive', () => got.b!.length === 50 && got.a!.length === 1, 5000, 10);
     assert.deepEqual(got.b!.map((p) => p[10]), Array.from({ length: 50 }, (_, i) => i));
@@ -84,6 +86,7 @@ describe('datagram path on loopback', () => {
     const firstOffers = offers.length;
     for (let round = 0; round < 8; round++) {
       for (let i = 0; i < 100; i++) pa.send('b', packet(200, 1));
+      pa.flush();
       await new Promise((r) => setTimeout(r, 150));
     }
     await until('every packet to arrive', () => got.b!.length === before + 800, 5000, 10);

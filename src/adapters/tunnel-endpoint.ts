@@ -211,6 +211,7 @@ export class TunnelEndpoint {
       e.traffic.txBytes += pkt.length;
       if (via.congested) this.congested.add(via);
     }
+    this.datagrams?.flush();
     if (this.congested.size > 0 && !this.paused) {
       this.paused = true;
       this.stats.pauses++;

@@ -1,18 +1,20 @@
 /**
  * Sending a run of UDP datagrams to one address in one system call: `sendmsg` with UDP_SEGMENT (UDP GSO, Linux 4.18+)
- * on the fd of a Node dgram socket, through koffi, from memory of our own. The datagrams lie back to back in
- * {@link GsoSender.buffer}, all of one size but the last, which may be shorter; the kernel cuts them apart (in the
- * device, or in software where the device has no UDP segmentation offload).
+ * on the datagram path's socket (src/adapters/udp-batch.ts), through koffi, from memory of our own. The datagrams lie
+ * back to back in {@link GsoSender.buffer}, all of one size but the last, which may be shorter; the kernel cuts them
+ * apart (in the device, in software where the device has no UDP segmentation offload, or not at all for a local
+ * receiver with UDP_GRO).
  *
  * Why: Node's dgram sends one datagram per call (a Buffer array becomes one datagram, not several), and a call cost
  * about 12 us here once the address lookup and the per-datagram Buffer are counted: 0.6 Gbit/s of 1400-byte
  * datagrams. Measured on loopback (2026-11-24, 1400-byte datagrams, one core each side): dgram 158 k sends/s
  * (1.5 Gbit/s received); C sendmmsg of 64 at a time 2.7 Gbit/s; C UDP GSO of 46 at a time 13.4 Gbit/s (11.5 received
  * with plain recvmmsg, 46 with UDP_GRO). sendmmsg is not reachable from dgram; sendmsg with UDP_SEGMENT is, with
- * koffi, on the socket's fd.
+ * koffi, on a socket's fd.
  *
- * The call is synchronous and copies: the buffer may be rewritten as soon as it returns. The socket is non-blocking
- * (libuv's): a full send buffer fails the call (EAGAIN) and the datagrams are dropped, as a full NIC queue would.
+ * The call is synchronous and copies: the buffer may be rewritten as soon as it returns. It passes MSG_DONTWAIT (the
+ * socket itself blocks, for its receiving thread: src/adapters/udp-batch.ts): a full send buffer fails the call
+ * (EAGAIN) and the datagrams are dropped, as a full NIC queue would.
  * The buffer, the message header, the iovec, the address and the control message live in one malloc'd block (their
  * addresses must not move), kept for the process's life.
  */
@@ -21,6 +23,7 @@ import koffi from 'koffi';
 const SOL_UDP = 17;
 const UDP_SEGMENT = 103;
 const AF_INET = 2;
+const MSG_DONTWAIT = 0x40;
 /** The most datagram bytes one call carries: an IP packet's limit, less the headers. */
 export const GSO_MAX_BYTES = 65_000;
 /** The kernel's limit on segments per call (UDP_MAX_SEGMENTS). */
@@ -108,6 +111,6 @@ export class GsoSender {
     } else {
       v.setBigUint64(MSGHDR + 40, 0n, true);
     }
-    return this.#c.sendmsg(this.#fd, this.#mem, 0) >= 0 ? 0 : koffi.errno();
+    return this.#c.sendmsg(this.#fd, this.#mem, MSG_DONTWAIT) >= 0 ? 0 : koffi.errno();
   }
 }

@@ -1,0 +1,364 @@
+/**
+ * The datagram path's UDP socket, created and read by us through koffi: `recvmmsg` with UDP_GRO, many datagrams per
+ * call into memory of our own, instead of Node's dgram (a JavaScript callback, a fresh Buffer and a `recvmsg` per
+ * datagram).
+ *
+ * Why (measured 2026-11-24 on this 2-vCPU VM, loopback, 1400-byte datagrams from a C sender using UDP GSO, 46 per
+ * call; a loaded machine, so the rates are rough, the ratios the point): dgram 0.6 to 1.9 Gbit/s received; dgram's
+ * 'message' as the readiness signal, then non-blocking `recvmmsg` until EAGAIN on the main thread, 3.9; a blocking
+ * `recvmmsg` (64 per call) on a pool thread, 5.9; the same with UDP_GRO, 22 to 27. UDP_GRO makes the kernel hand over a
+ * run of equal-sized datagrams from one sender (a UDP GSO send, or the device's GRO) as one buffer with its segment
+ * size, and spares the sending host's kernel the software segmentation it does for a socket without it. The
+ * dgram-as-readiness variant cannot use UDP_GRO: libuv reads the first buffer of each wake-up and drops the segment
+ * size.
+ *
+ * Readiness without libuv: while idle, a pool thread waits in a blocking `recvmmsg` (MSG_WAITFORONE: the first
+ * datagram, then what is queued). Once traffic flows, the pool thread only sleeps {@link POLL_US} (`usleep`) and the
+ * main thread takes everything that gathered meanwhile with non-blocking `recvmmsg` calls, 64 buffers each, until the
+ * socket is empty; a sleep after which nothing came sends it back to waiting. So a busy socket costs one thread
+ * hand-off per {@link POLL_US}, not per call: on the lab (datagrams arriving one by one through the routers, no GRO on
+ * the way, 1 Gbit/s) waking per `recvmmsg` returned a few datagrams a time, and the hand-offs made the receiving agent
+ * spend about 12 us per datagram, ten times the stream's CPU per Gbit/s. The price is up to {@link POLL_US} of added
+ * delay while busy.
+ *
+ * The socket is blocking for the waiting call; the main thread's receives and sends pass MSG_DONTWAIT
+ * (src/adapters/udp-gso.ts), so a full send buffer fails a send (EAGAIN) rather than blocking the event loop. The
+ * waiting call holds a pool thread while idle: the agent's pool has 32 (src/adapters/netlink.ts).
+ * {@link UdpBatchSocket.close} shuts the socket down, which wakes a waiting call, and closes the fd once the pool
+ * thread's call returned. The ring holds 64 slots of 64 KiB (a GRO buffer's limit) of address space; only the pages
+ * datagrams were written to become resident.
+ */
+import { getSystemErrorMessage, getSystemErrorName } from 'node:util';
+import koffi from 'koffi';
+import { atollError } from '../core/errors.ts';
+
+const AF_INET = 2;
+const SOCK_DGRAM = 2;
+const SOCK_CLOEXEC = 0o2000000;
+const SOL_SOCKET = 1;
+const SO_SNDBUF = 7;
+const SO_RCVBUF = 8;
+const SO_SNDBUFFORCE = 32;
+const SO_RCVBUFFORCE = 33;
+const IPPROTO_IP = 0;
+const IP_MTU_DISCOVER = 10;
+const IP_PMTUDISC_DO = 2;
+const SOL_UDP = 17;
+const UDP_GRO = 104;
+const MSG_DONTWAIT = 0x40;
+const MSG_WAITFORONE = 0x10000;
+const SHUT_RDWR = 2;
+
+/** Messages (buffers, each one datagram or a GRO run of them) one `recvmmsg` call takes. */
+export const RING_MESSAGES = 64;
+/** Bytes per message slot: the most one GRO buffer (or one datagram) holds. */
+const SLOT = 65_536;
+const MMSGHDR = 64;
+const IOVEC = 16;
+const SOCKADDR = 16;
+const CMSG_SPACE = 32;
+const IOVECS = RING_MESSAGES * MMSGHDR;
+const NAMES = IOVECS + RING_MESSAGES * IOVEC;
+const CMSGS = NAMES + RING_MESSAGES * SOCKADDR;
+const DATA = CMSGS + RING_MESSAGES * CMSG_SPACE;
+const RING_BYTES = DATA + RING_MESSAGES * SLOT;
+/** While busy, the pool thread sleeps this long between the main thread's drains: the added delay, at most. */
+export const POLL_US = 250;
+/** At most this many `recvmmsg` calls per drain; more waiting is taken after the event loop's other I/O. */
+const MAX_CALLS_PER_DRAIN = 16;
+/** After a failed receive, wait this long before the next (a failure that repeats must not spin a pool thread). */
+const RETRY_MS = 100;
+
+/** Where a datagram came from. The same object is handed out again for the same address: do not keep or change it. */
+export interface UdpSource {
+  readonly address: string;
+  readonly port: number;
+}
+
+export interface UdpBatchSocketInit {
+  /** IPv4 address to bind ('0.0.0.0' for all) and port (0: any free one). */
+  readonly host: string;
+  readonly port: number;
+  /** Receive and send buffer size asked of the kernel (beyond net.core.rmem_max/wmem_max when running as root). */
+  readonly bufferBytes: number;
+}
+
+export interface UdpBatchStats {
+  /** `recvmmsg` calls that returned datagrams, and the buffers and datagrams they brought. */
+  batches: number;
+  buffers: number;
+  datagrams: number;
+  /** Times the socket went idle (a pool thread waiting for the next datagram). */
+  waits: number;
+  /** Failed waiting receives (retried after {@link RETRY_MS}). */
+  receiveErrors: number;
+}
+
+interface Libc {
+  malloc: (n: number) => unknown;
+  free: (p: unknown) => void;
+  socket: (domain: number, type: number, protocol: number) => number;
+  setsockopt: (fd: number, level: number, name: number, value: Int32Array, len: number) => number;
+  bind: (fd: number, addr: Uint8Array, len: number) => number;
+  getsockname: (fd: number, addr: Uint8Array, len: Int32Array) => number;
+  recvmmsg: ((fd: number, vec: unknown, vlen: number, flags: number, timeout: null) => number)
+    & { async: (fd: number, vec: unknown, vlen: number, flags: number, timeout: null, cb: (err: unknown, n: number) => void) => void };
+  usleep: { async: (us: number, cb: (err: unknown, rc: number) => void) => void };
+  shutdown: (fd: number, how: number) => number;
+  close: (fd: number) => number;
+}
+
+let libc: Libc | undefined;
+
+function load(): Libc {
+  if (libc) return libc;
+  const lib = koffi.load('libc.so.6');
+  libc = {
+    malloc: lib.func('void *malloc(size_t n)') as Libc['malloc'],
+    free: lib.func('void free(void *p)') as Libc['free'],
+    socket: lib.func('int socket(int domain, int type, int protocol)') as Libc['socket'],
+    setsockopt: lib.func('int setsockopt(int fd, int level, int name, const int *value, int len)') as Libc['setsockopt'],
+    bind: lib.func('int bind(int fd, const uint8_t *addr, int len)') as Libc['bind'],
+    getsockname: lib.func('int getsockname(int fd, _Out_ uint8_t *addr, _Inout_ int *len)') as Libc['getsockname'],
+    recvmmsg: lib.func('int recvmmsg(int fd, void *vec, unsigned int vlen, int flags, void *timeout)') as unknown as Libc['recvmmsg'],
+    usleep: lib.func('int usleep(unsigned int us)') as unknown as Libc['usleep'],
+    shutdown: lib.func('int shutdown(int fd, int how)') as Libc['shutdown'],
+    close: lib.func('int close(int fd)') as Libc['close'],
+  };
+  return libc;
+}
+
+function errnoText(errno: number): string {
+  try {
+    return `${getSystemErrorName(-errno)} (${getSystemErrorMessage(-errno)})`;
+  } catch {
+    return `errno ${errno}`;
+  }
+}
+
+/** The `recvmmsg` vector in malloc'd memory (the kernel writes into it from a pool thread: it must not move). */
+class Ring {
+  readonly mem: unknown;
+  readonly #bytes: Uint8Array;
+  readonly #view: DataView;
+
+  constructor(c: Libc) {
+    this.mem = c.malloc(RING_BYTES);
+    if (!this.mem) throw atollError('KERNEL_OP_FAILED', `malloc of ${RING_BYTES} bytes for the UDP receive ring failed`, 'give the agent more memory');
+    this.#bytes = new Uint8Array(koffi.view(this.mem, RING_BYTES));
+    this.#bytes.fill(0, 0, DATA); // the headers; the slots stay untouched (not resident) until datagrams land there
+    this.#view = new DataView(this.#bytes.buffer);
+    const base = BigInt(koffi.address(this.mem));
+    const v = this.#view;
+    for (let i = 0; i < RING_MESSAGES; i++) {
+      const h = i * MMSGHDR;
+      v.setBigUint64(h, base + BigInt(NAMES + i * SOCKADDR), true); // msg_name
+      v.setBigUint64(h + 16, base + BigInt(IOVECS + i * IOVEC), true); // msg_iov
+      v.setBigUint64(h + 24, 1n, true); // msg_iovlen
+      v.setBigUint64(h + 32, base + BigInt(CMSGS + i * CMSG_SPACE), true); // msg_control
+      v.setBigUint64(IOVECS + i * IOVEC, base + BigInt(DATA + i * SLOT), true); // iov_base
+      v.setBigUint64(IOVECS + i * IOVEC + 8, BigInt(SLOT), true); // iov_len
+    }
+  }
+
+  /** Restores the lengths the kernel overwrote (name and control) before the next call. */
+  reset(): void {
+    const v = this.#view;
+    for (let i = 0; i < RING_MESSAGES; i++) {
+      v.setUint32(i * MMSGHDR + 8, SOCKADDR, true); // msg_namelen
+      v.setUint32(i * MMSGHDR + 40, CMSG_SPACE, true); // msg_controllen (the high half stays 0)
+    }
+  }
+
+  /** Message `i`'s datagram bytes (a view, valid until the ring's next call). */
+  payload(i: number): Uint8Array {
+    const len = this.#view.getUint32(i * MMSGHDR + 56, true);
+    return this.#bytes.subarray(DATA + i * SLOT, DATA + i * SLOT + len);
+  }
+
+  /** Message `i`'s segment size: what UDP_GRO reported, or its whole length when it is one datagram. */
+  segmentSize(i: number, len: number): number {
+    const v = this.#view;
+    if (v.getUint32(i * MMSGHDR + 40, true) < 20) return len;
+    const c = CMSGS + i * CMSG_SPACE;
+    if (v.getInt32(c + 8, true) !== SOL_UDP || v.getInt32(c + 12, true) !== UDP_GRO) return len;
+    const seg = v.getInt32(c + 16, true);
+    return seg > 0 ? seg : len;
+  }
+
+  /** Message `i`'s source: IPv4 address (host order) and port, as one number. */
+  sourceKey(i: number): number {
+    const v = this.#view;
+    const a = NAMES + i * SOCKADDR;
+    return v.getUint32(a + 4, false) * 65_536 + v.getUint16(a + 2, false);
+  }
+}
+
+/** Sources by {@link Ring.sourceKey}, a few slots: most datagrams come from a few peers; a flood of others only misses. */
+class SourceCache {
+  static readonly SLOTS = 64;
+  readonly #keys = new Float64Array(SourceCache.SLOTS).fill(-1);
+  readonly #values: (UdpSource | undefined)[] = new Array<UdpSource | undefined>(SourceCache.SLOTS);
+
+  get(key: number): UdpSource {
+    const slot = key % SourceCache.SLOTS;
+    if (this.#keys[slot] === key) return this.#values[slot] as UdpSource;
+    const addr = Math.floor(key / 65_536);
+    const value = { address: `${addr >>> 24}.${(addr >>> 16) & 255}.${(addr >>> 8) & 255}.${addr & 255}`, port: key % 65_536 };
+    this.#keys[slot] = key;
+    this.#values[slot] = value;
+    return value;
+  }
+}
+
+/**
+ * A bound IPv4 UDP socket with IP_PMTUDISC_DO (never fragmented on the way) and UDP_GRO, received in batches. Send
+ * on {@link fd} with MSG_DONTWAIT (src/adapters/udp-gso.ts).
+ */
+export class UdpBatchSocket {
+  readonly fd: number;
+  /** The bound port. */
+  readonly port: number;
+  readonly stats: UdpBatchStats = { batches: 0, buffers: 0, datagrams: 0, waits: 0, receiveErrors: 0 };
+  readonly #c: Libc;
+  readonly #ring: Ring;
+  readonly #sources = new SourceCache();
+  #onDatagram: ((datagram: Uint8Array, from: UdpSource) => void) | undefined;
+  /** Whether a pool thread holds a call (a wait or a sleep): the fd and the ring are freed only once it returned. */
+  #pooled = false;
+  #closed = false;
+
+  /**
+   * Creates the socket and binds it.
+   * @throws AtollError TUNNEL_UNREACHABLE when the address cannot be bound (in use, not local), KERNEL_OP_FAILED when
+   *   a socket option the datagram path needs is refused.
+   */
+  constructor(init: UdpBatchSocketInit) {
+    const c = load();
+    this.#c = c;
+    const fd = c.socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) throw atollError('KERNEL_OP_FAILED', `socket(AF_INET, SOCK_DGRAM) for the tunnel's UDP port failed: ${errnoText(koffi.errno())}`, 'check the agent\'s limits (ulimit -n)');
+    const fail = (err: Error): never => {
+      c.close(fd);
+      throw err;
+    };
+    const set = (level: number, name: number, value: number) => c.setsockopt(fd, level, name, new Int32Array([value]), 4) === 0;
+    // FORCE goes past rmem_max/wmem_max (root, as the agent runs); the plain option, capped, otherwise
+    if (!set(SOL_SOCKET, SO_RCVBUFFORCE, init.bufferBytes)) set(SOL_SOCKET, SO_RCVBUF, init.bufferBytes);
+    if (!set(SOL_SOCKET, SO_SNDBUFFORCE, init.bufferBytes)) set(SOL_SOCKET, SO_SNDBUF, init.bufferBytes);
+    for (const [level, name, value, what] of [[IPPROTO_IP, IP_MTU_DISCOVER, IP_PMTUDISC_DO, 'IP_MTU_DISCOVER'], [SOL_UDP, UDP_GRO, 1, 'UDP_GRO']] as const) {
+      if (!set(level, name, value)) {
+        fail(atollError('KERNEL_OP_FAILED', `setsockopt ${what} on the tunnel's UDP socket failed: ${errnoText(koffi.errno())}`, 'run on Linux 5.0 or later (UDP_GRO), or turn tunnel.udp off'));
+      }
+    }
+    const addr = sockaddrIn(init.host, init.port);
+    if (!addr) fail(atollError('TUNNEL_UNREACHABLE', `the tunnel's UDP address ${init.host} is not an IPv4 address`, 'set tunnel.udp to an IPv4 listen address'));
+    if (c.bind(fd, addr as Uint8Array, SOCKADDR) !== 0) {
+      fail(atollError('TUNNEL_UNREACHABLE', `the tunnel's UDP port ${init.host}:${init.port} cannot be bound: ${errnoText(koffi.errno())}`, 'free the port or set tunnel.udp.port'));
+    }
+    const bound = new Uint8Array(SOCKADDR);
+    if (c.getsockname(fd, bound, new Int32Array([SOCKADDR])) !== 0) fail(atollError('KERNEL_OP_FAILED', `getsockname on the tunnel's UDP socket failed: ${errnoText(koffi.errno())}`));
+    this.fd = fd;
+    this.port = (bound[2]! << 8) | bound[3]!;
+    this.#ring = new Ring(c);
+  }
+
+  /**
+   * Starts receiving: `onDatagram` gets each datagram (a GRO buffer already cut into its datagrams), a view valid
+   * during the call, and its source.
+   */
+  start(onDatagram: (datagram: Uint8Array, from: UdpSource) => void): void {
+    if (this.#onDatagram) throw new Error('the UDP socket is already receiving');
+    this.#onDatagram = onDatagram;
+    this.#wait();
+  }
+
+  /** Idle: a pool thread waits in the kernel for the first datagram (and takes what came with it). */
+  #wait(): void {
+    if (this.#closed) return;
+    this.stats.waits++;
+    this.#ring.reset();
+    this.#pooled = true;
+    this.#c.recvmmsg.async(this.fd, this.#ring.mem, RING_MESSAGES, MSG_WAITFORONE, null, (err, n) => {
+      this.#pooled = false;
+      if (this.#closed) return this.#release();
+      if (err !== null || n <= 0) {
+        this.stats.receiveErrors++;
+        setTimeout(() => this.#wait(), RETRY_MS).unref();
+        return;
+      }
+      this.#deliver(n);
+      this.#nap();
+    });
+  }
+
+  /** Busy: datagrams gather for {@link POLL_US} while a pool thread sleeps, then the main thread takes them. */
+  #nap(): void {
+    if (this.#closed) return;
+    this.#pooled = true;
+    this.#c.usleep.async(POLL_US, () => {
+      this.#pooled = false;
+      if (this.#closed) return this.#release();
+      this.#drain();
+    });
+  }
+
+  #drain(): void {
+    if (this.#closed) return;
+    for (let i = 0; i < MAX_CALLS_PER_DRAIN; i++) {
+      this.#ring.reset();
+      const n = this.#c.recvmmsg(this.fd, this.#ring.mem, RING_MESSAGES, MSG_DONTWAIT, null);
+      if (n <= 0) return i === 0 ? this.#wait() : this.#nap(); // nothing came during a whole sleep: idle again
+      this.#deliver(n);
+      if (n < RING_MESSAGES || this.#closed) return this.#nap();
+    }
+    setImmediate(() => this.#drain());
+  }
+
+  #deliver(n: number): void {
+    const ring = this.#ring;
+    const emit = this.#onDatagram as (datagram: Uint8Array, from: UdpSource) => void;
+    this.stats.batches++;
+    this.stats.buffers += n;
+    // close() from a callback frees the ring at once: stop reading it then
+    for (let i = 0; i < n && !this.#closed; i++) {
+      const buf = ring.payload(i);
+      const from = this.#sources.get(ring.sourceKey(i));
+      const seg = ring.segmentSize(i, buf.length);
+      if (seg >= buf.length) {
+        this.stats.datagrams++;
+        emit(buf, from);
+        continue;
+      }
+      for (let off = 0; off < buf.length && !this.#closed; off += seg) {
+        this.stats.datagrams++;
+        emit(buf.subarray(off, Math.min(off + seg, buf.length)), from);
+      }
+    }
+  }
+
+  #release(): void {
+    this.#c.close(this.fd);
+    this.#c.free(this.#ring.mem);
+  }
+
+  /** Stops receiving and closes the socket (once a pool thread's call, woken by the shutdown, returned). Idempotent. */
+  close(): void {
+    if (this.#closed) return;
+    this.#closed = true;
+    this.#c.shutdown(this.fd, SHUT_RDWR);
+    if (!this.#pooled) this.#release();
+  }
+}
+
+/** A sockaddr_in for `host`:`port`, or undefined when `host` is not a dotted IPv4 address. */
+function sockaddrIn(host: string, port: number): Uint8Array | undefined {
+  const octets = host.split('.').map(Number);
+  if (octets.length !== 4 || octets.some((o) => !Number.isInteger(o) || o < 0 || o > 255)) return undefined;
+  const a = new Uint8Array(SOCKADDR);
+  a[0] = AF_INET;
+  a[2] = port >> 8;
+  a[3] = port & 255;
+  a.set(octets, 4);
+  return a;
+}
