@@ -582,7 +582,11 @@ export class DatagramPath {
     const limits = this.#init.rekey ?? { packets: REKEY_AFTER_PACKETS, ms: REKEY_AFTER_MS };
     for (const [id, p] of this.#peers) {
       const offerStale = !p.pending || now - p.pending.at > OFFER_TIMEOUT_MS;
-      if (offerStale && (!p.send || rekeyDue(p.send.counter, now - p.send.createdAt, limits) || p.send.counter >= MAX_COUNTER)) {
+      // a path that stays unusable under a key older than an offer's timeout may hold keys the ends do not share (a
+      // handshake by hellos that one end finished and the other did not before a stream came back): a new key on the
+      // stream sets it right (where UDP is blocked, that is one small message per peer every 5 s)
+      const stuck = p.send !== undefined && now - p.send.createdAt > OFFER_TIMEOUT_MS && !this.#usable(p, now);
+      if (offerStale && (!p.send || stuck || rekeyDue(p.send.counter, now - p.send.createdAt, limits) || p.send.counter >= MAX_COUNTER)) {
         const stream = this.#c.streamOf(id);
         if (stream) this.offerKey(id, stream);
       }

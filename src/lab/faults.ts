@@ -437,7 +437,8 @@ async function reachWhileCut(lab: RunningLab, site: string, pod: LabPodInfo, clu
 
 function count(cells: Awaited<ReturnType<typeof runChecks>>): MatrixCount {
   const v = verdictOf(cells);
-  return { ok: v.ok, shouldWork: v.shouldWork, working: v.working };
+  const failed = cells.filter((c) => c.verdict !== 'ok' && c.verdict !== 'blocked as expected').slice(0, 6).map((c) => `${c.from} -> ${c.to}: ${c.note ?? c.verdict}`);
+  return { ok: v.ok, shouldWork: v.shouldWork, working: v.working, ...(failed.length > 0 ? { failed } : {}) };
 }
 
 /** The whole matrix, quietly, counted; and how long it took. */
@@ -446,12 +447,28 @@ export interface Measured {
   readonly count: MatrixCount;
   readonly ms: number;
   readonly endedAt: number;
+  /** Tunnel pairs of the cells that failed: what each end's `atoll peers` said right after. */
+  readonly tunnelViews?: readonly string[];
 }
 
 async function measure(lab: RunningLab): Promise<Measured> {
   const t = performance.now();
   const cells = await runChecks(lab, { say: () => {} });
-  return { count: count(cells), ms: Math.round(performance.now() - t), endedAt: performance.now() };
+  const ms = Math.round(performance.now() - t);
+  const bad = cells.filter((c) => c.verdict === 'FAIL' && c.fromNode !== c.toNode);
+  const pairs = [...new Set(bad.map((c) => `${c.fromNode}|${c.toNode}`))].slice(0, 3).map((k) => k.split('|') as [string, string]);
+  const tunnelViews = (await Promise.all(pairs.flatMap(([a, b]) => [tunnelView(lab, a, b), tunnelView(lab, b, a)]))).filter((v) => v !== undefined);
+  return { count: count(cells), ms, endedAt: performance.now(), ...(tunnelViews.length > 0 ? { tunnelViews } : {}) };
+}
+
+/** What `node`'s agent says of its tunnel peer `peer` (path, datagram path, drops), for a failed cell's note. */
+async function tunnelView(lab: RunningLab, node: string, peer: string): Promise<string | undefined> {
+  const n = lab.plan.nodes.find((x) => x.name === node);
+  const st = n ? await readTunnelStatus(statusSocketOf(n.socketPath), 2000).catch(() => null) : null;
+  const p = st?.peers.find((x) => x.name === peer);
+  if (!st || !p) return undefined;
+  const drops = Object.entries(st.dropped).filter(([, v]) => v > 0).map(([k, v]) => `${k} ${v}`).join(', ');
+  return `${node} on ${peer}: path ${p.path}${p.udp ? `, udp ${p.udp.endpoint ?? '-'} ${p.udp.usable ? 'usable' : 'not usable'}` : ''}, sent ${p.txPackets}, received ${p.rxPackets}; drops: ${drops || 'none'}`;
 }
 
 /** A matrix that ended at most this long before a fault starts is that fault's "before" (nothing happened between). */
@@ -669,6 +686,7 @@ async function runFault(lab: RunningLab, target: LabFaultTarget, say: (l: string
   const flowResults: FlowResult[] = [];
   for (const f of flows) flowResults.push(await f.stop());
   const after = await measure(lab);
+  facts.push(...(after.tunnelViews ?? []));
   const judged = judgeFault(target, {
     before: before.count, after: after.count, matrixMs: { before: before.ms, after: after.ms }, samples, flows: flowResults, ...(podStartMs.length ? { podStartMs } : {}), heldMs,
     ...(pathsBackMs !== undefined ? { pathsBackMs } : {}), beforeAgeMs, durationMs: Math.round(performance.now() - t0), notes,

@@ -466,6 +466,8 @@ export interface MatrixCount {
   readonly ok: boolean;
   readonly shouldWork: number;
   readonly working: number;
+  /** The first cells that failed (`from -> to: what went wrong`), when some did. */
+  readonly failed?: readonly string[];
 }
 
 /** A TCP connection held open through a fault: whether it survived, and the longest wait for an echo. */
@@ -533,7 +535,7 @@ export function judgeFault(target: LabFaultTarget, parts: {
   const notes = [...parts.notes];
   if (!parts.before.ok) notes.push(`${parts.before.shouldWork - parts.before.working} of ${parts.before.shouldWork} cells that should work failed already before the fault`);
   if (unrecovered.length > 0) notes.push(`no reply again from ${unrecovered.map((s) => `${s.from} -> ${s.to}`).join(', ')}`);
-  if (!parts.after.ok) notes.push(`${parts.after.shouldWork - parts.after.working} of ${parts.after.shouldWork} cells that should work fail after the fault`);
+  if (!parts.after.ok) notes.push(`${parts.after.shouldWork - parts.after.working} of ${parts.after.shouldWork} cells that should work fail after the fault${parts.after.failed?.length ? ` (${parts.after.failed.join('; ')})` : ''}`);
   if (target.lossless && lossPct !== undefined && lossPct > 5) notes.push(`${lossPct}% loss although the data plane should not notice this fault`);
   for (const f of parts.flows ?? []) if (!f.survived) notes.push(`the TCP flow ${f.from} -> ${f.to} broke (${f.error ?? 'no echo'})`);
   if (target.strict) {
