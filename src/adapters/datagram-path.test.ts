@@ -96,6 +96,7 @@ describe('datagram path on loopback', () => {
 
   test('bad input is dropped, counted by reason and never answered', async (t) => {
     const raw = createSocket('udp4');
+    after(() => raw.close()); // also when an assertion fails: an open socket would keep the test process alive
     const answers: Buffer[] = [];
     raw.on('message', (m) => answers.push(m));
     await new Promise<void>((r) => raw.bind(0, '127.0.0.1', () => r()));
