@@ -94,13 +94,12 @@ describe('datagram path on loopback', () => {
     assert.equal(Object.values(pb.stats.dropped).reduce((x, y) => x + y, 0), 0, JSON.stringify(pb.stats.dropped));
   });
 
-  test('bad input is dropped, counted by reason and never answered', async (t) => {
+  test('bad input is dropped, counted by reason and never answered', async () => {
     const raw = createSocket('udp4');
     after(() => raw.close()); // also when an assertion fails: an open socket would keep the test process alive
     const answers: Buffer[] = [];
     raw.on('message', (m) => answers.push(m));
     await new Promise<void>((r) => raw.bind(0, '127.0.0.1', () => r()));
-    t.after(() => raw.close()); // also when an assertion fails: an open socket would hold the test process
     const to = (buf: Uint8Array) => new Promise<void>((r) => raw.send(buf, pb.port, '127.0.0.1', () => r()));
     const offer = offers.at(-1) as UdpKeyMessage;
     const key = new DatagramKey(deriveDatagramKey(sb, offer.salt, offer.id), 'seal');
