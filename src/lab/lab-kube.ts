@@ -26,7 +26,7 @@ import { join } from 'node:path';
 import { atollError } from '../core/errors.ts';
 import {
   LAB_ATOLL_NAMESPACE, LAB_CRASH_LABEL, LAB_CRASH_SERVICE, LAB_ETCD_PORTS, LAB_KUBE_API_PORT, LAB_KUBE_NAMESPACE, LAB_SERVICE_CIDR, LAB_SERVICE_LABEL, LAB_SERVICE_NAME, LAB_WORKLOAD_LABEL, LAB_WORKLOADS,
-  labChartValues, labCrashServiceObject, labNodeLabels, labPodObject, labServiceBackends, labServiceObject, labWorkloadObjects,
+  labChartValues, labCrashServiceObject, labAdminNodeLabels, labNodeLabels, labPodObject, labServiceBackends, labServiceObject, labWorkloadObjects,
 } from '../core/lab/kubernetes.ts';
 import { CLOUD_SITE } from '../core/lab/spec.ts';
 import type { TcpResult } from '../core/lab/report.ts';
@@ -92,7 +92,8 @@ export async function kubernetesView(kube: LabKubernetes): Promise<KubernetesVie
   const nodes = (JSON.parse(await kube.kubectl(['get', 'nodes', '-o', 'json'])) as { items: NodeJson[] }).items;
   type Pod = { metadata: { name: string }; spec: { nodeName?: string }; status: { podIP?: string; phase?: string } };
   const pods = (JSON.parse(await kube.kubectl(['get', 'pods', '-n', LAB_POD_NAMESPACE, '-o', 'json'])) as { items: Pod[] }).items;
-  const atoll = (labels: Record<string, string> = {}) => Object.fromEntries(Object.entries(labels).filter(([k]) => !k.includes('kubernetes.io/')));
+  // the labels Atoll reads (its own, OpenYurt's, KubeEdge's role), not the kubelet's kubernetes.io/os, hostname...
+  const atoll = (labels: Record<string, string> = {}) => Object.fromEntries(Object.entries(labels).filter(([k]) => !k.includes('kubernetes.io/') || k.startsWith('node-role.kubernetes.io/')));
   return {
     server: kube.controlPlane.server,
     nodes: nodes.map((n) => ({
@@ -158,6 +159,10 @@ export async function startLabKubernetes(init: LabKubernetesInit): Promise<LabKu
       init.record(`kube-proxy ${node.name}`, proxy.pid);
     }
     await waitForNodes(plan.nodes, kubelets, kubeProxies, kubectl, false);
+    for (const node of plan.nodes) {
+      const labels = Object.entries(labAdminNodeLabels(node));
+      if (labels.length > 0) await kubectl(['label', 'node', node.name, '--overwrite', ...labels.map(([k, v]) => `${k}=${v}`)]);
+    }
     await kubectl(['apply', '-f', '-'], JSON.stringify(LAB_KUBE_NAMESPACE));
   } catch (err) {
     await stop();

@@ -75,7 +75,7 @@ test('atoll lab run --kubernetes: nodes registered with their labels, Atoll inst
     const nodes = new Map(report.kubernetes.nodes.map((n) => [n.name, n]));
     assert.deepEqual([...nodes.keys()].sort(), ['a-1', 'cloud-1']);
     assert.ok([...nodes.values()].every((n) => n.ready && n.kubeletVersion === 'v1.34.4'), out);
-    assert.deepEqual(nodes.get('a-1')?.labels, { 'atoll.dev/site': 'a', 'atoll.dev/community': 'edge', 'openyurt.io/is-edge-worker': 'true' });
+    assert.deepEqual(nodes.get('a-1')?.labels, { 'atoll.dev/site': 'a', 'atoll.dev/community': 'edge', 'openyurt.io/is-edge-worker': 'true', 'node-role.kubernetes.io/edge': '' });
     assert.deepEqual(nodes.get('cloud-1')?.labels, { 'atoll.dev/site': 'cloud' });
     for (const role of ['etcd', 'kube-apiserver', 'kube-controller-manager', 'kube-scheduler', 'kubelet a-1', 'kubelet cloud-1', 'kube-proxy a-1', 'kube-proxy cloud-1']) {
       assert.ok(report.processes.some((p) => p.role === role), `${role} was recorded`);

@@ -3,7 +3,7 @@
  * the labels each node's kubelet registers its Node with, and the Pod object of each lab pod. Pure; src/lab starts
  * the processes (src/adapters/kube/control-plane.ts, src/adapters/kube/kubelet.ts).
  */
-import { LABEL_COMMUNITY, LABEL_OPENYURT_EDGE, LABEL_SITE } from '../kube/placement.ts';
+import { LABEL_COMMUNITY, LABEL_KUBEEDGE_EDGE, LABEL_OPENYURT_EDGE, LABEL_SITE } from '../kube/placement.ts';
 import { LAB_BLOCK_BITS, LAB_CLUSTER_CIDR, LAB_CONTROLLER_PORT, LAB_POD_NAMESPACE, LAB_RELAY_PORT, type LabNode, type LabPlan, type LabPod } from './plan.ts';
 import { CLOUD_SITE } from './spec.ts';
 
@@ -19,7 +19,7 @@ export const LAB_POD_GRACE_SECONDS = 1;
 /**
  * The labels a lab node's kubelet registers its Node with: its site, community, and on edge sites
  * `openyurt.io/is-edge-worker=true` (a kubelet may not set `node-role.kubernetes.io/*` on itself: `--node-labels`
- * refuses the kubernetes.io namespace outside a short allowed list).
+ * refuses the kubernetes.io namespace outside a short allowed list; {@link labAdminNodeLabels} adds KubeEdge's).
  */
 export function labNodeLabels(node: Pick<LabNode, 'site' | 'community'>): Record<string, string> {
   return {
@@ -27,6 +27,14 @@ export function labNodeLabels(node: Pick<LabNode, 'site' | 'community'>): Record
     ...(node.community ? { [LABEL_COMMUNITY]: node.community } : {}),
     ...(node.site === CLOUD_SITE ? {} : { [LABEL_OPENYURT_EDGE]: 'true' }),
   };
+}
+
+/**
+ * The labels the lab, as the cluster's admin, adds to a registered Node, as KubeEdge's `keadm join` does for its edge
+ * nodes: `node-role.kubernetes.io/edge` (empty) on edge sites, nothing in the cloud.
+ */
+export function labAdminNodeLabels(node: Pick<LabNode, 'site'>): Record<string, string> {
+  return node.site === CLOUD_SITE ? {} : { [LABEL_KUBEEDGE_EDGE]: '' };
 }
 
 /** The Kubernetes namespace of the lab's pods, as an object to apply. */
