@@ -23,7 +23,6 @@
  *   the `ip` and `nft` children the agent spawns never inherit them.
  * - {@link LinkWatch} tells when a deleted link is gone (about 1 ms), long before the deletion's ack (16 to 33 ms).
  */
-import { getSystemErrorMessage, getSystemErrorName } from 'node:util';
 import koffi from 'koffi';
 import { atollError } from '../core/errors.ts';
 import { Mutex } from '../core/mutex.ts';
@@ -31,6 +30,7 @@ import {
   AF_UNSPEC, decodeAck, decodeLink, decodeMessages, delLink, encodeBatch, getLink, type LinkInfo, type LinkRef, NLM_F_ACK, NLMSG_DONE,
   NLMSG_ERROR, type NlMessage, type NlRequest, RTM_DELLINK,
 } from '../core/net/netlink-codec.ts';
+import { errnoText } from './errno.ts';
 
 /**
  * Each send that waits in the kernel holds one libuv pool thread. With the default 4, a burst of 30 DELs deletes
@@ -93,14 +93,6 @@ function load(): Libc {
 /** Loads libc's socket calls; call once at start-up so the first CNI request pays nothing for it. */
 export function initNetlink(): void {
   load();
-}
-
-function errnoText(errno: number): string {
-  try {
-    return `${getSystemErrorName(-errno)} (${getSystemErrorMessage(-errno)})`;
-  } catch {
-    return `errno ${errno}`;
-  }
 }
 
 /** The outcome of one request of an exchange. */

@@ -19,12 +19,12 @@
  *   switches for the open and the ioctls only; see netns.ts).
  */
 import { Socket } from 'node:net';
-import { getSystemErrorMessage, getSystemErrorName } from 'node:util';
 import koffi from 'koffi';
 import { atollError } from '../core/errors.ts';
 import { ipSync } from './iproute2.ts';
 import { inNetns } from './netns.ts';
 import { SlabPool } from './slab-pool.ts';
+import { errnoText } from './errno.ts';
 
 const O_RDWR = 2;
 const O_NONBLOCK = 0o4000;
@@ -72,14 +72,6 @@ function load(): Libc {
     close: lib.func('int close(int fd)') as Libc['close'],
   };
   return libc;
-}
-
-function errnoText(errno: number): string {
-  try {
-    return `${getSystemErrorName(-errno)} (${getSystemErrorMessage(-errno)})`;
-  } catch {
-    return `errno ${errno}`;
-  }
 }
 
 function tunError(name: string, what: string, errno: number): Error {

@@ -28,9 +28,9 @@
  * thread's call returned. The ring holds 64 slots of 64 KiB (a GRO buffer's limit) of address space; only the pages
  * datagrams were written to become resident.
  */
-import { getSystemErrorMessage, getSystemErrorName } from 'node:util';
 import koffi from 'koffi';
 import { atollError } from '../core/errors.ts';
+import { errnoText } from './errno.ts';
 
 const AF_INET = 2;
 const SOCK_DGRAM = 2;
@@ -126,14 +126,6 @@ function load(): Libc {
     close: lib.func('int close(int fd)') as Libc['close'],
   };
   return libc;
-}
-
-function errnoText(errno: number): string {
-  try {
-    return `${getSystemErrorName(-errno)} (${getSystemErrorMessage(-errno)})`;
-  } catch {
-    return `errno ${errno}`;
-  }
 }
 
 /** The `recvmmsg` vector in malloc'd memory (the kernel writes into it from a pool thread: it must not move). */
