@@ -8,13 +8,13 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { ATOLL_BIN, LIBFAKETIME } from '../../src/lab/agent-process.ts';
+import { LIBFAKETIME } from '../../src/lab/agent-process.ts';
 import type { LabFaultResult } from '../../src/core/lab/faults.ts';
 import { rootSkipReason } from '../support/netns.ts';
+import { runAtoll } from '../support/atoll-cli.ts';
 
 const SPEC = {
   cloudNodes: 1, podsPerNode: 1, sameSite: 'vxlan', tunnelUdp: true,
@@ -34,17 +34,7 @@ test('a site cut off from the cloud: its agents restarted in turn, its NAT reboo
     const specFile = join(tmp, 'spec.json');
     const json = join(tmp, 'report.json');
     writeFileSync(specFile, JSON.stringify(SPEC));
-    const res = await new Promise<{ code: number | null; out: string }>((resolve) => {
-      const child = spawn(ATOLL_BIN, ['lab', 'run', '--spec', specFile, '--pods', 'direct', '--faults', 'offline-restart-all,nat-reboot-offline,clock-jump,readdress-offline', '--json', json], { stdio: ['ignore', 'pipe', 'pipe'] });
-      let out = '';
-      child.stdout.on('data', (d: Buffer) => (out += d.toString()));
-      child.stderr.on('data', (d: Buffer) => (out += d.toString()));
-      const timer = setTimeout(() => child.kill('SIGTERM'), 220_000);
-      child.on('close', (code) => {
-        clearTimeout(timer);
-        resolve({ code, out });
-      });
-    });
+    const res = await runAtoll(['lab', 'run', '--spec', specFile, '--pods', 'direct', '--faults', 'offline-restart-all,nat-reboot-offline,clock-jump,readdress-offline', '--json', json], 220_000);
     assert.equal(res.code, 0, res.out);
     const report = JSON.parse(readFileSync(json, 'utf8')) as { faults: readonly LabFaultResult[] };
     assert.deepEqual(report.faults.map((f) => [f.kind, f.ok, f.skipped]), [['offline-restart-all', true, undefined], ['nat-reboot-offline', true, undefined], ['clock-jump', true, undefined],

@@ -6,14 +6,13 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { ATOLL_BIN } from '../../src/lab/agent-process.ts';
 import type { LabPrometheusReport } from '../../src/lab/prometheus.ts';
 import type { LabTraceCheck } from '../../src/lab/lab.ts';
 import { rootSkipReason } from '../support/netns.ts';
+import { runAtoll } from '../support/atoll-cli.ts';
 
 /** Cloud 1; edge a and b behind endpoint-independent NATs (a <-> b hole-punched), c behind a symmetric one (relayed). */
 const SPEC = {
@@ -35,17 +34,7 @@ test('atoll lab run --prometheus: PromQL answers match the lab, the dashboard\'s
     const specFile = join(tmp, 'spec.json');
     const json = join(tmp, 'report.json');
     writeFileSync(specFile, JSON.stringify(SPEC));
-    const res = await new Promise<{ code: number | null; out: string }>((resolve) => {
-      const child = spawn(ATOLL_BIN, ['lab', 'run', '--spec', specFile, '--faults', 'none', '--pods', 'direct', '--prometheus', '--json', json], { stdio: ['ignore', 'pipe', 'pipe'] });
-      let out = '';
-      child.stdout.on('data', (d: Buffer) => (out += d.toString()));
-      child.stderr.on('data', (d: Buffer) => (out += d.toString()));
-      const timer = setTimeout(() => child.kill('SIGTERM'), 180_000);
-      child.on('close', (code) => {
-        clearTimeout(timer);
-        resolve({ code, out });
-      });
-    });
+    const res = await runAtoll(['lab', 'run', '--spec', specFile, '--faults', 'none', '--pods', 'direct', '--prometheus', '--json', json], 180_000);
     assert.equal(res.code, 0, res.out);
     t.diagnostic(res.out);
     const report = JSON.parse(readFileSync(json, 'utf8')) as { runId: string; traces: LabTraceCheck[]; prometheus: LabPrometheusReport };

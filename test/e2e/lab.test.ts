@@ -14,6 +14,7 @@ import { ATOLL_BIN } from '../../src/lab/agent-process.ts';
 import type { LabCell } from '../../src/core/lab/report.ts';
 import type { LabFaultResult } from '../../src/core/lab/faults.ts';
 import { rootSkipReason } from '../support/netns.ts';
+import { runAtoll } from '../support/atoll-cli.ts';
 
 /** What `--pods auto` picks here. */
 const hasContainerd = ['/usr/bin/containerd', '/usr/sbin/runc', '/bin/busybox', '/usr/lib/cni/loopback'].every((p) => existsSync(p));
@@ -29,21 +30,6 @@ interface Report {
   readonly verdict: { ok: boolean; shouldWork: number; working: number; blocked: number };
   readonly faults: readonly LabFaultResult[];
   readonly cleanup: { leftovers: readonly string[] };
-}
-
-function run(args: readonly string[], timeoutMs: number): Promise<{ code: number | null; out: string }> {
-  return new Promise((resolve) => {
-    const child = spawn(ATOLL_BIN, args, { stdio: ['ignore', 'pipe', 'pipe'] });
-    let out = '';
-    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
-    child.stderr.on('data', (d: Buffer) => (out += d.toString()));
-    // SIGTERM: the lab removes itself before it exits
-    const timer = setTimeout(() => child.kill('SIGTERM'), timeoutMs);
-    child.on('close', (code) => {
-      clearTimeout(timer);
-      resolve({ code, out });
-    });
-  });
 }
 
 /** Processes whose command line names `text`. */
@@ -80,7 +66,7 @@ test('atoll lab run: every path (VXLAN, tunnel direct, hole-punched, relayed, no
     const svg = join(tmp, 'lab.svg');
     const specFile = join(tmp, 'spec.json');
     writeFileSync(specFile, JSON.stringify(SPEC));
-    const res = await run(['lab', 'run', '--spec', specFile, '--faults', 'controller-kill,relay-kill,direct-path-cut,agent-restart,offline-restart,pod-recreate', '--json', json, '--svg', svg], 170_000);
+    const res = await runAtoll(['lab', 'run', '--spec', specFile, '--faults', 'controller-kill,relay-kill,direct-path-cut,agent-restart,offline-restart,pod-recreate', '--json', json, '--svg', svg], 170_000);
     assert.equal(res.code, 0, res.out);
     if (hasContainerd) {
       assert.match(res.out, /pods will be created by containerd's CRI \(containerd is installed\)/);
@@ -176,14 +162,14 @@ test('atoll lab run: every path (VXLAN, tunnel direct, hole-punched, relayed, no
 });
 
 test('atoll lab refuses an impossible spec before touching anything', async () => {
-  const res = await run(['lab', 'run', '--pods-per-node', '0'], 20_000);
+  const res = await runAtoll(['lab', 'run', '--pods-per-node', '0'], 20_000);
   assert.equal(res.code, 1, res.out);
   assert.match(res.out, /pods per node must be 1 to 50, not 0/);
   assert.match(res.out, /LAB_SPEC_INVALID/);
 });
 
 test('atoll lab refuses clearly when not root', { skip: rootSkipReason() || (existsSync('/usr/bin/setpriv') ? false : 'needs setpriv') }, async () => {
-  assert.equal((await run(['version'], 30_000)).code, 0); // the bundle is built as root first
+  assert.equal((await runAtoll(['version'], 30_000)).code, 0); // the bundle is built as root first
   const res = await new Promise<{ code: number | null; out: string }>((resolve) => {
     const child = spawn('setpriv', ['--reuid=65534', '--regid=65534', '--clear-groups', ATOLL_BIN, 'lab', 'run'], { stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';
@@ -200,7 +186,7 @@ test('uplink delay: by netem, or the lab\'s delay line where the kernel has none
   const dir = mkdtempSync(join(tmpdir(), 'atoll-lab-delay-'));
   try {
     const json = join(dir, 'report.json');
-    const res = await run(['lab', 'run', '--cloud-nodes', '1', '--edge-sites', '2', '--nodes-per-site', '1', '--pods-per-node', '1', '--delay', 'a=15',
+    const res = await runAtoll(['lab', 'run', '--cloud-nodes', '1', '--edge-sites', '2', '--nodes-per-site', '1', '--pods-per-node', '1', '--delay', 'a=15',
       '--faults', 'none', '--pods', 'direct', '--json', json], 120_000);
     assert.equal(res.code, 0, res.out);
     const report = JSON.parse(readFileSync(json, 'utf8')) as Report & { uplinkDelayBy: string };
