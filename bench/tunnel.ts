@@ -276,8 +276,10 @@ async function labUp(fx: Fixture, name: string, spec: unknown, flags: readonly s
   writeFileSync(specPath, JSON.stringify(spec));
   const t0 = Date.now();
   let runId: string | undefined;
-  // --pods direct: pods in named namespaces (`ip netns exec`), plumbed by the same atoll-cni and agent as through CRI
-  const res = await start(fx, [ATOLL, 'lab', 'up', '--detach', '--pods', 'direct', '--json', jsonPath, '--spec', specPath, ...flags], LAB_UP_TIMEOUT_MS, {
+  // --pods direct: pods in named namespaces (`ip netns exec`), plumbed by the same atoll-cni and agent as through CRI;
+  // the parts that measure the TLS stream tunnel (all but those given --udp) run their agents on streams only
+  const udp = flags.includes('--udp') ? [] : ['--no-udp'];
+  const res = await start(fx, [ATOLL, 'lab', 'up', '--detach', '--pods', 'direct', '--json', jsonPath, '--spec', specPath, ...udp, ...flags], LAB_UP_TIMEOUT_MS, {
     gentle: true,
     onStdout: (text) => {
       const m = /atoll lab ([0-9a-f]{4}):/.exec(text);

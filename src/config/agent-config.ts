@@ -94,15 +94,16 @@ export const agentConfigSchema = z.strictObject({
     }).optional(),
     /**
      * The datagram path: packets as AES-256-GCM UDP datagrams, keyed over the TLS streams, which stay the fallback;
-     * off when absent. Cloud nodes receive on `port`; edge nodes on an ephemeral port (nodes behind one NAT must not
+     * on by default, `false` turns it off (docs/architecture.md says when that pays: a fast link that never loses a
+     * packet, where the stream moves more per CPU). Cloud nodes receive on `port`; edge nodes on an ephemeral port (nodes behind one NAT must not
      * want the same outside port), the same one again after a restart (kept in <dataDir>/tunnel-udp.json with the
      * peers' last addresses, so paths heal without the relay). `underlayMtu` bounds every datagram (the TUN device's
      * MTU becomes at most underlayMtu - 70).
      */
-    udp: z.strictObject({
+    udp: z.union([z.literal(false), z.strictObject({
       port: z.number().int().min(1).max(65535).default(8477),
       underlayMtu: z.number().int().min(576).max(65535).default(1500),
-    }).optional(),
+    })]).prefault({}),
   }).optional(),
   /** Cluster pod ranges: pod traffic to them is never masqueraded (every known block is included anyway). */
   clusterCidrs: z.array(cidr).default([]),

@@ -4,7 +4,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { labPodsFromFlag, labSpecFromFlags, labSpecSchema } from './lab-spec.ts';
-import { DEFAULT_LAB_SPEC } from '../core/lab/spec.ts';
+import { DEFAULT_LAB_SPEC, labUsesUdp } from '../core/lab/spec.ts';
 import { AtollError } from '../core/errors.ts';
 
 test('no flags: the default spec', () => {
@@ -59,11 +59,12 @@ test('--pods: auto by default, cri or direct, anything else refused', () => {
   assert.throws(() => labPodsFromFlag('containerd'), (e: unknown) => e instanceof AtollError && e.code === 'LAB_SPEC_INVALID' && /--pods must be auto, cri, direct, not "containerd"/.test(e.message));
 });
 
-test('--udp turns the datagram path on; --block-udp SITE blocks UDP at that site\'s router', () => {
+test('the datagram path is on unless --no-udp (--udp wins over a spec file that turns it off); --block-udp SITE blocks UDP at that site\'s router', () => {
   const spec = labSpecFromFlags({ udp: true, 'block-udp': ['b'] });
-  assert.equal(spec.tunnelUdp, true);
+  assert.equal(labUsesUdp(spec), true);
   assert.deepEqual(spec.edges.map((e) => [e.name, e.udpBlocked === true]), [['a', false], ['b', true]]);
-  assert.equal(labSpecFromFlags({}).tunnelUdp, undefined, 'off by default');
+  assert.equal(labSpecFromFlags({}).tunnelUdp, undefined, 'on by default, as the agents\' own default');
+  assert.equal(labSpecFromFlags({ 'no-udp': true }).tunnelUdp, false);
   assert.throws(() => labSpecFromFlags({ 'block-udp': ['z'] }), (e: unknown) => e instanceof AtollError && /--block-udp z: there is no edge site "z"/.test(e.message));
 });
 

@@ -39,6 +39,7 @@ export interface LabFlags {
   readonly rate?: readonly string[];
   readonly 'same-site'?: string;
   readonly udp?: boolean;
+  readonly 'no-udp'?: boolean;
   readonly 'no-metrics'?: boolean;
   readonly 'block-udp'?: readonly string[];
 }
@@ -56,6 +57,7 @@ export const LAB_FLAG_OPTIONS = {
   rate: { type: 'string', multiple: true },
   'same-site': { type: 'string' },
   udp: { type: 'boolean' },
+  'no-udp': { type: 'boolean' },
   'no-metrics': { type: 'boolean' },
   'block-udp': { type: 'string', multiple: true },
 } as const;
@@ -70,7 +72,8 @@ export const LAB_FLAGS_HELP = `  --cloud-nodes N          nodes in the cloud sit
                            delay line), e.g. 20 or 20ms
   --rate [SITE=]MBIT       rate limit on edge uplinks (tc tbf), e.g. 100, 100mbit or 1gbit
   --same-site vxlan|direct how nodes of one site reach each other (default vxlan)
-  --udp                    the tunnel's datagram path on (agents' tunnel.udp)
+  --udp, --no-udp          the tunnel's datagram path on (the default, as the agents') or off (agents' tunnel.udp
+                           false: TCP streams only)
   --no-metrics             the agents, the controller and the relay without their metrics listeners (for measuring
                            what metrics cost; not with --prometheus or --kubernetes)
   --block-udp SITE         the site's router drops UDP on its uplink (the datagram path falls back to TCP); repeatable
@@ -162,7 +165,7 @@ export function labSpecFromFlags(flags: LabFlags): LabSpec {
     edges: edges.map((e) => Object.freeze({ ...e, uplink: Object.freeze(e.uplink) })),
     podsPerNode: count('pods-per-node', flags['pods-per-node']) ?? base.podsPerNode,
     sameSite,
-    ...(flags.udp || base.tunnelUdp ? { tunnelUdp: true } : {}),
+    ...(flags['no-udp'] || (base.tunnelUdp === false && !flags.udp) ? { tunnelUdp: false } : {}),
     ...(flags['no-metrics'] || base.metrics === false ? { metrics: false } : {}),
   };
   const problems = labSpecProblems(spec);

@@ -24,7 +24,7 @@ import {
   udpBlockedAt,
 } from '../core/lab/plan.ts';
 import { judgeCell, type LabCell, type PingResult, type TcpResult } from '../core/lab/report.ts';
-import { describeLabSpec, type LabSpec } from '../core/lab/spec.ts';
+import { describeLabSpec, type LabSpec, labUsesUdp } from '../core/lab/spec.ts';
 import type { LabWorkloadPod } from '../core/lab/faults.ts';
 import { removeContainerdLeftovers } from '../adapters/containerd/containerd.ts';
 import { exec } from '../adapters/exec.ts';
@@ -321,7 +321,7 @@ const pathIn = (paths: Map<string, Map<string, PeerPath>>, from: string, to: str
  */
 function wantedTunnelPath(plan: LabPlan, a: string, b: string, path: LabPath): PeerPath | undefined {
   const direct = path === 'tunnel direct' || path === 'tunnel hole-punched';
-  if (direct && plan.spec.tunnelUdp) {
+  if (direct && labUsesUdp(plan.spec)) {
     return udpBlockedAt(plan, a) || udpBlockedAt(plan, b) ? 'direct' : 'udp';
   }
   return direct ? 'direct' : path === 'tunnel relayed' ? 'relayed' : undefined;

@@ -8,7 +8,7 @@
  * Convergence is measured from the moment the fault was healed (the controller restarted, the agent answering
  * again, the uplink restored, the pod re-added) to the first reply after the last lost packet of the slowest sample.
  */
-import { CLOUD_SITE } from './spec.ts';
+import { CLOUD_SITE, labUsesUdp } from './spec.ts';
 import { expectationOf, expectedPath, type LabPath, type LabPlan } from './plan.ts';
 
 export type LabFaultKind = 'controller-kill' | 'relay-kill' | 'direct-path-cut' | 'agent-restart' | 'offline-restart' | 'pod-recreate' | 'uplink-cut' | 'uplink-flap' | 'node-reboot'
@@ -270,7 +270,7 @@ export function planFault(plan: LabPlan, kind: LabFaultKind, pods: 'cri' | 'dire
 function planOfflineEdgeFault(plan: LabPlan, kind: LabFaultKind, pods: 'cri' | 'direct' | 'kubernetes',
   pairs: (list: readonly (readonly [string | undefined, string | undefined])[]) => LabPodPair[]): LabFaultTarget | LabFaultSkipped {
   if (pods === 'kubernetes') return { kind, skipped: 'with --kubernetes the chart\'s pods run the agents: this fault restarts or re-clocks the lab\'s own agent processes' };
-  if (!plan.spec.tunnelUdp) return { kind, skipped: 'it needs the datagram path (--udp): TCP streams between edge sites are rebuilt only through the relay' };
+  if (!labUsesUdp(plan.spec)) return { kind, skipped: 'it needs the datagram path (not --no-udp): TCP streams between edge sites are rebuilt only through the relay' };
   const site = plan.spec.edges[0]?.name;
   const siteNodes = plan.nodes.filter((n) => n.site === site).map((n) => n.name);
   const cloud = cloudAddresses(plan);

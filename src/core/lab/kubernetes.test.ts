@@ -42,14 +42,15 @@ test('the chart\'s values for the lab: its pod range, the controller on every cl
     { name: 'cloud-1', site: 'cloud', community: '', underlay: '192.0.2.11' }, { name: 'cloud-2', site: 'cloud', community: '', underlay: '192.0.2.12' },
     { name: 'a-1', site: 'a', community: 'edge', underlay: '10.0.1.11' }, { name: 'b-1', site: 'b', community: 'edge', underlay: '10.0.2.11' },
   ] as unknown as LabNode[];
-  assert.deepEqual(labChartValues({ nodes }, '0.1.0'), {
+  assert.deepEqual(labChartValues({ nodes, spec: {} }, '0.1.0'), {
     image: { tag: '0.1.0' }, clusterCidrs: ['10.100.0.0/16'], blockBits: 26, community: 'edge',
     controller: { replicas: 2, urls: ['https://192.0.2.11:7443', 'https://192.0.2.12:7443'], nodeDeleteGraceSeconds: 10 },
     relay: { address: '192.0.2.11:8476', nodeSelector: { 'kubernetes.io/hostname': 'cloud-1' } },
   });
   const mixed = nodes.map((n) => (n.name === 'b-1' ? { ...n, community: 'other' } : n));
-  assert.equal(labChartValues({ nodes: mixed }, '0.1.0').community, '', 'sites of different communities: the Node labels say it');
-  assert.throws(() => labChartValues({ nodes: nodes.slice(2) }, '0.1.0'), /no cloud node/);
+  assert.equal(labChartValues({ nodes: mixed, spec: {} }, '0.1.0').community, '', 'sites of different communities: the Node labels say it');
+  assert.deepEqual(labChartValues({ nodes, spec: { tunnelUdp: false } }, '0.1.0').agent, { udp: false }, '--no-udp: the chart\'s agents on streams only');
+  assert.throws(() => labChartValues({ nodes: nodes.slice(2), spec: {} }, '0.1.0'), /no cloud node/);
 });
 
 test('the workloads: a Deployment and a StatefulSet with a replica per node, spread one pod per node, never pulling', () => {

@@ -5,7 +5,7 @@
  */
 import { LABEL_COMMUNITY, LABEL_KUBEEDGE_EDGE, LABEL_OPENYURT_EDGE, LABEL_SITE } from '../kube/placement.ts';
 import { LAB_BLOCK_BITS, LAB_CLUSTER_CIDR, LAB_CONTROLLER_PORT, LAB_POD_NAMESPACE, LAB_RELAY_PORT, type LabNode, type LabPlan, type LabPod } from './plan.ts';
-import { CLOUD_SITE } from './spec.ts';
+import { CLOUD_SITE, type LabSpec, labUsesUdp } from './spec.ts';
 
 /** kube-apiserver's port on the controller's cloud address (the nodes reach it there; edge nodes through their NAT). */
 export const LAB_KUBE_API_PORT = 6443;
@@ -121,7 +121,7 @@ export const LAB_ATOLL_NAMESPACE = 'atoll-system';
  * {@link LAB_NODE_DELETE_GRACE_SECONDS}, and the relay on the first cloud node at its address. Every other value keeps
  * the chart's default.
  */
-export function labChartValues(plan: Pick<LabPlan, 'nodes'>, tag: string): Record<string, unknown> {
+export function labChartValues(plan: Pick<LabPlan, 'nodes'> & { readonly spec: Pick<LabSpec, 'tunnelUdp'> }, tag: string): Record<string, unknown> {
   const { controllers, relay } = labChartEndpoints(plan);
   const communities = [...new Set(plan.nodes.filter((n) => n.site !== CLOUD_SITE).map((n) => n.community))];
   return {
@@ -131,6 +131,7 @@ export function labChartValues(plan: Pick<LabPlan, 'nodes'>, tag: string): Recor
     community: communities.length === 1 ? communities[0] : '',
     controller: { replicas: controllers.length, urls: controllers.map((a) => `https://${a}`), nodeDeleteGraceSeconds: LAB_NODE_DELETE_GRACE_SECONDS },
     relay: { address: relay.address, nodeSelector: { 'kubernetes.io/hostname': relay.node } },
+    ...(labUsesUdp(plan.spec) ? {} : { agent: { udp: false } }),
   };
 }
 

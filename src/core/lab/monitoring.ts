@@ -3,7 +3,7 @@
  * and the relay over the lab's monitoring network (src/core/lab/plan.ts `LAB_MONITOR`), and the lab checks its PromQL
  * answers against what the plan knows. Pure: the Prometheus configuration, the queries and what each should answer.
  */
-import { CLOUD_SITE } from './spec.ts';
+import { CLOUD_SITE, labUsesUdp } from './spec.ts';
 import { expectedPath, LAB_MONITOR, type LabPlan, udpBlockedAt } from './plan.ts';
 import { PEER_PATH_KINDS, type PeerPathKind } from '../tunnel/status.ts';
 
@@ -56,7 +56,7 @@ export function expectedPeerPaths(plan: LabPlan): Record<PeerPathKind, number> {
     for (const b of plan.nodes) {
       const k = a.name === b.name ? undefined : tunnelKind(plan, a.name, b.name);
       // with the datagram path on, direct pairs report udp unless a site on the way blocks it
-      if (k && k !== 'relayed' && plan.spec.tunnelUdp && !udpBlockedAt(plan, a.name) && !udpBlockedAt(plan, b.name)) n.udp++;
+      if (k && k !== 'relayed' && labUsesUdp(plan.spec) && !udpBlockedAt(plan, a.name) && !udpBlockedAt(plan, b.name)) n.udp++;
       else if (k) n[k]++;
     }
   }

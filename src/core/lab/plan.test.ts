@@ -159,11 +159,11 @@ test('a failed cell shows in the matrix, the summary and the failure list', () =
   assert.equal(summarize([c])[0]?.failed, 1);
 });
 
-test('the datagram path: agents get tunnel.udp; a site that blocks UDP drops it both ways on the uplink, before anything is accepted', () => {
-  const spec: LabSpec = { ...DEFAULT_LAB_SPEC, tunnelUdp: true, edges: [edge('a'), edge('b', { udpBlocked: true })] };
+test('the datagram path: the agents\' default, tunnel.udp false with --no-udp; a site that blocks UDP drops it both ways on the uplink, before anything is accepted', () => {
+  const spec: LabSpec = { ...DEFAULT_LAB_SPEC, edges: [edge('a'), edge('b', { udpBlocked: true })] };
   const p = plan(spec);
-  assert.ok(p.nodes.every((n) => JSON.stringify((n.agentConfig.tunnel as Record<string, unknown>).udp) === '{}'));
-  assert.ok(plan(DEFAULT_LAB_SPEC).nodes.every((n) => !('udp' in (n.agentConfig.tunnel as Record<string, unknown>))), 'off by default');
+  assert.ok(p.nodes.every((n) => !('udp' in (n.agentConfig.tunnel as Record<string, unknown>))), 'on: the agents\' default');
+  assert.ok(plan({ ...DEFAULT_LAB_SPEC, tunnelUdp: false }).nodes.every((n) => (n.agentConfig.tunnel as Record<string, unknown>).udp === false));
   const rules = (site: string) => p.nat.find((n) => n.site === site)?.ruleset.split('\n') ?? [];
   assert.equal(rules('a').some((l) => l.includes('udp drop')), false);
   const b = rules('b');
@@ -171,7 +171,8 @@ test('the datagram path: agents get tunnel.udp; a site that blocks UDP drops it 
   assert.deepEqual(b.slice(forward + 2, forward + 5).map((l) => l.trim()), [
     'oifname "up0" meta l4proto udp drop', 'iifname "up0" meta l4proto udp drop', 'iifname "up0" oifname "lan0" ct state established,related accept',
   ]);
-  assert.match(describeLabSpec(spec), /edge b 2 nodes \(NAT endpoint-independent, community edge, UDP blocked\).*tunnel datagram path on/);
+  assert.match(describeLabSpec(spec), /edge b 2 nodes \(NAT endpoint-independent, community edge, UDP blocked\)/);
+  assert.match(describeLabSpec({ ...spec, tunnelUdp: false }), /tunnel datagram path off \(streams only\)/);
 });
 
 test('with --kubernetes a node\'s agent paths are the manifest\'s hostPaths in the node\'s own directories', () => {

@@ -22,7 +22,7 @@
  *   through it (the edge dials out), edge <-> edge pairs of one community hole-punch or go through the relay.
  * - The wan has no route into the edge LANs: an edge is reachable only through its router's NAT, as on the internet.
  */
-import { CLOUD_SITE, type LabSpec, type NatType, type UplinkConditions } from './spec.ts';
+import { CLOUD_SITE, type LabSpec, labUsesUdp, type NatType, type UplinkConditions } from './spec.ts';
 
 export const LAB_NETNS_PREFIX = 'atl-lab-';
 /** A run id: 4 lowercase hex digits. */
@@ -403,7 +403,7 @@ export function planLab(input: LabPlanInput): LabPlan {
         nodeName: name, podCidrs: [], cniBinDir: paths.cniBinDir, cniConfDir: paths.cniConfDir, dataDir: paths.dataDir,
         socketPath: paths.socketPath, bridge: NODE_DEVICES.bridge, resyncPeriod: 5, site, community, underlayAddresses: [underlay],
         overlay: { device: NODE_DEVICES.overlay, directRouting: spec.sameSite === 'direct' ? 'auto' : 'never' }, clusterCidrs: [LAB_CLUSTER_CIDR],
-        tunnel: { device: NODE_DEVICES.tunnel, role: site === CLOUD_SITE ? 'cloud' : 'edge', ...(spec.tunnelUdp ? { udp: {} } : {}) },
+        tunnel: { device: NODE_DEVICES.tunnel, role: site === CLOUD_SITE ? 'cloud' : 'edge', ...(labUsesUdp(spec) ? {} : { udp: false }) },
         controller: { urls: [url], token: input.bootstrapToken, usagePeriod: 5 },
         ...(withMetrics ? { metrics: { listen: `${monitorAddress}:${LAB_MONITOR.agentPort}` } } : {}),
       },

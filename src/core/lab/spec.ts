@@ -42,7 +42,7 @@ export interface LabSpec {
   readonly edges: readonly EdgeSiteSpec[];
   readonly podsPerNode: number;
   readonly sameSite: SameSitePath;
-  /** Whether the agents' tunnels use the datagram path (`tunnel.udp`). */
+  /** Whether the agents' tunnels use the datagram path (`tunnel.udp`): on unless false ({@link labUsesUdp}). */
   readonly tunnelUdp?: boolean;
   /**
    * `false`: the agents, the controller and the relay run without their metrics listeners (no `metrics` in their
@@ -77,6 +77,11 @@ export const DEFAULT_LAB_SPEC: LabSpec = Object.freeze({
   podsPerNode: 2,
   sameSite: 'vxlan',
 });
+
+/** Whether the lab's agents use the tunnel's datagram path: as the agents' default, unless the spec turns it off. */
+export function labUsesUdp(spec: Pick<LabSpec, 'tunnelUdp'>): boolean {
+  return spec.tunnelUdp !== false;
+}
 
 /** Edge site names by position: a, b, ... z. */
 export function edgeSiteName(index: number): string {
@@ -114,5 +119,5 @@ export function describeLabSpec(spec: LabSpec): string {
     return `edge ${e.name} ${e.nodes} node${e.nodes === 1 ? '' : 's'} (${extra.join(', ')})`;
   });
   return [`cloud ${spec.cloudNodes} node${spec.cloudNodes === 1 ? '' : 's'}`, ...edges, `${spec.podsPerNode} pod${spec.podsPerNode === 1 ? '' : 's'} per node`, `same-site ${spec.sameSite === 'vxlan' ? 'VXLAN' : 'direct routes'}`,
-    ...(spec.tunnelUdp ? ['tunnel datagram path on'] : []), ...(spec.metrics === false ? ['metrics listeners off'] : [])].join('; ');
+    ...(labUsesUdp(spec) ? [] : ['tunnel datagram path off (streams only)']), ...(spec.metrics === false ? ['metrics listeners off'] : [])].join('; ');
 }
