@@ -49,10 +49,13 @@ test('atoll lab run --prometheus: PromQL answers match the lab, the dashboard\'s
     assert.equal(got('healthy', 'sum(up)'), 6);
     assert.equal(got('healthy', 'max(atoll_controller_registered_nodes)'), 4);
     // cloud <-> each edge both ways: 6 direct; a <-> b: 2 hole-punched; c <-> a, b: 4 relayed
-    assert.equal(got('healthy', 'sum(atoll_tunnel_peers{path="direct"})'), 6);
-    assert.equal(got('healthy', 'sum(atoll_tunnel_peers{path="hole-punched"})'), 2);
+    // the datagram path (the default) carries the cloud pairs (6) and the hole-punched ones (2); the symmetric NAT's stay relayed
+    assert.equal(got('healthy', 'sum(atoll_tunnel_peers{path="udp"})'), 8);
+    assert.equal(got('healthy', 'sum(atoll_tunnel_peers{path="direct"})'), 0);
+    assert.equal(got('healthy', 'sum(atoll_tunnel_peers{path="hole-punched"})'), 0);
     assert.equal(got('healthy', 'sum(atoll_tunnel_peers{path="relayed"})'), 4);
     assert.equal(got('relay killed', 'sum(atoll_tunnel_peers{path="down"})'), 4);
+    assert.equal(got('relay killed', 'sum(atoll_tunnel_peers{path="udp"})'), 8);
     assert.equal(got('relay back', 'sum(atoll_tunnel_peers{path="relayed"})'), 4);
     assert.deepEqual(p.dashboardMissing, []);
     assert.ok(p.dashboardQueries >= 10);

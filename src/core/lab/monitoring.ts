@@ -84,7 +84,7 @@ export function healthyChecks(plan: LabPlan): PromCheck[] {
   ];
 }
 
-/** The checks while the relay is down: its target down, relayed peers none (they went down), hole-punched and direct ones unchanged. */
+/** The checks while the relay is down: its target down, relayed peers none (they went down), hole-punched and datagram ones unchanged. */
 export function relayDownChecks(plan: LabPlan): PromCheck[] {
   const paths = expectedPeerPaths(plan);
   return [
@@ -92,6 +92,7 @@ export function relayDownChecks(plan: LabPlan): PromCheck[] {
     { what: 'relayed peers while the relay is down', query: 'sum(atoll_tunnel_peers{path="relayed"})', expect: 0 },
     { what: 'peers down while the relay is down (the relayed ones)', query: 'sum(atoll_tunnel_peers{path="down"})', expect: paths.relayed },
     { what: 'hole-punched peers keep their streams', query: 'sum(atoll_tunnel_peers{path="hole-punched"})', expect: paths['hole-punched'] },
+    { what: 'peers on the datagram path keep it', query: 'sum(atoll_tunnel_peers{path="udp"})', expect: paths.udp },
   ];
 }
 
