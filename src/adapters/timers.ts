@@ -40,7 +40,7 @@ export const steadyClock: Clock = () => {
   if (!steady) {
     const clock = new SteadyClock(() => performance.now(), STEADY_MAX_STEP_MS, () => Date.now());
     steady = clock;
-    setInterval(() => clock.now(), STEADY_TICK_MS).unref();
+    setInterval(() => clock.wallNow(), STEADY_TICK_MS).unref();
   }
   return steady.now();
 };

@@ -23,8 +23,10 @@ export class SteadyClock {
   readonly #wall: Clock | undefined;
   readonly #maxStepMs: number;
   #last: number;
-  #lastWall: number;
   #offset = 0;
+  /** The wall clock and the steady time at the last {@link wallNow}, and the wall clock's jumps so far. */
+  #lastWall: number;
+  #steadyAtWall: number;
   #wallOffset = 0;
   /** Jumps taken out so far, and their total (ms; a backwards jump counts its size). */
   jumps = 0;
@@ -37,31 +39,35 @@ export class SteadyClock {
     this.#maxStepMs = maxStepMs;
     this.#last = raw();
     this.#lastWall = wall?.() ?? 0;
+    this.#steadyAtWall = this.#last;
   }
 
-  /** The steady time, ms: the raw clock less every jump seen. Never goes backwards. */
+  /** The steady time, ms: the raw clock less every jump seen. Never goes backwards. Cheap: one clock read. */
   now(): number {
     const raw = this.#raw();
     const step = raw - this.#last;
-    const credited = step < 0 || step > this.#maxStepMs ? 0 : step;
-    if (credited !== step) {
+    if (step < 0 || step > this.#maxStepMs) {
       this.#offset += step;
       this.jumps++;
       this.jumpedMs += Math.abs(step);
     }
     this.#last = raw;
-    if (this.#wall) {
-      const wall = this.#wall();
-      const wallJump = wall - this.#lastWall - credited;
-      if (Math.abs(wallJump) > this.#maxStepMs) this.#wallOffset += wallJump;
-      this.#lastWall = wall;
-    }
     return raw - this.#offset;
   }
 
-  /** The wall clock less the jumps of it seen (read as often as {@link now}; without a wall clock, NaN). */
+  /**
+   * The wall clock less its jumps (without a wall clock, NaN): what the wall clock moved since the last call beyond
+   * what the steady time did is a jump when it exceeds the largest step. Read it at least as often as {@link now} is
+   * read by the ticker; the steady time's own jumps are taken out first.
+   */
   wallNow(): number {
-    this.now();
-    return this.#wall ? this.#lastWall - this.#wallOffset : Number.NaN;
+    const steady = this.now();
+    if (!this.#wall) return Number.NaN;
+    const wall = this.#wall();
+    const jump = wall - this.#lastWall - (steady - this.#steadyAtWall);
+    if (Math.abs(jump) > this.#maxStepMs) this.#wallOffset += jump;
+    this.#lastWall = wall;
+    this.#steadyAtWall = steady;
+    return wall - this.#wallOffset;
   }
 }
