@@ -180,6 +180,8 @@ test('loss windows: a run of lost packets counts only when it lies outside every
   const r = replies([...Array.from({ length: 10 }, (_, i) => i + 1), ...Array.from({ length: 10 }, (_, i) => i + 21)], at);
   assert.equal(lostOutsideWindows(r, [{ fromMs: 1000, toMs: 2900, label: 'restart' }], 100).lost, 0);
   assert.equal(lostOutsideWindows(r, [{ fromMs: 1500, toMs: 2900, label: 'restart' }], 100).lost, 10, 'the loss began before the window');
+  assert.equal(lostOutsideWindows(r, [{ fromMs: 1201, toMs: 2900, label: 'restart' }], 100).lost, 0, 'a packet that left just before the window opened');
+  assert.equal(lostOutsideWindows(r, [{ fromMs: 1202, toMs: 2900, label: 'restart' }], 100).lost, 10, 'but not two intervals before');
   assert.equal(lostOutsideWindows(r, [{ fromMs: 1000, toMs: 1500, label: 'restart' }], 100).lost, 10, 'and ended after it');
   assert.deepEqual(lostOutsideWindows(r, [], 100), { lost: 10, runs: [{ fromMs: 1001, toMs: 2100, lost: 10 }] });
   assert.equal(lostOutsideWindows(replies([3, 4, 5], at), [], 100).lost, 0, 'the warm-up before the first reply does not count');

@@ -413,9 +413,10 @@ export interface LossWindow {
 
 /**
  * How many packets of a sample were lost outside every window. A run of lost packets is inside a window when the
- * reply before it came no earlier than the window's start less one ping interval (the first lost one may have left
- * just before), and the reply after it was sent (its arrival less its round trip) no later than the window's end plus
- * one interval. Packets before the first reply (the warm-up) do not count.
+ * reply before it came no earlier than the window's start less two ping intervals (the first lost one left up to an
+ * interval after that reply, and may have left just before the window opened: a packet in a killed agent's queue,
+ * the kill timed by another process), and the reply after it was sent (its arrival less its round trip) no later than
+ * the window's end plus one interval. Packets before the first reply (the warm-up) do not count.
  */
 export function lostOutsideWindows(replies: readonly PingReply[], windows: readonly LossWindow[], intervalMs: number): { lost: number; runs: LossRun[] } {
   const sorted = [...replies].sort((a, b) => a.seq - b.seq);
@@ -426,7 +427,7 @@ export function lostOutsideWindows(replies: readonly PingReply[], windows: reado
     const run = next.seq - prev.seq - 1;
     if (run <= 0) continue;
     const sentAt = next.atMs - (next.rttMs ?? 0);
-    if (!windows.some((w) => prev.atMs >= w.fromMs - intervalMs && sentAt <= w.toMs + intervalMs)) runs.push({ fromMs: prev.atMs, toMs: sentAt, lost: run });
+    if (!windows.some((w) => prev.atMs >= w.fromMs - 2 * intervalMs && sentAt <= w.toMs + intervalMs)) runs.push({ fromMs: prev.atMs, toMs: sentAt, lost: run });
   }
   return { lost: runs.reduce((n, r) => n + r.lost, 0), runs };
 }
