@@ -6,37 +6,20 @@
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { type ChildProcess, spawn } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { generateKeyPairSync } from 'node:crypto';
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { addNetns, delNetns, dumpNetns, inNetns, leftoverNetns, rootSkipReason, sh } from '../support/netns.ts';
+import { dumpNetns, inNetns, leftoverNetns, rootSkipReason, sh } from '../support/netns.ts';
 import { until } from '../support/wait.ts';
 import { PROJECT_NODE } from '../../src/lab/agent-process.ts';
-import { selfSignedTunnelCert, spkiPin } from '../../src/adapters/pki.ts';
+import { selfSignedTunnelCert } from '../../src/adapters/pki.ts';
 import { dialTunnel } from '../../src/adapters/tunnel-dial.ts';
-import type { TunnelNodeSpec } from '../support/tunnel-node.ts';
+import { makeTunnelSide, removeTunnelBed, startTunnelNode, tunnelSpecOf, tunnelStats, type TunnelSide as Side, wireTunnelBed } from '../support/tunnel-bed.ts';
 
 const TUN = 'atltun0';
 const PORT = 7400;
-const SCRIPT = join(import.meta.dirname, '..', 'support', 'tunnel-node.ts');
-
-interface Side {
-  readonly id: string;
-  readonly node: string;
-  readonly pod: string;
-  readonly underlay: string;
-  readonly block: string;
-  readonly gw: string;
-  readonly podIp: string;
-  readonly keyFile: string;
-  readonly certFile: string;
-  readonly pin: string;
-  readonly statsFile: string;
-  proc?: ChildProcess;
-  log: string;
-}
 
 interface Stats {
   endpoint: { droppedBadSource: number; droppedNoPeer: number; forwardedIn: number; forwardedOut: number; pauses: number };
@@ -46,13 +29,7 @@ interface Stats {
   refused: number;
 }
 
-function statsOf(s: Side): Stats | undefined {
-  try {
-    return JSON.parse(readFileSync(s.statsFile, 'utf8')) as Stats;
-  } catch {
-    return undefined;
-  }
-}
+const statsOf = (s: Side) => tunnelStats<Stats>(s);
 
 /** A single-stream iperf3 run from `from` to `toIp` (server in `serverNs`); Gbit/s received. */
 async function iperf(from: string, serverNs: string, toIp: string, seconds: number, extra: string[] = []): Promise<{ gbps: number; bytes: number }> {
@@ -73,50 +50,15 @@ describe('cross-site tunnel data path', { skip: rootSkipReason(), timeout: 180_0
   const sides: Side[] = [];
   const report: string[] = [];
 
-  const makeSide = (id: string, n: number): Side => {
-    const { privateKey } = generateKeyPairSync('ed25519');
-    const keyPem = privateKey.export({ type: 'pkcs8', format: 'pem' }) as string;
-    const certPem = selfSignedTunnelCert(keyPem, `node-${id}`);
-    const keyFile = join(dir, `${id}.key`);
-    const certFile = join(dir, `${id}.crt`);
-    writeFileSync(keyFile, keyPem, { mode: 0o600 });
-    writeFileSync(certFile, certPem);
-    return {
-      id, node: addNetns(`tn${id}`), pod: addNetns(`tp${id}`), underlay: `198.51.100.${n}`, block: `10.210.${n}.0/24`, gw: `10.210.${n}.1`,
-      podIp: `10.210.${n}.2`, keyFile, certFile, pin: spkiPin(certPem), statsFile: join(dir, `${id}.stats.json`), log: '',
-    };
-  };
-
-  const startTunnel = (self: Side, peer: Side, role: 'listen' | 'dial') => {
-    const spec: TunnelNodeSpec = {
-      tun: TUN, keyFile: self.keyFile, certFile: self.certFile, statsFile: self.statsFile,
-      peer: { id: peer.id, pin: peer.pin, blocks: [peer.block] },
-      ...(role === 'listen' ? { listen: { host: self.underlay, port: PORT } } : { dial: { host: peer.underlay, port: PORT } }),
-    };
-    const proc = spawn('ip', ['netns', 'exec', self.node, PROJECT_NODE, '--no-warnings', SCRIPT, JSON.stringify(spec)], { stdio: ['ignore', 'pipe', 'pipe'] });
-    proc.stdout?.on('data', (d) => (self.log += d));
-    proc.stderr?.on('data', (d) => (self.log += d));
-    self.proc = proc;
-  };
+  const startTunnel = (self: Side, peer: Side, role: 'listen' | 'dial') => startTunnelNode(self, {
+    ...tunnelSpecOf(self, peer, TUN), ...(role === 'listen' ? { listen: { host: self.underlay, port: PORT } } : { dial: { host: peer.underlay, port: PORT } }),
+  });
 
   before(async () => {
-    const a = makeSide('a', 1);
-    const b = makeSide('b', 2);
+    const a = makeTunnelSide(dir, 'a', 1, '10.210');
+    const b = makeTunnelSide(dir, 'b', 2, '10.210');
     sides.push(a, b);
-    // Underlay: one veth between the node namespaces.
-    sh('ip', ['-n', a.node, 'link', 'add', 'ul0', 'type', 'veth', 'peer', 'name', 'ul0', 'netns', b.node]);
-    for (const s of sides) {
-      sh('ip', ['-n', s.node, 'addr', 'add', `${s.underlay}/24`, 'dev', 'ul0']);
-      sh('ip', ['-n', s.node, 'link', 'set', 'ul0', 'up']);
-      sh('ip', ['netns', 'exec', s.node, 'sysctl', '-qw', 'net.ipv4.ip_forward=1']);
-      // Pod behind a veth, default route to the node.
-      sh('ip', ['-n', s.node, 'link', 'add', 'pod0', 'type', 'veth', 'peer', 'name', 'eth0', 'netns', s.pod]);
-      sh('ip', ['-n', s.node, 'addr', 'add', `${s.gw}/24`, 'dev', 'pod0']);
-      sh('ip', ['-n', s.node, 'link', 'set', 'pod0', 'up']);
-      sh('ip', ['-n', s.pod, 'addr', 'add', `${s.podIp}/24`, 'dev', 'eth0']);
-      sh('ip', ['-n', s.pod, 'link', 'set', 'eth0', 'up']);
-      sh('ip', ['-n', s.pod, 'route', 'add', 'default', 'via', s.gw]);
-    }
+    wireTunnelBed(a, b);
     startTunnel(b, a, 'listen');
     await until('node b to listen', () => statsOf(b) !== undefined, 15_000);
     startTunnel(a, b, 'dial');
@@ -127,13 +69,7 @@ describe('cross-site tunnel data path', { skip: rootSkipReason(), timeout: 180_0
   });
 
   after(() => {
-    for (const s of sides) {
-      if (s.proc?.pid !== undefined && s.proc.exitCode === null) s.proc.kill('SIGKILL');
-    }
-    for (const s of sides) {
-      delNetns(s.pod);
-      delNetns(s.node);
-    }
+    removeTunnelBed(sides);
     rmSync(dir, { recursive: true, force: true });
     if (report.length > 0) process.stdout.write(`# tunnel data path:\n${report.map((l) => `#   ${l}`).join('\n')}\n`);
     assert.deepEqual(leftoverNetns().filter((n) => n.includes('-tn') || n.includes('-tp')), []);
