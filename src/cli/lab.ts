@@ -159,6 +159,8 @@ async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> 
   let service: ServiceCheck | undefined;
   let workloads: Record<string, unknown> | undefined;
   let workloadsOk = true;
+  // the workloads' pods and cells, for the picture
+  const drawn: { pods: { name: string; node: string; ip: string }[]; cells: LabCell[] } = { pods: [], cells: [] };
   let down: unknown;
   try {
     const tc = performance.now();
@@ -222,6 +224,8 @@ async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> 
         say('');
       }
       workloadsOk = wv.ok;
+      drawn.pods.push(...w.deployment, ...w.statefulSet);
+      drawn.cells.push(...wc);
       workloads = { deployment: w.deployment, statefulSet: w.statefulSet, readyMs: w.readyMs, cells: wc, summary: summarize(wc), verdict: { ...wv, failures: wv.failures.length } };
       const spread = new Set(w.deployment.map((p) => p.node)).size;
       say(`${wv.ok ? 'PASS' : 'FAIL'}: workloads: lab-web ${w.deployment.length} pods on ${spread} nodes, lab-db ${w.statefulSet.map((p) => `${p.name} on ${p.node}`).join(', ')} (Running in ${(w.readyMs / 1000).toFixed(1)} s); `
@@ -250,7 +254,7 @@ async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> 
   const v = verdictOf(cells);
   const durationMs = Math.round(performance.now() - t0);
   writeJson(values.json, { ...describe, processes: running.state.processes, durationMs, cells, summary: summarize(cells), verdict: { ...v, failures: v.failures.length }, traces, prometheus, faults, ...(service ? { service } : {}), ...(workloads ? { workloads } : {}), cleanup: down });
-  writeSvg(values.svg, () => renderLabSvg(labSvgInputOf(planAtUp, podsAtUp, cells, { ...(describe.kubernetes ? { kubernetes: kubernetesLine(describe.kubernetes, service) } : {}), faults })));
+  writeSvg(values.svg, () => renderLabSvg(labSvgInputOf(planAtUp, [...podsAtUp, ...drawn.pods], [...cells, ...drawn.cells], { ...(describe.kubernetes ? { kubernetes: kubernetesLine(describe.kubernetes, service) } : {}), faults })));
   say(`done in ${(durationMs / 1000).toFixed(1)} s`);
   return v.ok && faults.every((f) => f.ok) && traces.every((t) => t.ok) && (prometheus?.ok ?? true) && (service?.ok ?? true) && workloadsOk ? 0 : 1;
 }

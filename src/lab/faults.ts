@@ -13,7 +13,7 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { asAtollError } from '../core/errors.ts';
 import {
-  CLOCK_JUMP, type FlowResult, judgeFault, type LabFaultKind, type LabFaultResult, type LabFaultTarget, type LabPodPair, lostOutsideWindows, type LossWindow, type MatrixCount,
+  CLOCK_JUMP, type FlowResult, judgeFault, type LabFaultKind, type LabFaultResult, type LabFaultTarget, type LabPodPair, lostOutsideWindows, type LossWindow, windowsFor, type MatrixCount,
   type PingReply, peerCutRuleset, planFault, sampleStats, type SampleStats, uplinkCutRuleset, uplinkRestoreRuleset,
 } from '../core/lab/faults.ts';
 import { NODE_DEVICES } from '../core/lab/plan.ts';
@@ -554,7 +554,12 @@ async function runFault(lab: RunningLab, target: LabFaultTarget, say: (l: string
         const kube = kubeOf(lab);
         const ipsBefore = await podIps(kube.kube);
         const held = await nodeHoldings(lab);
-        await rollAgents(kube.kube, kube.containerds, ATOLL_ROLL_TAG);
+        const restarts = await rollAgents(kube.kube, kube.containerds, ATOLL_ROLL_TAG);
+        for (const r of restarts) windows.push({ fromMs: r.fromMs, toMs: (r.toMs ?? performance.now()) + RESTART_GRACE_MS, label: `${r.node}'s agent restart`, nodes: [r.node] });
+        const unseen = [...held.keys()].filter((n) => !restarts.some((r) => r.node === n));
+        if (unseen.length > 0) notes.push(`no agent restart seen on ${unseen.join(', ')}: did the roll reach it?`);
+        notes.push(...restarts.filter((r) => r.toMs === undefined).map((r) => `${r.node}'s new agent was not seen ready`));
+        facts.push(`agent restarts (old pod stopping to new pod ready): ${restarts.map((r) => `${r.node} ${r.toMs === undefined ? 'never ready' : `${((r.toMs - r.fromMs) / 1000).toFixed(1)} s`}`).join(', ')}`);
         const ipsAfter = await podIps(kube.kube);
         const holdsNow = await nodeHoldings(lab);
         const changed = [
@@ -679,7 +684,8 @@ async function runFault(lab: RunningLab, target: LabFaultTarget, say: (l: string
   const samples: SampleStats[] = [];
   for (const p of pingers) {
     const st = sampleStats(p.pair, p.replies, await p.stop(), healAt);
-    const outside = target.strict ? lostOutsideWindows(p.replies, windows, Number(PING_INTERVAL_S) * 1000) : undefined;
+    const ends = [p.pair.from, p.pair.to].map((pod) => lab.pods.find((q) => q.name === pod)?.node ?? '');
+    const outside = target.strict ? lostOutsideWindows(p.replies, windowsFor(windows, ends), Number(PING_INTERVAL_S) * 1000) : undefined;
     samples.push(outside ? { ...st, lostOutsideWindows: outside.lost, outsideRuns: outside.runs.map((r) => ({ ...r, fromMs: Math.round(r.fromMs - t0), toMs: Math.round(r.toMs - t0) })) } : st);
   }
   if (afterSamples) await afterSamples().catch((err: unknown) => notes.push(`could not set the clocks right: ${firstLine(asAtollError(err).message)}`));

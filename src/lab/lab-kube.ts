@@ -25,14 +25,14 @@ import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { atollError } from '../core/errors.ts';
 import {
-  LAB_ATOLL_NAMESPACE, LAB_CRASH_LABEL, LAB_CRASH_SERVICE, LAB_ETCD_PORTS, LAB_KUBE_API_PORT, LAB_KUBE_NAMESPACE, LAB_SERVICE_CIDR, LAB_SERVICE_LABEL, LAB_SERVICE_NAME, LAB_WORKLOAD_LABEL, LAB_WORKLOADS,
-  labChartValues, labCrashServiceObject, labAdminNodeLabels, labNodeLabels, labPodObject, labServiceBackends, labServiceObject, labWorkloadObjects,
+  type AgentRestart, agentRestarts, type AtollPodSighting, ATOLL_POD_WATCH_TEMPLATE, LAB_ATOLL_NAMESPACE, LAB_CRASH_LABEL, LAB_CRASH_SERVICE, LAB_ETCD_PORTS, LAB_KUBE_API_PORT, LAB_KUBE_NAMESPACE, LAB_SERVICE_CIDR, LAB_SERVICE_LABEL, LAB_SERVICE_NAME, LAB_WORKLOAD_LABEL, LAB_WORKLOADS,
+  labChartValues, labCrashServiceObject, labAdminNodeLabels, labNodeLabels, labPodObject, labServiceBackends, labServiceObject, labWorkloadObjects, parseAtollPodLine,
 } from '../core/lab/kubernetes.ts';
 import { CLOUD_SITE } from '../core/lab/spec.ts';
 import type { TcpResult } from '../core/lab/report.ts';
 import { LAB_CLUSTER_CIDR, LAB_POD_NAMESPACE, type LabNode, type LabPlan, type LabPod } from '../core/lab/plan.ts';
 import { type Containerd, importImage, killTask } from '../adapters/containerd/containerd.ts';
-import { logTail } from '../adapters/child-process.ts';
+import { Child, logTail } from '../adapters/child-process.ts';
 import { exec } from '../adapters/exec.ts';
 import { helmTemplate } from '../adapters/kube/helm.ts';
 import { PAUSE_IMAGE_REF } from '../adapters/containerd/pause-image.ts';
@@ -513,18 +513,44 @@ const AGENT_DAEMONSETS = ['atoll-agent-cloud', 'atoll-agent-edge'] as const;
 /**
  * Rolls the agents to image `atoll.dev/atoll:<tag>` as an operator would: the image imported into every node's
  * containerd, `kubectl set image` on both DaemonSets (RollingUpdate, one node at a time each), then `kubectl rollout
- * status` until both are done. @throws AtollError LAB_PREREQUISITE_MISSING without the image; LAB_STEP_FAILED when
- * the rollout does not finish.
+ * status` until both are done. Meanwhile a watch of Atoll's pods times each node's agent restart.
+ * @returns the restarts, as {@link agentRestarts} found them. @throws AtollError LAB_PREREQUISITE_MISSING without the
+ * image; LAB_STEP_FAILED when the rollout does not finish.
  */
-export async function rollAgents(kube: LabKubernetes, containerds: ReadonlyMap<string, Containerd>, tag: string): Promise<void> {
+export async function rollAgents(kube: LabKubernetes, containerds: ReadonlyMap<string, Containerd>, tag: string): Promise<AgentRestart[]> {
   const tarball = atollImageTarball(tag);
   if (!existsSync(tarball)) throw atollError('LAB_PREREQUISITE_MISSING', `the agent-roll fault rolls to ${tarball}, which is not built`, `node_modules/.bin/node scripts/image.ts --tag ${tag}`);
   for (const ctd of containerds.values()) await importImage(ctd, tarball);
-  for (const ds of AGENT_DAEMONSETS) await kube.kubectl(['set', 'image', '-n', LAB_ATOLL_NAMESPACE, `daemonset/${ds}`, `agent=atoll.dev/atoll:${tag}`]);
-  await Promise.all(AGENT_DAEMONSETS.map((ds) => kube.kubectl(['rollout', 'status', '-n', LAB_ATOLL_NAMESPACE, `daemonset/${ds}`, '--timeout=300s']).catch((err: Error) => {
-    throw atollError('LAB_STEP_FAILED', `rolling daemonset/${ds} to ${tag}: ${err.message}`, `kubectl get pods -n ${LAB_ATOLL_NAMESPACE} -o wide`, err);
-  })));
+  const sightings: AtollPodSighting[] = [];
+  const watch = new Child([...kube.kubectlCommand, 'get', 'pods', '-n', LAB_ATOLL_NAMESPACE, '--watch', '-o', `jsonpath=${ATOLL_POD_WATCH_TEMPLATE}`], { output: 'stdout' });
+  let partial = '';
+  watch.stdout?.on('data', (d: Buffer) => {
+    const lines = (partial + d.toString()).split('\n');
+    partial = lines.pop() ?? '';
+    const at = performance.now();
+    for (const line of lines) {
+      const s = parseAtollPodLine(line, at);
+      if (s) sightings.push(s);
+    }
+  });
+  try {
+    // the watch's first list: every agent seen before anything changes
+    const listed = Date.now() + WATCH_START_TIMEOUT_MS;
+    while (sightings.length === 0 && Date.now() < listed) await sleep(50);
+    for (const ds of AGENT_DAEMONSETS) await kube.kubectl(['set', 'image', '-n', LAB_ATOLL_NAMESPACE, `daemonset/${ds}`, `agent=atoll.dev/atoll:${tag}`]);
+    await Promise.all(AGENT_DAEMONSETS.map((ds) => kube.kubectl(['rollout', 'status', '-n', LAB_ATOLL_NAMESPACE, `daemonset/${ds}`, '--timeout=300s']).catch((err: Error) => {
+      throw atollError('LAB_STEP_FAILED', `rolling daemonset/${ds} to ${tag}: ${err.message}`, `kubectl get pods -n ${LAB_ATOLL_NAMESPACE} -o wide`, err);
+    })));
+    await sleep(WATCH_SETTLE_MS);
+  } finally {
+    await watch.stop();
+  }
+  return agentRestarts(sightings);
 }
+
+/** How long the watch of the roll may take to list Atoll's pods, and how long it runs on after the rollout is done. */
+const WATCH_START_TIMEOUT_MS = 10_000;
+const WATCH_SETTLE_MS = 1000;
 
 /** The image tag the agent-roll fault rolls the agents to (`node scripts/image.ts --tag <it>`). */
 export const ATOLL_ROLL_TAG = `${ATOLL_IMAGE_TAG}-b`;

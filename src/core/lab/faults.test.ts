@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { judgeFault, LAB_FAULTS, type LabFaultKind, type LabFaultTarget, type LabFaultTargetOf, lostOutsideWindows, parseFaultList, peerCutRuleset, planFault, renderFaults, sampleStats, uplinkCutRuleset } from './faults.ts';
+import { judgeFault, LAB_FAULTS, type LabFaultKind, type LabFaultTarget, type LabFaultTargetOf, lostOutsideWindows, parseFaultList, peerCutRuleset, planFault, renderFaults, sampleStats, uplinkCutRuleset, windowsFor } from './faults.ts';
 import { planLab } from './plan.ts';
 import { DEFAULT_LAB_SPEC, type LabSpec } from './spec.ts';
 
@@ -134,7 +134,10 @@ test('the faults through Kubernetes: the StatefulSet pod on the target node, a p
   const crash = planFault(p, 'crash-offline', 'kubernetes');
   assert.ok(!('skipped' in crash) && crash.kind === 'crash-offline');
   assert.deepEqual([crash.site, crash.node, crash.pod], ['a', 'a-1', 'a-1-p1']);
-  assert.ok(!('skipped' in planFault(p, 'agent-roll', 'kubernetes')));
+  const roll = planFault(p, 'agent-roll', 'kubernetes');
+  assert.ok(!('skipped' in roll) && roll.kind === 'agent-roll');
+  assert.deepEqual(roll.samples, [{ from: 'cloud-1-p1', to: 'a-1-p1' }, { from: 'a-1-p1', to: 'cloud-1-p1' }, { from: 'cloud-1-p1', to: 'b-1-p1' }, { from: 'a-1-p1', to: 'a-2-p1' }]);
+  assert.deepEqual(roll.strict?.lossFree, [{ from: 'a-1-p1', to: 'a-2-p1' }], 'the same-site pair rides the kernel: a roll may cost it nothing');
   for (const kind of ['statefulset-recreate', 'crash-offline', 'agent-roll'] as const) assert.ok('skipped' in planFault(p, kind, 'cri', workloads), `${kind} needs --kubernetes`);
 });
 
@@ -185,6 +188,12 @@ test('loss windows: a run of lost packets counts only when it lies outside every
   assert.equal(lostOutsideWindows(r, [{ fromMs: 1000, toMs: 1500, label: 'restart' }], 100).lost, 10, 'and ended after it');
   assert.deepEqual(lostOutsideWindows(r, [], 100), { lost: 10, runs: [{ fromMs: 1001, toMs: 2100, lost: 10 }] });
   assert.equal(lostOutsideWindows(replies([3, 4, 5], at), [], 100).lost, 0, 'the warm-up before the first reply does not count');
+});
+
+test('loss windows of a node excuse only samples with an end on it', () => {
+  const windows = [{ fromMs: 0, toMs: 1, label: 'a-1\'s agent', nodes: ['a-1'] }, { fromMs: 2, toMs: 3, label: 'b-1\'s agent', nodes: ['b-1'] }, { fromMs: 4, toMs: 5, label: 'the NAT reboot' }];
+  assert.deepEqual(windowsFor(windows, ['cloud-1', 'a-1']).map((w) => w.label), ['a-1\'s agent', 'the NAT reboot']);
+  assert.deepEqual(windowsFor(windows, ['cloud-1', 'cloud-2']).map((w) => w.label), ['the NAT reboot']);
 });
 
 test('judging a fault with strict samples: a VXLAN pair may lose nothing, the others nothing outside the windows', () => {

@@ -225,8 +225,9 @@ export function planFault(plan: LabPlan, kind: LabFaultKind, pods: 'cri' | 'dire
     }
     case 'agent-roll': {
       const firstOfEach = plan.spec.edges.map((e) => plan.pods.find((p) => plan.nodes.find((n) => n.name === p.node)?.site === e.name)?.name);
-      return { kind, lossless: false, flows: [], samples: pairs([...firstOfEach.map((p) => [cloudPod, p] as const), [nodePods[0], sameSitePod], ...firstOfEach.map((p) => [p, cloudPod] as const)]),
-        description: 'the agents\' DaemonSets rolled to another image tag while traffic flows (one node at a time per DaemonSet)' };
+      const lossFree = pairs([[nodePods[0], sameSitePod]]);
+      return { kind, lossless: false, flows: [], strict: { lossFree }, samples: [...pairs(firstOfEach.flatMap((p) => [[cloudPod, p], [p, cloudPod]] as const)).slice(0, MAX_SAMPLES - lossFree.length), ...lossFree],
+        description: 'the agents\' DaemonSets rolled to another image tag while traffic flows (one node at a time per DaemonSet); tunnel pairs may lose packets only while an end\'s agent restarts (its old pod stopping until its new one is ready, and 1 s after), same-site pairs nothing' };
     }
     case 'node-delete': {
       // the last node of the first edge site: not the other faults' target, not a cloud node (the controller's and relay's)
@@ -409,6 +410,13 @@ export interface LossWindow {
   readonly fromMs: number;
   readonly toMs: number;
   readonly label: string;
+  /** The nodes whose restart it is: it excuses only samples with an end on one of them (every sample when absent). */
+  readonly nodes?: readonly string[];
+}
+
+/** The windows that may excuse a sample between pods on `nodes`. */
+export function windowsFor(windows: readonly LossWindow[], nodes: readonly string[]): LossWindow[] {
+  return windows.filter((w) => w.nodes === undefined || w.nodes.some((n) => nodes.includes(n)));
 }
 
 /**

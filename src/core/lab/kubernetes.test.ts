@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { kubernetesLine, labChartValues, labWorkloadObjects, labNodeLabels, labPodObject, labServiceBackends, labServiceObject } from './kubernetes.ts';
+import { agentRestarts, ATOLL_POD_WATCH_TEMPLATE, kubernetesLine, labChartValues, labWorkloadObjects, labNodeLabels, labPodObject, labServiceBackends, labServiceObject, parseAtollPodLine } from './kubernetes.ts';
 import type { LabNode } from './plan.ts';
 
 test('cloud nodes carry their site; edge nodes their site, community and the edge role', () => {
@@ -66,4 +66,20 @@ test('the workloads: a Deployment and a StatefulSet with a replica per node, spr
     assert.deepEqual(o.spec.template?.spec.topologySpreadConstraints[0], { maxSkew: 1, topologyKey: 'kubernetes.io/hostname', whenUnsatisfiable: 'DoNotSchedule', labelSelector: { matchLabels: { 'app.kubernetes.io/name': o.metadata.name } } });
     assert.equal(o.spec.template?.spec.containers[0]?.imagePullPolicy, 'Never');
   }
+});
+
+test('agent restarts in a roll: from the old pod\'s deletion to its successor ready, per node', () => {
+  const line = (at: number, pod: string, node: string, deleting: boolean, ready: string) => parseAtollPodLine(`${pod}|${node}|${deleting ? '2026-11-24T06:00:00Z' : ''}|${ready}`, at);
+  const seen = [
+    line(0, 'agent-x', 'a-1', false, 'True'), line(0, 'agent-y', 'a-2', false, 'True'), // the list the watch starts with
+    line(10, 'agent-x', 'a-1', true, 'True'), line(20, 'agent-x', 'a-1', true, 'False'), line(30, 'agent-x', 'a-1', true, 'False'), // stopping, then gone
+    line(35, 'agent-x2', '', false, ''), line(40, 'agent-x2', 'a-1', false, 'False'), line(50, 'agent-x2', 'a-1', false, 'True'),
+    line(60, 'agent-y', 'a-2', true, 'True'), line(70, 'agent-y2', 'a-2', false, 'False'),
+  ];
+  assert.ok(seen.every((s) => s !== undefined));
+  assert.deepEqual(agentRestarts(seen.filter((s) => s !== undefined)), [{ node: 'a-1', fromMs: 10, toMs: 50 }, { node: 'a-2', fromMs: 60 }], 'a-2\'s successor not seen ready yet');
+  assert.equal(parseAtollPodLine('garbage', 1), undefined);
+  assert.equal(parseAtollPodLine('|||', 1), undefined);
+  assert.equal(parseAtollPodLine('a\tb\tc\td', 1), undefined, 'tabs: kubectl\'s watch aligns them into spaces');
+  assert.match(ATOLL_POD_WATCH_TEMPLATE, /deletionTimestamp/);
 });

@@ -184,3 +184,60 @@ export function labWorkloadObjects(init: { nodes: number; image: string }): Reco
       spec: { replicas: init.nodes, serviceName: statefulSet, podManagementPolicy: 'Parallel', selector: selector(statefulSet), template: workloadTemplate(statefulSet, init.image) } },
   ];
 }
+
+/** What a watch of Atoll's pods (namespace atoll-system) showed of one pod at one moment. */
+export interface AtollPodSighting {
+  readonly atMs: number;
+  readonly pod: string;
+  /** '' while it is not scheduled. */
+  readonly node: string;
+  /** Its deletion began (the kubelet is stopping it). */
+  readonly deleting: boolean;
+  readonly ready: boolean;
+}
+
+/** One agent's restart in a roll: from its old pod's deletion seen to the first sight of its successor ready. */
+export interface AgentRestart {
+  readonly node: string;
+  readonly fromMs: number;
+  /** Absent while the successor was not seen ready. */
+  readonly toMs?: number;
+}
+
+/**
+ * Each node's agent restarts in a DaemonSet roll, from the watch's sightings in order: one opens when a pod of that
+ * node is first seen being deleted (later sightings of that pod, its last one included, open nothing), and closes at
+ * the first sight of another pod of that node ready and not being deleted. A pod ready when the watch began opens
+ * nothing.
+ */
+export function agentRestarts(sightings: readonly AtollPodSighting[]): AgentRestart[] {
+  const done: AgentRestart[] = [];
+  const open = new Map<string, { pod: string; fromMs: number }>();
+  const stopping = new Set<string>();
+  for (const s of sightings) {
+    if (s.node === '') continue;
+    const o = open.get(s.node);
+    if (s.deleting) {
+      if (!stopping.has(s.pod) && !o) open.set(s.node, { pod: s.pod, fromMs: s.atMs });
+      stopping.add(s.pod);
+    } else if (o && s.ready && s.pod !== o.pod) {
+      done.push({ node: s.node, fromMs: o.fromMs, toMs: s.atMs });
+      open.delete(s.node);
+    }
+  }
+  return [...done, ...[...open].map(([node, o]) => ({ node, fromMs: o.fromMs }))];
+}
+
+/**
+ * Parses one line of `kubectl get pods -w -o jsonpath=`{@link ATOLL_POD_WATCH_TEMPLATE} seen at `atMs`: name, node,
+ * deletion timestamp and Ready status, separated by `|` (kubectl's watch
+ * aligns tabs into spaces, and a name cannot hold a `|`). @returns undefined for anything else.
+ */
+export function parseAtollPodLine(line: string, atMs: number): AtollPodSighting | undefined {
+  const f = line.split('|');
+  if (f.length !== 4 || f[0] === '') return undefined;
+  return { atMs, pod: f[0] as string, node: f[1] as string, deleting: f[2] !== '', ready: f[3] === 'True' };
+}
+
+/** The jsonpath template of {@link parseAtollPodLine}: one line per pod and event. */
+export const ATOLL_POD_WATCH_TEMPLATE = '{.metadata.name}{"|"}{.spec.nodeName}{"|"}{.metadata.deletionTimestamp}{"|"}{.status.conditions[?(@.type=="Ready")].status}{"\\n"}';

@@ -227,3 +227,13 @@ test('after the faults the picture says each one\'s verdict under the title', ()
   assert.match(renderLabSvg(labSvgInputOf(p, [], [], { faults })), />faults: pod-recreate ok, node-delete FAIL; 1 skipped</);
   assert.ok(!renderLabSvg(labSvgInputOf(p, [], [])).includes('faults:'));
 });
+
+test('with --kubernetes the workloads\' pods are drawn on the nodes the scheduler put them on, after the plan\'s', () => {
+  const p = planLab({ spec: DEFAULT_LAB_SPEC, runId: '0abc', dir: '/run/atoll-lab/0abc', bootstrapToken: 'b', adminToken: 'a', relayToken: 'r' });
+  const input = labSvgInputOf(p, [{ name: 'lab-db-0', node: 'a-1', ip: '10.100.1.9' }, { name: 'cloud-1-p1', node: 'cloud-1', ip: '10.100.0.2' }]);
+  const a1 = input.sites.flatMap((s) => s.nodes).find((n) => n.name === 'a-1');
+  assert.deepEqual(a1?.pods.map((x) => x.name), [...p.pods.filter((x) => x.node === 'a-1').map((x) => x.name), 'lab-db-0']);
+  assert.equal(a1?.pods.at(-1)?.ip, '10.100.1.9');
+  assert.equal(input.sites.flatMap((s) => s.nodes).flatMap((n) => n.pods).filter((x) => x.name === 'cloud-1-p1').length, 1, 'a planned pod once');
+  assert.match(renderLabSvg(input), /lab-db-0/);
+});

@@ -43,7 +43,10 @@ export interface LabSvgExtras {
   readonly faults?: readonly { readonly kind: string; readonly ok: boolean; readonly skipped?: string }[];
 }
 
-/** The picture's input from a lab plan, the pods' addresses, (after `run`) the cells, and the {@link LabSvgExtras}. */
+/**
+ * The picture's input from a lab plan, the pods' addresses (and pods the plan does not place: `--kubernetes`'s
+ * workloads, drawn on their nodes after the plan's), (after `run`) the cells, and the {@link LabSvgExtras}.
+ */
 export function labSvgInputOf(plan: LabPlan, pods: readonly { readonly name: string; readonly node: string; readonly ip?: string }[], cells?: readonly LabSvgCell[], extras: LabSvgExtras = {}): LabSvgInput {
   const siteNames = [...new Set(plan.nodes.map((n) => n.site))];
   const routerOf = (site: string) => {
@@ -57,10 +60,14 @@ export function labSvgInputOf(plan: LabPlan, pods: readonly { readonly name: str
       name: site, cloud: edge === undefined, ...(edge ? { community: edge.community, nat: edge.nat } : {}), ...(routerAddress ? { routerAddress } : {}),
       nodes: plan.nodes.filter((n) => n.site === site).map((n) => ({
         name: n.name, address: n.underlay,
-        pods: plan.pods.filter((p) => p.node === n.name).map((p) => {
-          const ip = pods.find((x) => x.name === p.name)?.ip;
-          return { name: p.name, ...(ip ? { ip } : {}) };
-        }),
+        pods: [
+          ...plan.pods.filter((p) => p.node === n.name).map((p) => {
+            const ip = pods.find((x) => x.name === p.name)?.ip;
+            return { name: p.name, ...(ip ? { ip } : {}) };
+          }),
+          // pods the plan does not place (`--kubernetes`: the workloads' pods, where the scheduler put them)
+          ...pods.filter((x) => x.node === n.name && !plan.pods.some((p) => p.name === x.name)).map((x) => ({ name: x.name, ...(x.ip ? { ip: x.ip } : {}) })),
+        ],
       })),
     };
   });
