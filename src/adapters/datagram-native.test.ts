@@ -1,48 +1,16 @@
 import { after, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { createCipheriv, createDecipheriv, randomBytes } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import { realpathSync } from 'node:fs';
 import { DATAGRAM_HEADER, DATAGRAM_TAG, DATAGRAM_TYPE, type DatagramDrop, MAX_COUNTER } from '../core/tunnel/datagram.ts';
+import { referenceOpen, referenceSeal } from '../../test/support/datagram-reference.ts';
+import { TcpCoalescer } from '../core/tunnel/coalesce.ts';
 import { DatagramSender, ipv4Number, nativeCryptoOrigin, OpenKeyTable, SealKey } from './datagram-native.ts';
 import { UdpBatchSocket } from './udp-batch.ts';
 import { until } from '../../test/support/wait.ts';
 
 const WINDOW = 2048;
 const LOOPBACK = ipv4Number('127.0.0.1') as number;
-
-/** The wire format written independently of the C code (node:crypto): header, AES-256-GCM with the header as AAD, tag. */
-function referenceSeal(key: Uint8Array, type: number, keyId: number, counter: number, plain: Uint8Array): Uint8Array {
-  const header = Buffer.alloc(DATAGRAM_HEADER);
-  header[0] = type;
-  header.writeUInt32BE(keyId >>> 0, 4);
-  header.writeUInt32BE(Math.floor(counter / 2 ** 32), 8);
-  header.writeUInt32BE(counter >>> 0, 12);
-  const c = createCipheriv('aes-256-gcm', key, referenceNonce(counter));
-  c.setAAD(header);
-  return Buffer.concat([header, c.update(plain), c.final(), c.getAuthTag()]);
-}
-
-function referenceNonce(counter: number): Buffer {
-  const nonce = Buffer.alloc(12);
-  nonce.writeUInt32BE(Math.floor(counter / 2 ** 32), 4);
-  nonce.writeUInt32BE(counter >>> 0, 8);
-  return nonce;
-}
-
-/** @returns the plaintext, or undefined when the tag does not verify. */
-function referenceOpen(key: Uint8Array, d: Uint8Array): { type: number; keyId: number; counter: number; plain: Uint8Array } | undefined {
-  const b = Buffer.from(d);
-  const counter = b.readUInt32BE(8) * 2 ** 32 + b.readUInt32BE(12);
-  const dc = createDecipheriv('aes-256-gcm', key, referenceNonce(counter));
-  dc.setAAD(b.subarray(0, DATAGRAM_HEADER));
-  dc.setAuthTag(b.subarray(b.length - DATAGRAM_TAG));
-  try {
-    const plain = Buffer.concat([dc.update(b.subarray(DATAGRAM_HEADER, b.length - DATAGRAM_TAG)), dc.final()]);
-    return { type: b[0]!, keyId: b.readUInt32BE(4), counter, plain };
-  } catch {
-    return undefined;
-  }
-}
 
 const noDrops = (): Record<DatagramDrop, number> => ({ truncated: 0, badType: 0, unknownKey: 0, replayed: 0, badTag: 0, unknownAddress: 0, badPayload: 0 });
 
@@ -189,6 +157,21 @@ describe('native datagram path (bin/libatoll-dp.so)', () => {
       payload += s.length - tcp - 32;
     });
     assert.equal(payload, 3 * gso + 100);
+
+    // and the receiver's coalescer (src/core/tunnel/coalesce.ts) merges them back into the superpacket
+    l.got.length = 0;
+    const sp = superpacket(30 * gso + 500, gso, 0x18);
+    assert.equal(l.sender.send(k, LOOPBACK, l.rx.port, DATAGRAM_TYPE.data, sp, 1430), 31);
+    l.sender.flush();
+    await until('31 segments', () => l.got.length >= 31, 5000);
+    const merged: Uint8Array[] = [];
+    const c = new TcpCoalescer((m) => merged.push(m.slice()));
+    for (const g of l.got) c.push(g.bytes);
+    c.flush();
+    assert.equal(merged.length, 1);
+    assert.equal(merged[0]!.length, sp.length);
+    assert.deepEqual(merged[0]!.subarray(62), sp.subarray(62), 'the payload');
+    assert.deepEqual(merged[0]!.subarray(30, 46), sp.subarray(30, 46), 'ports, sequence, acknowledgement, flags, window');
 
     // what cannot be split is refused, and nothing of it queued
     const udpish = superpacket(3000, 1000, 0x18);

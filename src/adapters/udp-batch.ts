@@ -22,7 +22,7 @@
  * delay while busy.
  *
  * The socket is blocking for the waiting call; the main thread's receives and sends pass MSG_DONTWAIT
- * (src/adapters/udp-gso.ts), so a full send buffer fails a send (EAGAIN) rather than blocking the event loop. The
+ * (native/atoll-dp.c), so a full send buffer fails a send (EAGAIN) rather than blocking the event loop. The
  * waiting call holds a pool thread while idle: the agent's pool has 32 (src/adapters/netlink.ts).
  * {@link UdpBatchSocket.close} shuts the socket down, which wakes a waiting call, and closes the fd once the pool
  * thread's call returned. The ring holds 64 slots of 64 KiB (a GRO buffer's limit) of address space; only the pages
@@ -199,7 +199,7 @@ class SourceCache {
 
 /**
  * A bound IPv4 UDP socket with IP_PMTUDISC_DO (never fragmented on the way) and UDP_GRO, received in batches. Send
- * on {@link fd} with MSG_DONTWAIT (src/adapters/udp-gso.ts).
+ * on {@link fd} with MSG_DONTWAIT (src/adapters/datagram-native.ts).
  */
 export class UdpBatchSocket {
   readonly fd: number;
