@@ -439,6 +439,7 @@ static int queue_one(sender *s, seal_key *k, const struct sockaddr_in *dst, int 
  */
 EXPORT int atoll_dp_send(sender *s, seal_key *k, uint32_t addr, uint32_t port, int type, const uint8_t *pkt, uint32_t len, uint32_t max_ip) {
   struct sockaddr_in dst = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr = {.s_addr = htonl(addr)}};
+  if (max_ip > GSO_MAX_BYTES - HDR - VNET - TAG) goto refuse; /* no datagram may outgrow the run's buffer */
   if (len < VNET || len - VNET <= max_ip) {
     if (k->counter >= MAX_COUNTER || queue_one(s, k, &dst, type, pkt, len) < 0) goto refuse;
     return 1;

@@ -179,6 +179,7 @@ describe('native datagram path (bin/libatoll-dp.so)', () => {
     assert.equal(l.sender.send(k, LOOPBACK, l.rx.port, DATAGRAM_TYPE.data, udpish, 1430), -1);
     assert.equal(l.sender.send(k, LOOPBACK, l.rx.port, DATAGRAM_TYPE.data, superpacket(3000, 1400, 0x18), 1430), -1, 'segments above the inner MTU');
     assert.equal(l.sender.send(k, LOOPBACK, l.rx.port, DATAGRAM_TYPE.data, packet(1431, 0), 1430), -1, 'one byte above, not a superpacket');
+    assert.equal(l.sender.send(k, LOOPBACK, l.rx.port, DATAGRAM_TYPE.data, packet(100, 0), 65_000), -1, 'an inner MTU no datagram can carry');
   });
 
   test('bad input is dropped by reason: truncated, bad type, unknown or expired key, replayed, wrong key, tampered; a hello is passed on unopened', async () => {
