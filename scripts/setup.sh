@@ -1,10 +1,11 @@
 #!/bin/sh
 # Set-up for a fresh Debian 12 machine, as root: system packages, the project's own Node (>= 22, from the npm
-# registry), npm dependencies, and the native atoll-cni shim. Idempotent; fast when everything is in place.
+# registry), npm dependencies, the native atoll-cni shim and delay line, and the datagram path's library
+# (bin/libatoll-dp.so, on the system's libcrypto). Idempotent; fast when everything is in place.
 set -eu
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES="iproute2 nftables iptables iputils-ping util-linux gcc libc6-dev make time iperf3 ethtool openssl etcd-server etcd-client \
+APT_PACKAGES="iproute2 nftables iptables iputils-ping util-linux gcc libc6-dev libssl-dev make time iperf3 ethtool openssl etcd-server etcd-client \
 containerd runc containernetworking-plugins busybox-static prometheus curl conntrack libfaketime"
 
 missing=""
@@ -36,5 +37,10 @@ for tool in atoll-cni atoll-delay; do
     cc -O2 -Wall -Wextra -Werror -o "bin/$tool" "native/$tool.c"
   fi
 done
+# the datagram path's per-datagram work (src/adapters/datagram-native.ts loads it); only its own symbols exported
+if [ ! -f bin/libatoll-dp.so ] || [ native/atoll-dp.c -nt bin/libatoll-dp.so ]; then
+  echo "setup: building bin/libatoll-dp.so"
+  cc -O2 -Wall -Wextra -Werror -shared -fPIC -fvisibility=hidden -o bin/libatoll-dp.so native/atoll-dp.c -lcrypto
+fi
 sh scripts/build.sh
 echo "setup: ready ($(node_modules/.bin/node --version))"

@@ -3,13 +3,13 @@ import assert from 'node:assert/strict';
 import { generateKeyPairSync, randomBytes } from 'node:crypto';
 import { createSocket } from 'node:dgram';
 import type { Server } from 'node:tls';
-import { DATAGRAM_HEADER, DATAGRAM_TAG, DATAGRAM_TYPE, writeDatagramHeader, writeNonce } from '../core/tunnel/datagram.ts';
+import { DATAGRAM_TYPE } from '../core/tunnel/datagram.ts';
 import type { ControlMessage, UdpKeyMessage } from '../core/tunnel/messages.ts';
-import { DatagramKey } from './aead.ts';
 import { DatagramPath, deriveDatagramKey } from './datagram-path.ts';
 import { selfSignedTunnelCert, spkiPin } from './pki.ts';
 import { dialTunnel, listenTunnel } from './tunnel-dial.ts';
 import type { TunnelStream } from './tunnel-stream.ts';
+import { referenceSeal } from '../../test/support/datagram-reference.ts';
 import { until } from '../../test/support/wait.ts';
 
 function credentials(name: string) {
@@ -102,15 +102,8 @@ describe('datagram path on loopback', () => {
     await new Promise<void>((r) => raw.bind(0, '127.0.0.1', () => r()));
     const to = (buf: Uint8Array) => new Promise<void>((r) => raw.send(buf, pb.port, '127.0.0.1', () => r()));
     const offer = offers.at(-1) as UdpKeyMessage;
-    const key = new DatagramKey(deriveDatagramKey(sb, offer.salt, offer.id), 'seal');
-    const nonce = new Uint8Array(12);
-    const sealed = (type: number, counter: number, k = key, keyId = offer.id) => {
-      const out = new Uint8Array(DATAGRAM_HEADER + 100 + DATAGRAM_TAG);
-      writeDatagramHeader(out, type as 1, keyId, counter);
-      writeNonce(nonce, counter);
-      k.seal(nonce, out, packet(90, 3));
-      return out;
-    };
+    const key = deriveDatagramKey(sb, offer.salt, offer.id);
+    const sealed = (type: number, counter: number, k: Uint8Array = key, keyId = offer.id) => referenceSeal(k, type, keyId, counter, packet(90, 3));
     const d0 = { ...pb.stats.dropped };
     await to(randomBytes(7));
     await to(Object.assign(randomBytes(100), { 0: 0x55 }));
@@ -118,7 +111,7 @@ describe('datagram path on loopback', () => {
     const forged = sealed(DATAGRAM_TYPE.data, 5_000_001);
     forged[50]! ^= 1;
     await to(forged);
-    await to(sealed(DATAGRAM_TYPE.data, 5_000_002, new DatagramKey(randomBytes(32), 'seal')));
+    await to(sealed(DATAGRAM_TYPE.data, 5_000_002, randomBytes(32)));
     await to(sealed(DATAGRAM_TYPE.data, 0));
     const received = got.a!.length;
     await to(sealed(DATAGRAM_TYPE.data, 5_000_003));

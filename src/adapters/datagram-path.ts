@@ -35,18 +35,16 @@
  */
 import { hkdfSync, randomBytes } from 'node:crypto';
 import {
-  DATAGRAM_HEADER, DATAGRAM_TAG, DATAGRAM_TYPE, type DatagramDrop, type DatagramType, forEachSegment, innerMtu, KEEPALIVE_HEARS_YOU, MAX_COUNTER,
-  NONCE_LEN, OLD_KEY_GRACE_MS, parseDatagramHeader, REKEY_AFTER_MS, REKEY_AFTER_PACKETS, rekeyDue, ReplayWindow, writeDatagramHeader, writeNonce,
+  DATAGRAM_TYPE, type DatagramDrop, innerMtu, KEEPALIVE_HEARS_YOU, MAX_COUNTER, OLD_KEY_GRACE_MS, REKEY_AFTER_MS, REKEY_AFTER_PACKETS, rekeyDue,
 } from '../core/tunnel/datagram.ts';
 import { equalBytes, HELLO_TYPE, type HelloDrop, judgeHello, parseHello } from '../core/tunnel/hello.ts';
 import type { UdpKeyAck, UdpKeyMessage } from '../core/tunnel/messages.ts';
 import { VNET_HDR_LEN } from '../core/tunnel/routing.ts';
 import type { Logger } from '../core/ports.ts';
-import { DatagramKey } from './aead.ts';
+import { DatagramSender, ipv4Number, OpenKeyTable, SealKey } from './datagram-native.ts';
 import { type Ephemeral, HelloCrypto } from './datagram-hello.ts';
 import type { DatagramLocalState, DatagramPeerMemory } from './datagram-state-file.ts';
 import { UdpBatchSocket, type UdpSource } from './udp-batch.ts';
-import { GSO_MAX_BYTES, GSO_MAX_SEGMENTS, GsoSender } from './udp-gso.ts';
 import type { TunnelStream } from './tunnel-stream.ts';
 import { steadyClock } from './timers.ts';
 
@@ -125,24 +123,36 @@ export interface DatagramPathInit {
 
 interface SendKey {
   readonly id: number;
-  readonly key: DatagramKey;
-  counter: number;
+  /** The key and its counter (native: src/adapters/datagram-native.ts). */
+  readonly key: SealKey;
   readonly createdAt: number;
 }
 
+/** A receiving key: its crypto and replay window live in the native table ({@link OpenKeyTable}) under its id. */
 interface RecvKey {
   readonly peer: string;
-  readonly key: DatagramKey;
-  readonly window: ReplayWindow;
   expiresAt: number;
 }
 
+/** A peer's address, with the numbers the native side and the receive ring use. */
+interface Endpoint {
+  readonly host: string;
+  readonly port: number;
+  /** IPv4, host order. */
+  readonly addr: number;
+  /** addr * 65536 + port, as {@link UdpBatchSocket.sourceKey}. */
+  readonly key: number;
+}
+
 interface PeerState {
-  endpoint: { host: string; port: number } | undefined;
+  readonly id: string;
+  /** Its tag in the native key table. */
+  readonly tag: number;
+  endpoint: Endpoint | undefined;
   /** The address its last `udp-key` announced. */
   announced: { host: string; port: number } | undefined;
   send: SendKey | undefined;
-  pending: { readonly id: number; readonly key: DatagramKey; readonly at: number } | undefined;
+  pending: { readonly id: number; readonly key: SealKey; readonly at: number } | undefined;
   /** When an authentic datagram from the peer last came, and when one said it hears us (steadyClock()). */
   lastHeard: number;
   heardByPeer: number;
@@ -181,13 +191,14 @@ export class DatagramPath {
   readonly #init: DatagramPathInit;
   #socket: UdpBatchSocket | undefined;
   readonly #peers = new Map<string, PeerState>();
+  /** Peers by their tag in the native key table. */
+  readonly #tags = new Map<number, PeerState>();
+  #nextTag = 0;
   readonly #recv = new Map<number, RecvKey>();
+  /** The receiving keys' crypto and replay windows, by id. */
+  readonly #table = new OpenKeyTable();
   /** The largest IP packet one datagram carries. */
   readonly #maxIp: number;
-  readonly #scratch: Uint8Array;
-  readonly #plain = new Uint8Array(65_536);
-  readonly #sendNonce = new Uint8Array(NONCE_LEN);
-  readonly #recvNonce = new Uint8Array(NONCE_LEN);
   readonly #keepalive: Uint8Array;
   #timer: NodeJS.Timeout | undefined;
   #helloTimer: NodeJS.Timeout | undefined;
@@ -199,17 +210,13 @@ export class DatagramPath {
   /** Signature checks left in this second, and when it started (steady). */
   #verifyBudget = { left: HELLO_VERIFY_PER_S, since: 0 };
   #port = 0;
-  #gso: GsoSender | undefined;
-  /** The run of datagrams being built in the sender's buffer: bytes, count, size of each (but a shorter last). */
-  #run = { bytes: 0, count: 0, stride: 0 };
-  /** The peer the run is for. */
-  #runPeer: PeerState | undefined;
+  /** Seals and sends runs of datagrams (UDP GSO). */
+  #sender: DatagramSender | undefined;
 
   constructor(components: DatagramPathComponents, init: DatagramPathInit) {
     this.#c = components;
     this.#init = init;
     this.#maxIp = innerMtu(init.underlayMtu);
-    this.#scratch = new Uint8Array(VNET_HDR_LEN + this.#maxIp);
     this.#keepalive = new Uint8Array(VNET_HDR_LEN + this.#maxIp);
     if (init.identityKeyPem && components.state) {
       this.#hello = new HelloCrypto(init.identityKeyPem);
@@ -235,9 +242,9 @@ export class DatagramPath {
     const { host, port } = this.#init;
     const socket = new UdpBatchSocket({ host, port, bufferBytes: SOCKET_BUFFER_BYTES });
     this.#socket = socket;
-    this.#gso = new GsoSender(socket.fd);
+    this.#sender = new DatagramSender(socket.fd);
     this.#port = socket.port;
-    socket.start((datagram, from) => this.#onDatagram(datagram, from));
+    socket.start((n) => this.#onMessages(socket, n));
     this.#timer = setInterval(() => this.#tick(), this.#init.keepaliveMs ?? KEEPALIVE_MS);
     this.#timer.unref();
     if (this.#hello && this.#state) {
@@ -259,17 +266,20 @@ export class DatagramPath {
       if (keep.get(id) === p.pin) continue;
       p.send?.key.free();
       p.pending?.key.free();
-      for (const k of p.recvIds) this.#dropRecv(k);
+      for (const k of [...p.recvIds]) this.#dropRecv(k);
       this.#peers.delete(id);
+      this.#tags.delete(p.tag);
     }
     for (const [id, pin] of keep) {
       if (this.#peers.has(id)) continue;
       const mem: DatagramPeerMemory | undefined = this.#state?.peers[id]?.pin === pin ? this.#state.peers[id] : undefined;
-      this.#peers.set(id, {
-        endpoint: parseEndpoint(mem?.endpoint), announced: undefined, send: undefined, pending: undefined, lastHeard: -Infinity, heardByPeer: -Infinity, recvIds: [],
+      const p: PeerState = {
+        id, tag: this.#nextTag++, endpoint: parseEndpoint(mem?.endpoint), announced: undefined, send: undefined, pending: undefined, lastHeard: -Infinity, heardByPeer: -Infinity, recvIds: [],
         pin, seenGeneration: mem?.seenGeneration ?? -1, theirEph: undefined, myEph: undefined, myEphUsedWith: undefined,
         rebuildingSince: undefined, rebuildStartedAt: 0, nextHelloAt: 0, lastAnswerAt: -Infinity,
-      });
+      };
+      this.#peers.set(id, p);
+      this.#tags.set(p.tag, p);
     }
   }
 
@@ -280,7 +290,9 @@ export class DatagramPath {
     const id = randomBytes(4).readUInt32BE(0);
     const salt = randomBytes(16).toString('hex');
     p.pending?.key.free();
-    p.pending = { id, key: new DatagramKey(deriveDatagramKey(stream, salt, id), 'seal'), at: steadyClock() };
+    const key = deriveDatagramKey(stream, salt, id);
+    p.pending = { id, key: new SealKey(key, id), at: steadyClock() };
+    key.fill(0);
     stream.sendControl({ t: 'udp-key', id, salt, host: this.#c.publicHost(), port: this.#port });
   }
 
@@ -291,19 +303,23 @@ export class DatagramPath {
     if (msg.t === 'udp-key-ack') {
       if (p.pending?.id !== msg.id) return;
       p.send?.key.free();
-      p.send = { id: msg.id, key: p.pending.key, counter: 0, createdAt: steadyClock() };
+      p.send = { id: msg.id, key: p.pending.key, createdAt: steadyClock() };
       p.pending = undefined;
       return;
     }
     const had = this.#recv.get(msg.id);
     if (had && had.peer !== peerId) return; // another peer's id: no ack, the sender offers another
-    if (!had) this.#addRecvKey(peerId, p, msg.id, deriveDatagramKey(stream, msg.salt, msg.id));
+    if (!had) {
+      const key = deriveDatagramKey(stream, msg.salt, msg.id);
+      this.#addRecvKey(peerId, p, msg.id, key);
+      key.fill(0);
+    }
     // A new announced address (the peer restarted, on another port) is taken at once: sending there opens our NAT for
     // its keepalives. The same address again (a rotation) leaves the one authentic datagrams come from lately (a NAT
     // that did not keep the peer's port: a rotation must not undo what the keepalives taught).
     const announced = { host: msg.host || stream.remote.host, port: msg.port };
     const again = p.announced?.host === announced.host && p.announced.port === announced.port;
-    if (!p.endpoint || !again || steadyClock() - p.lastHeard >= (this.#init.deadAfterMs ?? DEAD_AFTER_MS)) p.endpoint = announced;
+    if (!p.endpoint || !again || steadyClock() - p.lastHeard >= (this.#init.deadAfterMs ?? DEAD_AFTER_MS)) p.endpoint = endpointOf(announced.host, announced.port);
     p.announced = announced;
     stream.sendControl({ t: 'udp-key-ack', id: msg.id });
   }
@@ -313,10 +329,14 @@ export class DatagramPath {
     const now = steadyClock();
     for (const old of p.recvIds) {
       const k = this.#recv.get(old);
-      if (k) k.expiresAt = Math.min(k.expiresAt, now + OLD_KEY_GRACE_MS);
+      if (k) {
+        k.expiresAt = Math.min(k.expiresAt, now + OLD_KEY_GRACE_MS);
+        this.#table.expire(old, k.expiresAt);
+      }
     }
-    while (p.recvIds.length >= 2) this.#dropRecv(p.recvIds.shift() as number);
-    this.#recv.set(id, { peer: peerId, key: new DatagramKey(key, 'open'), window: new ReplayWindow(), expiresAt: Infinity });
+    while (p.recvIds.length >= 2) this.#dropRecv(p.recvIds[0] as number);
+    if (!this.#table.add(id, p.tag, key)) return;
+    this.#recv.set(id, { peer: peerId, expiresAt: Infinity });
     p.recvIds.push(id);
   }
 
@@ -349,7 +369,7 @@ export class DatagramPath {
     if (v.newHandshake) {
       // only a generation above the one on record moves the peer (a replay of its current hello after our restart
       // makes us answer its known address, never the replayer's)
-      if (h.generation > p.seenGeneration || !p.endpoint) p.endpoint = { host: from.address, port: from.port };
+      if (h.generation > p.seenGeneration || !p.endpoint) p.endpoint = endpointOf(from.address, from.port);
       p.seenGeneration = h.generation;
       p.theirEph = h.eph.slice();
       this.#remember();
@@ -361,8 +381,10 @@ export class DatagramPath {
       if (!keys || this.#recv.has(keys.recv.id)) return this.#drop('helloMalformed');
       p.myEphUsedWith = h.eph.slice();
       p.send?.key.free();
-      p.send = { id: keys.send.id, key: new DatagramKey(keys.send.key, 'seal'), counter: 0, createdAt: now };
+      p.send = { id: keys.send.id, key: new SealKey(keys.send.key, keys.send.id), createdAt: now };
       this.#addRecvKey(peerId, p, keys.recv.id, keys.recv.key);
+      keys.send.key.fill(0);
+      keys.recv.key.fill(0);
       this.stats.helloKeys++;
       this.#c.log?.info('datagram keys agreed by hellos', { peer: peerId, endpoint: `${from.address}:${from.port}`, rebuildingForMs: p.rebuildingSince === undefined ? 0 : Date.now() - p.rebuildingSince });
     }
@@ -393,11 +415,9 @@ export class DatagramPath {
     const mine = p.myEph as Ephemeral & { generation: number };
     const derived = p.myEphUsedWith !== undefined && p.theirEph !== undefined && equalBytes(p.myEphUsedWith, p.theirEph);
     const hello = crypto.hello(p.pin, mine.generation, mine.pub, p.theirEph, derived);
-    // through the sender's buffer, after what is queued in it
+    // after what is queued
     this.flush();
-    const gso = this.#gso as GsoSender;
-    gso.buffer.set(hello);
-    const err = gso.send(p.endpoint.host, p.endpoint.port, hello.length, hello.length);
+    const err = (this.#sender as DatagramSender).sendRaw(p.endpoint.addr, p.endpoint.port, hello);
     if (err !== 0) {
       this.stats.dropped.sendFailed++;
       this.stats.lastSendErrno = err;
@@ -486,93 +506,87 @@ export class DatagramPath {
    */
   send(peerId: string, pkt: Uint8Array): boolean {
     const p = this.#peers.get(peerId);
-    if (!p || !this.#usable(p, steadyClock()) || !forEachSegment(pkt, this.#maxIp, this.#scratch, (seg) => this.#seal(p, DATAGRAM_TYPE.data, seg))) {
+    const n = p && this.#usable(p, steadyClock()) ? this.#queue(p, DATAGRAM_TYPE.data, pkt) : -1;
+    if (n < 0) {
       this.flush();
       this.stats.fallbacks++;
       return false;
     }
+    this.stats.sent += n;
     return true;
   }
 
   /** Sends what {@link send} queued. */
   flush(): void {
-    this.#flush(this.#runPeer);
+    const sender = this.#sender;
+    if (!sender) return;
+    const { failed, errno } = sender.flush();
+    if (failed > 0) this.stats.dropped.sendFailed += failed;
+    if (errno !== 0) this.stats.lastSendErrno = errno;
   }
 
   /**
-   * Seals `plain` as the next datagram of the run in the sender's buffer: one system call sends a run of equal-sized
-   * datagrams to one peer (UDP GSO), so a run ends at another peer, at a datagram larger than the run's first, after
-   * a shorter one, and at the kernel's limits.
+   * Seals `pkt` (a superpacket in segments) for `p` into the sender's run (native: one system call sends a run of
+   * equal-sized datagrams to one peer with UDP GSO; a run ends at another peer, at a datagram larger than the run's
+   * first, after a shorter one, and at the kernel's limits). @returns the datagrams queued, or -1.
    */
-  #seal(p: PeerState | undefined, type: DatagramType, plain: Uint8Array): void {
-    if (!p) return;
-    const gso = this.#gso as GsoSender;
-    const k = p.send as SendKey;
-    const len = DATAGRAM_HEADER + plain.length + DATAGRAM_TAG;
-    const run = this.#run;
-    if (run.count > 0 && (p !== this.#runPeer || len > run.stride || run.bytes + len > GSO_MAX_BYTES || run.count >= GSO_MAX_SEGMENTS)) this.#flush(this.#runPeer);
-    if (run.count === 0) {
-      run.stride = len;
-      this.#runPeer = p;
-    }
-    const counter = k.counter++;
-    const out = gso.buffer.subarray(run.bytes, run.bytes + len);
-    writeDatagramHeader(out, type, k.id, counter);
-    writeNonce(this.#sendNonce, counter);
-    k.key.seal(this.#sendNonce, out, plain);
-    run.bytes += len;
-    run.count++;
-    if (type === DATAGRAM_TYPE.data) this.stats.sent++;
-    else this.stats.keepalivesSent++;
-    if (len < run.stride) this.#flush(p); // a shorter datagram ends a run
-  }
-
-  /** Sends the run built so far to `p`'s address (`p`: the peer it was sealed for). */
-  #flush(p: PeerState | undefined): void {
-    const run = this.#run;
-    if (run.count === 0) return;
-    // a run is sealed only for a peer with an address; without one it is dropped, not left in the buffer
-    const err = p?.endpoint ? (this.#gso as GsoSender).send(p.endpoint.host, p.endpoint.port, run.bytes, run.stride) : 0;
-    if (err !== 0 || !p?.endpoint) this.stats.dropped.sendFailed += run.count;
-    if (err !== 0) this.stats.lastSendErrno = err;
-    run.bytes = 0;
-    run.count = 0;
+  #queue(p: PeerState, type: typeof DATAGRAM_TYPE.data | typeof DATAGRAM_TYPE.keepalive, pkt: Uint8Array): number {
+    const sender = this.#sender;
+    const k = p.send;
+    const e = p.endpoint;
+    if (!sender || !k || !e) return -1;
+    return sender.send(k.key, e.addr, e.port, type, pkt, this.#maxIp);
   }
 
   #drop(reason: DatagramDropReason): void {
     this.stats.dropped[reason]++;
   }
 
-  #onDatagram(buf: Uint8Array, from: UdpSource): void {
-    if (buf[0] === HELLO_TYPE) return this.#onHello(buf, from);
-    const h = parseDatagramHeader(buf);
-    if (typeof h === 'string') return this.#drop(h);
-    const rk = this.#recv.get(h.keyId);
+  /**
+   * A ring of `n` messages from the socket: opened natively (the GRO runs cut apart, keys found, replay windows
+   * checked, tags verified, in place), then per authentic datagram the source check and keepalive or packet here.
+   */
+  #onMessages(socket: UdpBatchSocket, n: number): void {
     const now = steadyClock();
-    if (!rk || rk.expiresAt < now) return this.#drop('unknownKey');
-    if (!rk.window.ok(h.counter)) return this.#drop('replayed');
-    writeNonce(this.#recvNonce, h.counter);
-    const n = rk.key.open(this.#recvNonce, buf, this.#plain);
-    if (n < 0) return this.#drop('badTag');
-    rk.window.accept(h.counter);
-    const p = this.#peers.get(rk.peer);
-    if (!p) return this.#drop('unknownKey');
-    const known = p.endpoint?.host === from.address && p.endpoint.port === from.port;
-    if (h.type === DATAGRAM_TYPE.keepalive) {
-      if (n < 1) return this.#drop('badPayload');
-      this.stats.keepalivesReceived++;
+    const table = this.#table;
+    const { handed } = table.open(socket.ring, n, now, this.stats.dropped);
+    const r = table.results;
+    const bytes = socket.ringBytes;
+    // close() from a callback frees the ring at once: stop reading it then
+    for (let i = 0, o = 0; i < handed && !socket.closed; i++, o += 5) {
+      const kind = r[o]!;
+      const msg = r[o + 2]!;
+      const off = r[o + 3]!;
+      const len = r[o + 4]!;
+      if (kind === HELLO_TYPE) {
+        this.#onHello(bytes.subarray(off, off + len), socket.sourceOf(msg));
+        continue;
+      }
+      const p = this.#tags.get(r[o + 1]!);
+      if (!p) {
+        this.#drop('unknownKey');
+        continue;
+      }
+      const known = p.endpoint?.key === socket.sourceKey(msg);
+      if (kind === DATAGRAM_TYPE.keepalive) {
+        this.stats.keepalivesReceived++;
+        if (!known) {
+          const from = socket.sourceOf(msg);
+          p.endpoint = endpointOf(from.address, from.port);
+          this.stats.endpointMoves++;
+        }
+        p.lastHeard = now;
+        if ((bytes[off]! & KEEPALIVE_HEARS_YOU) !== 0) p.heardByPeer = now;
+        continue;
+      }
       if (!known) {
-        p.endpoint = { host: from.address, port: from.port };
-        this.stats.endpointMoves++;
+        this.#drop('unknownAddress');
+        continue;
       }
       p.lastHeard = now;
-      if ((this.#plain[0]! & KEEPALIVE_HEARS_YOU) !== 0) p.heardByPeer = now;
-      return;
+      this.stats.received++;
+      this.#c.onPacket(p.id, bytes.subarray(off, off + len));
     }
-    if (!known) return this.#drop('unknownAddress');
-    p.lastHeard = now;
-    this.stats.received++;
-    this.#c.onPacket(rk.peer, this.#plain.subarray(0, n));
   }
 
   /** Every second: keepalives, key rotation, offers that went unanswered, expired receiving keys. */
@@ -586,24 +600,25 @@ export class DatagramPath {
       // handshake by hellos that one end finished and the other did not before a stream came back): a new key on the
       // stream sets it right (where UDP is blocked, that is one small message per peer every 5 s)
       const stuck = p.send !== undefined && now - p.send.createdAt > OFFER_TIMEOUT_MS && !this.#usable(p, now);
-      if (offerStale && (!p.send || stuck || rekeyDue(p.send.counter, now - p.send.createdAt, limits) || p.send.counter >= MAX_COUNTER)) {
+      const sent = p.send?.key.counter ?? 0;
+      if (offerStale && (!p.send || stuck || rekeyDue(sent, now - p.send.createdAt, limits) || sent >= MAX_COUNTER)) {
         const stream = this.#c.streamOf(id);
         if (stream) this.offerKey(id, stream);
       }
       if (p.send && p.endpoint) {
         this.#keepalive[0] = now - p.lastHeard < dead ? KEEPALIVE_HEARS_YOU : 0;
-        this.#seal(p, DATAGRAM_TYPE.keepalive, this.#keepalive);
-        this.#flush(p);
+        if (this.#queue(p, DATAGRAM_TYPE.keepalive, this.#keepalive) > 0) this.stats.keepalivesSent++;
+        this.flush();
       }
     }
-    for (const [id, k] of this.#recv) if (k.expiresAt < now) this.#dropRecv(id);
+    for (const [id, k] of [...this.#recv]) if (k.expiresAt < now) this.#dropRecv(id);
     this.#remember();
   }
 
   #dropRecv(id: number): void {
     const k = this.#recv.get(id);
     if (!k) return;
-    k.key.free();
+    this.#table.remove(id);
     this.#recv.delete(id);
     const p = this.#peers.get(k.peer);
     const i = p?.recvIds.indexOf(id) ?? -1;
@@ -628,12 +643,20 @@ export class DatagramPath {
     this.#helloTimer = undefined;
     this.setPeers([]);
     this.#socket?.close();
+    this.#sender?.free();
+    this.#sender = undefined;
+    this.#table.free();
   }
 }
 
-function parseEndpoint(text: string | undefined): { host: string; port: number } | undefined {
+function parseEndpoint(text: string | undefined): Endpoint | undefined {
   const m = text === undefined ? null : /^(\d{1,3}(?:\.\d{1,3}){3}):(\d{1,5})$/.exec(text);
-  return m ? { host: m[1] as string, port: Number(m[2]) } : undefined;
+  return m ? endpointOf(m[1] as string, Number(m[2])) : undefined;
+}
+
+function endpointOf(host: string, port: number): Endpoint {
+  const addr = ipv4Number(host) ?? 0;
+  return { host, port, addr, key: addr * 65_536 + port };
 }
 
 /** The key `id` announced with `salt` on `stream`: HKDF-SHA256 over the stream's exported keying material. */

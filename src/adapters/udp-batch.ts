@@ -22,7 +22,7 @@
  * delay while busy.
  *
  * The socket is blocking for the waiting call; the main thread's receives and sends pass MSG_DONTWAIT
- * (src/adapters/udp-gso.ts), so a full send buffer fails a send (EAGAIN) rather than blocking the event loop. The
+ * (native/atoll-dp.c), so a full send buffer fails a send (EAGAIN) rather than blocking the event loop. The
  * waiting call holds a pool thread while idle: the agent's pool has 32 (src/adapters/netlink.ts).
  * {@link UdpBatchSocket.close} shuts the socket down, which wakes a waiting call, and closes the fd once the pool
  * thread's call returned. The ring holds 64 slots of 64 KiB (a GRO buffer's limit) of address space; only the pages
@@ -84,10 +84,9 @@ export interface UdpBatchSocketInit {
 }
 
 export interface UdpBatchStats {
-  /** `recvmmsg` calls that returned datagrams, and the buffers and datagrams they brought. */
+  /** `recvmmsg` calls that returned messages, and the messages (buffers: a datagram or a UDP_GRO run) they brought. */
   batches: number;
   buffers: number;
-  datagrams: number;
   /** Times the socket went idle (a pool thread waiting for the next datagram). */
   waits: number;
   /** Failed waiting receives (retried after {@link RETRY_MS}). */
@@ -162,20 +161,15 @@ class Ring {
     }
   }
 
-  /** Message `i`'s datagram bytes (a view, valid until the ring's next call). */
+  /** The whole block: the vector, then the slots. */
+  get bytes(): Uint8Array {
+    return this.#bytes;
+  }
+
+  /** Message `i`'s bytes, as received (one datagram, or a UDP_GRO run of them; a view, valid until the ring's next call). */
   payload(i: number): Uint8Array {
     const len = this.#view.getUint32(i * MMSGHDR + 56, true);
     return this.#bytes.subarray(DATA + i * SLOT, DATA + i * SLOT + len);
-  }
-
-  /** Message `i`'s segment size: what UDP_GRO reported, or its whole length when it is one datagram. */
-  segmentSize(i: number, len: number): number {
-    const v = this.#view;
-    if (v.getUint32(i * MMSGHDR + 40, true) < 20) return len;
-    const c = CMSGS + i * CMSG_SPACE;
-    if (v.getInt32(c + 8, true) !== SOL_UDP || v.getInt32(c + 12, true) !== UDP_GRO) return len;
-    const seg = v.getInt32(c + 16, true);
-    return seg > 0 ? seg : len;
   }
 
   /** Message `i`'s source: IPv4 address (host order) and port, as one number. */
@@ -205,17 +199,17 @@ class SourceCache {
 
 /**
  * A bound IPv4 UDP socket with IP_PMTUDISC_DO (never fragmented on the way) and UDP_GRO, received in batches. Send
- * on {@link fd} with MSG_DONTWAIT (src/adapters/udp-gso.ts).
+ * on {@link fd} with MSG_DONTWAIT (src/adapters/datagram-native.ts).
  */
 export class UdpBatchSocket {
   readonly fd: number;
   /** The bound port. */
   readonly port: number;
-  readonly stats: UdpBatchStats = { batches: 0, buffers: 0, datagrams: 0, waits: 0, receiveErrors: 0 };
+  readonly stats: UdpBatchStats = { batches: 0, buffers: 0, waits: 0, receiveErrors: 0 };
   readonly #c: Libc;
   readonly #ring: Ring;
   readonly #sources = new SourceCache();
-  #onDatagram: ((datagram: Uint8Array, from: UdpSource) => void) | undefined;
+  #onMessages: ((n: number) => void) | undefined;
   /** Whether a pool thread holds a call (a wait or a sleep): the fd and the ring are freed only once it returned. */
   #pooled = false;
   #closed = false;
@@ -256,13 +250,44 @@ export class UdpBatchSocket {
   }
 
   /**
-   * Starts receiving: `onDatagram` gets each datagram (a GRO buffer already cut into its datagrams), a view valid
-   * during the call, and its source.
+   * Starts receiving: `onMessages` gets the number of messages the ring holds after each `recvmmsg` (read them during
+   * the call with {@link payload}, {@link sourceOf}, or whole through {@link ring}; each is one datagram or a UDP_GRO
+   * run of equal-sized ones, with its segment size in its control message).
    */
-  start(onDatagram: (datagram: Uint8Array, from: UdpSource) => void): void {
-    if (this.#onDatagram) throw new Error('the UDP socket is already receiving');
-    this.#onDatagram = onDatagram;
+  start(onMessages: (n: number) => void): void {
+    if (this.#onMessages) throw new Error('the UDP socket is already receiving');
+    this.#onMessages = onMessages;
     this.#wait();
+  }
+
+  /** The `recvmmsg` vector (a native pointer, for src/adapters/datagram-native.ts), valid during `onMessages`. */
+  get ring(): unknown {
+    return this.#ring.mem;
+  }
+
+  /** The ring's bytes: offsets into the ring index this view. */
+  get ringBytes(): Uint8Array {
+    return this.#ring.bytes;
+  }
+
+  /** Whether the socket was closed (a callback that closed it must stop reading the ring). */
+  get closed(): boolean {
+    return this.#closed;
+  }
+
+  /** Message `i`'s bytes (a view, valid during `onMessages`). */
+  payload(i: number): Uint8Array {
+    return this.#ring.payload(i);
+  }
+
+  /** Message `i`'s source, as a number: its IPv4 address (host order) times 65536 plus its port. */
+  sourceKey(i: number): number {
+    return this.#ring.sourceKey(i);
+  }
+
+  /** Message `i`'s source. */
+  sourceOf(i: number): UdpSource {
+    return this.#sources.get(this.#ring.sourceKey(i));
   }
 
   /** Idle: a pool thread waits in the kernel for the first datagram (and takes what came with it). */
@@ -308,25 +333,9 @@ export class UdpBatchSocket {
   }
 
   #deliver(n: number): void {
-    const ring = this.#ring;
-    const emit = this.#onDatagram as (datagram: Uint8Array, from: UdpSource) => void;
     this.stats.batches++;
     this.stats.buffers += n;
-    // close() from a callback frees the ring at once: stop reading it then
-    for (let i = 0; i < n && !this.#closed; i++) {
-      const buf = ring.payload(i);
-      const from = this.#sources.get(ring.sourceKey(i));
-      const seg = ring.segmentSize(i, buf.length);
-      if (seg >= buf.length) {
-        this.stats.datagrams++;
-        emit(buf, from);
-        continue;
-      }
-      for (let off = 0; off < buf.length && !this.#closed; off += seg) {
-        this.stats.datagrams++;
-        emit(buf.subarray(off, Math.min(off + seg, buf.length)), from);
-      }
-    }
+    (this.#onMessages as (n: number) => void)(n);
   }
 
   #release(): void {

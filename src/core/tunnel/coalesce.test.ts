@@ -1,7 +1,6 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { TcpCoalescer } from './coalesce.ts';
-import { forEachSegment } from './datagram.ts';
 
 /** A TCP/IPv4 superpacket as a TUN device hands it (GSO TCPV4), with 12 bytes of TCP options (timestamps). */
 function superpacket(payload: number, gsoSize: number, flags = 0x18, seq = 1000, srcPort = 0x9c40): Uint8Array {
@@ -15,9 +14,37 @@ function superpacket(payload: number, gsoSize: number, flags = 0x18, seq = 1000,
   return pkt;
 }
 
-function segments(pkt: Uint8Array, maxIp = 1430): Uint8Array[] {
+/**
+ * The segments the sender cuts `pkt` into (native/atoll-dp.c, tested in src/adapters/datagram-native.test.ts), as far
+ * as the coalescer reads them: no GSO, each its IP length and id, sequence number, FIN/PSH on the last only.
+ */
+function segments(pkt: Uint8Array): Uint8Array[] {
+  const gso = pkt[4]! | (pkt[5]! << 8);
   const out: Uint8Array[] = [];
-  assert.equal(forEachSegment(pkt, maxIp, new Uint8Array(2000), (s) => out.push(s.slice())), true);
+  for (let off = 62, i = 0; off < pkt.length; off += gso, i++) {
+    const n = Math.min(gso, pkt.length - off);
+    const s = new Uint8Array(62 + n);
+    s.set(pkt.subarray(0, 62));
+    s.set(pkt.subarray(off, off + n), 62);
+    s.fill(0, 0, 10);
+    s[0] = 1;
+    s[6] = 20;
+    s[8] = 16;
+    s[12] = (52 + n) >> 8;
+    s[13] = (52 + n) & 255;
+    s[15] = (0x34 + i) & 255;
+    s[20] = 0;
+    s[21] = 0;
+    let sum = 0;
+    for (let j = 0; j < 20; j += 2) sum += (s[10 + j]! << 8) | s[11 + j]!;
+    while (sum > 0xffff) sum = (sum & 0xffff) + (sum >>> 16);
+    s[20] = ~sum >> 8 & 255;
+    s[21] = ~sum & 255;
+    const seq = (((pkt[34]! << 24) >>> 0) + (pkt[35]! << 16) + (pkt[36]! << 8) + pkt[37]! + i * gso) >>> 0;
+    s.set([seq >>> 24, (seq >> 16) & 255, (seq >> 8) & 255, seq & 255], 34);
+    if (off + n < pkt.length) s[43]! &= ~0x09;
+    out.push(s);
+  }
   return out;
 }
 

@@ -1,5 +1,5 @@
 /**
- * The receiving half of the datagram path's segmentation (./datagram.ts `forEachSegment`): consecutive TCP/IPv4
+ * The receiving half of the datagram path's segmentation (native/atoll-dp.c `atoll_dp_send`): consecutive TCP/IPv4
  * segments of one flow merged back into one superpacket for the TUN device (virtio GSO TCPV4), as the kernel's GRO
  * does. One superpacket write instead of dozens of segment writes: the kernel then forwards and delivers a 64 KB
  * packet at the cost of one. Pure: no I/O, no `node:` imports.

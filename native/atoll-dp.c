@@ -1,0 +1,514 @@
+/*
+ * libatoll-dp.so: the datagram path's per-datagram work (src/adapters/datagram-native.ts loads it with koffi), so
+ * that JavaScript makes one call per packet sent and one per receive ring, not several per datagram.
+ *
+ *   send: a TUN packet (or a TCP/IPv4 superpacket: cut into segments as the kernel's own segmentation does), each
+ *         segment sealed with AES-256-GCM into a datagram, laid out back to back in a run of equal-sized datagrams to
+ *         one address and sent with one sendmsg and UDP_SEGMENT (UDP GSO) when the run ends;
+ *   receive: a recvmmsg ring's messages (each one datagram or a UDP_GRO run of them) cut into datagrams, the key found
+ *         by its id in a table of our own, the counter checked against the key's replay window, the datagram opened in
+ *         place and the counter recorded once the tag verified; one result per datagram for JavaScript.
+ *
+ * The wire format is src/core/tunnel/datagram.ts's:
+ *   type (1) | 0 (3) | key id (4, BE) | counter (8, BE) | sealed payload | tag (16)
+ * the first 16 bytes as additional data, the nonce 4 zero bytes and the counter.
+ *
+ * libcrypto: this library links the system's libcrypto.so.3 and must be loaded with RTLD_DEEPBIND (koffi's `deep`):
+ * Node exports its own statically linked OpenSSL's symbols, and without it our EVP calls would land in Node's copy.
+ * atoll_dp_crypto_origin() says which object the calls bind to (a test checks it). Keys are freed with
+ * EVP_CIPHER_CTX_free (which cleanses the key schedule) and our copies are cleansed too.
+ *
+ * Not thread-safe: every call comes from the agent's main thread.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#define HDR 16
+#define TAG 16
+#define VNET 10
+#define TYPE_DATA 1
+#define TYPE_KEEPALIVE 2
+#define HELLO_TYPE 3
+#define MAX_COUNTER (1ULL << 48)
+#define WINDOW 2048
+#define GSO_MAX_BYTES 65000
+#define GSO_MAX_SEGMENTS 64
+#define SOL_UDP_ 17
+#define UDP_SEGMENT_ 103
+#define UDP_GRO_ 104
+
+#define EXPORT __attribute__((visibility("default")))
+
+/* Drop reasons, in the order of DROP_REASONS in src/adapters/datagram-native.ts. */
+enum { DROP_TRUNCATED, DROP_BAD_TYPE, DROP_UNKNOWN_KEY, DROP_REPLAYED, DROP_BAD_TAG, DROPS };
+/* Result kinds (>= 0) for a datagram handed to JavaScript. */
+enum { KIND_DATA = TYPE_DATA, KIND_KEEPALIVE = TYPE_KEEPALIVE, KIND_HELLO = HELLO_TYPE };
+/* Per result: kind, peer tag, message index, offset of the plaintext (or the hello) from the ring's start, length. */
+#define RESULT_INTS 5
+
+static uint32_t rd32(const uint8_t *b) { return ((uint32_t)b[0] << 24) | ((uint32_t)b[1] << 16) | ((uint32_t)b[2] << 8) | b[3]; }
+static void wr16(uint8_t *b, uint32_t v) { b[0] = (uint8_t)(v >> 8); b[1] = (uint8_t)v; }
+static void wr32(uint8_t *b, uint32_t v) { b[0] = (uint8_t)(v >> 24); b[1] = (uint8_t)(v >> 16); b[2] = (uint8_t)(v >> 8); b[3] = (uint8_t)v; }
+
+static uint32_t sum16(const uint8_t *b, size_t n) {
+  uint32_t s = 0;
+  for (size_t i = 0; i + 1 < n; i += 2) s += ((uint32_t)b[i] << 8) | b[i + 1];
+  return s;
+}
+
+static uint32_t fold(uint32_t s) {
+  while (s > 0xffff) s = (s & 0xffff) + (s >> 16);
+  return s;
+}
+
+/* ---- keys ---- */
+
+static EVP_CIPHER_CTX *new_ctx(const uint8_t *key, int seal) {
+  EVP_CIPHER_CTX *ctx = EVP_CIPHER_CTX_new();
+  if (!ctx) return NULL;
+  int ok = seal ? EVP_EncryptInit_ex(ctx, EVP_aes_256_gcm(), NULL, key, NULL) : EVP_DecryptInit_ex(ctx, EVP_aes_256_gcm(), NULL, key, NULL);
+  if (ok != 1) {
+    EVP_CIPHER_CTX_free(ctx);
+    return NULL;
+  }
+  return ctx;
+}
+
+typedef struct {
+  EVP_CIPHER_CTX *ctx;
+  uint32_t id;
+  uint64_t counter;
+} seal_key;
+
+/* A sending key: 32 bytes, its id; the counter starts at 0. NULL when libcrypto fails. */
+EXPORT seal_key *atoll_dp_seal_key_new(const uint8_t *key, uint32_t id) {
+  seal_key *k = calloc(1, sizeof *k);
+  if (!k) return NULL;
+  k->ctx = new_ctx(key, 1);
+  if (!k->ctx) {
+    free(k);
+    return NULL;
+  }
+  k->id = id;
+  return k;
+}
+
+/* The next counter the key will use (a double: exact below 2^53, and counters stay below 2^48). */
+EXPORT double atoll_dp_seal_key_counter(const seal_key *k) { return (double)k->counter; }
+
+EXPORT void atoll_dp_seal_key_free(seal_key *k) {
+  if (!k) return;
+  EVP_CIPHER_CTX_free(k->ctx);
+  OPENSSL_cleanse(k, sizeof *k);
+  free(k);
+}
+
+static void nonce_of(uint8_t nonce[12], uint64_t counter) {
+  memset(nonce, 0, 4);
+  wr32(nonce + 4, (uint32_t)(counter >> 32));
+  wr32(nonce + 8, (uint32_t)counter);
+}
+
+/* Seals the datagram at d: header written here, payload of n bytes at d + HDR (sealed in place), tag after it. */
+static int seal_at(seal_key *k, int type, uint8_t *d, int n) {
+  uint64_t c = k->counter++;
+  uint8_t nonce[12];
+  int outl;
+  d[0] = (uint8_t)type;
+  d[1] = d[2] = d[3] = 0;
+  wr32(d + 4, k->id);
+  wr32(d + 8, (uint32_t)(c >> 32));
+  wr32(d + 12, (uint32_t)c);
+  nonce_of(nonce, c);
+  if (EVP_EncryptInit_ex(k->ctx, NULL, NULL, NULL, nonce) != 1 || EVP_EncryptUpdate(k->ctx, NULL, &outl, d, HDR) != 1 ||
+      EVP_EncryptUpdate(k->ctx, d + HDR, &outl, d + HDR, n) != 1 || EVP_EncryptFinal_ex(k->ctx, d + HDR + n, &outl) != 1 ||
+      EVP_CIPHER_CTX_ctrl(k->ctx, EVP_CTRL_GCM_GET_TAG, TAG, d + HDR + n) != 1)
+    return -1;
+  return 0;
+}
+
+/* Seals `plain` (n bytes) as one datagram into `out` (room for n + 32 bytes): for tests and the occasional one-off. */
+EXPORT int atoll_dp_seal_one(seal_key *k, int type, const uint8_t *plain, int n, uint8_t *out) {
+  memmove(out + HDR, plain, (size_t)n);
+  return seal_at(k, type, out, n) == 0 ? HDR + n + TAG : -1;
+}
+
+typedef struct {
+  EVP_CIPHER_CTX *ctx;
+  uint32_t id;
+  int32_t peer;
+  double expires_at;
+  /* the replay window: the highest counter accepted (-1 before the first) and a bitmap of the WINDOW below it */
+  int64_t top;
+  uint32_t bits[WINDOW / 32];
+} open_key;
+
+/* The receiving keys, by id: a short array (two per peer), searched from the last hit. */
+typedef struct {
+  open_key **keys;
+  int n, cap, last;
+} key_table;
+
+EXPORT key_table *atoll_dp_table_new(void) { return calloc(1, sizeof(key_table)); }
+
+static void free_open_key(open_key *k) {
+  EVP_CIPHER_CTX_free(k->ctx);
+  OPENSSL_cleanse(k, sizeof *k);
+  free(k);
+}
+
+static int find(key_table *t, uint32_t id) {
+  if (t->last < t->n && t->keys[t->last]->id == id) return t->last;
+  for (int i = 0; i < t->n; i++)
+    if (t->keys[i]->id == id) return t->last = i;
+  return -1;
+}
+
+/* Adds receiving key `id` of peer `peer` (a tag of the caller's). 0, or -1 when the id is taken, -2 out of memory or libcrypto failed. */
+EXPORT int atoll_dp_table_add(key_table *t, uint32_t id, int32_t peer, const uint8_t *key) {
+  if (find(t, id) >= 0) return -1;
+  if (t->n == t->cap) {
+    int cap = t->cap ? t->cap * 2 : 16;
+    open_key **keys = realloc(t->keys, (size_t)cap * sizeof *keys);
+    if (!keys) return -2;
+    t->keys = keys;
+    t->cap = cap;
+  }
+  open_key *k = calloc(1, sizeof *k);
+  if (!k) return -2;
+  k->ctx = new_ctx(key, 0);
+  if (!k->ctx) {
+    free(k);
+    return -2;
+  }
+  k->id = id;
+  k->peer = peer;
+  k->expires_at = 1.0 / 0.0;
+  k->top = -1;
+  t->keys[t->n++] = k;
+  return 0;
+}
+
+/* Sets when key `id` stops opening datagrams (the caller's clock, as passed to atoll_dp_open). */
+EXPORT void atoll_dp_table_expire(key_table *t, uint32_t id, double at) {
+  int i = find(t, id);
+  if (i >= 0) t->keys[i]->expires_at = at;
+}
+
+/* Removes and frees key `id`. 0, or -1 when there is none. */
+EXPORT int atoll_dp_table_remove(key_table *t, uint32_t id) {
+  int i = find(t, id);
+  if (i < 0) return -1;
+  free_open_key(t->keys[i]);
+  t->keys[i] = t->keys[--t->n];
+  t->last = 0;
+  return 0;
+}
+
+EXPORT int atoll_dp_table_size(const key_table *t) { return t->n; }
+
+EXPORT void atoll_dp_table_free(key_table *t) {
+  if (!t) return;
+  for (int i = 0; i < t->n; i++) free_open_key(t->keys[i]);
+  free(t->keys);
+  free(t);
+}
+
+/* ---- the replay window (RFC 6479's idea, a sliding bitmap): the one implementation ---- */
+
+/* Whether `c` is new: above the top, or inside the window and not seen. */
+static int window_ok(const open_key *k, uint64_t c) {
+  if ((int64_t)c > k->top) return 1;
+  if ((uint64_t)k->top - c >= WINDOW) return 0;
+  uint32_t bit = (uint32_t)(c % WINDOW);
+  return (k->bits[bit >> 5] & (1u << (bit & 31))) == 0;
+}
+
+/* Records `c`, which passed window_ok and was authentic. */
+static void window_accept(open_key *k, uint64_t c) {
+  if ((int64_t)c > k->top) {
+    uint64_t from = (uint64_t)(k->top + 1);
+    if (c - from >= WINDOW) memset(k->bits, 0, sizeof k->bits);
+    else
+      for (uint64_t x = from; x <= c; x++) k->bits[(x % WINDOW) >> 5] &= ~(1u << (x % WINDOW & 31));
+    k->top = (int64_t)c;
+  }
+  uint32_t bit = (uint32_t)(c % WINDOW);
+  k->bits[bit >> 5] |= 1u << (bit & 31);
+}
+
+/* For the unit tests of the window, on a key of the table: ok (0/1) and accept (1 when recorded, 0 when seen). */
+EXPORT int atoll_dp_window_test(key_table *t, uint32_t id, double counter, int accept) {
+  int i = find(t, id);
+  if (i < 0) return -1;
+  uint64_t c = (uint64_t)counter;
+  if (!window_ok(t->keys[i], c)) return 0;
+  if (accept) window_accept(t->keys[i], c);
+  return 1;
+}
+
+/* ---- receiving ---- */
+
+/* Opens one datagram d (len bytes) in place. @returns its result kind, or -1 - the drop reason. */
+static int open_one(key_table *t, uint8_t *d, size_t len, double now, int32_t *peer) {
+  if (len >= 1 && d[0] == HELLO_TYPE) return KIND_HELLO;
+  if (len < HDR + TAG + 1) return -1 - DROP_TRUNCATED;
+  if ((d[0] != TYPE_DATA && d[0] != TYPE_KEEPALIVE) || d[1] || d[2] || d[3]) return -1 - DROP_BAD_TYPE;
+  uint64_t c = ((uint64_t)rd32(d + 8) << 32) | rd32(d + 12);
+  if (c >= MAX_COUNTER) return -1 - DROP_BAD_TYPE;
+  int i = find(t, rd32(d + 4));
+  if (i < 0 || t->keys[i]->expires_at < now) return -1 - DROP_UNKNOWN_KEY;
+  open_key *k = t->keys[i];
+  if (!window_ok(k, c)) return -1 - DROP_REPLAYED;
+  uint8_t nonce[12];
+  int outl, n = (int)(len - HDR - TAG);
+  nonce_of(nonce, c);
+  if (EVP_DecryptInit_ex(k->ctx, NULL, NULL, NULL, nonce) != 1 || EVP_DecryptUpdate(k->ctx, NULL, &outl, d, HDR) != 1 ||
+      EVP_DecryptUpdate(k->ctx, d + HDR, &outl, d + HDR, n) != 1 || EVP_CIPHER_CTX_ctrl(k->ctx, EVP_CTRL_GCM_SET_TAG, TAG, d + HDR + n) != 1 ||
+      EVP_DecryptFinal_ex(k->ctx, d + HDR + n, &outl) <= 0)
+    return -1 - DROP_BAD_TAG;
+  window_accept(k, c);
+  *peer = k->peer;
+  return d[0];
+}
+
+/* The segment size UDP_GRO reported for message m, or its whole length. */
+static size_t segment_size(const struct msghdr *m, size_t len) {
+  for (struct cmsghdr *c = CMSG_FIRSTHDR(m); c; c = CMSG_NXTHDR((struct msghdr *)m, c)) {
+    if (c->cmsg_level == SOL_UDP_ && c->cmsg_type == UDP_GRO_ && c->cmsg_len >= CMSG_LEN(sizeof(int))) {
+      int seg;
+      memcpy(&seg, CMSG_DATA(c), sizeof seg);
+      return seg > 0 ? (size_t)seg : len;
+    }
+  }
+  return len;
+}
+
+/*
+ * Opens the n messages of a recvmmsg vector `vec` (each one datagram or a UDP_GRO run, cut by its segment size), in
+ * place. Writes RESULT_INTS ints per datagram handed on (authentic data and keepalives, and hellos unopened) into
+ * `results` (room for max_results), and adds to counts[0..DROPS) the drops by reason and to counts[DROPS] the
+ * datagrams seen. Offsets count from `vec`: the ring is one block (src/adapters/udp-batch.ts). @returns the results
+ * written; datagrams beyond max_results are counted as truncated.
+ */
+EXPORT int atoll_dp_open(key_table *t, struct mmsghdr *vec, int n, double now, int32_t *results, int max_results, uint32_t *counts) {
+  int r = 0;
+  for (int i = 0; i < n; i++) {
+    struct msghdr *m = &vec[i].msg_hdr;
+    uint8_t *buf = m->msg_iov[0].iov_base;
+    size_t len = vec[i].msg_len;
+    size_t seg = segment_size(m, len);
+    if (seg == 0) seg = len ? len : 1;
+    for (size_t off = 0; off < len || (len == 0 && off == 0); off += seg) {
+      size_t dlen = off + seg <= len ? seg : len - off;
+      uint8_t *d = buf + off;
+      counts[DROPS]++;
+      if (r >= max_results) {
+        counts[DROP_TRUNCATED]++;
+        if (len == 0) break;
+        continue;
+      }
+      int32_t peer = -1;
+      int kind = open_one(t, d, dlen, now, &peer);
+      if (kind < 0) counts[-1 - kind]++;
+      else {
+        int32_t *res = results + r++ * RESULT_INTS;
+        res[0] = kind;
+        res[1] = peer;
+        res[2] = i;
+        res[3] = (int32_t)((d + (kind == KIND_HELLO ? 0 : HDR)) - (uint8_t *)vec);
+        res[4] = (int32_t)(kind == KIND_HELLO ? dlen : dlen - HDR - TAG);
+      }
+      if (len == 0) break;
+    }
+  }
+  return r;
+}
+
+/* ---- sending ---- */
+
+typedef struct {
+  int fd;
+  /* the run being built: its destination, bytes, datagrams, and the size of each (but a shorter last) */
+  struct sockaddr_in dst;
+  uint32_t bytes, count, stride;
+  /* datagrams the kernel refused (dropped), and the errno of the last refusal */
+  double send_failed;
+  int last_errno;
+  uint8_t buf[GSO_MAX_BYTES];
+} sender;
+
+EXPORT sender *atoll_dp_sender_new(int fd) {
+  sender *s = calloc(1, sizeof *s);
+  if (s) s->fd = fd;
+  return s;
+}
+
+EXPORT void atoll_dp_sender_free(sender *s) { free(s); }
+
+/* Sends the run built so far. */
+EXPORT void atoll_dp_flush(sender *s) {
+  if (s->count == 0) return;
+  struct iovec iov = {.iov_base = s->buf, .iov_len = s->bytes};
+  union {
+    char buf[CMSG_SPACE(sizeof(uint16_t))];
+    struct cmsghdr align;
+  } control;
+  struct msghdr m = {.msg_name = &s->dst, .msg_namelen = sizeof s->dst, .msg_iov = &iov, .msg_iovlen = 1};
+  if (s->stride < s->bytes) {
+    memset(&control, 0, sizeof control);
+    m.msg_control = control.buf;
+    m.msg_controllen = sizeof control.buf;
+    struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+    c->cmsg_level = SOL_UDP_;
+    c->cmsg_type = UDP_SEGMENT_;
+    c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+    uint16_t seg = (uint16_t)s->stride;
+    memcpy(CMSG_DATA(c), &seg, sizeof seg);
+  }
+  if (sendmsg(s->fd, &m, MSG_DONTWAIT) < 0) {
+    s->send_failed += s->count;
+    s->last_errno = errno;
+  }
+  s->bytes = s->count = 0;
+}
+
+/* Takes the failure counters: out[0] datagrams dropped since the last call, out[1] the last errno (0: none since). */
+EXPORT void atoll_dp_sender_take(sender *s, double *out) {
+  out[0] = s->send_failed;
+  out[1] = s->last_errno;
+  s->send_failed = 0;
+  s->last_errno = 0;
+}
+
+/*
+ * Room for the next datagram of `len` bytes to dst: a run is of one destination and of datagrams of its first's size
+ * (the last may be shorter), within the kernel's limits; a datagram that does not continue it flushes it first.
+ */
+static uint8_t *reserve(sender *s, const struct sockaddr_in *dst, uint32_t len) {
+  if (s->count > 0 && (s->dst.sin_addr.s_addr != dst->sin_addr.s_addr || s->dst.sin_port != dst->sin_port || len > s->stride ||
+                       s->bytes + len > GSO_MAX_BYTES || s->count >= GSO_MAX_SEGMENTS))
+    atoll_dp_flush(s);
+  if (s->count == 0) {
+    s->stride = len;
+    s->dst = *dst;
+  }
+  return s->buf + s->bytes;
+}
+
+static void commit(sender *s, uint32_t len) {
+  s->bytes += len;
+  s->count++;
+  if (len < s->stride) atoll_dp_flush(s); /* a shorter datagram ends a run */
+}
+
+/* One datagram of `type` holding plain (n bytes) to dst. -1 when libcrypto failed (nothing queued). */
+static int queue_one(sender *s, seal_key *k, const struct sockaddr_in *dst, int type, const uint8_t *plain, uint32_t n) {
+  uint32_t len = HDR + n + TAG;
+  uint8_t *d = reserve(s, dst, len);
+  memcpy(d + HDR, plain, n);
+  if (seal_at(k, type, d, (int)n) != 0) return -1;
+  commit(s, len);
+  return 1;
+}
+
+#define VIRTIO_NET_HDR_F_NEEDS_CSUM 1
+#define VIRTIO_NET_HDR_GSO_TCPV4 1
+#define TCP_FIN 0x01
+#define TCP_PSH 0x08
+#define TCP_CWR 0x80
+
+/*
+ * Queues `pkt` (virtio-net header first, as the TUN device gives it) to addr:port (host order) in datagrams of `type`
+ * under k: itself when its IP packet fits max_ip bytes, else, for a TCP/IPv4 superpacket (GSO TCPV4), its segments of
+ * at most its gso_size, each with its own IPv4 header (length, id + i, checksum), TCP sequence number, flags (FIN and
+ * PSH on the last only, CWR on the first only) and a virtio header asking for the TCP checksum to be completed
+ * (NEEDS_CSUM, the pseudo-header sum in the checksum field), as the kernel's own segmentation does. What does not
+ * continue the run being built flushes it first; the last run stays for atoll_dp_flush.
+ * @returns the datagrams queued, or -1 when the datagram path cannot take it (too big and not a TCP/IPv4
+ *   superpacket, segments above max_ip, or the key's counters spent): nothing queued, the run flushed (the caller
+ *   sends it on a stream, after what was queued).
+ */
+EXPORT int atoll_dp_send(sender *s, seal_key *k, uint32_t addr, uint32_t port, int type, const uint8_t *pkt, uint32_t len, uint32_t max_ip) {
+  struct sockaddr_in dst = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr = {.s_addr = htonl(addr)}};
+  if (max_ip > GSO_MAX_BYTES - HDR - VNET - TAG) goto refuse; /* no datagram may outgrow the run's buffer */
+  if (len < VNET || len - VNET <= max_ip) {
+    if (k->counter >= MAX_COUNTER || queue_one(s, k, &dst, type, pkt, len) < 0) goto refuse;
+    return 1;
+  }
+  if (len < VNET + 40 || (pkt[1] & 0x7f) != VIRTIO_NET_HDR_GSO_TCPV4) goto refuse;
+  uint32_t gso = pkt[4] | ((uint32_t)pkt[5] << 8);
+  const uint8_t *ip = pkt + VNET;
+  if (ip[0] >> 4 != 4 || ip[9] != 6) goto refuse;
+  uint32_t ihl = (ip[0] & 15u) * 4, tcp = VNET + ihl;
+  if (len < tcp + 20) goto refuse;
+  uint32_t thl = (pkt[tcp + 12] >> 4) * 4u, payload = tcp + thl, headers = ihl + thl;
+  if (gso < 1 || headers + gso > max_ip || payload > len) goto refuse;
+  uint32_t segs = (len - payload + gso - 1) / gso;
+  if (k->counter + segs > MAX_COUNTER) goto refuse;
+  uint32_t id0 = ((uint32_t)ip[4] << 8) | ip[5], seq0 = rd32(pkt + tcp + 4), flags = pkt[tcp + 13];
+  uint32_t src = sum16(ip + 12, 8);
+  uint32_t i = 0;
+  for (uint32_t off = payload; off < len; off += gso, i++) {
+    uint32_t n = len - off < gso ? len - off : gso;
+    int last = off + n >= len;
+    uint32_t plain = VNET + headers + n, dlen = HDR + plain + TAG;
+    uint8_t *d = reserve(s, &dst, dlen);
+    uint8_t *seg = d + HDR;
+    memset(seg, 0, VNET);
+    seg[0] = VIRTIO_NET_HDR_F_NEEDS_CSUM;
+    seg[6] = (uint8_t)ihl; /* csum_start (LE): from the IP header's start */
+    seg[8] = 16;           /* csum_offset: TCP's checksum field */
+    memcpy(seg + VNET, ip, headers);
+    memcpy(seg + VNET + headers, pkt + off, n);
+    uint8_t *sip = seg + VNET, *st = sip + ihl;
+    wr16(sip + 2, headers + n);
+    wr16(sip + 4, (id0 + i) & 0xffff);
+    wr16(sip + 10, 0);
+    wr16(sip + 10, ~fold(sum16(sip, ihl)) & 0xffff);
+    wr32(st + 4, seq0 + i * gso);
+    uint32_t f = flags;
+    if (!last) f &= ~(uint32_t)(TCP_FIN | TCP_PSH);
+    if (i > 0) f &= ~(uint32_t)TCP_CWR;
+    st[13] = (uint8_t)f;
+    /* the pseudo-header sum, not complemented, as CHECKSUM_PARTIAL wants it */
+    wr16(st + 16, fold(src + 6 + thl + n));
+    if (seal_at(k, type, d, (int)plain) != 0) goto refuse; /* only a broken libcrypto: the segments before it went */
+    commit(s, dlen);
+  }
+  return (int)i;
+refuse:
+  atoll_dp_flush(s);
+  return -1;
+}
+
+/* Sends buf (len bytes) to addr:port as one datagram, after the run being built. @returns 0 or the errno. */
+EXPORT int atoll_dp_send_raw(sender *s, uint32_t addr, uint32_t port, const uint8_t *buf, uint32_t len) {
+  atoll_dp_flush(s);
+  struct sockaddr_in dst = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr = {.s_addr = htonl(addr)}};
+  return sendto(s->fd, buf, len, MSG_DONTWAIT, (struct sockaddr *)&dst, sizeof dst) < 0 ? errno : 0;
+}
+
+/* ---- which libcrypto ---- */
+
+/* The path of the object our EVP_EncryptInit_ex binds to (the system's libcrypto.so.3, not Node's executable), into out. */
+EXPORT int atoll_dp_crypto_origin(char *out, int cap) {
+  Dl_info info;
+  if (!dladdr((void *)&EVP_EncryptInit_ex, &info) || !info.dli_fname) return -1;
+  size_t n = strlen(info.dli_fname);
+  if ((int)n >= cap) n = (size_t)cap - 1;
+  memcpy(out, info.dli_fname, n);
+  out[n] = 0;
+  return (int)n;
+}
+
+/* OpenSSL's version as the library we bind to reports it. */
+EXPORT const char *atoll_dp_crypto_version(void) { return OpenSSL_version(OPENSSL_VERSION); }

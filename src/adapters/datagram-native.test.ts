@@ -1,0 +1,276 @@
+import { after, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import { realpathSync } from 'node:fs';
+import { DATAGRAM_HEADER, DATAGRAM_TAG, DATAGRAM_TYPE, type DatagramDrop, MAX_COUNTER } from '../core/tunnel/datagram.ts';
+import { referenceOpen, referenceSeal } from '../../test/support/datagram-reference.ts';
+import { TcpCoalescer } from '../core/tunnel/coalesce.ts';
+import { DatagramSender, ipv4Number, nativeCryptoOrigin, OpenKeyTable, SealKey } from './datagram-native.ts';
+import { UdpBatchSocket } from './udp-batch.ts';
+import { until } from '../../test/support/wait.ts';
+
+const WINDOW = 2048;
+const LOOPBACK = ipv4Number('127.0.0.1') as number;
+
+const noDrops = (): Record<DatagramDrop, number> => ({ truncated: 0, badType: 0, unknownKey: 0, replayed: 0, badTag: 0, unknownAddress: 0, badPayload: 0 });
+
+/** A receiving socket opened by a native key table, and a sending one with a native sender, on loopback. */
+function loop() {
+  const table = new OpenKeyTable();
+  const rx = new UdpBatchSocket({ host: '127.0.0.1', port: 0, bufferBytes: 1 << 22 });
+  const tx = new UdpBatchSocket({ host: '127.0.0.1', port: 0, bufferBytes: 1 << 22 });
+  const sender = new DatagramSender(tx.fd);
+  const got: { kind: number; peer: number; bytes: Uint8Array }[] = [];
+  const dropped = noDrops();
+  let seen = 0;
+  rx.start((n) => {
+    const r = table.open(rx.ring, n, 1000, dropped);
+    seen += r.seen;
+    for (let i = 0; i < r.handed; i++) {
+      const d = table.result(i);
+      got.push({ kind: d.kind, peer: d.peer, bytes: rx.ringBytes.slice(d.offset, d.offset + d.length) });
+    }
+  });
+  tx.start(() => {});
+  return {
+    table, rx, sender, got, dropped, seen: () => seen,
+    close() {
+      sender.free();
+      tx.close();
+      rx.close();
+      table.free();
+    },
+  };
+}
+
+/** A packet as the TUN device gives it: a virtio header (no GSO) and `n` bytes of IP packet. */
+function packet(n: number, fill: number): Uint8Array {
+  return new Uint8Array(10 + n).fill(fill, 10);
+}
+
+/** A TCP/IPv4 superpacket as the TUN device hands it: virtio header (GSO TCPV4, gso_size) and one IP packet. */
+function superpacket(payload: number, gsoSize: number, flags: number): Uint8Array {
+  const ihl = 20;
+  const thl = 32;
+  const pkt = new Uint8Array(10 + ihl + thl + payload);
+  pkt[0] = 1;
+  pkt[1] = 1;
+  pkt[4] = gsoSize & 255;
+  pkt[5] = gsoSize >> 8;
+  const ip = 10;
+  pkt.set([0x45, 0, 0, 0, 0x12, 0x34, 0x40, 0, 64, 6, 0, 0, 10, 1, 0, 2, 10, 2, 0, 3], ip);
+  const tcp = ip + ihl;
+  pkt.set([0x9c, 0x40, 0x14, 0x51, 0xff, 0xff, 0xff, 0xf0, 0, 0, 0, 1, (thl / 4) << 4, flags, 0xff, 0xff], tcp);
+  for (let i = tcp + thl; i < pkt.length; i++) pkt[i] = i * 13 & 255;
+  return pkt;
+}
+
+function csum(b: Uint8Array, off: number, len: number, init = 0): number {
+  let s = init;
+  for (let i = 0; i < len; i += 2) s += (b[off + i]! << 8) | (i + 1 < len ? b[off + i + 1]! : 0);
+  while (s > 0xffff) s = (s & 0xffff) + (s >>> 16);
+  return s;
+}
+
+describe('native datagram path (bin/libatoll-dp.so)', () => {
+  test('AES-GCM binds to the system\'s libcrypto.so.3, not to the OpenSSL inside Node', () => {
+    const { path, version } = nativeCryptoOrigin();
+    assert.match(path, /\/libcrypto\.so\.3$/, `bound to ${path}`);
+    assert.notEqual(realpathSync(path), realpathSync(process.execPath));
+    assert.match(version, /^OpenSSL 3\./);
+  });
+
+  test('the wire format: sealed natively opens with an independent implementation, and the other way round', async () => {
+    const key = randomBytes(32);
+    const k = new SealKey(key, 0xdeadbeef);
+    const plain = randomBytes(300);
+    const d0 = k.sealOne(DATAGRAM_TYPE.data, plain);
+    const d1 = k.sealOne(DATAGRAM_TYPE.keepalive, plain.subarray(0, 1));
+    assert.deepEqual(referenceOpen(key, d0), { type: 1, keyId: 0xdeadbeef, counter: 0, plain });
+    assert.deepEqual(referenceOpen(key, d1), { type: 2, keyId: 0xdeadbeef, counter: 1, plain: plain.subarray(0, 1) });
+    assert.deepEqual(Buffer.from(d0), referenceSeal(key, 1, 0xdeadbeef, 0, plain), 'byte for byte');
+    assert.equal(k.counter, 2);
+    k.free();
+    k.free();
+
+    const l = loop();
+    after(() => l.close());
+    assert.equal(l.table.add(7, 42, key), true);
+    assert.equal(l.table.add(7, 43, key), false, 'an id is taken once');
+    const high = 2 ** 40 + 5;
+    assert.equal(l.sender.sendRaw(LOOPBACK, l.rx.port, referenceSeal(key, 1, 7, high, plain)), 0);
+    await until('the datagram', () => l.got.length === 1, 5000);
+    assert.deepEqual(l.got[0], { kind: 1, peer: 42, bytes: new Uint8Array(plain) });
+  });
+
+  test('a GSO run is cut back into its datagrams (the shorter last one included), each opened; a superpacket is cut into segments', async () => {
+    const l = loop();
+    after(() => l.close());
+    const key = randomBytes(32);
+    l.table.add(1, 5, key);
+    const k = new SealKey(key, 1);
+    after(() => k.free());
+    const lengths = [1200, 1200, 1200, 1200, 700];
+    lengths.forEach((n, i) => assert.equal(l.sender.send(k, LOOPBACK, l.rx.port, DATAGRAM_TYPE.data, packet(n, i + 1), 1430), 1));
+    assert.deepEqual(l.sender.flush(), { failed: 0, errno: 0 });
+    await until('5 datagrams', () => l.got.length >= 5, 5000);
+    assert.deepEqual(l.got.map((g) => g.bytes.length - 10), lengths);
+    assert.ok(l.got.every((g, i) => g.peer === 5 && g.bytes.subarray(10).every((b) => b === i + 1)));
+    assert.ok(l.rx.stats.buffers < 5, `UDP_GRO merged nothing: ${JSON.stringify(l.rx.stats)}`);
+
+    // segmentation: consecutive sequence numbers, their own lengths, ids and checksums, the flags in the right places
+    l.got.length = 0;
+    const gso = 1378;
+    const pkt = superpacket(3 * gso + 100, gso, 0x80 | 0x18 | 0x01); // CWR, PSH+ACK, FIN
+    assert.equal(l.sender.send(k, LOOPBACK, l.rx.port, DATAGRAM_TYPE.data, pkt, 1430), 4);
+    l.sender.flush();
+    await until('4 segments', () => l.got.length >= 4, 5000);
+    const segs = l.got.map((g) => g.bytes);
+    assert.deepEqual(segs.map((s) => s.length - 10), [gso + 52, gso + 52, gso + 52, 152]);
+    let payload = 0;
+    segs.forEach((s, i) => {
+      assert.equal(s[0], 1, 'NEEDS_CSUM');
+      assert.equal(s[1], 0, 'no GSO');
+      assert.equal(s[6]! | (s[7]! << 8), 20, 'csum_start');
+      assert.equal(s[8]! | (s[9]! << 8), 16, 'csum_offset');
+      const ip = 10;
+      assert.equal((s[ip + 2]! << 8) | s[ip + 3]!, s.length - 10);
+      assert.equal((s[ip + 4]! << 8) | s[ip + 5]!, 0x1234 + i);
+      assert.equal(csum(s, ip, 20), 0xffff, 'IP header checksum');
+      const tcp = ip + 20;
+      const seq = ((s[tcp + 4]! << 24) >>> 0) + (s[tcp + 5]! << 16) + (s[tcp + 6]! << 8) + s[tcp + 7]!;
+      assert.equal(seq, (0xfffffff0 + i * gso) >>> 0, 'sequence (wrapping)');
+      assert.equal(s[tcp + 13], i === 0 ? 0x80 | 0x10 : i === 3 ? 0x18 | 0x01 : 0x10);
+      // completing the partial checksum as the kernel does gives a valid TCP checksum
+      const tcpLen = s.length - tcp;
+      const full = ~csum(s, tcp, tcpLen) & 0xffff;
+      const check = s.slice();
+      check[tcp + 16] = full >> 8;
+      check[tcp + 17] = full & 255;
+      const pseudo = new Uint8Array(12);
+      pseudo.set(s.subarray(ip + 12, ip + 20));
+      pseudo[9] = 6;
+      pseudo[10] = tcpLen >> 8;
+      pseudo[11] = tcpLen & 255;
+      assert.equal(csum(check, tcp, tcpLen, csum(pseudo, 0, 12)), 0xffff, 'TCP checksum');
+      assert.deepEqual(s.subarray(tcp + 32), pkt.subarray(10 + 52 + payload, 10 + 52 + payload + s.length - tcp - 32));
+      payload += s.length - tcp - 32;
+    });
+    assert.equal(payload, 3 * gso + 100);
+
+    // and the receiver's coalescer (src/core/tunnel/coalesce.ts) merges them back into the superpacket
+    l.got.length = 0;
+    const sp = superpacket(30 * gso + 500, gso, 0x18);
+    assert.equal(l.sender.send(k, LOOPBACK, l.rx.port, DATAGRAM_TYPE.data, sp, 1430), 31);
+    l.sender.flush();
+    await until('31 segments', () => l.got.length >= 31, 5000);
+    const merged: Uint8Array[] = [];
+    const c = new TcpCoalescer((m) => merged.push(m.slice()));
+    for (const g of l.got) c.push(g.bytes);
+    c.flush();
+    assert.equal(merged.length, 1);
+    assert.equal(merged[0]!.length, sp.length);
+    assert.deepEqual(merged[0]!.subarray(62), sp.subarray(62), 'the payload');
+    assert.deepEqual(merged[0]!.subarray(30, 46), sp.subarray(30, 46), 'ports, sequence, acknowledgement, flags, window');
+
+    // what cannot be split is refused, and nothing of it queued
+    const udpish = superpacket(3000, 1000, 0x18);
+    udpish[1] = 0;
+    assert.equal(l.sender.send(k, LOOPBACK, l.rx.port, DATAGRAM_TYPE.data, udpish, 1430), -1);
+    assert.equal(l.sender.send(k, LOOPBACK, l.rx.port, DATAGRAM_TYPE.data, superpacket(3000, 1400, 0x18), 1430), -1, 'segments above the inner MTU');
+    assert.equal(l.sender.send(k, LOOPBACK, l.rx.port, DATAGRAM_TYPE.data, packet(1431, 0), 1430), -1, 'one byte above, not a superpacket');
+    assert.equal(l.sender.send(k, LOOPBACK, l.rx.port, DATAGRAM_TYPE.data, packet(100, 0), 65_000), -1, 'an inner MTU no datagram can carry');
+  });
+
+  test('bad input is dropped by reason: truncated, bad type, unknown or expired key, replayed, wrong key, tampered; a hello is passed on unopened', async () => {
+    const l = loop();
+    after(() => l.close());
+    const key = randomBytes(32);
+    l.table.add(9, 1, key);
+    const send = (d: Uint8Array) => assert.equal(l.sender.sendRaw(LOOPBACK, l.rx.port, d), 0);
+    const good = referenceSeal(key, 1, 9, 100, packet(50, 1));
+    send(Object.assign(randomBytes(DATAGRAM_HEADER + DATAGRAM_TAG), { 0: 1 }));
+    send(Object.assign(Buffer.from(good), { 0: 7 }));
+    send(referenceSeal(key, 1, 9, MAX_COUNTER, packet(50, 1)));
+    send(referenceSeal(key, 1, 10, 100, packet(50, 1)));
+    send(good);
+    send(good);
+    send(referenceSeal(randomBytes(32), 1, 9, 101, packet(50, 1)));
+    const tampered = Buffer.from(referenceSeal(key, 1, 9, 102, packet(50, 1)));
+    tampered[30]! ^= 1;
+    send(tampered);
+    send(referenceSeal(key, 1, 9, 102, packet(50, 1)).subarray(0, 40));
+    const hello = Buffer.alloc(200, 3);
+    send(hello);
+    await until('10 datagrams seen', () => l.seen() >= 10, 5000);
+    assert.deepEqual(l.dropped, { ...noDrops(), truncated: 1, badType: 2, unknownKey: 1, replayed: 1, badTag: 3 });
+    assert.deepEqual(l.got.map((g) => [g.kind, g.bytes.length]), [[1, 60], [3, 200]]);
+
+    // the tampered counter did not move the window: the authentic 102 opens; an expired key opens nothing
+    send(referenceSeal(key, 1, 9, 102, packet(50, 1)));
+    await until('11 datagrams seen', () => l.seen() >= 11, 5000);
+    assert.equal(l.got.length, 3);
+    l.table.expire(9, 999);
+    send(referenceSeal(key, 1, 9, 103, packet(50, 1)));
+    await until('12 datagrams seen', () => l.seen() >= 12, 5000);
+    assert.equal(l.dropped.unknownKey, 2);
+    assert.equal(l.table.remove(9), true);
+    assert.equal(l.table.remove(9), false);
+    assert.equal(l.table.size, 0);
+  });
+});
+
+describe('replay window (native, the one implementation)', () => {
+  const table = new OpenKeyTable();
+  after(() => table.free());
+  let id = 0;
+  const fresh = () => {
+    table.add(++id, 0, new Uint8Array(32));
+    const me = id;
+    return { ok: (c: number) => table.window(me, c, false) === 1, accept: (c: number) => table.window(me, c, true) === 1 };
+  };
+
+  test('in order, out of order inside the window, duplicates and too old', () => {
+    const w = fresh();
+    for (const c of [0, 1, 2, 5, 4]) assert.equal(w.accept(c), true, `counter ${c}`);
+    assert.equal(w.ok(3), true);
+    for (const c of [0, 2, 4, 5]) assert.equal(w.ok(c), false, `counter ${c} again`);
+    assert.equal(w.accept(5), false);
+    assert.equal(w.accept(WINDOW + 4), true);
+    assert.equal(w.ok(4), false, 'a counter a whole window below the top is too old');
+    assert.equal(w.ok(5), false, 'inside the window and seen');
+    assert.equal(w.ok(6), true, 'inside the window and never seen');
+    assert.equal(w.ok(WINDOW + 4), false);
+  });
+
+  test('a jump far ahead clears the bitmap; slots reused by the slide are free again', () => {
+    const w = fresh();
+    for (let c = 0; c < WINDOW; c++) w.accept(c);
+    assert.equal(w.accept(10 * WINDOW), true);
+    assert.equal(w.ok(10 * WINDOW - 1), true);
+    assert.equal(w.accept(10 * WINDOW - 1), true);
+    assert.equal(w.ok(10 * WINDOW - 1), false);
+    const v = fresh();
+    v.accept(3);
+    v.accept(3 + WINDOW - 1);
+    assert.equal(v.ok(3), false);
+    v.accept(3 + WINDOW); // 3 leaves the window
+    assert.equal(v.ok(3), false, 'below the window');
+    assert.equal(v.ok(4), true);
+  });
+
+  test('ok never changes the window: forged counters cannot move it', () => {
+    const w = fresh();
+    w.accept(10);
+    assert.equal(w.ok(1_000_000), true);
+    assert.equal(w.ok(9), true);
+    assert.equal(w.accept(9), true);
+  });
+
+  test('counters above 2^32 (the top half of the nonce)', () => {
+    const w = fresh();
+    assert.equal(w.accept(2 ** 40), true);
+    assert.equal(w.ok(2 ** 40 - WINDOW + 1), true);
+    assert.equal(w.ok(2 ** 40 - WINDOW), false);
+  });
+});
