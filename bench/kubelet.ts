@@ -704,7 +704,7 @@ async function main(): Promise<number> {
   if (opts.json) {
     writeFileSync(opts.json, JSON.stringify({ options: opts, env: { kernel: release(), node: process.version, cpus: cpus().length, loadavgStart: load0, loadavgEnd: load1 },
       targets: tg, offsets: offsetsUsed, relistStarts: starts,
-      samples: { single, singlePods: phases, deployment, agentRssKiB: rss, agentHwmKiB: rssInfo?.hwmKiB } }, null, 2) + '\n');
+      samples: { single, singlePods: phases, singlePodTimes: pods, deployment, agentRssKiB: rss, agentHwmKiB: rssInfo?.hwmKiB } }, null, 2) + '\n');
   }
   return exitStatus(tg.filter((t) => !t.pass).length, opts.enforce);
 }
