@@ -12,13 +12,15 @@
  * checked against the phase's range (ours 10.77.0.0/22, the reference 10.79.0.0/22), so a phase whose pods went
  * through the other plugin fails the run. Phases alternate (ours first in even rounds).
  *
- * Measured: (1) create-to-Running of single pods, one at a time (p50, p95), (2) a Deployment scaled from 0 to N
- * replicas until all are Ready, (3) the agent's idle VmRSS afterwards. bench/README.md explains the method.
+ * Measured: (1) create-to-Running of single pods, one at a time (p50, p95), each created at a chosen phase of the
+ * kubelet's PLEG relist (the same evenly spread phases for both sides of a round; bench/relist-phase.ts), (2) a
+ * Deployment scaled from 0 to N replicas until all are Ready, (3) the agent's idle VmRSS afterwards. bench/README.md
+ * explains the method.
  *
  * Usage: node bench/kubelet.ts [--smoke] [--rounds R] [--pods P] [--replicas N] [--json FILE] [--timeout S] [--enforce]
  */
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { closeSync, existsSync, fstatSync, mkdirSync, mkdtempSync, openSync, readFileSync, readSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, release, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -28,7 +30,11 @@ import { startKubelet, type Kubelet } from '../src/adapters/kube/kubelet.ts';
 import { TestAgent } from '../test/support/agent.ts';
 import { kubeBinDir, startControlPlane, type ControlPlane } from '../test/support/kube.ts';
 import { isRoot, leftoverNetns, RUN_PREFIX } from '../test/support/netns.ts';
-import { cleanUpOnExit, exitStatus, fmt, intOption, median, parseBenchArgs, removeRunTempDirs, runBench, table } from './common.ts';
+import { cleanUpOnExit, exitStatus, fmt, intOption, median, parseBenchArgs, removeRunTempDirs, runBench, spawnBounded, table } from './common.ts';
+import {
+  estimateRelist, lastAtOrBefore, nextTimeAtPhase, observedPhase, phaseDifference, predictedRelistBefore, type RelistEstimate,
+  relistLineTime, stratifiedOffsets,
+} from './relist-phase.ts';
 
 const REF_DIR = '/usr/lib/cni';
 const NODE = 'kb-node';
@@ -54,7 +60,8 @@ interface Options {
 const USAGE = `usage: node bench/kubelet.ts [options]
   --smoke              a small run: 1 round, 3 single pods and 5 replicas per side
   --rounds R           rounds; each runs both sides, alternating which goes first (default 3)
-  --pods P             single pods per side and round, created one at a time (default 10)
+  --pods P             single pods per side and round, created one at a time, each at its own phase of the
+                       kubelet's relist (the same P phases for both sides of a round) (default 10)
   --replicas N         replicas of the Deployment scaled from 0 per side and round (default 30)
   --rss-samples K      VmRSS samples of the idle agent, 1 s apart (default 5; 3 with --smoke)
   --json FILE          write every sample and summary to FILE
@@ -170,6 +177,55 @@ async function until<T>(what: string, ms: number, check: () => T | undefined, de
   }
 }
 
+/**
+ * The kubelet's PLEG relists as its log shows them (`--vmodule=generic=5`: `"GenericPLEG: Relisting"` at the start
+ * of each), read incrementally; times are converted from the log's wall clock to this process's performance.now().
+ */
+class RelistLog {
+  /** Relist starts (performance.now() ms), ascending. */
+  readonly starts: number[] = [];
+  readonly #path: string;
+  #offset = 0;
+  #partial = '';
+
+  constructor(path: string) {
+    this.#path = path;
+  }
+
+  /** Reads what the kubelet logged since the last call. */
+  read(): void {
+    let fd: number;
+    try {
+      fd = openSync(this.#path, 'r');
+    } catch {
+      return; // not written yet
+    }
+    try {
+      const size = fstatSync(fd).size;
+      if (size <= this.#offset) return;
+      const buf = Buffer.alloc(size - this.#offset);
+      const n = readSync(fd, buf, 0, buf.length, this.#offset);
+      this.#offset += n;
+      const lines = (this.#partial + buf.subarray(0, n).toString('utf8')).split('\n');
+      this.#partial = lines.pop() ?? '';
+      const wallMinusPerf = Date.now() - performance.now();
+      const year = new Date().getFullYear();
+      for (const line of lines) {
+        const t = relistLineTime(line, year);
+        if (t !== undefined) this.starts.push(t - wallMinusPerf);
+      }
+    } finally {
+      closeSync(fd);
+    }
+  }
+
+  /** The estimate from the latest relists logged so far (reads the log first). */
+  estimate(): RelistEstimate | undefined {
+    this.read();
+    return estimateRelist(this.starts);
+  }
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // The node and everything the run starts
 
@@ -180,6 +236,7 @@ class Fixture {
   ctd: Containerd | undefined;
   kubelet: Kubelet | undefined;
   watch: PodWatch | undefined;
+  relists: RelistLog | undefined;
   #cleaned: Promise<void> | undefined;
 
   cleanup(): Promise<void> {
@@ -249,8 +306,10 @@ async function setUp(fx: Fixture): Promise<void> {
   const cp = fx.cp;
   fx.kubelet = startKubelet({
     binary: join(kubeBinDir(), 'kubelet'), dir: join(fx.dir, 'kubelet'), runtime: fx.ctd, nodeName: NODE, nodeIp: NODE_IP,
-    labels: {}, apiServer: { server: cp.server, ca: cp.ca, token: cp.nodeToken(NODE) },
+    labels: {}, apiServer: { server: cp.server, ca: cp.ca, token: cp.nodeToken(NODE) }, vmodule: 'generic=5',
   });
+  const relists = new RelistLog(fx.kubelet.logPath);
+  fx.relists = relists;
   const k = fx.kubelet;
   await until('the node to turn Ready', 120_000, () => {
     try {
@@ -274,6 +333,7 @@ async function setUp(fx: Fixture): Promise<void> {
     '--watch', '--output-watch-events', '-o', `jsonpath=${jsonpath}`]);
   fx.watch.start();
   await sleep(1000);
+  await until('the kubelet to log its PLEG relists (--vmodule=generic=5)', 15_000, () => relists.estimate(), () => k.logTail(20));
 }
 
 function podTemplate(labels: Record<string, string>) {
@@ -308,33 +368,139 @@ function checkIps(side: SideKey, what: string, ips: readonly (string | undefined
   if (bad.length > 0) throw new Error(`${what} (${side}): pod IPs ${bad.join(', ')} are not from ${side === 'ours' ? OURS_CIDR : REF_CIDR}: the CNI switch did not take`);
 }
 
+/** One single pod: its creation's target phase, and what the watch and the kubelet's log saw. */
+interface SinglePod {
+  readonly side: SideKey;
+  readonly round: number;
+  /** The target phase of its creation after the predicted relist (fraction of the period). */
+  readonly offset: number;
+  /** The relists as predicted when `kubectl create` was started. */
+  readonly est: RelistEstimate;
+  /** When `kubectl create` was started, and the watch's stamps (performance.now() ms). */
+  readonly spawned: number;
+  readonly added: number;
+  readonly running: number;
+}
+
 interface PhaseResult {
-  readonly single: number[];
+  readonly single: SinglePod[];
   readonly deployment: number | undefined;
 }
 
-async function phase(fx: Fixture, side: SideKey, round: number, opts: Options): Promise<PhaseResult> {
+/**
+ * How long `kubectl create` takes from its start to the watch's ADDED event: the median of the latest samples (a
+ * guess before the first), so that the creation, not the start of kubectl, falls at the chosen phase.
+ */
+class CreateLag {
+  readonly #samples: number[] = [];
+
+  add(ms: number): void {
+    this.#samples.push(ms);
+  }
+
+  get ms(): number {
+    return this.#samples.length === 0 ? 150 : median(this.#samples.slice(-10));
+  }
+}
+
+/**
+ * Sleeps until `kubectl create` should start so that the pod's creation falls at phase `offset` after the kubelet's
+ * predicted relist, at least 20 ms from now. The prediction is made again from the latest relist logged shortly
+ * before the start (the period slides by each relist's duration), keeping the target nearest the first plan.
+ * Returns the estimate the start was timed with.
+ */
+async function waitForPhase(relists: RelistLog, offset: number, lag: number): Promise<RelistEstimate> {
+  const estimate = () => {
+    const e = relists.estimate();
+    if (e === undefined) throw new Error('the kubelet\'s log shows no relists any more (did it stop?)');
+    return e;
+  };
+  let est = estimate();
+  let target = nextTimeAtPhase(est, offset, performance.now() + lag + 20);
+  if (target - lag - performance.now() > 150) {
+    await sleep(target - lag - performance.now() - 100);
+    est = estimate();
+    target = nextTimeAtPhase(est, offset, target - est.period / 2);
+  }
+  const wait = target - lag - performance.now();
+  if (wait > 0) await sleep(wait);
+  return est;
+}
+
+/** Writes the single pod `name` (label bench=`tag`) to a file for `kubectl create -f`; returns its path. */
+function podFile(fx: Fixture, name: string, tag: string): string {
+  const file = join(fx.dir, `${name}.json`);
+  writeFileSync(file, JSON.stringify({ apiVersion: 'v1', kind: 'Pod', metadata: { name, ...podTemplate({ bench: tag }).metadata }, spec: podTemplate({}).spec }));
+  return file;
+}
+
+/**
+ * Creates the pod in `file` with `kubectl create` (not cp.kubectl: its execFileSync would hold this process's event
+ * loop, and with it the watch's stamps); returns when the watch has seen it, with kubectl's start and the watch's
+ * stamp, and adds their difference to `lag`.
+ */
+async function createPod(fx: Fixture, name: string, file: string, lag: CreateLag): Promise<{ spawned: number; added: number }> {
   const cp = fx.cp as ControlPlane;
   const w = fx.watch as PodWatch;
+  const spawned = performance.now();
+  const create = spawnBounded(['ip', 'netns', 'exec', (fx.agent as TestAgent).netns, join(kubeBinDir(), 'kubectl'), '--kubeconfig', cp.kubeconfig(), 'create', '-f', file], 60_000);
+  const res = await create.done;
+  if (res.code !== 0) throw new Error(`kubectl create ${name} failed (exit ${res.code}): ${res.stderr}`);
+  const added = await until(`pod ${name} to be created`, 60_000, () => w.pods.get(name)?.added);
+  lag.add(added - spawned);
+  return { spawned, added };
+}
+
+/** Waits for the watch to report pod `name` Running. */
+async function untilRunning(fx: Fixture, name: string): Promise<PodSeen> {
+  const w = fx.watch as PodWatch;
+  return until(`pod ${name} to run`, POD_TIMEOUT_MS, () => {
+    const s = w.pods.get(name);
+    return s?.running !== undefined ? s : undefined;
+  }, () => `${fx.cp?.kubectl(['describe', 'pod', name]) ?? ''}\n${fx.kubelet?.logTail(20) ?? ''}`);
+}
+
+/**
+ * Three pods created, run and deleted before the first phase, through the agent's conflist (the only one then):
+ * the first pods on a fresh node pay for things no later pod does, and `lag` gets samples before the first timed one.
+ */
+async function warmUp(fx: Fixture, lag: CreateLag): Promise<void> {
+  for (let i = 0; i < 3; i++) {
+    const name = `w-${i}`;
+    await createPod(fx, name, podFile(fx, name, 'warm'), lag);
+    await untilRunning(fx, name);
+  }
+  fx.cp?.kubectl(['delete', 'pods', '-l', 'bench=warm', '--wait=false']);
+  await waitGone(fx, 'w-');
+}
+
+async function phase(fx: Fixture, side: SideKey, round: number, offsets: readonly number[], lag: CreateLag, opts: Options): Promise<PhaseResult> {
+  const cp = fx.cp as ControlPlane;
+  const relists = fx.relists as RelistLog;
   await switchCni(fx, side);
   const tag = `${side === 'ours' ? 'o' : 'r'}${round}`;
-  const single: number[] = [];
+  const single: SinglePod[] = [];
   const ips: (string | undefined)[] = [];
-  for (let i = 0; i < opts.pods; i++) {
+  for (const [i, offset] of offsets.entries()) {
     const name = `s-${tag}-${i}`;
-    cp.kubectl(['apply', '-f', '-'], JSON.stringify({ apiVersion: 'v1', kind: 'Pod', metadata: { name, ...podTemplate({ bench: tag }).metadata }, spec: podTemplate({}).spec }));
-    const p = await until(`pod ${name} to run`, POD_TIMEOUT_MS, () => {
-      const s = w.pods.get(name);
-      return s?.running !== undefined ? s : undefined;
-    }, () => `${cp.kubectl(['describe', 'pod', name])}\n${fx.kubelet?.logTail(20) ?? ''}`);
-    single.push((p.running as number) - p.added);
+    const file = podFile(fx, name, tag);
+    const est = await waitForPhase(relists, offset, lag.ms);
+    const { spawned, added } = await createPod(fx, name, file, lag);
+    const p = await untilRunning(fx, name);
+    single.push({ side, round, offset, est, spawned, added, running: p.running as number });
     ips.push(p.ip);
   }
-  if (opts.pods > 0) {
+  if (offsets.length > 0) {
     checkIps(side, 'single pods', ips);
     cp.kubectl(['delete', 'pods', '-l', `bench=${tag}`, '--wait=false']);
     await waitGone(fx, `s-${tag}-`);
   }
+  return { single, deployment: await deploymentPhase(fx, side, tag, opts) };
+}
+
+async function deploymentPhase(fx: Fixture, side: SideKey, tag: string, opts: Options): Promise<number | undefined> {
+  const cp = fx.cp as ControlPlane;
+  const w = fx.watch as PodWatch;
   let deployment: number | undefined;
   if (opts.replicas > 0) {
     const name = `d-${tag}`;
@@ -354,11 +520,17 @@ async function phase(fx: Fixture, side: SideKey, round: number, opts: Options): 
     cp.kubectl(['delete', 'deployment', name, '--wait=false']);
     await waitGone(fx, `${name}-`);
   }
-  return { single, deployment };
+  return deployment;
 }
 
 // ---------------------------------------------------------------------------------------------------------------
 // Statistics and the report
+
+/** The mean of the defined values. */
+function mean(xs: readonly (number | undefined)[]): number {
+  const d = xs.filter((x): x is number => x !== undefined);
+  return d.reduce((a, b) => a + b, 0) / d.length;
+}
 
 /** Nearest-rank percentile. */
 function pct(xs: readonly number[], p: number): number {
@@ -394,6 +566,49 @@ function preflight(): void {
   if (problems.length > 0) throw new Error(problems.join('\n'));
 }
 
+/** What the kubelet's log says about one single pod's phases (ms, or fractions of the period). */
+interface PodPhase {
+  readonly side: SideKey;
+  readonly round: number;
+  readonly offset: number;
+  /** create-to-Running. */
+  readonly ms: number;
+  /** The first relist logged after kubectl's start, minus the nearest relist predicted then. */
+  readonly predictionErrorMs: number | undefined;
+  /** Where the creation fell between the logged relists (fraction of that interval). */
+  readonly phase: number | undefined;
+  /** That phase minus the target, in ms of the predicted period. */
+  readonly phaseErrorMs: number | undefined;
+  /** The watch's Running stamp minus the start of the last relist logged before it. */
+  readonly runningAfterRelistMs: number | undefined;
+  /** kubectl create's start to the watch's ADDED event. */
+  readonly createLagMs: number;
+}
+
+/** Each single pod's phases, against the relist starts the kubelet logged over the whole run. */
+function podPhases(pods: readonly SinglePod[], starts: readonly number[]): PodPhase[] {
+  return pods.map((p) => {
+    const next = starts[lastAtOrBefore(starts, p.spawned) + 1];
+    const nearest = next === undefined ? undefined : predictedRelistBefore(p.est, next + p.est.period / 2);
+    const phase = observedPhase(starts, p.added);
+    const before = starts[lastAtOrBefore(starts, p.running)];
+    return {
+      side: p.side, round: p.round, offset: p.offset, ms: p.running - p.added,
+      predictionErrorMs: next === undefined || nearest === undefined ? undefined : next - nearest,
+      phase,
+      phaseErrorMs: phase === undefined ? undefined : phaseDifference(phase, p.offset) * p.est.period,
+      runningAfterRelistMs: before === undefined ? undefined : p.running - before,
+      createLagMs: p.added - p.spawned,
+    };
+  });
+}
+
+/** `p50 / p95 / max` of |xs| (ms). */
+function absSpread(xs: readonly (number | undefined)[]): string {
+  const a = xs.filter((x): x is number => x !== undefined).map(Math.abs);
+  return `median ${fmt(pct(a, 50), 1)}, p95 ${fmt(pct(a, 95), 1)}, max ${fmt(Math.max(...a), 1)} ms (${a.length} pods)`;
+}
+
 async function main(): Promise<number> {
   const opts = parseOptions(process.argv.slice(2));
   preflight();
@@ -401,19 +616,26 @@ async function main(): Promise<number> {
   const load0 = loadavg();
   const fx = new Fixture();
   const watchdog = cleanUpOnExit(fx, opts.timeoutS);
-  const single: Record<SideKey, number[]> = { ours: [], reference: [] };
+  const pods: SinglePod[] = [];
+  const lag = new CreateLag();
+  const offsetsUsed: number[][] = [];
+  const gridShift = Math.random(); // where this run's grid of phases sits within one step (bench/relist-phase.ts)
   const deployment: Record<SideKey, number[]> = { ours: [], reference: [] };
   const rss: number[] = [];
   let rssInfo: ReturnType<typeof agentRss>;
   try {
     await setUp(fx);
+    log('warm-up: 3 pods created, run and deleted');
+    await warmUp(fx, lag);
     for (let r = 0; r < opts.rounds; r++) {
+      const offsets = stratifiedOffsets(opts.pods, r, opts.rounds, Math.random, gridShift);
+      offsetsUsed.push(offsets);
       for (const side of r % 2 === 0 ? SIDES : [...SIDES].reverse()) {
         log(`round ${r + 1}/${opts.rounds}, ${side}: ${opts.pods} single pods, then a Deployment 0 -> ${opts.replicas}`);
-        const res = await phase(fx, side, r, opts);
-        single[side].push(...res.single);
+        const res = await phase(fx, side, r, offsets, lag, opts);
+        pods.push(...res.single);
         if (res.deployment !== undefined) deployment[side].push(res.deployment);
-        log(`  single p50 ${fmt(median(res.single), 0)} ms; deployment ${fmt(res.deployment ?? NaN, 0)} ms`);
+        log(`  single p50 ${fmt(median(res.single.map((p) => p.running - p.added)), 0)} ms; deployment ${fmt(res.deployment ?? NaN, 0)} ms`);
       }
     }
     if (opts.rssSamples > 0) {
@@ -427,8 +649,13 @@ async function main(): Promise<number> {
     }
   } finally {
     clearTimeout(watchdog);
+    fx.relists?.read(); // the relists after the last pod's, before cleanup removes the log
     await fx.cleanup();
   }
+  const starts = fx.relists?.starts ?? [];
+  const phases = podPhases(pods, starts);
+  const single: Record<SideKey, number[]> = { ours: [], reference: [] };
+  for (const p of phases) single[p.side].push(p.ms);
   const left = leftoverNetns();
   if (left.length > 0) throw new Error(`namespaces left behind: ${left.join(', ')}`);
 
@@ -440,21 +667,34 @@ async function main(): Promise<number> {
   }
   if (opts.replicas > 0) add(`Deployment 0 -> ${opts.replicas} all Ready, median`, median(deployment.ours), median(deployment.reference));
 
-  const rows: string[][] = [['measure', 'side', 'n', 'p50 ms', 'p95 ms', 'min', 'max']];
+  const rows: string[][] = [['measure', 'side', 'n', 'p50 ms', 'p95 ms', 'mean', 'min', 'max']];
   for (const side of SIDES) {
     const s = single[side];
-    rows.push(['single pod create-to-Running', side, String(s.length), fmt(pct(s, 50), 0), fmt(pct(s, 95), 0), fmt(Math.min(...s), 0), fmt(Math.max(...s), 0)]);
+    rows.push(['single pod create-to-Running', side, String(s.length), fmt(pct(s, 50), 0), fmt(pct(s, 95), 0), fmt(mean(s), 0), fmt(Math.min(...s), 0), fmt(Math.max(...s), 0)]);
   }
   for (const side of SIDES) {
     const d = deployment[side];
-    rows.push([`Deployment 0 -> ${opts.replicas} all Ready`, side, String(d.length), fmt(median(d), 0), '', fmt(Math.min(...d), 0), fmt(Math.max(...d), 0)]);
+    rows.push([`Deployment 0 -> ${opts.replicas} all Ready`, side, String(d.length), fmt(median(d), 0), '', '', fmt(Math.min(...d), 0), fmt(Math.max(...d), 0)]);
   }
+  const intervals = starts.slice(1).map((t, i) => t - (starts[i] as number)).filter((d) => d <= 1500);
+  const phaseLines = pods.length === 0 ? [] : [
+    `Stratified creation: each single pod created at its own phase of the kubelet's PLEG relist, ${opts.pods} phases per round spread over the period, the same for both sides of a round`,
+    `  relist interval logged: median ${fmt(median(intervals), 1)} ms, p5 ${fmt(pct(intervals, 5), 1)}, p95 ${fmt(pct(intervals, 95), 1)} (${intervals.length} intervals)`,
+    `  relist predicted at kubectl's start vs the first one logged after it: |error| ${absSpread(phases.map((p) => p.predictionErrorMs))}`,
+    `  creation's phase vs its target, in ms of the period: |error| ${absSpread(phases.map((p) => p.phaseErrorMs))}`,
+    `  mean phase of the creations: ${SIDES.map((side) => `${side} ${fmt(mean(phases.filter((p) => p.side === side).map((p) => p.phase)), 3)}`).join(', ')}`,
+    `  watch's Running after the last relist logged before it: median ${fmt(median(phases.flatMap((p) => p.runningAfterRelistMs ?? [])), 1)} ms, `
+      + `p95 ${fmt(pct(phases.flatMap((p) => p.runningAfterRelistMs ?? []), 95), 1)} ms`,
+    `  kubectl create's start to the watch's ADDED: median ${fmt(median(phases.map((p) => p.createLagMs)), 1)} ms`,
+    '',
+  ];
   const tt: string[][] = [['target (ours / reference <= 1.0)', 'result', 'ours ms', 'reference ms', 'ratio']];
   for (const t of tg) tt.push([t.what, t.pass ? 'PASS' : 'MISS', fmt(t.ours, 0), fmt(t.reference, 0), fmt(t.ratio, 2)]);
   const load1 = loadavg();
   const out = [
     `Pods through a real kubelet v1.34 on one node (private containerd), Atoll's CNI against bridge + host-local; ${opts.rounds} round(s), alternating`,
     table(rows, 2), '',
+    ...phaseLines,
     'Targets', table(tt, 2), '',
     rss.length > 0 ? `Atoll agent idle after the runs: VmRSS median ${fmt(median(rss) / 1024, 1)} MiB (${rss.length} samples), VmHWM ${fmt((rssInfo?.hwmKiB ?? NaN) / 1024, 1)} MiB` : '',
     `${opts.smoke ? 'smoke run' : 'run'} took ${((Date.now() - started) / 1000).toFixed(1)} s; load average ${load0.map((x) => x.toFixed(2)).join(' ')} at start, `
@@ -463,7 +703,8 @@ async function main(): Promise<number> {
   process.stdout.write(out.join('\n') + '\n');
   if (opts.json) {
     writeFileSync(opts.json, JSON.stringify({ options: opts, env: { kernel: release(), node: process.version, cpus: cpus().length, loadavgStart: load0, loadavgEnd: load1 },
-      targets: tg, samples: { single, deployment, agentRssKiB: rss, agentHwmKiB: rssInfo?.hwmKiB } }, null, 2) + '\n');
+      targets: tg, offsets: offsetsUsed, relistStarts: starts,
+      samples: { single, singlePods: phases, singlePodTimes: pods, deployment, agentRssKiB: rss, agentHwmKiB: rssInfo?.hwmKiB } }, null, 2) + '\n');
   }
   return exitStatus(tg.filter((t) => !t.pass).length, opts.enforce);
 }

@@ -9,7 +9,7 @@ echo "== typecheck"
 echo "== lint"
 "$node" node_modules/eslint/bin/eslint.js .
 echo "== unit tests"
-"$node" --test --test-concurrency=4 "src/**/*.test.ts" "test/*.test.ts"
+"$node" --test --test-concurrency=4 "src/**/*.test.ts" "test/*.test.ts" "bench/*.test.ts"
 echo "== Kubernetes binaries (make k8s: built once from their Go modules, cached outside the checkout)"
 ATOLL_K8S_BIN=$(sh scripts/k8s.sh all | tail -n 1)
 export ATOLL_K8S_BIN

@@ -48,6 +48,11 @@ export interface KubeletInit {
   readonly labels: Readonly<Record<string, string>>;
   /** The apiserver as this node reaches it, its CA (PEM) and a bearer token of user `system:node:<nodeName>`. */
   readonly apiServer: { readonly server: string; readonly ca: string; readonly token: string };
+  /**
+   * klog's `--vmodule` (`file=level,...`: more verbose logs from those source files only), e.g. `generic=5` for the
+   * PLEG's `"GenericPLEG: Relisting"` line at the start of each relist. Default: none (`--v=1` everywhere).
+   */
+  readonly vmodule?: string;
 }
 
 /** A running kubelet. */
@@ -127,7 +132,8 @@ export function startKubelet(init: KubeletInit): Kubelet {
   const labels = Object.entries(init.labels).map(([k, v]) => `${k}=${v}`).join(',');
   const child = new Child(['nsenter', `--mount=${ns}/mnt`, `--net=${ns}/net`, '--', init.binary,
     '--config', configPath, '--kubeconfig', kubeconfigPath, '--root-dir', rootDir, '--cert-dir', join(init.dir, 'pki'),
-    '--hostname-override', init.nodeName, '--node-ip', init.nodeIp, ...(labels ? ['--node-labels', labels] : []), '--v=1'],
+    '--hostname-override', init.nodeName, '--node-ip', init.nodeIp, ...(labels ? ['--node-labels', labels] : []), '--v=1',
+    ...(init.vmodule ? ['--vmodule', init.vmodule] : [])],
   { output: { log: logPath }, detached: true });
   const pid = child.pid;
   if (pid === undefined) throw new Error(`kubelet for node ${init.nodeName}: could not start ${init.binary} (nsenter missing?)`);
