@@ -23,6 +23,8 @@ const TLS_BASE = {
 
 const unreachable = (message: string, cause?: unknown) =>
   atollError('TUNNEL_UNREACHABLE', message, 'the agent retries with backoff; check that the far end runs and its port is reachable', cause);
+/** A dial given up because its caller stopped (the agent stopping, the peer's loop restarted). */
+const aborted = (what: string) => atollError('TUNNEL_UNREACHABLE', `${what}: given up, the dial was stopped`, 'nothing to do: the agent or the peer\'s loop stopped it');
 const untrusted = (message: string) =>
   atollError('TUNNEL_PEER_UNTRUSTED', message, "check the far end's key: a node's tunnelKey in the registry, or the relay's pin in tunnel.relay.pin");
 
@@ -41,6 +43,8 @@ export interface DialTunnelOptions {
   /** Bind the connection to this local port (hole punching observes and reuses it). */
   readonly localPort?: number;
   readonly streamOptions?: TunnelStreamOptions;
+  /** Gives up at once when it aborts (the agent stopping): a dial in flight does not hold the process. */
+  readonly signal?: AbortSignal;
 }
 
 /**
@@ -54,26 +58,31 @@ export function dialTunnel(opts: DialTunnelOptions): Promise<TunnelStream> {
     ...TLS_BASE, host: opts.host, port: opts.port, key: opts.credentials.keyPem, cert: opts.credentials.certPem,
     rejectUnauthorized: false, checkServerIdentity: () => undefined, ...(opts.localPort ? { localPort: opts.localPort } : {}),
   });
-  return pinnedHandshake(socket, 'secureConnect', `tunnel to ${opts.host}:${opts.port}`, opts.peerPin, opts.timeoutMs ?? 10_000, opts.streamOptions, tap);
+  return pinnedHandshake(socket, 'secureConnect', `tunnel to ${opts.host}:${opts.port}`, opts.peerPin, opts.timeoutMs ?? 10_000, opts.streamOptions, tap, opts.signal);
 }
 
 /**
  * Waits (bounded) for the TLS handshake of `tls` to finish (`event`: 'secureConnect' for a client, 'secure' for a
  * server) and checks the peer's key against `peerPin` before anything is sent; the stream on success.
- * @throws AtollError TUNNEL_UNREACHABLE (failed or timed out), TUNNEL_PEER_UNTRUSTED (another key).
+ * @throws AtollError TUNNEL_UNREACHABLE (failed, timed out or `signal` aborted), TUNNEL_PEER_UNTRUSTED (another key).
  */
 function pinnedHandshake(tls: TLSSocket, event: 'secureConnect' | 'secure', what: string, peerPin: string, timeoutMs: number,
-  streamOptions: TunnelStreamOptions | undefined, tap?: ReadTap): Promise<TunnelStream> {
+  streamOptions: TunnelStreamOptions | undefined, tap?: ReadTap, signal?: AbortSignal): Promise<TunnelStream> {
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => fail(unreachable(`${what}: no TLS handshake within ${timeoutMs} ms`)), timeoutMs);
+    const onAbort = () => fail(aborted(what));
     const fail = (err: Error) => {
       clearTimeout(timer);
+      signal?.removeEventListener('abort', onAbort);
       tls.destroy();
       reject(err);
     };
+    if (signal?.aborted) return fail(aborted(what));
+    signal?.addEventListener('abort', onAbort, { once: true });
     tls.once('error', (err) => fail(unreachable(`${what} failed: ${err.message}`, err)));
     tls.once(event, () => {
       clearTimeout(timer);
+      signal?.removeEventListener('abort', onAbort);
       const pin = peerPinOf(tls);
       if (pin !== peerPin) {
         fail(untrusted(`${what}: the peer's key ${pin ?? '(none)'} is not the pinned ${peerPin}; refused`));
@@ -98,6 +107,8 @@ export interface PunchTunnelOptions {
   /** Give up after this long. */
   readonly deadlineMs: number;
   readonly streamOptions?: TunnelStreamOptions;
+  /** Gives up at once when it aborts. */
+  readonly signal?: AbortSignal;
 }
 
 /** Pause between connection attempts while punching (a refused or reset attempt is retried until the deadline). */
@@ -118,29 +129,30 @@ export async function punchTunnel(opts: PunchTunnelOptions): Promise<TunnelStrea
   const attempt = () => new Promise<TunnelStream | undefined>((resolve) => {
     const tap = new ReadTap();
     const tls = punchSocket(opts, tap);
-    const timer = setTimeout(() => {
-      last = 'timed out';
-      tls.destroy();
-      resolve(undefined);
-    }, Math.max(1, deadline - performance.now()));
+    const timer = setTimeout(() => failed(new Error('timed out')), Math.max(1, deadline - performance.now()));
+    const onAbort = () => failed(new Error('aborted'));
     const failed = (err: Error) => {
       clearTimeout(timer);
+      opts.signal?.removeEventListener('abort', onAbort);
       last = err.message;
       tls.destroy();
       resolve(undefined);
     };
+    opts.signal?.addEventListener('abort', onAbort, { once: true });
     tls.once('error', failed);
     tls.once('connect', () => {
       clearTimeout(timer);
+      opts.signal?.removeEventListener('abort', onAbort);
       tls.off('error', failed);
       const client = opts.tlsRole === 'client';
       resolve(pinnedHandshake(tls, client ? 'secureConnect' : 'secure', `punched tunnel to ${where}`, opts.peerPin,
-        Math.max(1000, deadline - performance.now()), opts.streamOptions, tap));
+        Math.max(1000, deadline - performance.now()), opts.streamOptions, tap, opts.signal));
     });
   });
-  // no attempt starts after the deadline
-  await pollUntil(async () => performance.now() < deadline && (stream = await attempt()) !== undefined,
+  // no attempt starts after the deadline, or once aborted
+  await pollUntil(async () => opts.signal?.aborted === true || (performance.now() < deadline && (stream = await attempt()) !== undefined),
     { intervalMs: PUNCH_RETRY_MS, timeoutMs: opts.deadlineMs }, { clock: monotonicClock, sleep });
+  if (opts.signal?.aborted) throw aborted(`hole punching to ${where}`);
   if (stream) return stream;
   throw atollError('TUNNEL_PUNCH_FAILED', `hole punching to ${where} from local port ${opts.localPort} failed within ${opts.deadlineMs} ms (${last})`,
     'nothing to do behind a symmetric NAT: the relay carries the pair; punching is retried with backoff');
@@ -179,6 +191,8 @@ export interface JoinCircuitOptions {
   readonly tlsRole: 'client' | 'server';
   readonly timeoutMs?: number;
   readonly streamOptions?: TunnelStreamOptions;
+  /** Gives up at once when it aborts. */
+  readonly signal?: AbortSignal;
 }
 
 /**
@@ -197,26 +211,29 @@ export function joinCircuit(opts: JoinCircuitOptions): Promise<TunnelStream> {
       ...tlsOptionsOf(opts.credentials), host: opts.host, port: opts.port, servername: circuitServerName(opts.token),
       checkServerIdentity: () => undefined,
     });
-    return pinnedHandshake(tls, 'secureConnect', what, opts.peerPin, timeoutMs, opts.streamOptions, tap);
+    return pinnedHandshake(tls, 'secureConnect', what, opts.peerPin, timeoutMs, opts.streamOptions, tap, opts.signal);
   }
   return new Promise((resolve, reject) => {
     const socket = netConnect({ host: opts.host, port: opts.port });
-    const timer = setTimeout(() => {
-      socket.destroy();
-      reject(unreachable(`${what}: no connection within ${timeoutMs} ms`));
-    }, timeoutMs);
-    socket.once('error', (err) => {
+    const fail = (err: Error) => {
       clearTimeout(timer);
+      opts.signal?.removeEventListener('abort', onAbort);
       socket.destroy();
-      reject(unreachable(`${what} failed: ${err.message}`, err));
-    });
+      reject(err);
+    };
+    const timer = setTimeout(() => fail(unreachable(`${what}: no connection within ${timeoutMs} ms`)), timeoutMs);
+    const onAbort = () => fail(aborted(what));
+    if (opts.signal?.aborted) return fail(aborted(what));
+    opts.signal?.addEventListener('abort', onAbort, { once: true });
+    socket.once('error', (err) => fail(unreachable(`${what} failed: ${err.message}`, err)));
     socket.once('connect', () => {
       clearTimeout(timer);
+      opts.signal?.removeEventListener('abort', onAbort);
       socket.removeAllListeners('error');
       socket.setNoDelay(true);
       socket.write(`${opts.token}\n`);
       const tls = new TLSSocket(socket, { isServer: true, requestCert: true, secureContext: createSecureContext(tlsOptionsOf(opts.credentials)), rejectUnauthorized: false });
-      resolve(pinnedHandshake(tls, 'secure', what, opts.peerPin, timeoutMs, opts.streamOptions));
+      resolve(pinnedHandshake(tls, 'secure', what, opts.peerPin, timeoutMs, opts.streamOptions, undefined, opts.signal));
     });
   });
 }

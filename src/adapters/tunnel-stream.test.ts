@@ -1,13 +1,14 @@
 import { after, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { generateKeyPairSync } from 'node:crypto';
+import { type AddressInfo, createServer, type Socket } from 'node:net';
 import type { Server } from 'node:tls';
 import { FRAME_HEADER } from '../core/tunnel/frame.ts';
 import { AtollError } from '../core/errors.ts';
 import type { ControlMessage } from '../core/tunnel/messages.ts';
 import { selfSignedTunnelCert, spkiPin } from './pki.ts';
 import type { TunnelCredentials } from './tunnel-credentials.ts';
-import { dialTunnel, listenTunnel, punchTunnel } from './tunnel-dial.ts';
+import { dialTunnel, joinCircuit, listenTunnel, punchTunnel } from './tunnel-dial.ts';
 import type { TunnelStream } from './tunnel-stream.ts';
 import { freePort } from '../../test/support/ports.ts';
 import { until } from '../../test/support/wait.ts';
@@ -114,5 +115,34 @@ describe('pinned TLS tunnel stream', () => {
     const t0 = performance.now();
     await assert.rejects(punchTunnel({ host: '127.0.0.1', port: await freePort(), localPort: await freePort(), credentials: a, peerPin: b.pin, tlsRole: 'client', deadlineMs: 600 }), /failed within 600 ms/);
     assert.ok(performance.now() - t0 < 2000);
+  });
+
+  test('a dial, a circuit join or a punch in flight gives up at once when its signal aborts (an agent stopping is not held by it)', async () => {
+    // a listener that accepts and never speaks: every handshake would wait out its 10 s timeout
+    const silent = createServer(() => undefined);
+    const held: Socket[] = [];
+    silent.on('connection', (c) => held.push(c));
+    await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+    const port = (silent.address() as AddressInfo).port;
+    try {
+      const giveUp = async (what: string, dial: (signal: AbortSignal) => Promise<TunnelStream>) => {
+        const abort = new AbortController();
+        const t0 = performance.now();
+        const done = dial(abort.signal);
+        setTimeout(() => abort.abort(), 200);
+        await assert.rejects(done, (err: AtollError) => err.code === 'TUNNEL_UNREACHABLE' && /given up, the dial was stopped/.test(err.message), what);
+        assert.ok(performance.now() - t0 < 2000, `${what} gave up ${Math.round(performance.now() - t0)} ms after it began`);
+      };
+      await giveUp('a dial', (signal) => dialTunnel({ host: '127.0.0.1', port, credentials: a, peerPin: b.pin, signal }));
+      await giveUp('a circuit join as the client', (signal) => joinCircuit({ host: '127.0.0.1', port, token: 't1', credentials: a, peerPin: b.pin, tlsRole: 'client', signal }));
+      await giveUp('a circuit join as the server', (signal) => joinCircuit({ host: '127.0.0.1', port, token: 't2', credentials: a, peerPin: b.pin, tlsRole: 'server', signal }));
+      await giveUp('a punch', async (signal) => punchTunnel({ host: '127.0.0.1', port, localPort: await freePort(), credentials: a, peerPin: b.pin, tlsRole: 'client', deadlineMs: 10_000, signal }));
+      const aborted = new AbortController();
+      aborted.abort();
+      await assert.rejects(dialTunnel({ host: '127.0.0.1', port, credentials: a, peerPin: b.pin, signal: aborted.signal }), /given up/, 'already aborted');
+    } finally {
+      for (const c of held) c.destroy();
+      silent.close();
+    }
   });
 });

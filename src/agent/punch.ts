@@ -128,7 +128,7 @@ export class Puncher {
    */
   async #punchTo(peer: TunnelPeerPlan, at: { host: string; port: number }, localPort: number, tlsRole: 'client' | 'server', signal: AbortSignal): Promise<void> {
     const stream = await punchTunnel({
-      ...at, localPort, credentials: this.#init.credentials, peerPin: peer.pin, tlsRole, deadlineMs: this.#init.punchTimeoutMs ?? PUNCH_TIMEOUT_MS, streamOptions: PUNCHED_STREAM,
+      ...at, localPort, credentials: this.#init.credentials, peerPin: peer.pin, tlsRole, deadlineMs: this.#init.punchTimeoutMs ?? PUNCH_TIMEOUT_MS, streamOptions: PUNCHED_STREAM, signal,
     });
     if (signal.aborted || !this.#c.inPlan(peer.name)) {
       stream.close();

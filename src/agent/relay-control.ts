@@ -100,7 +100,7 @@ export class RelayControl {
       this.#c.log.info('relay stream up', { relay: where });
       return () => {
         this.#stream = undefined;
-        this.#c.log.warn('relay stream closed; reconnecting', { relay: where });
+        if (!signal.aborted) this.#c.log.warn('relay stream closed; reconnecting', { relay: where });
       };
     });
   }
@@ -141,9 +141,9 @@ export class RelayControl {
    * Our end of a circuit offered with `token`, to the peer `peerPin`, at the relay's circuit port.
    * @throws when the relay has not said its circuit port yet, or as joinCircuit does.
    */
-  joinCircuit(token: string, peerPin: string, tlsRole: 'client' | 'server'): Promise<TunnelStream> {
+  joinCircuit(token: string, peerPin: string, tlsRole: 'client' | 'server', signal?: AbortSignal): Promise<TunnelStream> {
     if (this.#circuitPort === undefined) return Promise.reject(new Error('the relay has not said its circuit port yet'));
-    return joinCircuit({ host: this.#init.relay.host, port: this.#circuitPort, token, credentials: this.#init.credentials, peerPin, tlsRole });
+    return joinCircuit({ host: this.#init.relay.host, port: this.#circuitPort, token, credentials: this.#init.credentials, peerPin, tlsRole, ...(signal ? { signal } : {}) });
   }
 
   /** Sends a request with a fresh nonce `n` (`send`) and waits (bounded) for the answer in `answers` carrying that nonce. */

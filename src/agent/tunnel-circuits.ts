@@ -66,7 +66,7 @@ export class TunnelCircuits {
       try {
         const answer = await relay.askCircuit(stream, peer.pin);
         if (answer.t === 'circuit-refused') throw new Error(`the relay refused the circuit: ${answer.reason}`);
-        const circuit = await relay.joinCircuit(answer.token, peer.pin, 'client');
+        const circuit = await relay.joinCircuit(answer.token, peer.pin, 'client', signal);
         if (signal.aborted) {
           circuit.close();
           return;
@@ -80,6 +80,7 @@ export class TunnelCircuits {
           circuit.close();
         }
       } catch (err) {
+        if (signal.aborted) return; // stopped mid-join: not a failure
         const message = err instanceof Error ? err.message : String(err);
         if (message !== lastError) this.#c.log.warn('circuit through the relay failed; retrying with backoff', { peer: peer.name, err: message, retryInMs: backoff.delayMs });
         lastError = message;
@@ -93,13 +94,14 @@ export class TunnelCircuits {
     const peer = this.#c.punchPeerOf(fromPin);
     if (!peer || !this.#c.relay.circuitsReady) return;
     try {
-      const circuit = await this.#c.relay.joinCircuit(token, peer.pin, 'server');
+      const circuit = await this.#c.relay.joinCircuit(token, peer.pin, 'server', stopped);
       if (stopped.aborted || !this.#c.inPlan(peer.name)) {
         circuit.close();
         return;
       }
       this.#c.attach(peer, circuit, 'circuitOut');
     } catch (err) {
+      if (stopped.aborted) return;
       this.#c.log.warn('joining a circuit through the relay failed; the peer asks again', { peer: peer.name, err: err instanceof Error ? err.message : String(err) });
     }
   }

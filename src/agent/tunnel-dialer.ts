@@ -33,7 +33,7 @@ export async function keepDialled(log: Logger, init: KeepDialledInit, signal: Ab
   let lastError = '';
   while (!signal.aborted) {
     try {
-      const stream = await dialTunnel({ host: to.host, port: to.port, credentials: init.credentials, peerPin: to.pin, timeoutMs: 10_000 });
+      const stream = await dialTunnel({ host: to.host, port: to.port, credentials: init.credentials, peerPin: to.pin, timeoutMs: 10_000, signal });
       if (signal.aborted) {
         stream.close();
         return;
@@ -45,6 +45,7 @@ export async function keepDialled(log: Logger, init: KeepDialledInit, signal: Ab
       down();
       if (Date.now() - upAt >= STABLE_STREAM_MS) backoff.reset();
     } catch (err) {
+      if (signal.aborted) return; // stopped mid-dial: not a failure
       const message = err instanceof Error ? err.message : String(err);
       if (message !== lastError) log.warn(`${label.what} dial failed; retrying with backoff`, { ...label, err: message, retryInMs: backoff.delayMs });
       lastError = message;
