@@ -15,6 +15,10 @@
  *             mod 1000 < N drop` rule on each edge router, on what arrives from the uplink; offloads off on the ports): per loss rate, plain TCP
  *             between the two edge routers over the same uplinks against the tunnel over UDP datagrams and over its TLS
  *             stream (UDP dropped at a's router), 1 and 8 streams each.
+ *   flood     the shaped lab with the datagram path on, no loss: a-1-p1 -> b-1-p1 over UDP datagrams, 8 streams, with
+ *             no flood against each kind of bad input (bench/udp-flood.c, from b's router: garbage, an unknown key,
+ *             forged datagrams under the live key that each cost a full AES-GCM open, hellos from an unknown key)
+ *             at b-1's UDP port, runs alternating; b-1's drop counters show where each flood went.
  * During every run the CPU time and memory of the agents at both ends (and of the relay on the relayed path) are
  * read from /proc.
  *
@@ -48,6 +52,11 @@ const LOSSY_TARGET = 0.9;
 const DATAGRAM_VS_STREAM_TARGET = 1.0;
 /** Agents' idle resident memory with the datagram path, MiB. */
 const IDLE_RSS_TARGET_MIB = 80;
+/** Flood part: the flow under a flood against without one. */
+const FLOOD_TARGET = 0.95;
+/** Flood part: the kinds of bad input (bench/udp-flood.c), datagrams per second of each, and the flow's streams. */
+const FLOOD_KINDS = ['garbage', 'unknown-key', 'forged', 'hello'] as const;
+const FLOOD_STREAMS = 8;
 /** Lossy part: streams per iperf3 run. */
 const LOSSY_STREAMS = [1, 8] as const;
 const IPERF_PORT = 5201;
@@ -64,8 +73,8 @@ const KIB_PER_MIB = 1024;
 // ---------------------------------------------------------------------------------------------------------------
 // Options
 
-type Part = 'unshaped' | 'shaped' | 'datagram' | 'lossy';
-const PARTS: readonly Part[] = ['unshaped', 'shaped', 'datagram', 'lossy'];
+type Part = 'unshaped' | 'shaped' | 'datagram' | 'lossy' | 'flood';
+const PARTS: readonly Part[] = ['unshaped', 'shaped', 'datagram', 'lossy', 'flood'];
 
 interface Options {
   readonly smoke: boolean;
@@ -78,6 +87,8 @@ interface Options {
   readonly delayMs: number;
   /** Lossy part: loss rates, per mille, each direction. */
   readonly lossPerMille: readonly number[];
+  /** Flood part: bad datagrams per second. */
+  readonly floodRate: number;
   readonly timeoutS: number;
   readonly enforce: boolean;
   readonly json: string | undefined;
@@ -92,7 +103,7 @@ const NO_METRICS = '-nometrics';
 
 const USAGE = `usage: node bench/tunnel.ts [options]
   --smoke              short run for CI: 1 repetition, iperf3 -t 2, the unshaped part only
-  --only PART          unshaped, shaped, datagram or lossy (default: all; unshaped with --smoke)
+  --only PART          unshaped, shaped, datagram, lossy or flood (default: all; unshaped with --smoke)
   --reps R             iperf3 runs per path, alternating between the paths (default 3; 1 with --smoke)
   --time S             seconds per iperf3 run (iperf3 -t; default 10; 2 with --smoke)
   --rate MBIT          shaped part: tbf rate on the uplinks of sites a and b, both directions (default 1000)
@@ -104,6 +115,7 @@ const USAGE = `usage: node bench/tunnel.ts [options]
                        the default), without them (off: atoll lab up --no-metrics), or both: two labs, each path
                        measured in one and then the other, alternating, and the two side by side
   --loss PCT,...       lossy part: random loss per edge uplink and direction, percent (default 1,3)
+  --flood-rate N       flood part: bad datagrams per second of each kind (default 50000; at most 1000000)
   --json FILE          write every sample and summary to FILE
   --timeout SECONDS    abort (and clean up) after this long (default 900; 300 with --smoke)
   --enforce            exit 1 when a target is missed (default: report only)`;
@@ -117,6 +129,7 @@ function parseOptions(argv: readonly string[]): Options {
     delay: { type: 'string' },
     loss: { type: 'string' },
     metrics: { type: 'string' },
+    'flood-rate': { type: 'string' },
     enforce: { type: 'boolean', default: false },
   });
   const smoke = values.smoke;
@@ -136,6 +149,7 @@ function parseOptions(argv: readonly string[]): Options {
     rateMbit: int('rate', values.rate, 1000, 1, 100_000),
     delayMs: int('delay', values.delay, 10, 0, 10_000),
     lossPerMille: loss,
+    floodRate: int('flood-rate', values['flood-rate'], 50_000, 1, 1_000_000),
     timeoutS: int('timeout', values.timeout, smoke ? 300 : 900, 1, 86_400),
     enforce: values.enforce,
     json: values.json,
@@ -242,7 +256,7 @@ interface Lab {
   /** The run's directory (/run/atoll-lab/<runid>), the nodes' files under it. */
   readonly dir: string;
   readonly pods: ReadonlyMap<string, LabPod>;
-  readonly nodes: ReadonlyMap<string, { readonly netns: string }>;
+  readonly nodes: ReadonlyMap<string, { readonly netns: string; readonly underlay: string }>;
   /** PIDs by the lab state's role: `controller`, `relay`, `agent a-1`, ... */
   readonly pids: ReadonlyMap<string, number>;
   /** The `atoll lab up` flags it was built with (besides --spec). */
@@ -297,14 +311,14 @@ async function labUp(fx: Fixture, name: string, spec: unknown, flags: readonly s
     }
     throw new Error(`atoll lab up ${flags.join(' ')} failed (exit ${res.code}):\n${why}`);
   }
-  const up = JSON.parse(readFileSync(jsonPath, 'utf8')) as { runId: string; prefix: string; pods: LabPod[]; nodes: { name: string; netns: string }[]; uplinkDelayBy: 'netem' | 'delay-line' };
+  const up = JSON.parse(readFileSync(jsonPath, 'utf8')) as { runId: string; prefix: string; pods: LabPod[]; nodes: { name: string; netns: string; underlay: string }[]; uplinkDelayBy: 'netem' | 'delay-line' };
   fx.labs.add(up.runId);
   const state = JSON.parse(readFileSync(join(LAB_STATE_DIR, `${up.runId}.json`), 'utf8')) as { dir: string; processes: { role: string; pid: number }[] };
   log(`${name}: lab ${up.runId} up in ${((Date.now() - t0) / 1000).toFixed(1)} s (${flags.join(' ') || 'no uplink conditions'})`);
   return {
     runId: up.runId, prefix: up.prefix, dir: state.dir, flags, delayBy: up.uplinkDelayBy,
     pods: new Map(up.pods.map((p) => [p.name, { name: p.name, node: p.node, netns: p.netns, ip: p.ip }])),
-    nodes: new Map(up.nodes.map((n) => [n.name, { netns: n.netns }])),
+    nodes: new Map(up.nodes.map((n) => [n.name, { netns: n.netns, underlay: n.underlay }])),
     pids: new Map(state.processes.map((p) => [p.role, p.pid])),
   };
 }
@@ -456,6 +470,8 @@ interface PathDef {
   readonly streams?: number;
   /** Run before each of its runs (block or allow UDP, and wait for the path). */
   readonly before?: () => Promise<void>;
+  /** Run after each of its runs, whatever happened (stop a flood). */
+  readonly after?: () => Promise<void>;
 }
 
 interface Sample {
@@ -517,7 +533,12 @@ async function measure(fx: Fixture, paths: readonly PathDef[], opts: Options): P
     for (const p of paths) {
       await p.before?.();
       log(`${p.part}: ${p.label}, run ${r + 1}/${opts.reps}, ${opts.seconds} s`);
-      const s = await iperf(fx, p, opts.seconds, r);
+      let s: Sample;
+      try {
+        s = await iperf(fx, p, opts.seconds, r);
+      } finally {
+        await p.after?.();
+      }
       log(`  ${s.gbps.toFixed(2)} Gbit/s`);
       samples.push(s);
     }
@@ -552,6 +573,8 @@ interface PartResult {
   readonly samples: Sample[];
   /** Unshaped part with --metrics both: the second lab, without metrics listeners (its paths' keys end in {@link NO_METRICS}). */
   readonly noMetrics?: { readonly runId: string; readonly flags: readonly string[]; readonly idle: Record<string, { rssKiB: number; hwmKiB: number }> };
+  /** Flood part: per kind, what the flooder said it sent and what b-1 counted as dropped (by reason) over its runs. */
+  readonly floods?: Record<string, { readonly lines: readonly string[]; readonly drops: Record<string, number> }>;
   /** Shaped part: the uplink conditions applied, and how the delay was made. */
   readonly applied?: { readonly rateMbit: number; readonly delayMs: number; readonly delayBy: 'netem' | 'delay-line'; readonly qdiscs: Record<string, string[]> };
 }
@@ -799,6 +822,76 @@ async function lossy(fx: Fixture, opts: Options): Promise<PartResult> {
   }
 }
 
+/** The UDP port process `pid` listens on in `netns` (the agent's datagram port). */
+function udpPortOf(netns: string, pid: number): number {
+  const out = execFileSync('ip', ['netns', 'exec', netns, 'ss', '-Hulnp'], { encoding: 'utf8' });
+  const line = out.split('\n').find((l) => l.includes(`pid=${pid},`));
+  const port = Number(/:(\d+)\s/.exec(line ?? '')?.[1]);
+  if (!Number.isInteger(port) || port <= 0) throw new Error(`no UDP port of pid ${pid} in ${netns}:\n${out}`);
+  return port;
+}
+
+/** bench/udp-flood.c, built into the run's directory. */
+function buildFlooder(fx: Fixture): string {
+  const tool = join(fx.dir, 'udp-flood');
+  execFileSync('cc', ['-O2', '-Wall', '-Wextra', '-Werror', '-o', tool, join(ROOT, 'bench', 'udp-flood.c')]);
+  return tool;
+}
+
+async function flood(fx: Fixture, opts: Options): Promise<PartResult> {
+  const rate = ['--rate', `a=${opts.rateMbit}`, '--rate', `b=${opts.rateMbit}`];
+  const delay = opts.delayMs > 0 ? ['--delay', `a=${opts.delayMs}`, '--delay', `b=${opts.delayMs}`] : [];
+  const tool = buildFlooder(fx);
+  const lab = await labUp(fx, 'flood', SHAPED_SPEC, [...rate, ...delay, '--udp']);
+  try {
+    const rb = `${lab.prefix}b-router`;
+    const b1 = need(lab.nodes, 'b-1', 'node');
+    const pod = (n: string) => need(lab.pods, n, 'pod');
+    for (const ns of [pod('a-1-p1').netns, pod('b-1-p1').netns]) execFileSync('ip', ['netns', 'exec', ns, 'sysctl', '-q', '-w', `net.ipv4.tcp_rmem=${TCP_BUFFERS}`, `net.ipv4.tcp_wmem=${TCP_BUFFERS}`]);
+    await waitForPath(fx, lab, 'a-1', 'b-1', 'udp');
+    const port = udpPortOf(b1.netns, need(lab.pids, 'agent b-1', 'process'));
+    // the header of a datagram a-1 sent b-1 (a keepalive comes every second): its key id is live
+    const sniffed = await run(fx, inNs(b1.netns, [tool, 'sniff', String(port), '10']), 15_000);
+    const header = sniffed.stdout.trim();
+    if (sniffed.code !== 0 || !/^[0-9a-f]{32}$/.test(header)) throw new Error(`sniffing a datagram for b-1's port ${port} failed: ${sniffed.stderr}`);
+    const conditions = `${opts.rateMbit} Mbit/s${opts.delayMs > 0 ? `, ${opts.delayMs} ms per uplink` : ''}`;
+    const common = {
+      part: 'flood' as const, from: pod('a-1-p1'), to: pod('b-1-p1'), watch: watched(lab, ['agent a-1', 'sender'], ['agent b-1', 'receiver']),
+      carried: tunnelCarried(fx, lab, 'a-1', 'b-1'), carrier: 'a-1 tunnel peer b-1 (txBytes)', streams: FLOOD_STREAMS, tunnel: { lab, node: 'a-1', peer: 'b-1', want: 'udp' },
+    };
+    const floods: Record<string, { lines: string[]; drops: Record<string, number> }> = {};
+    const paths: PathDef[] = [
+      { ...common, key: 'flood-none', label: `tunnel a-1-p1 -> b-1-p1 over UDP datagrams, ${FLOOD_STREAMS} streams, no flood (${conditions})` },
+      ...FLOOD_KINDS.map((kind): PathDef => {
+        let flooder: ReturnType<typeof start> | undefined;
+        let drops0: Readonly<Record<string, number>> = {};
+        return {
+          ...common, key: `flood-${kind}`, label: `the same under a flood of ${kind} datagrams, ${opts.floodRate}/s from b-router at b-1:${port}`,
+          before: async () => {
+            drops0 = (await peersOf(fx, lab, 'b-1')).dropped;
+            // bounded: the run, its start and a margin; stopped by PID after the run
+            flooder = start(fx, inNs(rb, [tool, 'send', kind, b1.underlay, String(port), String(opts.floodRate), String(Math.min(60, opts.seconds + 10)), header]), (opts.seconds + 20) * 1000);
+          },
+          after: async () => {
+            flooder?.child.kill('SIGINT');
+            const res = await flooder?.done.catch(() => undefined);
+            const drops = (await peersOf(fx, lab, 'b-1')).dropped;
+            const f = (floods[kind] ??= { lines: [], drops: {} });
+            f.lines.push(res?.stdout.trim() ?? '');
+            for (const [reason, n] of Object.entries(drops)) if (n !== (drops0[reason] ?? 0)) f.drops[reason] = (f.drops[reason] ?? 0) + n - (drops0[reason] ?? 0);
+          },
+        };
+      }),
+    ];
+    const idle = idleMemory(lab);
+    const samples = await measure(fx, paths, opts);
+    for (const [kind, f] of Object.entries(floods)) log(`flood ${kind}: b-1 dropped ${JSON.stringify(f.drops)}; ${f.lines.join('; ')}`);
+    return { runId: lab.runId, flags: lab.flags, paths: Object.fromEntries(paths.map((p) => [p.key, p.label])), idle, samples, floods };
+  } finally {
+    await labDown(fx, lab);
+  }
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // Statistics and the report
 
@@ -902,7 +995,12 @@ function report(r: Results, opts: Options): { text: string; targets: Target[]; s
       }
     }
   }
-  for (const part of [r.datagram, r.lossy]) {
+  if (r.flood) {
+    for (const kind of FLOOD_KINDS) ratio(`flood of ${kind} datagrams (${opts.floodRate}/s): the flow under it / without`, `flood-${kind}`, 'flood-none', FLOOD_TARGET);
+    for (const [kind, f] of Object.entries(r.flood.floods ?? {})) lines.push(`Flood of ${kind}: b-1 counted ${Object.entries(f.drops).map(([k, v]) => `${k} ${v}`).join(', ') || 'nothing'}; the flooder: ${f.lines.join('; ')}`);
+    lines.push('');
+  }
+  for (const part of [r.datagram, r.lossy, r.flood]) {
     for (const [role, m] of Object.entries(part?.idle ?? {})) {
       if (!role.startsWith('agent ')) continue;
       targets.push({ what: `idle VmRSS of ${role} with the datagram path <= ${IDLE_RSS_TARGET_MIB} MiB (lab ${part?.runId})`, value: `${mib(m.rssKiB)} MiB`, pass: m.rssKiB / KIB_PER_MIB <= IDLE_RSS_TARGET_MIB });
@@ -938,6 +1036,7 @@ function preflight(opts: Options): void {
   const problems: string[] = [];
   if (!isRoot()) problems.push('needs root: it builds labs of network namespaces (atoll lab up)');
   const has = (cmd: string) => execFileSync('sh', ['-c', `command -v ${cmd} || true`], { encoding: 'utf8' }).trim() !== '';
+  if (opts.parts.includes('flood') && !has('cc')) problems.push('cc is missing (apt-get install gcc): the flood part builds bench/udp-flood.c');
   if (opts.parts.includes('lossy') && !has('ethtool')) problems.push('ethtool is missing (apt-get install ethtool): the lossy part turns offloads off with it');
   for (const t of ['ip', 'tc', 'nft', 'iperf3', 'ping', 'ss']) if (!has(t)) problems.push(`${t} is missing (apt-get install iproute2 nftables iperf3 iputils-ping)`);
   if (!existsSync(join(ROOT, 'bin', 'atoll-cni'))) problems.push('bin/atoll-cni is not built (make setup)');
@@ -970,7 +1069,7 @@ async function main(): Promise<number> {
   try {
     for (const part of opts.parts) {
       const t0 = Date.now();
-      const parts: Record<Part, (fx: Fixture, opts: Options) => Promise<PartResult>> = { unshaped, shaped, datagram, lossy };
+      const parts: Record<Part, (fx: Fixture, opts: Options) => Promise<PartResult>> = { unshaped, shaped, datagram, lossy, flood };
       results[part] = await parts[part](fx, opts);
       seconds[part] = (Date.now() - t0) / 1000;
     }
