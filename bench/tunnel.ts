@@ -18,7 +18,9 @@
  *   flood     the shaped lab with the datagram path on, no loss: a-1-p1 -> b-1-p1 over UDP datagrams, 8 streams, with
  *             no flood against each kind of bad input (bench/udp-flood.c, from b's router: garbage, an unknown key,
  *             forged datagrams under the live key that each cost a full AES-GCM open, hellos from an unknown key)
- *             at b-1's UDP port, runs alternating; b-1's drop counters show where each flood went.
+ *             at b-1's UDP port, and a control (the same garbage at a port of b-1 its input hook drops: what carrying
+ *             the flood costs the machine without the agent), runs alternating; b-1's drop counters show where each
+ *             flood went.
  * During every run the CPU time and memory of the agents at both ends (and of the relay on the relayed path) are
  * read from /proc.
  *
@@ -57,6 +59,8 @@ const FLOOD_TARGET = 0.95;
 /** Flood part: the kinds of bad input (bench/udp-flood.c), datagrams per second of each, and the flow's streams. */
 const FLOOD_KINDS = ['garbage', 'unknown-key', 'forged', 'hello'] as const;
 const FLOOD_STREAMS = 8;
+/** Flood part, the control: the same garbage flood at a port of b-1 whose datagrams b-1's input hook drops (no socket reads them). */
+const FLOOD_CONTROL_PORT = 47_999;
 /** Lossy part: streams per iperf3 run. */
 const LOSSY_STREAMS = [1, 8] as const;
 const IPERF_PORT = 5201;
@@ -860,8 +864,26 @@ async function flood(fx: Fixture, opts: Options): Promise<PartResult> {
       carried: tunnelCarried(fx, lab, 'a-1', 'b-1'), carrier: 'a-1 tunnel peer b-1 (txBytes)', streams: FLOOD_STREAMS, tunnel: { lab, node: 'a-1', peer: 'b-1', want: 'udp' },
     };
     const floods: Record<string, { lines: string[]; drops: Record<string, number> }> = {};
+    // the control: what carrying the flood costs the machine (the flooder, the routers, the kernel) without the agent
+    let control: ReturnType<typeof start> | undefined;
+    const controlTable = 'atoll-bench-flood-control';
     const paths: PathDef[] = [
       { ...common, key: 'flood-none', label: `tunnel a-1-p1 -> b-1-p1 over UDP datagrams, ${FLOOD_STREAMS} streams, no flood (${conditions})` },
+      {
+        ...common, key: 'flood-control', label: `the same under a flood of garbage datagrams, ${opts.floodRate}/s from b-router at b-1:${FLOOD_CONTROL_PORT}, dropped by b-1's input hook (the control)`,
+        before: async () => {
+          const rules = `table ip ${controlTable} {\n  chain input {\n    type filter hook input priority -20; policy accept;\n    udp dport ${FLOOD_CONTROL_PORT} counter drop\n  }\n}\n`;
+          writeFileSync(join(fx.dir, `${controlTable}.nft`), rules);
+          const res = await run(fx, inNs(b1.netns, ['nft', '-f', join(fx.dir, `${controlTable}.nft`)]), 10_000);
+          if (res.code !== 0) throw new Error(`the control's drop rule in b-1 failed: ${res.stderr}`);
+          control = start(fx, inNs(rb, [tool, 'send', 'garbage', b1.underlay, String(FLOOD_CONTROL_PORT), String(opts.floodRate), String(Math.min(60, opts.seconds + 10))]), (opts.seconds + 20) * 1000);
+        },
+        after: async () => {
+          control?.child.kill('SIGINT');
+          await control?.done.catch(() => undefined);
+          await run(fx, inNs(b1.netns, ['nft', 'delete', 'table', 'ip', controlTable]), 10_000);
+        },
+      },
       ...FLOOD_KINDS.map((kind): PathDef => {
         let flooder: ReturnType<typeof start> | undefined;
         let drops0: Readonly<Record<string, number>> = {};
@@ -997,6 +1019,8 @@ function report(r: Results, opts: Options): { text: string; targets: Target[]; s
   }
   if (r.flood) {
     for (const kind of FLOOD_KINDS) ratio(`flood of ${kind} datagrams (${opts.floodRate}/s): the flow under it / without`, `flood-${kind}`, 'flood-none', FLOOD_TARGET);
+    ratio(`flood of garbage (${opts.floodRate}/s) that no socket reads: the flow under it / without`, 'flood-control', 'flood-none', 0,
+      'no target: the control, what carrying the flood costs this machine without the agent');
     for (const [kind, f] of Object.entries(r.flood.floods ?? {})) lines.push(`Flood of ${kind}: b-1 counted ${Object.entries(f.drops).map(([k, v]) => `${k} ${v}`).join(', ') || 'nothing'}; the flooder: ${f.lines.join('; ')}`);
     lines.push('');
   }
