@@ -658,6 +658,20 @@ function podPhases(pods: readonly SinglePod[], starts: readonly number[]): PodPh
   });
 }
 
+/**
+ * How closely the watch's `Running` stamps sit on one grid of period `period` (ms): each stamp's distance to the
+ * stamps' circular mean phase on that grid. With v1.34's evented PLEG they sit within tens of ms of its 5 s cache tick
+ * (bench/relist-phase.ts, EVENTED_CACHE_TICK_MS), wherever in the period the pods were created.
+ */
+function gridDeviations(pods: readonly SinglePod[], period: number): number[] {
+  const phase = (p: SinglePod) => 2 * Math.PI * ((((p.running - p.est.last) % period) + period) % period) / period;
+  const mid = Math.atan2(pods.reduce((a, p) => a + Math.sin(phase(p)), 0), pods.reduce((a, p) => a + Math.cos(phase(p)), 0));
+  return pods.map((p) => {
+    const d = Math.abs(phase(p) - mid) % (2 * Math.PI);
+    return (Math.min(d, 2 * Math.PI - d) / (2 * Math.PI)) * period;
+  });
+}
+
 /** `p50 / p95 / max` of |xs| (ms). */
 function absSpread(xs: readonly (number | undefined)[]): string {
   const a = xs.filter((x): x is number => x !== undefined).map(Math.abs);
@@ -743,6 +757,7 @@ async function main(): Promise<number> {
       + `${starts.length} generic relists logged (every 300 s with the gate)`,
     `  single pods created at the same spread of phases of a fixed ${EVENTED_CACHE_TICK_MS} ms grid (the evented PLEG's cache tick; its phase is not logged); `
       + `kubectl create's start to the watch's ADDED: median ${fmt(median(phases.map((p) => p.createLagMs)), 1)} ms`,
+    `  watch's Running stamps against one ${EVENTED_CACHE_TICK_MS} ms grid, distance to their mean phase: ${absSpread(gridDeviations(pods, EVENTED_CACHE_TICK_MS))}`,
     '',
   ];
   const phaseLines = pods.length === 0 || opts.eventedPleg ? eventedLines : [
