@@ -17,7 +17,15 @@
  * Deployment scaled from 0 to N replicas until all are Ready, (3) the agent's idle VmRSS afterwards. bench/README.md
  * explains the method.
  *
+ * `--evented-pleg` runs the same method on a node whose containerd is 2.x (scripts/containerd2.sh, built on demand)
+ * and whose kubelet has the `EventedPLEG` feature gate: it learns of container starts from containerd's CRI events
+ * instead of its generic PLEG's relist every 1 s (which then relists every 300 s only, as a fallback). The single
+ * pods are created at the same spread of phases, of a fixed 5 s grid then: v1.34's evented PLEG reports Running at its
+ * pod cache's 5 s tick (bench/relist-phase.ts, EVENTED_CACHE_TICK_MS), which is not logged. The run fails if the
+ * kubelet's log shows no container event or a fall-back to relisting.
+ *
  * Usage: node bench/kubelet.ts [--smoke] [--rounds R] [--pods P] [--replicas N] [--json FILE] [--timeout S] [--enforce]
+ *   [--evented-pleg]
  */
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { closeSync, existsSync, fstatSync, mkdirSync, mkdtempSync, openSync, readFileSync, readSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
@@ -32,8 +40,8 @@ import { kubeBinDir, startControlPlane, type ControlPlane } from '../test/suppor
 import { isRoot, leftoverNetns, RUN_PREFIX } from '../test/support/netns.ts';
 import { cleanUpOnExit, exitStatus, fmt, intOption, median, parseBenchArgs, removeRunTempDirs, runBench, spawnBounded, table } from './common.ts';
 import {
-  estimateRelist, lastAtOrBefore, nextTimeAtPhase, observedPhase, phaseDifference, predictedRelistBefore, type RelistEstimate,
-  relistLineTime, stratifiedOffsets,
+  estimateRelist, lastAtOrBefore, nextTimeAtPhase, observedPhase, phaseDifference, predictedRelistBefore, EVENTED_CACHE_TICK_MS,
+  type RelistEstimate, relistLineTime, stratifiedOffsets,
 } from './relist-phase.ts';
 
 const REF_DIR = '/usr/lib/cni';
@@ -55,6 +63,7 @@ interface Options {
   readonly timeoutS: number;
   readonly enforce: boolean;
   readonly json: string | undefined;
+  readonly eventedPleg: boolean;
 }
 
 const USAGE = `usage: node bench/kubelet.ts [options]
@@ -66,7 +75,10 @@ const USAGE = `usage: node bench/kubelet.ts [options]
   --rss-samples K      VmRSS samples of the idle agent, 1 s apart (default 5; 3 with --smoke)
   --json FILE          write every sample and summary to FILE
   --timeout SECONDS    abort (and clean up) after this long (default 1800; 600 with --smoke)
-  --enforce            exit 1 when a target is missed (default: report only)`;
+  --enforce            exit 1 when a target is missed (default: report only)
+  --evented-pleg       the node on containerd 2.x (sh scripts/containerd2.sh, built on demand; ATOLL_CONTAINERD2_BIN
+                       names a folder built already) with the kubelet's EventedPLEG feature gate: Running from
+                       containerd's container events, not at the generic PLEG's next relist`;
 
 function parseOptions(argv: readonly string[]): Options {
   const values = parseBenchArgs(argv, USAGE, {
@@ -75,6 +87,7 @@ function parseOptions(argv: readonly string[]): Options {
     replicas: { type: 'string' },
     'rss-samples': { type: 'string' },
     enforce: { type: 'boolean', default: false },
+    'evented-pleg': { type: 'boolean', default: false },
   });
   const smoke = values.smoke;
   const int = intOption(USAGE);
@@ -87,6 +100,7 @@ function parseOptions(argv: readonly string[]): Options {
     timeoutS: int('timeout', values.timeout, smoke ? 600 : 1800, 1),
     enforce: values.enforce,
     json: values.json,
+    eventedPleg: values['evented-pleg'],
   };
 }
 
@@ -184,12 +198,21 @@ async function until<T>(what: string, ms: number, check: () => T | undefined, de
 class RelistLog {
   /** Relist starts (performance.now() ms), ascending. */
   readonly starts: number[] = [];
+  /** The evented PLEG's lines counted so far (see {@link EventedCounts}). */
+  readonly evented: EventedCounts = { started: 0, generated: 0, fallBack: 0, streamErrors: 0 };
   readonly #path: string;
+  readonly #grid: number | undefined;
   #offset = 0;
   #partial = '';
 
-  constructor(path: string) {
+  /**
+   * `grid` (a performance.now() time): time the creations by a fixed grid of {@link EVENTED_CACHE_TICK_MS} from that
+   * time instead of the relists logged (the evented PLEG's node, whose generic PLEG relists every 300 s only, and
+   * which reports Running at its pod cache's 5 s tick: the grid keeps a constant phase to that tick).
+   */
+  constructor(path: string, grid?: number) {
     this.#path = path;
+    this.#grid = grid;
   }
 
   /** Reads what the kubelet logged since the last call. */
@@ -213,17 +236,44 @@ class RelistLog {
       for (const line of lines) {
         const t = relistLineTime(line, year);
         if (t !== undefined) this.starts.push(t - wallMinusPerf);
+        countEvented(this.evented, line);
       }
     } finally {
       closeSync(fd);
     }
   }
 
-  /** The estimate from the latest relists logged so far (reads the log first). */
+  /** The estimate from the latest relists logged so far (reads the log first), or the fixed grid. */
   estimate(): RelistEstimate | undefined {
     this.read();
+    if (this.#grid !== undefined) return { last: this.#grid, period: EVENTED_CACHE_TICK_MS };
     return estimateRelist(this.starts);
   }
+}
+
+/**
+ * What the kubelet's evented PLEG logged (`--vmodule=evented=4`; pkg/kubelet/pleg/evented.go): the container-started
+ * events it received from the runtime, the pod statuses it generated from events, its fall-backs to generic
+ * relisting, and its failures to read the runtime's event stream.
+ */
+interface EventedCounts {
+  started: number;
+  generated: number;
+  fallBack: number;
+  streamErrors: number;
+}
+
+function countEvented(c: EventedCounts, line: string): void {
+  if (line.includes('Received Container Started Event')) c.started++;
+  else if (line.includes('Evented PLEG: Generated pod status from the received event')) c.generated++;
+  else if (line.includes('Fall back to Generic PLEG relisting')) c.fallBack++;
+  else if (line.includes('Evented PLEG: Failed to get container events')) c.streamErrors++;
+}
+
+/** The folder of containerd 2.x for `--evented-pleg` (builds it the first time: a minute or more). */
+function containerd2BinDir(): string {
+  return process.env.ATOLL_CONTAINERD2_BIN
+    ?? (execFileSync('sh', ['scripts/containerd2.sh'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] }).trim().split('\n').pop() as string);
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -282,7 +332,7 @@ async function switchCni(fx: Fixture, side: SideKey): Promise<void> {
   await sleep(1500);
 }
 
-async function setUp(fx: Fixture): Promise<void> {
+async function setUp(fx: Fixture, opts: Options): Promise<void> {
   const agent = new TestAgent({ name: 'kb', podCidrs: [OURS_CIDR], config: { resyncPeriod: 60 } });
   fx.agent = agent;
   const ns = agent.netns;
@@ -298,7 +348,10 @@ async function setUp(fx: Fixture): Promise<void> {
   log('control plane (etcd, kube-apiserver, controller-manager, scheduler) in the node namespace');
   fx.cp = await startControlPlane(fx.dir, { netns: ns, nodes: [NODE], controllers: true });
   log('containerd');
-  fx.ctd = await startContainerd({ workDir: join(fx.dir, 'ctd'), netns: ns, cniBinDir: agent.binDir, cniConfDir: agent.confDir, cgroupPrefix: 'atoll-kb' });
+  fx.ctd = await startContainerd({
+    workDir: join(fx.dir, 'ctd'), netns: ns, cniBinDir: agent.binDir, cniConfDir: agent.confDir, cgroupPrefix: 'atoll-kb',
+    binDir: opts.eventedPleg ? containerd2BinDir() : undefined,
+  });
   log('atoll agent');
   await agent.start(15_000, ['nsenter', `--mount=/proc/${fx.ctd.pid}/ns/mnt`, `--net=/var/run/netns/${ns}`, '--']);
   await until('the agent\'s conflist', 15_000, () => (existsSync(join(agent.confDir, '10-atoll.conflist')) ? true : undefined));
@@ -306,9 +359,11 @@ async function setUp(fx: Fixture): Promise<void> {
   const cp = fx.cp;
   fx.kubelet = startKubelet({
     binary: join(kubeBinDir(), 'kubelet'), dir: join(fx.dir, 'kubelet'), runtime: fx.ctd, nodeName: NODE, nodeIp: NODE_IP,
-    labels: {}, apiServer: { server: cp.server, ca: cp.ca, token: cp.nodeToken(NODE) }, vmodule: 'generic=5',
+    labels: {}, apiServer: { server: cp.server, ca: cp.ca, token: cp.nodeToken(NODE) },
+    vmodule: opts.eventedPleg ? 'generic=5,evented=4' : 'generic=5',
+    featureGates: opts.eventedPleg ? { EventedPLEG: true } : undefined,
   });
-  const relists = new RelistLog(fx.kubelet.logPath);
+  const relists = new RelistLog(fx.kubelet.logPath, opts.eventedPleg ? performance.now() : undefined);
   fx.relists = relists;
   const k = fx.kubelet;
   await until('the node to turn Ready', 120_000, () => {
@@ -603,6 +658,20 @@ function podPhases(pods: readonly SinglePod[], starts: readonly number[]): PodPh
   });
 }
 
+/**
+ * How closely the watch's `Running` stamps sit on one grid of period `period` (ms): each stamp's distance to the
+ * stamps' circular mean phase on that grid. With v1.34's evented PLEG they sit within tens of ms of its 5 s cache tick
+ * (bench/relist-phase.ts, EVENTED_CACHE_TICK_MS), wherever in the period the pods were created.
+ */
+function gridDeviations(pods: readonly SinglePod[], period: number): number[] {
+  const phase = (p: SinglePod) => 2 * Math.PI * ((((p.running - p.est.last) % period) + period) % period) / period;
+  const mid = Math.atan2(pods.reduce((a, p) => a + Math.sin(phase(p)), 0), pods.reduce((a, p) => a + Math.cos(phase(p)), 0));
+  return pods.map((p) => {
+    const d = Math.abs(phase(p) - mid) % (2 * Math.PI);
+    return (Math.min(d, 2 * Math.PI - d) / (2 * Math.PI)) * period;
+  });
+}
+
 /** `p50 / p95 / max` of |xs| (ms). */
 function absSpread(xs: readonly (number | undefined)[]): string {
   const a = xs.filter((x): x is number => x !== undefined).map(Math.abs);
@@ -624,7 +693,7 @@ async function main(): Promise<number> {
   const rss: number[] = [];
   let rssInfo: ReturnType<typeof agentRss>;
   try {
-    await setUp(fx);
+    await setUp(fx, opts);
     log('warm-up: 3 pods created, run and deleted');
     await warmUp(fx, lag);
     for (let r = 0; r < opts.rounds; r++) {
@@ -658,6 +727,11 @@ async function main(): Promise<number> {
   for (const p of phases) single[p.side].push(p.ms);
   const left = leftoverNetns();
   if (left.length > 0) throw new Error(`namespaces left behind: ${left.join(', ')}`);
+  const ev = fx.relists?.evented;
+  if (opts.eventedPleg && ev && (ev.started === 0 || ev.fallBack > 0 || ev.streamErrors > 0)) {
+    throw new Error(`the evented PLEG did not carry the run: ${ev.started} container-started events received, ${ev.fallBack} fall-back(s) to `
+      + `generic relisting, ${ev.streamErrors} failure(s) to read containerd's event stream (the kubelet's log: pkg/kubelet/pleg/evented.go)`);
+  }
 
   const tg: Target[] = [];
   const add = (what: string, ours: number, reference: number) => tg.push({ what, ours, reference, ratio: ours / reference, pass: ours <= reference });
@@ -677,7 +751,16 @@ async function main(): Promise<number> {
     rows.push([`Deployment 0 -> ${opts.replicas} all Ready`, side, String(d.length), fmt(median(d), 0), '', '', fmt(Math.min(...d), 0), fmt(Math.max(...d), 0)]);
   }
   const intervals = starts.slice(1).map((t, i) => t - (starts[i] as number)).filter((d) => d <= 1500);
-  const phaseLines = pods.length === 0 ? [] : [
+  const eventedLines = !opts.eventedPleg || !ev ? [] : [
+    `Evented PLEG (containerd 2.x's CRI container events): ${ev.started} container-started events and ${ev.generated} pod statuses from events `
+      + `in the kubelet's log, ${ev.fallBack} fall-backs to generic relisting, ${ev.streamErrors} event-stream failures; `
+      + `${starts.length} generic relists logged (every 300 s with the gate)`,
+    `  single pods created at the same spread of phases of a fixed ${EVENTED_CACHE_TICK_MS} ms grid (the evented PLEG's cache tick; its phase is not logged); `
+      + `kubectl create's start to the watch's ADDED: median ${fmt(median(phases.map((p) => p.createLagMs)), 1)} ms`,
+    `  watch's Running stamps against one ${EVENTED_CACHE_TICK_MS} ms grid, distance to their mean phase: ${absSpread(gridDeviations(pods, EVENTED_CACHE_TICK_MS))}`,
+    '',
+  ];
+  const phaseLines = pods.length === 0 || opts.eventedPleg ? eventedLines : [
     `Stratified creation: each single pod created at its own phase of the kubelet's PLEG relist, ${opts.pods} phases per round spread over the period, the same for both sides of a round`,
     `  relist interval logged: median ${fmt(median(intervals), 1)} ms, p5 ${fmt(pct(intervals, 5), 1)}, p95 ${fmt(pct(intervals, 95), 1)} (${intervals.length} intervals)`,
     `  relist predicted at kubectl's start vs the first one logged after it: |error| ${absSpread(phases.map((p) => p.predictionErrorMs))}`,
@@ -692,7 +775,8 @@ async function main(): Promise<number> {
   for (const t of tg) tt.push([t.what, t.pass ? 'PASS' : 'MISS', fmt(t.ours, 0), fmt(t.reference, 0), fmt(t.ratio, 2)]);
   const load1 = loadavg();
   const out = [
-    `Pods through a real kubelet v1.34 on one node (private containerd), Atoll's CNI against bridge + host-local; ${opts.rounds} round(s), alternating`,
+    `Pods through a real kubelet v1.34 on one node (private containerd ${opts.eventedPleg ? '2.x, evented PLEG' : '1.6, generic PLEG'}), `
+      + `Atoll's CNI against bridge + host-local; ${opts.rounds} round(s), alternating`,
     table(rows, 2), '',
     ...phaseLines,
     'Targets', table(tt, 2), '',
@@ -703,7 +787,7 @@ async function main(): Promise<number> {
   process.stdout.write(out.join('\n') + '\n');
   if (opts.json) {
     writeFileSync(opts.json, JSON.stringify({ options: opts, env: { kernel: release(), node: process.version, cpus: cpus().length, loadavgStart: load0, loadavgEnd: load1 },
-      targets: tg, offsets: offsetsUsed, relistStarts: starts,
+      targets: tg, offsets: offsetsUsed, relistStarts: starts, evented: opts.eventedPleg ? ev : undefined,
       samples: { single, singlePods: phases, singlePodTimes: pods, deployment, agentRssKiB: rss, agentHwmKiB: rssInfo?.hwmKiB } }, null, 2) + '\n');
   }
   return exitStatus(tg.filter((t) => !t.pass).length, opts.enforce);

@@ -16,6 +16,17 @@
 /** The kubelet's generic PLEG relist period (pkg/kubelet/kubelet.go, `genericPlegRelistPeriod`). */
 export const RELIST_PERIOD_MS = 1000;
 
+/**
+ * With the `EventedPLEG` gate (v1.34, pkg/kubelet/pleg/evented.go, `globalCacheUpdatePeriod`): how often the evented
+ * PLEG moves the pod cache's global timestamp to now. A started pod's status from containerd's ContainerStarted event
+ * is stamped with the event's time, which falls inside the pod worker's sync that started the container; the worker's
+ * next sync waits for a status newer than that sync's end (`GetNewerThan` in pod_workers.go), which only this tick
+ * gives. Running is then reported at the first tick after the start: the quantum the evented benchmark's phases are
+ * spread over. The tick is a `wait.Until` of a function that takes microseconds, so a fixed grid of this period keeps
+ * a constant (unknown) phase to it over a run.
+ */
+export const EVENTED_CACHE_TICK_MS = 5000;
+
 /** What the relists look like from the latest observations: the latest start and the period (ms). */
 export interface RelistEstimate {
   /** The start of the latest relist observed. */

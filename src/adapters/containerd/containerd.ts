@@ -1,6 +1,8 @@
 /**
  * A private containerd 1.6 instance for end-to-end tests of the CNI plugin, `atoll demo` and the lab (one per lab
- * node), driven through the real CRI API.
+ * node), driven through the real CRI API. `binDir` runs containerd 2.x instead (scripts/containerd2.sh: the one that
+ * sends CRI container events, for a kubelet's evented PLEG); same config (version 2, migrated by 2.x at start), same
+ * namespaces; it runs pods on this machine's cgroup v1 hierarchy as 1.6 does.
  *
  * Why this shape:
  * - containerd runs inside the test's own network namespace, so the bridges, veths and iptables rules that CNI
@@ -78,6 +80,13 @@ export interface ContainerdInit {
   netnsUnderStateDir?: boolean;
   /** Deadline of each CRI call; default from cri-client. */
   criDeadlineMs?: number;
+  /**
+   * A folder holding another `containerd` and its `containerd-shim-runc-v2` (e.g. containerd 2.x from
+   * `sh scripts/containerd2.sh`) to run instead of the machine's; the folder goes first on containerd's PATH, where
+   * it looks its shim up. The config stays version 2, which containerd 2.x migrates at start. Default: the
+   * machine's (containerd 1.6 from Debian).
+   */
+  binDir?: string;
   /**
    * Directories of this node bind-mounted over machine paths inside containerd's mount namespace (where its runc
    * and a kubelet that joins it resolve hostPath volumes), as a real node has its own `/opt/cni/bin`,
@@ -239,6 +248,11 @@ function checkPreconditions(init: ContainerdInit, p: Paths): string {
   if (p.socket.length > MAX_SOCKET_PATH) {
     throw new Error(`containerd harness: socket path ${p.socket} is longer than ${MAX_SOCKET_PATH} bytes; use a shorter workDir`);
   }
+  for (const b of init.binDir === undefined ? [] : ['containerd', 'containerd-shim-runc-v2']) {
+    if (!existsSync(join(init.binDir as string, b))) {
+      throw new Error(`containerd harness: binDir ${init.binDir} has no ${b}; build it (sh scripts/containerd2.sh) or leave binDir out`);
+    }
+  }
   return netnsPath;
 }
 
@@ -328,12 +342,18 @@ async function prepareMountNamespace(holderPid: number, p: Paths, hostDirs: Cont
   }
 }
 
-/** Spawns containerd in the holder's mount and network namespaces; `nsenter` execs it, so the PID is containerd's. */
-function spawnContainerd(holderPid: number, p: Paths): ChildProcess {
+/**
+ * Spawns containerd in the holder's mount and network namespaces; `nsenter` execs it, so the PID is containerd's.
+ * With `binDir`, that folder's containerd runs, with the folder first on its PATH (its shim).
+ */
+function spawnContainerd(holderPid: number, p: Paths, binDir?: string): ChildProcess {
   const logFd = openSync(p.log, 'a');
   try {
-    const child = spawn('nsenter', ['-t', String(holderPid), '-m', '-n', '--', 'containerd', '--config', p.config], {
+    const binary = binDir === undefined ? 'containerd' : join(binDir, 'containerd');
+    const env = binDir === undefined ? process.env : { ...process.env, PATH: `${binDir}:${process.env.PATH ?? '/usr/sbin:/usr/bin:/sbin:/bin'}` };
+    const child = spawn('nsenter', ['-t', String(holderPid), '-m', '-n', '--', binary, '--config', p.config], {
       stdio: ['ignore', logFd, logFd],
+      env,
     });
     child.unref();
     return child;
@@ -610,7 +630,7 @@ export async function startContainerd(init: ContainerdInit): Promise<Containerd>
   const parts: Parts = { p, init, cgroupParent, holder, mountNs: await readlink(`/proc/${holderPid}/ns/mnt`) };
   try {
     await prepareMountNamespace(holderPid, p, init.hostDirs);
-    parts.child = spawnContainerd(holderPid, p);
+    parts.child = spawnContainerd(holderPid, p, init.binDir);
     init.onSpawn?.({ pid: parts.child.pid ?? -1, holderPid, mountNs: parts.mountNs, cgroupParent, workDir: init.workDir });
     await waitForCri(parts.child, p, init.startTimeoutMs ?? 30_000);
     parts.cri = connectCri({ socket: p.socket, logRoot: p.podLogs, deadlineMs: init.criDeadlineMs, cgroupParent });

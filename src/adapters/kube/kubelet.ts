@@ -53,6 +53,12 @@ export interface KubeletInit {
    * PLEG's `"GenericPLEG: Relisting"` line at the start of each relist. Default: none (`--v=1` everywhere).
    */
   readonly vmodule?: string;
+  /**
+   * The KubeletConfiguration's `featureGates`, e.g. `{ EventedPLEG: true }` (alpha in v1.34: needs a runtime that
+   * sends CRI container events, containerd 1.7 or newer; with 1.6 the kubelet falls back to its generic PLEG).
+   * Default: none.
+   */
+  readonly featureGates?: Readonly<Record<string, boolean>>;
 }
 
 /** A running kubelet. */
@@ -77,7 +83,12 @@ export interface Kubelet {
  * containers' logs go to `podLogsDir` (the default, the machine's /var/log/pods, would be shared by every kubelet here
  * and outlive it).
  */
-export function renderKubeletConfig(init: { socket: string; nodeIp: string; podLogsDir: string }): string {
+export function renderKubeletConfig(init: {
+  socket: string;
+  nodeIp: string;
+  podLogsDir: string;
+  featureGates?: Readonly<Record<string, boolean>>;
+}): string {
   return `${JSON.stringify({
     apiVersion: 'kubelet.config.k8s.io/v1beta1',
     kind: 'KubeletConfiguration',
@@ -94,6 +105,7 @@ export function renderKubeletConfig(init: { socket: string; nodeIp: string; podL
     resolvConf: '',
     rotateCertificates: false,
     podLogsDir: init.podLogsDir,
+    ...(init.featureGates ? { featureGates: init.featureGates } : {}),
   }, null, 2)}\n`;
 }
 
@@ -126,7 +138,7 @@ export function startKubelet(init: KubeletInit): Kubelet {
   const podLogsDir = join(init.dir, 'pod-logs');
   mkdirSync(podLogsDir, { recursive: true, mode: 0o755 });
   writeFileSync(caPath, init.apiServer.ca);
-  writeFileSync(configPath, renderKubeletConfig({ socket: init.runtime.socket, nodeIp: init.nodeIp, podLogsDir }));
+  writeFileSync(configPath, renderKubeletConfig({ socket: init.runtime.socket, nodeIp: init.nodeIp, podLogsDir, featureGates: init.featureGates }));
   writeFileSync(kubeconfigPath, renderTokenKubeconfig(init.apiServer.server, caPath, init.apiServer.token), { mode: 0o600 });
   const ns = `/proc/${init.runtime.pid}/ns`;
   const labels = Object.entries(init.labels).map(([k, v]) => `${k}=${v}`).join(',');
