@@ -522,7 +522,8 @@ export async function rollAgents(kube: LabKubernetes, containerds: ReadonlyMap<s
   if (!existsSync(tarball)) throw atollError('LAB_PREREQUISITE_MISSING', `the agent-roll fault rolls to ${tarball}, which is not built`, `node_modules/.bin/node scripts/image.ts --tag ${tag}`);
   for (const ctd of containerds.values()) await importImage(ctd, tarball);
   const sightings: AtollPodSighting[] = [];
-  const watch = new Child([...kube.kubectlCommand, 'get', 'pods', '-n', LAB_ATOLL_NAMESPACE, '--watch', '-o', `jsonpath=${ATOLL_POD_WATCH_TEMPLATE}`], { output: 'stdout' });
+  // bounded: it ends by itself should this process die without stopping it
+  const watch = new Child([...kube.kubectlCommand, 'get', 'pods', '-n', LAB_ATOLL_NAMESPACE, '--watch', `--request-timeout=${WATCH_MAX_S}s`, '-o', `jsonpath=${ATOLL_POD_WATCH_TEMPLATE}`], { output: 'stdout' });
   let partial = '';
   watch.stdout?.on('data', (d: Buffer) => {
     const lines = (partial + d.toString()).split('\n');
@@ -551,6 +552,8 @@ export async function rollAgents(kube: LabKubernetes, containerds: ReadonlyMap<s
 /** How long the watch of the roll may take to list Atoll's pods, and how long it runs on after the rollout is done. */
 const WATCH_START_TIMEOUT_MS = 10_000;
 const WATCH_SETTLE_MS = 1000;
+/** The longest a watch of a roll may run: the rollouts' own bound (300 s) and a margin. */
+const WATCH_MAX_S = 600;
 
 /** The image tag the agent-roll fault rolls the agents to (`node scripts/image.ts --tag <it>`). */
 export const ATOLL_ROLL_TAG = `${ATOLL_IMAGE_TAG}-b`;
