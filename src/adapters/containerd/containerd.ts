@@ -690,8 +690,9 @@ async function inMountNs(pid: number, mountNs: string): Promise<boolean> {
 /**
  * Removes what an instance left when its owner could not `stop()` it (crashed, killed, or another process cleans
  * up): containerd (SIGTERM, then SIGKILL), every process of its mount namespace and their descendants (holder,
- * shims), every process in its sandboxes' cgroup parent (the pause processes), the cgroups (also those of its tasks
- * that had no parent: a kubelet's pods, under /k8s.io), and any mount under workDir. Sandboxes are not removed
+ * shims), every process in its sandboxes' cgroup parent (the pause processes) and in its tasks' cgroups that had no
+ * parent (a kubelet's pods, under /k8s.io: found by the task ids in its state dir), those cgroups, and any mount under
+ * workDir. Sandboxes are not removed
  * through CRI, so no CNI DEL runs: use it when the pod network goes away anyway. The mount namespace is entered only
  * while its holder or containerd is still in it (a reused namespace id is never trusted alone); the cgroup parent's
  * name is unique to the instance. Idempotent; runs every step, then rejects with all failures.
@@ -721,6 +722,12 @@ export async function removeContainerdLeftovers(l: ContainerdLeftovers, stopTime
         await waitFor(async () => (await processesInCgroup(l.cgroupParent)).length === 0, 5_000, `the processes of cgroup ${l.cgroupParent} to exit`);
       }],
       ['removing the sandboxes\' cgroup parent', () => removeCgroupParent(l.cgroupParent)],
+      // a kubelet's pods have no parent: their processes live in their own mount namespaces, under /k8s.io/<task id>
+      ['killing the tasks without a parent (kubelet pods)', async () => {
+        const pids = async () => (await Promise.all(tasks.map((id) => processesInCgroup(join(DEFAULT_CGROUP_PARENT, id))))).flat();
+        kill(await pids());
+        await waitFor(async () => (await pids()).length === 0, 5_000, 'the processes of the kubelet pods\' tasks to exit');
+      }],
       ['removing the cgroups of tasks without a parent (kubelet pods)', () => removeTaskCgroups(tasks)],
       ['unmounting under workDir', () => unmountUnder(l.workDir)],
     ],
