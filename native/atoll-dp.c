@@ -18,6 +18,12 @@
  * atoll_dp_crypto_origin() says which object the calls bind to (a test checks it). Keys are freed with
  * EVP_CIPHER_CTX_free (which cleanses the key schedule) and our copies are cleansed too.
  *
+ * Keys kept across restarts: a key's bytes and what changes per datagram (a sending key's counter, a receiving key's
+ * replay window) live in a record. With a region attached (atoll_dp_keep_create/attach: a memfd that the node's
+ * keeper process, native/atoll-keeper.c, holds) the records are slots of that shared mapping and outlive the agent's
+ * process, even a SIGKILL: a restarted agent takes its keys back with their counters, so no nonce is used twice, and
+ * with their windows. Without a region they are on the heap.
+ *
  * Not thread-safe: every call comes from the agent's main thread.
  */
 #define _GNU_SOURCE
@@ -29,7 +35,11 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #define HDR 16
 #define TAG 16
@@ -82,31 +92,224 @@ static EVP_CIPHER_CTX *new_ctx(const uint8_t *key, int seal) {
   return ctx;
 }
 
+/* ---- kept records: a key's bytes and its per-datagram state, in the kept region or on the heap ---- */
+
+enum { KEPT_FREE = 0, KEPT_SEAL = 1, KEPT_OPEN = 2 };
+
+typedef struct {
+  uint32_t kind, id;
+  uint64_t counter; /* sealing: the next counter */
+  int64_t top;      /* opening: the replay window's highest counter accepted (-1 before the first) */
+  uint32_t bits[WINDOW / 32];
+  uint8_t key[32];
+} kept;
+
+#define KEEP_MAGIC 0x314b5441u /* "ATK1" */
+#define KEEP_HEADER 64
+
+/* The region's header: its slots, then two halves of `meta` bytes each for the caller's description of them. */
+typedef struct {
+  uint32_t magic, slots, meta, current;
+  uint32_t length[2];
+} keep_header;
+
+static struct {
+  uint8_t *base;
+  size_t size;
+  keep_header *h;
+  kept *slots;
+} region;
+
+static size_t region_size(uint32_t slots, uint32_t meta) { return KEEP_HEADER + (size_t)slots * sizeof(kept) + 2 * (size_t)meta; }
+
+static int in_region(const kept *r) { return region.slots && r >= region.slots && r < region.slots + region.h->slots; }
+
+/* A record of `kind`: a free slot of the region (none left: the heap, so a full region costs only the keeping). */
+static kept *kept_new(uint32_t kind, uint32_t id, const uint8_t *key) {
+  kept *r = NULL;
+  for (uint32_t i = 0; region.slots && i < region.h->slots && !r; i++)
+    if (region.slots[i].kind == KEPT_FREE) r = &region.slots[i];
+  if (!r && !(r = malloc(sizeof *r))) return NULL;
+  memset(r, 0, sizeof *r);
+  r->id = id;
+  r->top = -1;
+  memcpy(r->key, key, 32);
+  __atomic_store_n(&r->kind, kind, __ATOMIC_RELEASE);
+  return r;
+}
+
+/* Cleanses the record: a slot is free then, a heap record freed. */
+static void kept_free(kept *r) {
+  if (!r) return;
+  int slot = in_region(r);
+  OPENSSL_cleanse(r, sizeof *r);
+  if (!slot) free(r);
+}
+
+/* A slot's number, or -1 for a heap record. */
+static int slot_of(const kept *r) { return in_region(r) ? (int)(r - region.slots) : -1; }
+
+/* Slot `slot` if it holds a record of `kind`. */
+static kept *slot_at(int slot, uint32_t kind) {
+  if (!region.slots || slot < 0 || (uint32_t)slot >= region.h->slots) return NULL;
+  kept *r = &region.slots[slot];
+  return __atomic_load_n(&r->kind, __ATOMIC_ACQUIRE) == kind ? r : NULL;
+}
+
+static int map_region(int fd, size_t size) {
+  void *base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED) return -errno;
+  region.base = base;
+  region.size = size;
+  region.h = base;
+  region.slots = (kept *)(region.base + KEEP_HEADER);
+  return 0;
+}
+
+/* Unmaps the region (its slots stay in the memfd); records made after are on the heap. Keys still holding slots must not be used after. */
+EXPORT void atoll_dp_keep_detach(void) {
+  if (region.base) munmap(region.base, region.size);
+  memset(&region, 0, sizeof region);
+}
+
+/* A new region of `slots` records and two halves of `meta` bytes, attached. @returns its memfd (close-on-exec), or -errno. */
+EXPORT int atoll_dp_keep_create(int slots, int meta) {
+  if (slots < 1 || meta < 1) return -EINVAL;
+  atoll_dp_keep_detach();
+  int fd = memfd_create("atoll-kept-keys", MFD_CLOEXEC);
+  if (fd < 0) return -errno;
+  size_t size = region_size((uint32_t)slots, (uint32_t)meta);
+  int rc = ftruncate(fd, (off_t)size) == 0 ? map_region(fd, size) : -errno;
+  if (rc < 0) {
+    close(fd);
+    return rc;
+  }
+  region.h->slots = (uint32_t)slots;
+  region.h->meta = (uint32_t)meta;
+  __atomic_store_n(&region.h->magic, KEEP_MAGIC, __ATOMIC_RELEASE);
+  return fd;
+}
+
+/* Attaches the region in memfd `fd` (one atoll_dp_keep_create made). @returns 0, -EINVAL when it is not one, or -errno. */
+EXPORT int atoll_dp_keep_attach(int fd) {
+  atoll_dp_keep_detach();
+  struct stat st;
+  if (fstat(fd, &st) != 0) return -errno;
+  if ((size_t)st.st_size < KEEP_HEADER) return -EINVAL;
+  int rc = map_region(fd, (size_t)st.st_size);
+  if (rc < 0) return rc;
+  keep_header *h = region.h;
+  if (h->magic != KEEP_MAGIC || region_size(h->slots, h->meta) != (size_t)st.st_size || h->current > 1 || h->length[0] > h->meta || h->length[1] > h->meta) {
+    atoll_dp_keep_detach();
+    return -EINVAL;
+  }
+  return 0;
+}
+
+/*
+ * Replaces the description (the caller's: which peer a slot's key is for, and the like) by buf: written into the
+ * half not in use, then made current with one store, so a process killed meanwhile leaves the last one whole.
+ * @returns 0, -ENOSPC when it is larger than a half, -ENODEV without a region.
+ */
+EXPORT int atoll_dp_keep_meta_write(const uint8_t *buf, uint32_t len) {
+  if (!region.base) return -ENODEV;
+  keep_header *h = region.h;
+  if (len > h->meta) return -ENOSPC;
+  uint32_t next = h->current ^ 1u;
+  memcpy(region.base + KEEP_HEADER + (size_t)h->slots * sizeof(kept) + (size_t)next * h->meta, buf, len);
+  h->length[next] = len;
+  __atomic_store_n(&h->current, next, __ATOMIC_RELEASE);
+  return 0;
+}
+
+/* Copies the current description into out (cap bytes). @returns its length, -ENOSPC when out is too small, -ENODEV without a region. */
+EXPORT int atoll_dp_keep_meta_read(uint8_t *out, uint32_t cap) {
+  if (!region.base) return -ENODEV;
+  keep_header *h = region.h;
+  uint32_t cur = __atomic_load_n(&h->current, __ATOMIC_ACQUIRE), len = h->length[cur];
+  if (len > cap) return -ENOSPC;
+  memcpy(out, region.base + KEEP_HEADER + (size_t)h->slots * sizeof(kept) + (size_t)cur * h->meta, len);
+  return (int)len;
+}
+
+/* Frees every used slot not among keep[0..n) (records a killed process made but never described). @returns how many. */
+EXPORT int atoll_dp_keep_sweep(const int32_t *keep, int n) {
+  int freed = 0;
+  for (uint32_t i = 0; region.slots && i < region.h->slots; i++) {
+    if (region.slots[i].kind == KEPT_FREE) continue;
+    int listed = 0;
+    for (int j = 0; j < n && !listed; j++) listed = keep[j] == (int32_t)i;
+    if (!listed) {
+      kept_free(&region.slots[i]);
+      freed++;
+    }
+  }
+  return freed;
+}
+
+/* Slots in use (tests). */
+EXPORT int atoll_dp_keep_used(void) {
+  int used = 0;
+  for (uint32_t i = 0; region.slots && i < region.h->slots; i++) used += region.slots[i].kind != KEPT_FREE;
+  return used;
+}
+
+/* ---- sealing ---- */
+
 typedef struct {
   EVP_CIPHER_CTX *ctx;
-  uint32_t id;
-  uint64_t counter;
+  kept *r;
 } seal_key;
 
-/* A sending key: 32 bytes, its id; the counter starts at 0. NULL when libcrypto fails. */
-EXPORT seal_key *atoll_dp_seal_key_new(const uint8_t *key, uint32_t id) {
+static seal_key *seal_key_of(kept *r) {
   seal_key *k = calloc(1, sizeof *k);
   if (!k) return NULL;
-  k->ctx = new_ctx(key, 1);
+  k->ctx = new_ctx(r->key, 1);
   if (!k->ctx) {
     free(k);
     return NULL;
   }
-  k->id = id;
+  k->r = r;
   return k;
 }
 
-/* The next counter the key will use (a double: exact below 2^53, and counters stay below 2^48). */
-EXPORT double atoll_dp_seal_key_counter(const seal_key *k) { return (double)k->counter; }
+/* A sending key: 32 bytes, its id; the counter starts at 0. NULL when memory or libcrypto fails. */
+EXPORT seal_key *atoll_dp_seal_key_new(const uint8_t *key, uint32_t id) {
+  kept *r = kept_new(KEPT_SEAL, id, key);
+  if (!r) return NULL;
+  seal_key *k = seal_key_of(r);
+  if (!k) kept_free(r);
+  return k;
+}
 
+/* The sending key kept in `slot`, with its counter. NULL when the slot holds none (or libcrypto fails). */
+EXPORT seal_key *atoll_dp_seal_key_restore(int slot) {
+  kept *r = slot_at(slot, KEPT_SEAL);
+  return r ? seal_key_of(r) : NULL;
+}
+
+/* The key's slot in the kept region, or -1 when it is on the heap. */
+EXPORT int atoll_dp_seal_key_slot(const seal_key *k) { return slot_of(k->r); }
+
+EXPORT uint32_t atoll_dp_seal_key_id(const seal_key *k) { return k->r->id; }
+
+/* The next counter the key will use (a double: exact below 2^53, and counters stay below 2^48). */
+EXPORT double atoll_dp_seal_key_counter(const seal_key *k) { return (double)k->r->counter; }
+
+/* Frees the key and cleanses its record (a slot is free again). */
 EXPORT void atoll_dp_seal_key_free(seal_key *k) {
   if (!k) return;
   EVP_CIPHER_CTX_free(k->ctx);
+  kept_free(k->r);
+  OPENSSL_cleanse(k, sizeof *k);
+  free(k);
+}
+
+/* Frees the key but leaves a slot as it is, for the next process (a heap record is freed). */
+EXPORT void atoll_dp_seal_key_release(seal_key *k) {
+  if (!k) return;
+  EVP_CIPHER_CTX_free(k->ctx);
+  if (!in_region(k->r)) kept_free(k->r);
   OPENSSL_cleanse(k, sizeof *k);
   free(k);
 }
@@ -119,12 +322,12 @@ static void nonce_of(uint8_t nonce[12], uint64_t counter) {
 
 /* Seals the datagram at d: header written here, payload of n bytes at d + HDR (sealed in place), tag after it. */
 static int seal_at(seal_key *k, int type, uint8_t *d, int n) {
-  uint64_t c = k->counter++;
+  uint64_t c = k->r->counter++;
   uint8_t nonce[12];
   int outl;
   d[0] = (uint8_t)type;
   d[1] = d[2] = d[3] = 0;
-  wr32(d + 4, k->id);
+  wr32(d + 4, k->r->id);
   wr32(d + 8, (uint32_t)(c >> 32));
   wr32(d + 12, (uint32_t)c);
   nonce_of(nonce, c);
@@ -143,12 +346,9 @@ EXPORT int atoll_dp_seal_one(seal_key *k, int type, const uint8_t *plain, int n,
 
 typedef struct {
   EVP_CIPHER_CTX *ctx;
-  uint32_t id;
+  kept *r;
   int32_t peer;
   double expires_at;
-  /* the replay window: the highest counter accepted (-1 before the first) and a bitmap of the WINDOW below it */
-  int64_t top;
-  uint32_t bits[WINDOW / 32];
 } open_key;
 
 /* The receiving keys, by id: a short array (two per peer), searched from the last hit. */
@@ -159,22 +359,24 @@ typedef struct {
 
 EXPORT key_table *atoll_dp_table_new(void) { return calloc(1, sizeof(key_table)); }
 
-static void free_open_key(open_key *k) {
+/* Frees the key; `keep`: leave a slot as it is, for the next process. */
+static void free_open_key(open_key *k, int keep) {
   EVP_CIPHER_CTX_free(k->ctx);
+  if (!keep || !in_region(k->r)) kept_free(k->r);
   OPENSSL_cleanse(k, sizeof *k);
   free(k);
 }
 
 static int find(key_table *t, uint32_t id) {
-  if (t->last < t->n && t->keys[t->last]->id == id) return t->last;
+  if (t->last < t->n && t->keys[t->last]->r->id == id) return t->last;
   for (int i = 0; i < t->n; i++)
-    if (t->keys[i]->id == id) return t->last = i;
+    if (t->keys[i]->r->id == id) return t->last = i;
   return -1;
 }
 
-/* Adds receiving key `id` of peer `peer` (a tag of the caller's). 0, or -1 when the id is taken, -2 out of memory or libcrypto failed. */
-EXPORT int atoll_dp_table_add(key_table *t, uint32_t id, int32_t peer, const uint8_t *key) {
-  if (find(t, id) >= 0) return -1;
+/* Puts record r in the table for `peer`. 0, -1 when its id is taken, -2 out of memory or libcrypto failed. */
+static int table_put(key_table *t, kept *r, int32_t peer) {
+  if (find(t, r->id) >= 0) return -1;
   if (t->n == t->cap) {
     int cap = t->cap ? t->cap * 2 : 16;
     open_key **keys = realloc(t->keys, (size_t)cap * sizeof *keys);
@@ -184,17 +386,38 @@ EXPORT int atoll_dp_table_add(key_table *t, uint32_t id, int32_t peer, const uin
   }
   open_key *k = calloc(1, sizeof *k);
   if (!k) return -2;
-  k->ctx = new_ctx(key, 0);
+  k->ctx = new_ctx(r->key, 0);
   if (!k->ctx) {
     free(k);
     return -2;
   }
-  k->id = id;
+  k->r = r;
   k->peer = peer;
   k->expires_at = 1.0 / 0.0;
-  k->top = -1;
   t->keys[t->n++] = k;
   return 0;
+}
+
+/* Adds receiving key `id` of peer `peer` (a tag of the caller's). 0, or -1 when the id is taken, -2 out of memory or libcrypto failed. */
+EXPORT int atoll_dp_table_add(key_table *t, uint32_t id, int32_t peer, const uint8_t *key) {
+  if (find(t, id) >= 0) return -1;
+  kept *r = kept_new(KEPT_OPEN, id, key);
+  if (!r) return -2;
+  int rc = table_put(t, r, peer);
+  if (rc != 0) kept_free(r);
+  return rc;
+}
+
+/* Adds the receiving key kept in `slot`, with its replay window, for `peer`. 0, -1 when its id is taken, -2 out of memory or libcrypto failed, -3 when the slot holds none. */
+EXPORT int atoll_dp_table_restore(key_table *t, int slot, int32_t peer) {
+  kept *r = slot_at(slot, KEPT_OPEN);
+  return r ? table_put(t, r, peer) : -3;
+}
+
+/* The slot of key `id` in the kept region: -1 on the heap, -2 when there is no such key. */
+EXPORT int atoll_dp_table_slot(key_table *t, uint32_t id) {
+  int i = find(t, id);
+  return i < 0 ? -2 : slot_of(t->keys[i]->r);
 }
 
 /* Sets when key `id` stops opening datagrams (the caller's clock, as passed to atoll_dp_open). */
@@ -203,11 +426,11 @@ EXPORT void atoll_dp_table_expire(key_table *t, uint32_t id, double at) {
   if (i >= 0) t->keys[i]->expires_at = at;
 }
 
-/* Removes and frees key `id`. 0, or -1 when there is none. */
+/* Removes and frees key `id`, cleansing its record. 0, or -1 when there is none. */
 EXPORT int atoll_dp_table_remove(key_table *t, uint32_t id) {
   int i = find(t, id);
   if (i < 0) return -1;
-  free_open_key(t->keys[i]);
+  free_open_key(t->keys[i], 0);
   t->keys[i] = t->keys[--t->n];
   t->last = 0;
   return 0;
@@ -215,9 +438,10 @@ EXPORT int atoll_dp_table_remove(key_table *t, uint32_t id) {
 
 EXPORT int atoll_dp_table_size(const key_table *t) { return t->n; }
 
-EXPORT void atoll_dp_table_free(key_table *t) {
+/* Frees every key and the table; `keep`: the keys' slots stay as they are, for the next process. */
+EXPORT void atoll_dp_table_free(key_table *t, int keep) {
   if (!t) return;
-  for (int i = 0; i < t->n; i++) free_open_key(t->keys[i]);
+  for (int i = 0; i < t->n; i++) free_open_key(t->keys[i], keep);
   free(t->keys);
   free(t);
 }
@@ -225,7 +449,7 @@ EXPORT void atoll_dp_table_free(key_table *t) {
 /* ---- the replay window (RFC 6479's idea, a sliding bitmap): the one implementation ---- */
 
 /* Whether `c` is new: above the top, or inside the window and not seen. */
-static int window_ok(const open_key *k, uint64_t c) {
+static int window_ok(const kept *k, uint64_t c) {
   if ((int64_t)c > k->top) return 1;
   if ((uint64_t)k->top - c >= WINDOW) return 0;
   uint32_t bit = (uint32_t)(c % WINDOW);
@@ -233,7 +457,7 @@ static int window_ok(const open_key *k, uint64_t c) {
 }
 
 /* Records `c`, which passed window_ok and was authentic. */
-static void window_accept(open_key *k, uint64_t c) {
+static void window_accept(kept *k, uint64_t c) {
   if ((int64_t)c > k->top) {
     uint64_t from = (uint64_t)(k->top + 1);
     if (c - from >= WINDOW) memset(k->bits, 0, sizeof k->bits);
@@ -250,8 +474,8 @@ EXPORT int atoll_dp_window_test(key_table *t, uint32_t id, double counter, int a
   int i = find(t, id);
   if (i < 0) return -1;
   uint64_t c = (uint64_t)counter;
-  if (!window_ok(t->keys[i], c)) return 0;
-  if (accept) window_accept(t->keys[i], c);
+  if (!window_ok(t->keys[i]->r, c)) return 0;
+  if (accept) window_accept(t->keys[i]->r, c);
   return 1;
 }
 
@@ -267,7 +491,7 @@ static int open_one(key_table *t, uint8_t *d, size_t len, double now, int32_t *p
   int i = find(t, rd32(d + 4));
   if (i < 0 || t->keys[i]->expires_at < now) return -1 - DROP_UNKNOWN_KEY;
   open_key *k = t->keys[i];
-  if (!window_ok(k, c)) return -1 - DROP_REPLAYED;
+  if (!window_ok(k->r, c)) return -1 - DROP_REPLAYED;
   uint8_t nonce[12];
   int outl, n = (int)(len - HDR - TAG);
   nonce_of(nonce, c);
@@ -275,7 +499,7 @@ static int open_one(key_table *t, uint8_t *d, size_t len, double now, int32_t *p
       EVP_DecryptUpdate(k->ctx, d + HDR, &outl, d + HDR, n) != 1 || EVP_CIPHER_CTX_ctrl(k->ctx, EVP_CTRL_GCM_SET_TAG, TAG, d + HDR + n) != 1 ||
       EVP_DecryptFinal_ex(k->ctx, d + HDR + n, &outl) <= 0)
     return -1 - DROP_BAD_TAG;
-  window_accept(k, c);
+  window_accept(k->r, c);
   *peer = k->peer;
   return d[0];
 }
@@ -441,7 +665,7 @@ EXPORT int atoll_dp_send(sender *s, seal_key *k, uint32_t addr, uint32_t port, i
   struct sockaddr_in dst = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr = {.s_addr = htonl(addr)}};
   if (max_ip > GSO_MAX_BYTES - HDR - VNET - TAG) goto refuse; /* no datagram may outgrow the run's buffer */
   if (len < VNET || len - VNET <= max_ip) {
-    if (k->counter >= MAX_COUNTER || queue_one(s, k, &dst, type, pkt, len) < 0) goto refuse;
+    if (k->r->counter >= MAX_COUNTER || queue_one(s, k, &dst, type, pkt, len) < 0) goto refuse;
     return 1;
   }
   if (len < VNET + 40 || (pkt[1] & 0x7f) != VIRTIO_NET_HDR_GSO_TCPV4) goto refuse;
@@ -453,7 +677,7 @@ EXPORT int atoll_dp_send(sender *s, seal_key *k, uint32_t addr, uint32_t port, i
   uint32_t thl = (pkt[tcp + 12] >> 4) * 4u, payload = tcp + thl, headers = ihl + thl;
   if (gso < 1 || headers + gso > max_ip || payload > len) goto refuse;
   uint32_t segs = (len - payload + gso - 1) / gso;
-  if (k->counter + segs > MAX_COUNTER) goto refuse;
+  if (k->r->counter + segs > MAX_COUNTER) goto refuse;
   uint32_t id0 = ((uint32_t)ip[4] << 8) | ip[5], seq0 = rd32(pkt + tcp + 4), flags = pkt[tcp + 13];
   uint32_t src = sum16(ip + 12, 8);
   uint32_t i = 0;
@@ -495,6 +719,66 @@ EXPORT int atoll_dp_send_raw(sender *s, uint32_t addr, uint32_t port, const uint
   atoll_dp_flush(s);
   struct sockaddr_in dst = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr = {.s_addr = htonl(addr)}};
   return sendto(s->fd, buf, len, MSG_DONTWAIT, (struct sockaddr *)&dst, sizeof dst) < 0 ? errno : 0;
+}
+
+/* ---- the keeper (native/atoll-keeper.c) ---- */
+
+/*
+ * Connects to the keeper at `path` and takes what it holds: up to `max` descriptors into fds (close-on-exec), its pid
+ * into info[0] and their count into info[1]. The connection stays open (it tells the keeper an agent lives) and is
+ * returned; closing it, or a byte 'q' on it (atoll_dp_keeper_quit), ends that. @returns the connection, or -errno
+ * (-EPROTO: not a keeper's greeting).
+ */
+EXPORT int atoll_dp_keeper_connect(const char *path, int32_t *fds, int max, int32_t *info) {
+  struct sockaddr_un addr = {.sun_family = AF_UNIX};
+  if (strlen(path) >= sizeof addr.sun_path) return -ENAMETOOLONG;
+  strcpy(addr.sun_path, path);
+  int c = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  if (c < 0) return -errno;
+  if (connect(c, (struct sockaddr *)&addr, sizeof addr) != 0) {
+    int e = errno;
+    close(c);
+    return -e;
+  }
+  struct {
+    char magic[8];
+    int32_t pid, count;
+  } hello;
+  struct iovec iov = {.iov_base = &hello, .iov_len = sizeof hello};
+  union {
+    char buf[CMSG_SPACE(sizeof(int) * 8)];
+    struct cmsghdr align;
+  } control;
+  struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf, .msg_controllen = sizeof control.buf};
+  ssize_t got;
+  do got = recvmsg(c, &m, MSG_CMSG_CLOEXEC);
+  while (got < 0 && errno == EINTR);
+  int e = got < 0 ? errno : EPROTO, n = 0;
+  for (struct cmsghdr *cm = CMSG_FIRSTHDR(&m); got >= 0 && cm; cm = CMSG_NXTHDR(&m, cm)) {
+    if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) continue;
+    int k = (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+    int in[8];
+    memcpy(in, CMSG_DATA(cm), sizeof(int) * (size_t)k);
+    for (int i = 0; i < k; i++) {
+      if (n < max) fds[n++] = in[i];
+      else close(in[i]);
+    }
+  }
+  if (got != (ssize_t)sizeof hello || memcmp(hello.magic, "ATKEEP1", 8) != 0 || hello.count != n) {
+    for (int i = 0; i < n; i++) close(fds[i]);
+    close(c);
+    return -e;
+  }
+  info[0] = hello.pid;
+  info[1] = n;
+  return c;
+}
+
+/* Asks the keeper on connection c to exit (it gives up what it holds), and closes c. */
+EXPORT void atoll_dp_keeper_quit(int c) {
+  char q = 'q';
+  (void)!send(c, &q, 1, MSG_NOSIGNAL);
+  close(c);
 }
 
 /* ---- which libcrypto ---- */

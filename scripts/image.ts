@@ -44,13 +44,14 @@ function copyHostBinary(path: string, to = path): void {
 try {
   for (const d of ['bin', 'sbin', 'usr/bin', 'usr/sbin', 'etc', 'tmp', 'run', 'var/lib', 'proc', 'sys', 'dev']) mkdirSync(join(rootfs, d), { recursive: true });
   chmodSync(join(rootfs, 'tmp'), 0o1777);
-  // the program: the bundle, the packages it leaves external, atoll-cni, the datagram path's library (found under the
+  // the program: the bundle, the packages it leaves external, atoll-cni, the tunnel's keeper (native/atoll-keeper.c), the datagram path's library (found under the
   // install root, src/adapters/datagram-native.ts; copyHostBinary adds the libcrypto.so.3 it links), package.json (its install root)
   sh('sh', ['scripts/build.sh']);
   mkdirSync(join(app, 'bin'), { recursive: true });
   cpSync(realpathSync('build/current'), join(app, 'build/current'), { recursive: true });
   copyFileSync('package.json', join(app, 'package.json'));
   copyFileSync('bin/atoll-cni', join(app, 'bin/atoll-cni'));
+  copyFileSync('bin/atoll-keeper', join(app, 'bin/atoll-keeper'));
   copyHostBinary(realpathSync('bin/libatoll-dp.so'), '/opt/atoll/bin/libatoll-dp.so');
   for (const dir of sh('npm', ['ls', '--omit=dev', '--all', '--parseable']).split('\n').slice(1)) {
     const rel = relative(process.cwd(), dir);

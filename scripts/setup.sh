@@ -31,7 +31,7 @@ if [ ! -x node_modules/.bin/node ] || [ package-lock.json -nt node_modules/.pack
   npm ci --no-audit --no-fund --loglevel=error
 fi
 
-for tool in atoll-cni atoll-delay; do
+for tool in atoll-cni atoll-delay atoll-keeper; do
   if [ ! -x "bin/$tool" ] || [ "native/$tool.c" -nt "bin/$tool" ]; then
     echo "setup: building bin/$tool"
     cc -O2 -Wall -Wextra -Werror -o "bin/$tool" "native/$tool.c"

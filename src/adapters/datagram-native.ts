@@ -34,13 +34,28 @@ interface Lib {
   sealKeyNew: (key: Uint8Array, id: number) => Ptr;
   sealKeyCounter: (k: Ptr) => number;
   sealKeyFree: (k: Ptr) => void;
+  sealKeyRelease: (k: Ptr) => void;
+  sealKeyRestore: (slot: number) => Ptr;
+  sealKeySlot: (k: Ptr) => number;
+  sealKeyId: (k: Ptr) => number;
   sealOne: (k: Ptr, type: number, plain: Uint8Array, n: number, out: Uint8Array) => number;
   tableNew: () => Ptr;
   tableAdd: (t: Ptr, id: number, peer: number, key: Uint8Array) => number;
   tableExpire: (t: Ptr, id: number, at: number) => void;
   tableRemove: (t: Ptr, id: number) => number;
   tableSize: (t: Ptr) => number;
-  tableFree: (t: Ptr) => void;
+  tableFree: (t: Ptr, keep: number) => void;
+  tableRestore: (t: Ptr, slot: number, peer: number) => number;
+  tableSlot: (t: Ptr, id: number) => number;
+  keepCreate: (slots: number, meta: number) => number;
+  keepAttach: (fd: number) => number;
+  keepDetach: () => void;
+  keepMetaWrite: (buf: Uint8Array, len: number) => number;
+  keepMetaRead: (out: Uint8Array, cap: number) => number;
+  keepSweep: (keep: Int32Array, n: number) => number;
+  keepUsed: () => number;
+  keeperConnect: (path: string, fds: Int32Array, max: number, info: Int32Array) => number;
+  keeperQuit: (c: number) => void;
   windowTest: (t: Ptr, id: number, counter: number, accept: number) => number;
   open: (t: Ptr, vec: Ptr, n: number, now: number, results: Int32Array, max: number, counts: Uint32Array) => number;
   senderNew: (fd: number) => Ptr;
@@ -69,13 +84,28 @@ function load(): Lib {
     sealKeyNew: l.func('void *atoll_dp_seal_key_new(const uint8_t *key, uint32_t id)') as Lib['sealKeyNew'],
     sealKeyCounter: l.func('double atoll_dp_seal_key_counter(void *k)') as Lib['sealKeyCounter'],
     sealKeyFree: l.func('void atoll_dp_seal_key_free(void *k)') as Lib['sealKeyFree'],
+    sealKeyRelease: l.func('void atoll_dp_seal_key_release(void *k)') as Lib['sealKeyRelease'],
+    sealKeyRestore: l.func('void *atoll_dp_seal_key_restore(int slot)') as Lib['sealKeyRestore'],
+    sealKeySlot: l.func('int atoll_dp_seal_key_slot(void *k)') as Lib['sealKeySlot'],
+    sealKeyId: l.func('uint32_t atoll_dp_seal_key_id(void *k)') as Lib['sealKeyId'],
     sealOne: l.func('int atoll_dp_seal_one(void *k, int type, const uint8_t *plain, int n, uint8_t *out)') as Lib['sealOne'],
     tableNew: l.func('void *atoll_dp_table_new()') as Lib['tableNew'],
     tableAdd: l.func('int atoll_dp_table_add(void *t, uint32_t id, int32_t peer, const uint8_t *key)') as Lib['tableAdd'],
     tableExpire: l.func('void atoll_dp_table_expire(void *t, uint32_t id, double at)') as Lib['tableExpire'],
     tableRemove: l.func('int atoll_dp_table_remove(void *t, uint32_t id)') as Lib['tableRemove'],
     tableSize: l.func('int atoll_dp_table_size(void *t)') as Lib['tableSize'],
-    tableFree: l.func('void atoll_dp_table_free(void *t)') as Lib['tableFree'],
+    tableFree: l.func('void atoll_dp_table_free(void *t, int keep)') as Lib['tableFree'],
+    tableRestore: l.func('int atoll_dp_table_restore(void *t, int slot, int32_t peer)') as Lib['tableRestore'],
+    tableSlot: l.func('int atoll_dp_table_slot(void *t, uint32_t id)') as Lib['tableSlot'],
+    keepCreate: l.func('int atoll_dp_keep_create(int slots, int meta)') as Lib['keepCreate'],
+    keepAttach: l.func('int atoll_dp_keep_attach(int fd)') as Lib['keepAttach'],
+    keepDetach: l.func('void atoll_dp_keep_detach()') as Lib['keepDetach'],
+    keepMetaWrite: l.func('int atoll_dp_keep_meta_write(const uint8_t *buf, uint32_t len)') as Lib['keepMetaWrite'],
+    keepMetaRead: l.func('int atoll_dp_keep_meta_read(uint8_t *out, uint32_t cap)') as Lib['keepMetaRead'],
+    keepSweep: l.func('int atoll_dp_keep_sweep(const int32_t *keep, int n)') as Lib['keepSweep'],
+    keepUsed: l.func('int atoll_dp_keep_used()') as Lib['keepUsed'],
+    keeperConnect: l.func('int atoll_dp_keeper_connect(const char *path, int32_t *fds, int max, int32_t *info)') as Lib['keeperConnect'],
+    keeperQuit: l.func('void atoll_dp_keeper_quit(int c)') as Lib['keeperQuit'],
     windowTest: l.func('int atoll_dp_window_test(void *t, uint32_t id, double counter, int accept)') as Lib['windowTest'],
     open: l.func('int atoll_dp_open(void *t, void *vec, int n, double now, int32_t *results, int max, uint32_t *counts)') as Lib['open'],
     senderNew: l.func('void *atoll_dp_sender_new(int fd)') as Lib['senderNew'],
@@ -111,13 +141,35 @@ export class SealKey {
   #k: Ptr;
   readonly #l: Lib;
 
-  /** @param key 32 bytes (not kept: the caller may zero it). @param id the key id the datagrams carry. */
-  constructor(key: Uint8Array, id: number) {
-    if (key.length !== 32) throw new RangeError(`an AES-256-GCM key has 32 bytes, not ${key.length}`);
+  /**
+   * @param key 32 bytes (not kept: the caller may zero it). @param id the key id the datagrams carry. With a
+   * {@link KeptRegion} attached, the key and its counter live in one of its slots.
+   */
+  constructor(key: Uint8Array, id: number);
+  /** @internal the handle of a key taken back from the kept region ({@link SealKey.restore}). */
+  constructor(key: null, id: number, handle: Ptr);
+  constructor(key: Uint8Array | null, id: number, handle?: Ptr) {
     this.#l = load();
     this.id = id >>> 0;
+    if (key === null) {
+      this.#k = handle;
+      return;
+    }
+    if (key.length !== 32) throw new RangeError(`an AES-256-GCM key has 32 bytes, not ${key.length}`);
     this.#k = this.#l.sealKeyNew(key, this.id);
     if (!this.#k) throw new Error('EVP init of AES-256-GCM failed');
+  }
+
+  /** The sending key kept in `slot` of the attached region, with its counter; undefined when the slot holds none. */
+  static restore(slot: number): SealKey | undefined {
+    const l = load();
+    const k = l.sealKeyRestore(slot);
+    return k ? new SealKey(null, l.sealKeyId(k), k) : undefined;
+  }
+
+  /** Its slot in the kept region, or -1 (on the heap). */
+  get slot(): number {
+    return this.#k === null ? -1 : this.#l.sealKeySlot(this.#k);
   }
 
   /** The native handle, for {@link DatagramSender.send}. */
@@ -139,10 +191,17 @@ export class SealKey {
     return out;
   }
 
-  /** Frees the key (cleansed); idempotent. */
+  /** Frees the key (cleansed, its slot too); idempotent. */
   free(): void {
     if (this.#k === null) return;
     this.#l.sealKeyFree(this.#k);
+    this.#k = null;
+  }
+
+  /** Frees the key but leaves its slot as it is, for the agent's next process; idempotent. */
+  release(): void {
+    if (this.#k === null) return;
+    this.#l.sealKeyRelease(this.#k);
     this.#k = null;
   }
 }
@@ -190,6 +249,21 @@ export class OpenKeyTable {
     return rc === 0;
   }
 
+  /**
+   * Adds the receiving key kept in `slot` of the attached region, with its replay window, for peer tag `peer`.
+   * @returns false when the slot holds none or its id is taken.
+   */
+  restore(slot: number, peer: number): boolean {
+    const rc = this.#l.tableRestore(this.#table, slot, peer);
+    if (rc === -2) throw new Error('EVP init of AES-256-GCM failed');
+    return rc === 0;
+  }
+
+  /** The slot of key `id` in the kept region: -1 on the heap or when there is no such key. */
+  slot(id: number): number {
+    return this.#t === null ? -1 : Math.max(-1, this.#l.tableSlot(this.#t, id >>> 0));
+  }
+
   /** Key `id` opens nothing after `at` (the clock passed to {@link open}). */
   expire(id: number, at: number): void {
     this.#l.tableExpire(this.#table, id >>> 0, at);
@@ -228,10 +302,10 @@ export class OpenKeyTable {
     return { kind: r[o] as DatagramType | 3, peer: r[o + 1]!, message: r[o + 2]!, offset: r[o + 3]!, length: r[o + 4]! };
   }
 
-  /** Frees every key (cleansed) and the table; idempotent. */
-  free(): void {
+  /** Frees every key (cleansed; with `keep`, their slots in the kept region stay as they are) and the table; idempotent. */
+  free(keep = false): void {
     if (this.#t === null) return;
-    this.#l.tableFree(this.#t);
+    this.#l.tableFree(this.#t, keep ? 1 : 0);
     this.#t = null;
   }
 }
@@ -284,4 +358,61 @@ export class DatagramSender {
     this.#l.senderFree(this.#s);
     this.#s = null;
   }
+}
+
+/**
+ * The kept region (native/atoll-dp.c): a memfd whose slots hold the keys made while it is attached, with their
+ * counters and replay windows, and a description of them (the caller's, written whole or not at all). The node's
+ * keeper (src/adapters/keeper.ts) holds the memfd, so the keys outlive the agent's process. One per process.
+ */
+export const KeptRegion = {
+  /** A new region of `slots` keys and `metaBytes` of description, attached. @returns its memfd. */
+  create(slots: number, metaBytes: number): number {
+    const fd = load().keepCreate(slots, metaBytes);
+    if (fd < 0) throw atollError('KERNEL_OP_FAILED', `memfd for the kept datagram keys failed: errno ${-fd}`, 'check the agent\'s limits (ulimit -n, memory)');
+    return fd;
+  },
+  /** Attaches the region in memfd `fd`. @returns false when `fd` holds no region. */
+  attach(fd: number): boolean {
+    return load().keepAttach(fd) === 0;
+  },
+  /** Unmaps it; keys made after are on the heap. Keys holding its slots must not be used after. */
+  detach(): void {
+    load().keepDetach();
+  },
+  /** Replaces the description. @throws RangeError when it is larger than the region's room for it. */
+  write(meta: Uint8Array): void {
+    const rc = load().keepMetaWrite(meta, meta.length);
+    if (rc === -28) throw new RangeError(`the kept keys' description (${meta.length} bytes) outgrew the region`);
+  },
+  /** The description, or undefined without a region. */
+  read(capacity: number): Uint8Array | undefined {
+    const out = new Uint8Array(capacity);
+    const n = load().keepMetaRead(out, capacity);
+    return n < 0 ? undefined : out.subarray(0, n);
+  },
+  /** Frees every used slot not in `keep`. @returns how many. */
+  sweep(keep: readonly number[]): number {
+    return load().keepSweep(Int32Array.from(keep), keep.length);
+  },
+  /** Slots in use. */
+  used(): number {
+    return load().keepUsed();
+  },
+};
+
+/**
+ * Connects to the keeper listening at `path` (native/atoll-keeper.c) and takes what it holds. The connection, kept
+ * open, tells the keeper an agent lives. @returns undefined when no keeper answers there.
+ */
+export function keeperConnect(path: string): { connection: number; pid: number; fds: number[] } | undefined {
+  const fds = new Int32Array(8);
+  const info = new Int32Array(2);
+  const c = load().keeperConnect(path, fds, fds.length, info);
+  return c < 0 ? undefined : { connection: c, pid: info[0]!, fds: [...fds.subarray(0, info[1]!)] };
+}
+
+/** Asks the keeper on `connection` to exit, giving up what it holds, and closes the connection. */
+export function keeperQuit(connection: number): void {
+  load().keeperQuit(connection);
 }
