@@ -41,7 +41,7 @@ import { equalBytes, HELLO_TYPE, type HelloDrop, judgeHello, parseHello } from '
 import type { UdpKeyAck, UdpKeyMessage } from '../core/tunnel/messages.ts';
 import { VNET_HDR_LEN } from '../core/tunnel/routing.ts';
 import type { Logger } from '../core/ports.ts';
-import { DatagramSender, ipv4Number, OpenKeyTable, SealKey } from './datagram-native.ts';
+import { DatagramSender, ipv4Number, KeptRegion, OpenKeyTable, SealKey } from './datagram-native.ts';
 import { type Ephemeral, HelloCrypto } from './datagram-hello.ts';
 import type { DatagramLocalState, DatagramPeerMemory } from './datagram-state-file.ts';
 import { UdpBatchSocket, type UdpSource } from './udp-batch.ts';
@@ -63,7 +63,7 @@ const OFFER_TIMEOUT_MS = 5000;
  * 1800 datagrams dropped at once (UdpRcvbufErrors) several times per 10 s run, and the inner TCP fell to 0.4 to 0.5 of
  * plain TCP. The memory is taken only while datagrams wait.
  */
-const SOCKET_BUFFER_BYTES = 16 << 20;
+export const SOCKET_BUFFER_BYTES = 16 << 20;
 
 export type DatagramDropReason = DatagramDrop | HelloDrop | 'sendFailed';
 
@@ -119,6 +119,35 @@ export interface DatagramPathInit {
   readonly rekey?: { readonly packets: number; readonly ms: number };
   /** The node's tunnel key (PEM): with it and a state store, the hellos rebuild paths without a stream. */
   readonly identityKeyPem?: string;
+  /**
+   * A kept region is attached (src/adapters/datagram-native.ts, KeptRegion; held by the node's keeper): the keys
+   * live in it, the peers' keys and addresses are described in it at every change, and {@link DatagramPath.bind}
+   * takes back what a previous process of the agent left there.
+   */
+  readonly kept?: boolean;
+}
+
+/** The size of the kept region's description: room for about a thousand peers. */
+export const KEPT_META_BYTES = 256 << 10;
+/** Slots of the kept region: a sending key, an offered one and two receiving keys per peer, for 256 peers. */
+export const KEPT_SLOTS = 1024;
+
+/** One peer as the kept region describes it (wall-clock times, ms since the epoch). */
+interface KeptPeer {
+  readonly id: string;
+  readonly pin: string;
+  readonly endpoint?: string;
+  readonly announced?: { readonly host: string; readonly port: number };
+  /** The path was usable at the last description: the restarted agent takes it as still usable. */
+  readonly usable: boolean;
+  readonly send?: { readonly slot: number; readonly id: number; readonly createdAt: number };
+  readonly pending?: { readonly slot: number; readonly id: number; readonly at: number };
+  readonly recv: readonly { readonly slot: number; readonly id: number; readonly expiresAt: number | null }[];
+}
+
+interface KeptState {
+  readonly v: 1;
+  readonly peers: readonly KeptPeer[];
 }
 
 interface SendKey {
@@ -212,6 +241,10 @@ export class DatagramPath {
   #port = 0;
   /** Seals and sends runs of datagrams (UDP GSO). */
   #sender: DatagramSender | undefined;
+  /** The peers taken back from the kept region (before the first {@link setPeers}), and how many. */
+  #restored = 0;
+  /** The usable peers at the last description of the kept region. */
+  #describedUsable = '';
 
   constructor(components: DatagramPathComponents, init: DatagramPathInit) {
     this.#c = components;
@@ -234,16 +267,44 @@ export class DatagramPath {
     return this.#port;
   }
 
+  /** The socket's descriptor (after {@link bind}), for the keeper. */
+  get socketFd(): number {
+    if (!this.#socket) throw new Error('the datagram path is not bound');
+    return this.#socket.fd;
+  }
+
+  /** The peers a previous process of the agent left in the kept region, taken back by {@link bind}. */
+  get restored(): number {
+    return this.#restored;
+  }
+
+  /** {@link bind} and {@link run}. @throws AtollError TUNNEL_UNREACHABLE when the port cannot be bound. */
+  async start(): Promise<number> {
+    const port = this.bind();
+    this.run();
+    return port;
+  }
+
   /**
-   * Binds the socket (src/adapters/udp-batch.ts: received in batches on a pool thread) and starts the keepalives.
+   * Binds the socket (src/adapters/udp-batch.ts: received in batches on a pool thread), or takes `socket`, bound by a
+   * previous process of the agent; with a kept region, takes back the keys and peers that process left there.
+   * Nothing is received or sent before {@link run}.
    * @throws AtollError TUNNEL_UNREACHABLE when the port cannot be bound.
    */
-  async start(): Promise<number> {
+  bind(socket?: UdpBatchSocket): number {
     const { host, port } = this.#init;
-    const socket = new UdpBatchSocket({ host, port, bufferBytes: SOCKET_BUFFER_BYTES });
-    this.#socket = socket;
-    this.#sender = new DatagramSender(socket.fd);
-    this.#port = socket.port;
+    const s = socket ?? new UdpBatchSocket({ host, port, bufferBytes: SOCKET_BUFFER_BYTES });
+    this.#socket = s;
+    this.#sender = new DatagramSender(s.fd);
+    this.#port = s.port;
+    if (this.#init.kept) this.#restore();
+    return this.#port;
+  }
+
+  /** Starts receiving, the keepalives (the first at once when peers were taken back) and the hellos. */
+  run(): void {
+    const socket = this.#socket;
+    if (!socket || this.#timer) return;
     socket.start((n) => this.#onMessages(socket, n));
     this.#timer = setInterval(() => this.#tick(), this.#init.keepaliveMs ?? KEEPALIVE_MS);
     this.#timer.unref();
@@ -252,7 +313,108 @@ export class DatagramPath {
       this.#helloTimer = setInterval(() => this.#helloPass(), HELLO_FAST_MS);
       this.#helloTimer.unref();
     }
-    return this.#port;
+    // the peers still count on our keepalives: they give the path up DEAD_AFTER_MS after the last one they heard
+    if (this.#restored > 0) this.#tick();
+  }
+
+  /**
+   * Takes back the peers the kept region describes, with their keys (counters and replay windows as the previous
+   * process left them: no nonce is used twice), and frees the slots it does not describe (keys made just before that
+   * process died). A peer whose path was usable is taken as usable still: the keepalives confirm it within
+   * {@link DEAD_AFTER_MS} or give it up, as for any path.
+   */
+  #restore(): void {
+    const bytes = KeptRegion.read(KEPT_META_BYTES);
+    let kept: KeptState | undefined;
+    try {
+      kept = bytes && bytes.length > 0 ? (JSON.parse(Buffer.from(bytes).toString()) as KeptState) : undefined;
+    } catch {
+      kept = undefined;
+    }
+    const now = steadyClock();
+    const wall = Date.now();
+    const slots: number[] = [];
+    for (const k of kept?.v === 1 ? kept.peers : []) {
+      const p = this.#newPeer(k.id, k.pin, parseEndpoint(k.endpoint));
+      p.announced = k.announced;
+      const send = k.send && SealKey.restore(k.send.slot);
+      if (send && send.id === k.send?.id) {
+        p.send = { id: send.id, key: send, createdAt: now - Math.max(0, wall - k.send.createdAt) };
+        slots.push(k.send.slot);
+      } else send?.release();
+      const pending = k.pending && SealKey.restore(k.pending.slot);
+      if (pending && pending.id === k.pending?.id) {
+        p.pending = { id: pending.id, key: pending, at: now - Math.max(0, wall - k.pending.at) };
+        slots.push(k.pending.slot);
+      } else pending?.release();
+      for (const r of k.recv) {
+        if (this.#recv.has(r.id) || !this.#table.restore(r.slot, p.tag)) continue;
+        if (this.#table.slot(r.id) !== r.slot) {
+          this.#table.remove(r.id);
+          continue;
+        }
+        const expiresAt = r.expiresAt === null ? Infinity : now + (r.expiresAt - wall);
+        if (expiresAt !== Infinity) this.#table.expire(r.id, expiresAt);
+        this.#recv.set(r.id, { peer: k.id, expiresAt });
+        p.recvIds.push(r.id);
+        slots.push(r.slot);
+      }
+      if (k.usable && p.send) {
+        p.lastHeard = now;
+        p.heardByPeer = now;
+      }
+    }
+    const swept = KeptRegion.sweep(slots);
+    this.#restored = this.#peers.size;
+    this.#peersSet = this.#peers.size > 0;
+    if (this.#restored > 0 || swept > 0) this.#c.log?.info('datagram path taken back from the kept region', { peers: this.#restored, keys: slots.length, swept });
+    this.#describe();
+  }
+
+  /**
+   * Describes the peers and their keys' slots in the kept region, after every change of keys or addresses (a key's
+   * slot is freed only after the description without it, and described only once made): what {@link #restore} reads
+   * in the agent's next process.
+   */
+  #describe(): void {
+    if (!this.#init.kept) return;
+    const now = steadyClock();
+    const wall = Date.now();
+    const peers: KeptPeer[] = [];
+    for (const p of this.#peers.values()) {
+      const recv = p.recvIds.map((id) => ({ slot: this.#table.slot(id), id, expiresAt: wallOf(this.#recv.get(id)?.expiresAt ?? Infinity, now, wall) }));
+      peers.push({
+        id: p.id, pin: p.pin, usable: this.#usable(p, now),
+        ...(p.endpoint ? { endpoint: `${p.endpoint.host}:${p.endpoint.port}` } : {}),
+        ...(p.announced ? { announced: p.announced } : {}),
+        ...(p.send && p.send.key.slot >= 0 ? { send: { slot: p.send.key.slot, id: p.send.id, createdAt: wall - (now - p.send.createdAt) } } : {}),
+        ...(p.pending && p.pending.key.slot >= 0 ? { pending: { slot: p.pending.key.slot, id: p.pending.id, at: wall - (now - p.pending.at) } } : {}),
+        recv: recv.filter((r) => r.slot >= 0),
+      });
+    }
+    const state: KeptState = { v: 1, peers };
+    try {
+      KeptRegion.write(Buffer.from(JSON.stringify(state)));
+    } catch (err) {
+      this.#c.log?.error('cannot describe the kept datagram keys: a restart of the agent loses the datagram path for a while', { err });
+    }
+    this.#describedUsable = this.#usableSet(now);
+  }
+
+  #usableSet(now: number): string {
+    return [...this.#peers.values()].filter((p) => this.#usable(p, now)).map((p) => p.id).join(',');
+  }
+
+  #newPeer(id: string, pin: string, endpoint: Endpoint | undefined): PeerState {
+    const mem: DatagramPeerMemory | undefined = this.#state?.peers[id]?.pin === pin ? this.#state.peers[id] : undefined;
+    const p: PeerState = {
+      id, tag: this.#nextTag++, endpoint: endpoint ?? parseEndpoint(mem?.endpoint), announced: undefined, send: undefined, pending: undefined, lastHeard: -Infinity, heardByPeer: -Infinity, recvIds: [],
+      pin, seenGeneration: mem?.seenGeneration ?? -1, theirEph: undefined, myEph: undefined, myEphUsedWith: undefined,
+      rebuildingSince: undefined, rebuildStartedAt: 0, nextHelloAt: 0, lastAnswerAt: -Infinity,
+    };
+    this.#peers.set(id, p);
+    this.#tags.set(p.tag, p);
+    return p;
   }
 
   /**
@@ -262,24 +424,20 @@ export class DatagramPath {
   setPeers(peers: readonly { readonly id: string; readonly pin: string }[]): void {
     this.#peersSet = peers.length > 0 || this.#peersSet;
     const keep = new Map(peers.map((p) => [p.id, p.pin]));
+    const gone: PeerState[] = [];
     for (const [id, p] of this.#peers) {
       if (keep.get(id) === p.pin) continue;
-      p.send?.key.free();
-      p.pending?.key.free();
-      for (const k of [...p.recvIds]) this.#dropRecv(k);
+      gone.push(p);
       this.#peers.delete(id);
       this.#tags.delete(p.tag);
     }
-    for (const [id, pin] of keep) {
-      if (this.#peers.has(id)) continue;
-      const mem: DatagramPeerMemory | undefined = this.#state?.peers[id]?.pin === pin ? this.#state.peers[id] : undefined;
-      const p: PeerState = {
-        id, tag: this.#nextTag++, endpoint: parseEndpoint(mem?.endpoint), announced: undefined, send: undefined, pending: undefined, lastHeard: -Infinity, heardByPeer: -Infinity, recvIds: [],
-        pin, seenGeneration: mem?.seenGeneration ?? -1, theirEph: undefined, myEph: undefined, myEphUsedWith: undefined,
-        rebuildingSince: undefined, rebuildStartedAt: 0, nextHelloAt: 0, lastAnswerAt: -Infinity,
-      };
-      this.#peers.set(id, p);
-      this.#tags.set(p.tag, p);
+    for (const [id, pin] of keep) if (!this.#peers.has(id)) this.#newPeer(id, pin, undefined);
+    // described without them before their keys' slots are freed
+    if (gone.length > 0) this.#describe();
+    for (const p of gone) {
+      p.send?.key.free();
+      p.pending?.key.free();
+      for (const k of [...p.recvIds]) this.#dropRecv(k, false);
     }
   }
 
@@ -289,10 +447,12 @@ export class DatagramPath {
     if (!p || !stream.alive) return;
     const id = randomBytes(4).readUInt32BE(0);
     const salt = randomBytes(16).toString('hex');
-    p.pending?.key.free();
+    const was = p.pending;
     const key = deriveDatagramKey(stream, salt, id);
     p.pending = { id, key: new SealKey(key, id), at: steadyClock() };
     key.fill(0);
+    this.#describe();
+    was?.key.free();
     stream.sendControl({ t: 'udp-key', id, salt, host: this.#c.publicHost(), port: this.#port });
   }
 
@@ -302,9 +462,11 @@ export class DatagramPath {
     if (!p) return;
     if (msg.t === 'udp-key-ack') {
       if (p.pending?.id !== msg.id) return;
-      p.send?.key.free();
+      const was = p.send;
       p.send = { id: msg.id, key: p.pending.key, createdAt: steadyClock() };
       p.pending = undefined;
+      this.#describe();
+      was?.key.free();
       return;
     }
     const had = this.#recv.get(msg.id);
@@ -321,6 +483,7 @@ export class DatagramPath {
     const again = p.announced?.host === announced.host && p.announced.port === announced.port;
     if (!p.endpoint || !again || steadyClock() - p.lastHeard >= (this.#init.deadAfterMs ?? DEAD_AFTER_MS)) p.endpoint = endpointOf(announced.host, announced.port);
     p.announced = announced;
+    this.#describe();
     stream.sendControl({ t: 'udp-key-ack', id: msg.id });
   }
 
@@ -334,7 +497,7 @@ export class DatagramPath {
         this.#table.expire(old, k.expiresAt);
       }
     }
-    while (p.recvIds.length >= 2) this.#dropRecv(p.recvIds[0] as number);
+    while (p.recvIds.length >= 2) this.#dropRecv(p.recvIds[0] as number, true);
     if (!this.#table.add(id, p.tag, key)) return;
     this.#recv.set(id, { peer: peerId, expiresAt: Infinity });
     p.recvIds.push(id);
@@ -380,9 +543,11 @@ export class DatagramPath {
       const keys = crypto.derive(mine, h.eph, p.pin);
       if (!keys || this.#recv.has(keys.recv.id)) return this.#drop('helloMalformed');
       p.myEphUsedWith = h.eph.slice();
-      p.send?.key.free();
+      const was = p.send;
       p.send = { id: keys.send.id, key: new SealKey(keys.send.key, keys.send.id), createdAt: now };
       this.#addRecvKey(peerId, p, keys.recv.id, keys.recv.key);
+      this.#describe();
+      was?.key.free();
       keys.send.key.fill(0);
       keys.recv.key.fill(0);
       this.stats.helloKeys++;
@@ -574,6 +739,7 @@ export class DatagramPath {
           const from = socket.sourceOf(msg);
           p.endpoint = endpointOf(from.address, from.port);
           this.stats.endpointMoves++;
+          this.#describe();
         }
         p.lastHeard = now;
         if ((bytes[off]! & KEEPALIVE_HEARS_YOU) !== 0) p.heardByPeer = now;
@@ -611,18 +777,21 @@ export class DatagramPath {
         this.flush();
       }
     }
-    for (const [id, k] of [...this.#recv]) if (k.expiresAt < now) this.#dropRecv(id);
+    for (const [id, k] of [...this.#recv]) if (k.expiresAt < now) this.#dropRecv(id, true);
+    if (this.#init.kept && this.#usableSet(now) !== this.#describedUsable) this.#describe();
     this.#remember();
   }
 
-  #dropRecv(id: number): void {
+  /** Drops receiving key `id`; `describe`: described without it first (its peer stays). */
+  #dropRecv(id: number, describe: boolean): void {
     const k = this.#recv.get(id);
     if (!k) return;
-    this.#table.remove(id);
     this.#recv.delete(id);
     const p = this.#peers.get(k.peer);
     const i = p?.recvIds.indexOf(id) ?? -1;
     if (i >= 0) p?.recvIds.splice(i, 1);
+    if (describe) this.#describe();
+    this.#table.remove(id);
   }
 
   /** The datagram path of `peerId`, for `atoll peers`. */
@@ -635,18 +804,35 @@ export class DatagramPath {
     };
   }
 
-  /** Stops the keepalives, closes the socket, frees every key. Idempotent. */
-  close(): void {
+  /**
+   * Stops the keepalives, closes the socket, frees every key. With `keep` (a keeper holds the data plane for the
+   * agent's next process), the keys' slots and the description stay as they are: the next process goes on with them.
+   * Idempotent.
+   */
+  close(keep = false): void {
     if (this.#timer) clearInterval(this.#timer);
     if (this.#helloTimer) clearInterval(this.#helloTimer);
     this.#timer = undefined;
     this.#helloTimer = undefined;
-    this.setPeers([]);
+    if (keep && this.#init.kept) {
+      for (const p of this.#peers.values()) {
+        p.send?.key.release();
+        p.pending?.key.release();
+      }
+      this.#peers.clear();
+      this.#tags.clear();
+      this.#recv.clear();
+    } else this.setPeers([]);
     this.#socket?.close();
     this.#sender?.free();
     this.#sender = undefined;
-    this.#table.free();
+    this.#table.free(keep);
   }
+}
+
+/** A steady-clock deadline as wall-clock ms (null: never). */
+function wallOf(steady: number, now: number, wall: number): number | null {
+  return steady === Infinity ? null : wall + (steady - now);
 }
 
 function parseEndpoint(text: string | undefined): Endpoint | undefined {

@@ -32,6 +32,7 @@ const O_CLOEXEC = 0o2000000;
 const TUNSETIFF = 0x400454ca;
 const TUNSETOFFLOAD = 0x400454d0;
 const TUNSETVNETHDRSZ = 0x400454d8;
+const TUNGETIFF = 0x800454d2;
 const IFF_TUN = 0x0001;
 const IFF_NO_PI = 0x1000;
 const IFF_VNET_HDR = 0x4000;
@@ -257,14 +258,36 @@ export function openTun(opts: OpenTunOptions): TunDevice {
     if (lib.ioctlVal(fd, TUNSETOFFLOAD, TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6) < 0) fail('TUNSETOFFLOAD CSUM|TSO4|TSO6');
     return fd;
   };
-  const fd = opts.netns ? inNetns(opts.netns, create) : create();
+  return bringUp(opts, opts.netns ? inNetns(opts.netns, create) : create());
+}
+
+/** Sets the device's gso_max_size and MTU and brings it up; closes `fd` on failure. */
+function bringUp(opts: OpenTunOptions, fd: number): TunDevice {
   try {
-    const set = ['link', 'set', 'dev', name, 'gso_max_size', String(TUN_GSO_MAX_SIZE)];
+    const set = ['link', 'set', 'dev', opts.name, 'gso_max_size', String(TUN_GSO_MAX_SIZE)];
     if (opts.mtu !== undefined) set.push('mtu', String(opts.mtu));
-    ipSync([...set, 'up'], `TUN device ${name}`, { netns: opts.netns });
+    ipSync([...set, 'up'], `TUN device ${opts.name}`, { netns: opts.netns });
   } catch (err) {
-    lib.close(fd);
+    load().close(fd);
     throw err;
   }
-  return new TunDevice(name, fd);
+  return new TunDevice(opts.name, fd);
+}
+
+/**
+ * Takes over `fd`, a descriptor of the TUN device `opts.name` that another process handed on (the tunnel's keeper,
+ * src/adapters/keeper.ts), as {@link openTun} would have made it. @returns undefined, the descriptor closed, when it
+ * is not attached to that device with the virtio-net header (the device was deleted meanwhile, or another one).
+ */
+export function adoptTun(fd: number, opts: OpenTunOptions): TunDevice | undefined {
+  const lib = load();
+  const ifr = Buffer.alloc(IFREQ_SIZE);
+  const attached = lib.ioctlPtr(fd, TUNGETIFF, ifr) === 0;
+  const name = ifr.subarray(0, IFNAMSIZ).toString('utf8').replace(/\0.*$/s, '');
+  const flags = ifr.readUInt16LE(IFNAMSIZ);
+  if (!attached || name !== opts.name || (flags & (IFF_TUN | IFF_NO_PI | IFF_VNET_HDR)) !== (IFF_TUN | IFF_NO_PI | IFF_VNET_HDR)) {
+    lib.close(fd);
+    return undefined;
+  }
+  return bringUp(opts, fd);
 }

@@ -215,14 +215,15 @@ export class UdpBatchSocket {
   #closed = false;
 
   /**
-   * Creates the socket and binds it.
+   * Creates the socket and binds it; with `adopted`, takes over that descriptor, a socket bound before that another
+   * process handed on (the tunnel's keeper, src/adapters/keeper.ts), and sets its options again.
    * @throws AtollError TUNNEL_UNREACHABLE when the address cannot be bound (in use, not local), KERNEL_OP_FAILED when
-   *   a socket option the datagram path needs is refused.
+   *   a socket option the datagram path needs is refused or `adopted` is not a bound IPv4 UDP socket.
    */
-  constructor(init: UdpBatchSocketInit) {
+  constructor(init: UdpBatchSocketInit, adopted?: number) {
     const c = load();
     this.#c = c;
-    const fd = c.socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    const fd = adopted ?? c.socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     if (fd < 0) throw atollError('KERNEL_OP_FAILED', `socket(AF_INET, SOCK_DGRAM) for the tunnel's UDP port failed: ${errnoText(koffi.errno())}`, 'check the agent\'s limits (ulimit -n)');
     const fail = (err: Error): never => {
       c.close(fd);
@@ -237,15 +238,18 @@ export class UdpBatchSocket {
         fail(atollError('KERNEL_OP_FAILED', `setsockopt ${what} on the tunnel's UDP socket failed: ${errnoText(koffi.errno())}`, 'run on Linux 5.0 or later (UDP_GRO), or turn tunnel.udp off'));
       }
     }
-    const addr = sockaddrIn(init.host, init.port);
-    if (!addr) fail(atollError('TUNNEL_UNREACHABLE', `the tunnel's UDP address ${init.host} is not an IPv4 address`, 'set tunnel.udp to an IPv4 listen address'));
-    if (c.bind(fd, addr as Uint8Array, SOCKADDR) !== 0) {
-      fail(atollError('TUNNEL_UNREACHABLE', `the tunnel's UDP port ${init.host}:${init.port} cannot be bound: ${errnoText(koffi.errno())}`, 'free the port or set tunnel.udp.port'));
+    if (adopted === undefined) {
+      const addr = sockaddrIn(init.host, init.port);
+      if (!addr) fail(atollError('TUNNEL_UNREACHABLE', `the tunnel's UDP address ${init.host} is not an IPv4 address`, 'set tunnel.udp to an IPv4 listen address'));
+      if (c.bind(fd, addr as Uint8Array, SOCKADDR) !== 0) {
+        fail(atollError('TUNNEL_UNREACHABLE', `the tunnel's UDP port ${init.host}:${init.port} cannot be bound: ${errnoText(koffi.errno())}`, 'free the port or set tunnel.udp.port'));
+      }
     }
     const bound = new Uint8Array(SOCKADDR);
     if (c.getsockname(fd, bound, new Int32Array([SOCKADDR])) !== 0) fail(atollError('KERNEL_OP_FAILED', `getsockname on the tunnel's UDP socket failed: ${errnoText(koffi.errno())}`));
     this.fd = fd;
     this.port = (bound[2]! << 8) | bound[3]!;
+    if (bound[0] !== AF_INET || this.port === 0) fail(atollError('KERNEL_OP_FAILED', `descriptor ${fd} handed on for the tunnel's UDP port is not a bound IPv4 socket`));
     this.#ring = new Ring(c);
   }
 

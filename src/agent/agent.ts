@@ -31,6 +31,7 @@ import { Tunnel } from './tunnel.ts';
 import { startStatusServer, statusSocketOf } from '../adapters/status-socket.ts';
 import { spkiPin } from '../adapters/pki.ts';
 import { loadOrCreateTunnelCredentials, type TunnelCredentials } from '../adapters/tunnel-credentials.ts';
+import { keeperSocketOf } from '../adapters/keeper.ts';
 import { ROLE_ANNOTATION, roleOf, TUNNEL_PORT_ANNOTATION } from '../core/tunnel/plan.ts';
 import type { AgentStatus, StatusNode } from '../core/ops/agent-status.ts';
 import type { OpsServer, Readiness } from '../adapters/ops-server.ts';
@@ -177,7 +178,12 @@ export class Agent {
         {
           nodeName: cfg.nodeName, role: cfg.tunnel.role, port: cfg.tunnel.port, device: cfg.tunnel.device, community: cfg.community,
           listenHost: cfg.underlayAddresses[0] ?? '0.0.0.0', mtu, credentials: this.#tunnelCredentials, relay: relayOf(cfg.tunnel.relay),
-          ...(cfg.tunnel.udp ? { udp: { ...cfg.tunnel.udp, statePath: join(cfg.dataDir, 'tunnel-udp.json') } } : {}),
+          ...(cfg.tunnel.udp ? {
+            udp: {
+              ...cfg.tunnel.udp, statePath: join(cfg.dataDir, 'tunnel-udp.json'),
+              ...(cfg.tunnel.udp.keepMs > 0 ? { keeper: { socketPath: keeperSocketOf(cfg.dataDir), graceMs: cfg.tunnel.udp.keepMs } } : {}),
+            },
+          } : {}),
         },
       );
       await this.#tunnel.start();

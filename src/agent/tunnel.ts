@@ -9,7 +9,11 @@
  * mode or address changes.
  *
  * With `udp`, packets take the datagram path (src/adapters/datagram-path.ts) whenever it is usable: its keys are
- * offered on every stream that comes up, and the streams carry everything else.
+ * offered on every stream that comes up, and the streams carry everything else. With `udp.keepMs`, the node's keeper
+ * (src/adapters/keeper.ts) holds the TUN device, the UDP socket and the kept keys while the agent is away: a restarted
+ * agent takes them back and goes on where the last one stopped, so established datagram paths lose nothing (packets
+ * wait in the device's and socket's queues meanwhile). Neither the TUN device nor the socket is read before the first
+ * {@link Tunnel.sync} set the peers: a packet read earlier would find no peer and be dropped.
  *
  * MTU: the TUN device gets the pods' MTU, so no packet a pod sends is too big for it; the stream is TCP, so the
  * underlay's MTU does not limit the tunnel's packets (TCP superpackets pass whole, GSO on both TUN devices). With the
@@ -17,6 +21,7 @@
  * larger MTU learn the smaller one from the ICMP "fragmentation needed" the node sends them (their superpackets are
  * cut into segments of that size, one per datagram).
  */
+import { closeSync } from 'node:fs';
 import type { Server } from 'node:tls';
 import type { NodeRecord } from '../core/cluster/model.ts';
 import { planTunnel, type TunnelPeerPlan, type TunnelPlan, type TunnelRole, tunnelSourceAddress } from '../core/tunnel/plan.ts';
@@ -24,10 +29,13 @@ import type { Logger } from '../core/ports.ts';
 import type { PeerPath, TunnelStatus } from '../core/tunnel/status.ts';
 import { innerMtu } from '../core/tunnel/datagram.ts';
 import type { ControlMessage } from '../core/tunnel/messages.ts';
-import { DatagramPath } from '../adapters/datagram-path.ts';
+import { DatagramPath, KEPT_META_BYTES, KEPT_SLOTS, SOCKET_BUFFER_BYTES } from '../adapters/datagram-path.ts';
 import { type DatagramLocalState, DatagramStateFile, EMPTY_DATAGRAM_STATE } from '../adapters/datagram-state-file.ts';
 import type { IpRoute2 } from '../adapters/iproute2.ts';
-import { openTun } from '../adapters/tun.ts';
+import { keeperQuit, KeptRegion } from '../adapters/datagram-native.ts';
+import { type Held, startKeeper, takeHeld } from '../adapters/keeper.ts';
+import { adoptTun, openTun, type TunDevice } from '../adapters/tun.ts';
+import { UdpBatchSocket } from '../adapters/udp-batch.ts';
 import { type StreamKind, TunnelEndpoint } from '../adapters/tunnel-endpoint.ts';
 import type { TunnelCredentials } from '../adapters/tunnel-credentials.ts';
 import { listenTunnel } from '../adapters/tunnel-dial.ts';
@@ -64,7 +72,18 @@ export interface TunnelInit {
    * The datagram path: its UDP port, the underlay's MTU and the file its local state lives in (the port an edge node
    * bound, peers' last addresses: what rebuilds paths without the relay); off when absent.
    */
-  readonly udp?: { readonly port: number; readonly underlayMtu: number; readonly statePath?: string };
+  readonly udp?: {
+    readonly port: number; readonly underlayMtu: number; readonly statePath?: string;
+    /** The keeper: its socket (keeperSocketOf the data directory) and how long it waits for an agent; none when absent. */
+    readonly keeper?: { readonly socketPath: string; readonly graceMs: number };
+  };
+}
+
+/** What a keeper handed back from the agent's previous process: the TUN device, the bound socket, the kept region attached. */
+interface TakenBack {
+  readonly tun: TunDevice;
+  readonly socket: UdpBatchSocket;
+  readonly held: Held;
 }
 
 /** A running per-peer loop: what it was started for, and how to stop it. */
@@ -89,6 +108,10 @@ export class Tunnel {
   readonly #circuitKeepers = new Map<string, PeerLoop>();
   readonly #pathSince = new Map<string, { path: PeerPath; since: number }>();
   #datagrams: DatagramPath | undefined;
+  /** The keeper's connection (it tells the keeper an agent lives), while one holds the data plane. */
+  #keeper: Held | undefined;
+  /** Whether the TUN device and the socket are read (from the first {@link sync} on). */
+  #running = false;
 
   constructor(components: TunnelComponents, init: TunnelInit) {
     this.#c = components;
@@ -114,23 +137,31 @@ export class Tunnel {
     }
   }
 
-  /** Opens the TUN device, starts the endpoint and, on a cloud node, the listener. @throws AtollError on failure. */
+  /**
+   * Opens the TUN device (or takes it back from the keeper, with the socket and the kept keys), binds the datagram
+   * path and, on a cloud node, starts the listener. Packets flow from the first {@link sync} on.
+   * @throws AtollError on failure.
+   */
   async start(): Promise<void> {
     const { device, role, listenHost, port, credentials, udp } = this.#init;
     const mtu = udp ? Math.min(this.#init.mtu, innerMtu(udp.underlayMtu)) : this.#init.mtu;
-    const tun = openTun({ name: device, mtu });
+    const back = udp?.keeper ? this.#takeBack(udp.keeper.socketPath, device, mtu) : undefined;
+    // a new kept region when there is to be a keeper and none handed one back
+    const keptFd = udp?.keeper && !back ? this.#newKeptRegion() : undefined;
+    const tun = back?.tun ?? openTun({ name: device, mtu });
     const endpoint = new TunnelEndpoint(tun, []);
     this.#endpoint = endpoint;
     if (udp) {
       try {
-        this.#datagrams = await this.#startDatagrams(endpoint, udp);
+        this.#datagrams = this.#startDatagrams(udp, back?.socket, back !== undefined || keptFd !== undefined);
       } catch (err) {
         endpoint.close();
+        if (keptFd !== undefined) closeSync(keptFd);
         throw err;
       }
       endpoint.useDatagrams(this.#datagrams);
+      if (udp.keeper) this.#keeper = back?.held ?? await this.#startKeeper(udp.keeper, [tun.fd, this.#datagrams.socketFd], keptFd);
     }
-    endpoint.start();
     if (role === 'cloud') {
       const { server } = await listenTunnel({
         host: listenHost, port, credentials,
@@ -144,20 +175,88 @@ export class Tunnel {
       this.#server = server;
     }
     if (role === 'edge' && this.#relay) void this.#relay.control.run(this.#abort.signal);
-    this.#c.log.info('tunnel started', { device, mtu, role, ...(role === 'cloud' ? { listen: `${listenHost}:${port}` } : {}), ...(this.#datagrams ? { udpPort: this.#datagrams.port, underlayMtu: udp?.underlayMtu } : {}), ...(this.#init.relay ? { relay: `${this.#init.relay.host}:${this.#init.relay.port}` } : {}) });
+    this.#c.log.info('tunnel started', {
+      device, mtu, role, ...(role === 'cloud' ? { listen: `${listenHost}:${port}` } : {}),
+      ...(this.#datagrams ? { udpPort: this.#datagrams.port, underlayMtu: udp?.underlayMtu, takenBack: back !== undefined, keeper: this.#keeper?.pid } : {}),
+      ...(this.#init.relay ? { relay: `${this.#init.relay.host}:${this.#init.relay.port}` } : {}),
+    });
   }
 
   /**
-   * The datagram path, bound. An edge node binds an ephemeral port the first time (nodes behind one NAT then never want
-   * the same outside port, so the NAT keeps each one's) and the same port after a restart, so its NAT mapping, which
-   * its peers know, still holds; another one when that port is taken meanwhile. A cloud node has a public address and
-   * the configured port.
+   * What the keeper at `socketPath` holds for the agent's previous process, if it is this node's device and a kept
+   * region: taken back, the region attached. A set that does not fit (the device deleted meanwhile, a configuration
+   * that changed) is given up, and the keeper asked to exit.
    */
-  async #startDatagrams(endpoint: TunnelEndpoint, udp: NonNullable<TunnelInit['udp']>): Promise<DatagramPath> {
+  #takeBack(socketPath: string, device: string, mtu: number): TakenBack | undefined {
+    const held = takeHeld(socketPath);
+    if (!held) return undefined;
+    const ours = new Set(held.fds);
+    const giveUp = (why: string): undefined => {
+      this.#c.log.warn('the keeper\'s data plane does not fit: starting a new one', { why, keeper: held.pid });
+      for (const fd of ours) closeSync(fd);
+      keeperQuit(held.connection);
+      KeptRegion.detach();
+      return undefined;
+    };
+    const [tunFd, udpFd, keptFd] = held.fds;
+    if (held.fds.length !== 3 || tunFd === undefined || udpFd === undefined || keptFd === undefined) return giveUp(`it held ${held.fds.length} descriptors, not 3`);
+    if (!KeptRegion.attach(keptFd)) return giveUp('its memfd holds no kept region');
+    ours.delete(tunFd); // adoptTun closes it when it does not fit
+    let tun: TunDevice | undefined;
+    try {
+      tun = adoptTun(tunFd, { name: device, mtu });
+    } catch (err) {
+      return giveUp((err as Error).message);
+    }
+    if (!tun) return giveUp(`its TUN descriptor is not attached to ${device} (deleted meanwhile?)`);
+    ours.delete(udpFd); // the socket closes it when it does not fit
+    let socket: UdpBatchSocket;
+    try {
+      socket = new UdpBatchSocket({ host: '0.0.0.0', port: 0, bufferBytes: SOCKET_BUFFER_BYTES }, udpFd);
+    } catch (err) {
+      tun.close();
+      return giveUp((err as Error).message);
+    }
+    if (this.#init.role === 'cloud' && socket.port !== this.#init.udp?.port) {
+      socket.close();
+      tun.close();
+      return giveUp(`its socket is bound to port ${socket.port}, the configuration says ${this.#init.udp?.port}`);
+    }
+    closeSync(keptFd); // the mapping stays
+    return { tun, socket, held: { fds: [], pid: held.pid, connection: held.connection } };
+  }
+
+  /** A new kept region, attached; undefined (no keeping) when the memfd cannot be made. */
+  #newKeptRegion(): number | undefined {
+    try {
+      return KeptRegion.create(KEPT_SLOTS, KEPT_META_BYTES);
+    } catch (err) {
+      this.#c.log.warn('no kept region for the datagram keys: an agent restart interrupts the datagram path', { err });
+      return undefined;
+    }
+  }
+
+  /** Starts a keeper holding the TUN device and the socket (`fds`) and the kept region; a failure costs only the keeping. */
+  async #startKeeper(keeper: { socketPath: string; graceMs: number }, fds: readonly number[], keptFd: number | undefined): Promise<Held | undefined> {
+    if (keptFd === undefined) return undefined;
+    const { held, why } = await startKeeper(keeper.socketPath, [...fds, keptFd], keeper.graceMs);
+    closeSync(keptFd); // the mapping stays
+    if (!held) this.#c.log.warn('no keeper for the data plane: an agent restart interrupts the datagram path', { why });
+    return held;
+  }
+
+  /**
+   * The datagram path, bound (not yet receiving: {@link sync} runs it). An edge node binds an ephemeral port the first
+   * time (nodes behind one NAT then never want the same outside port, so the NAT keeps each one's) and the same port
+   * after a restart, so its NAT mapping, which its peers know, still holds; another one when that port is taken
+   * meanwhile. A cloud node has a public address and the configured port. `socket`: the one the keeper held.
+   */
+  #startDatagrams(udp: NonNullable<TunnelInit['udp']>, socket: UdpBatchSocket | undefined, kept: boolean): DatagramPath {
     const { role, listenHost, credentials } = this.#init;
     const file = udp.statePath ? new DatagramStateFile(udp.statePath) : undefined;
     const saved = file?.load() ?? EMPTY_DATAGRAM_STATE;
     let state = saved;
+    const endpoint = this.#endpoint as TunnelEndpoint;
     const components = {
       streamOf: (name: string) => endpoint.streamOf(name) ?? endpoint.circuitOf(name),
       publicHost: () => this.#relay?.control.publicHost ?? '',
@@ -165,18 +264,18 @@ export class Tunnel {
       log: this.#c.log,
       ...(file ? { state: { load: () => state, save: (s: DatagramLocalState) => file.save((state = s)) } } : {}),
     };
-    const init = (port: number) => ({ host: role === 'cloud' ? listenHost : '0.0.0.0', port, underlayMtu: udp.underlayMtu, identityKeyPem: credentials.keyPem });
+    const init = (port: number) => ({ host: role === 'cloud' ? listenHost : '0.0.0.0', port, underlayMtu: udp.underlayMtu, identityKeyPem: credentials.keyPem, kept });
     const wanted = role === 'cloud' ? udp.port : saved.port;
     const datagrams = new DatagramPath(components, init(wanted));
     try {
-      await datagrams.start();
+      datagrams.bind(socket);
       return datagrams;
     } catch (err) {
       datagrams.close();
       if (role === 'cloud' || wanted === 0) throw err;
       this.#c.log.warn('the UDP port of the last run is taken: peers learn the new one from the relay or the controller', { port: wanted });
       const fresh = new DatagramPath(components, init(0));
-      await fresh.start();
+      fresh.bind();
       return fresh;
     }
   }
@@ -238,6 +337,11 @@ export class Tunnel {
       this.#datagrams?.setPeers(plan.peers.map((p) => ({ id: p.name, pin: p.pin })));
       this.#c.log.info('tunnel peers', { peers: plan.peers.map((p) => `${p.name} (${p.dial ? `dial ${p.dial.host}:${p.dial.port}` : p.mode})`), skipped: plan.skipped });
       for (const p of plan.peers) this.#notePath(p.name);
+    }
+    if (!this.#running) {
+      this.#running = true;
+      this.#datagrams?.run();
+      endpoint.start();
     }
     syncLoops(this.#dialers, plan.peers.filter((p) => p.mode === 'dial'), (p, signal) => this.#dialLoop(p, signal));
     const relay = this.#relay;
@@ -301,10 +405,13 @@ export class Tunnel {
       loops.clear();
     }
     this.#server?.close();
-    this.#datagrams?.close();
+    // with a keeper, the keys stay in the kept region for the agent's next process
+    this.#datagrams?.close(this.#keeper !== undefined);
     this.#datagrams = undefined;
     this.#endpoint?.close();
     this.#endpoint = undefined;
+    if (this.#keeper) closeSync(this.#keeper.connection);
+    this.#keeper = undefined;
   }
 }
 

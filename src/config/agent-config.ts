@@ -98,11 +98,14 @@ export const agentConfigSchema = z.strictObject({
      * packet, where the stream moves more per CPU). Cloud nodes receive on `port`; edge nodes on an ephemeral port (nodes behind one NAT must not
      * want the same outside port), the same one again after a restart (kept in <dataDir>/tunnel-udp.json with the
      * peers' last addresses, so paths heal without the relay). `underlayMtu` bounds every datagram (the TUN device's
-     * MTU becomes at most underlayMtu - 70).
+     * MTU becomes at most underlayMtu - 70). `keepMs`: how long the node's keeper (bin/atoll-keeper) holds the data
+     * plane (TUN device, UDP socket, keys) for an agent that went away, so that a restart loses no packet on
+     * established datagram paths; 0 runs no keeper.
      */
     udp: z.union([z.literal(false), z.strictObject({
       port: z.number().int().min(1).max(65535).default(8477),
       underlayMtu: z.number().int().min(576).max(65535).default(1500),
+      keepMs: z.number().int().min(0).max(86_400_000).default(60_000),
     })]).prefault({}),
   }).optional(),
   /** Cluster pod ranges: pod traffic to them is never masqueraded (every known block is included anyway). */

@@ -8,6 +8,7 @@
  * Safety: everything happens inside the run's namespaces; processes are stopped by PID (the ones the lab started);
  * every wait is bounded; a fault that throws still restores the uplink it cut.
  */
+import { keeperSocketOf, stopKeeper } from '../adapters/keeper.ts';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -303,10 +304,14 @@ function kubeOf(lab: RunningLab): { kube: LabKubernetes; containerds: KubePods['
   return { kube: lab.kubernetes, containerds: lab.podRuntime.containerds };
 }
 
-/** What a reboot takes from a node: its pods' veths, the pod bridge, the VXLAN and TUN devices, and the agent's nft table. */
+/**
+ * What a reboot takes from a node: its processes (the tunnel's keeper, which held the TUN device, the UDP socket and the
+ * kept keys), its pods' veths, the pod bridge, the VXLAN and TUN devices, and the agent's nft table.
+ */
 async function wipeNode(lab: RunningLab, node: string): Promise<void> {
   const n = lab.plan.nodes.find((x) => x.name === node);
   if (!n) throw new Error(`unknown node ${node}`);
+  await stopKeeper(keeperSocketOf(n.dataDir));
   const netns = nsPath(n.netns);
   const ports = await ip.json<{ ifname: string }>(['link', 'show', 'master', NODE_DEVICES.bridge], { netns }).catch(() => []);
   const present = new Set((await ip.json<{ ifname: string }>(['link', 'show'], { netns })).map((l) => l.ifname));

@@ -2,19 +2,22 @@
  * The cross-site tunnel wired into the agent: a cloud node (role cloud) and an edge node (role edge) in different
  * sites, joined to one controller. The edge dials the cloud node's underlay address with its pinned key; pods reach
  * each other by PodIP through the TUN devices (ping, fragmented ping, TCP both ways); a client whose key is not a
- * registered peer's is refused.
+ * registered peer's is refused; an agent killed and started again loses no packet on the datagram path (its keeper
+ * holds the data plane meanwhile), and the keeper gives it up when the node goes.
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
 import { generateKeyPairSync } from 'node:crypto';
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { TestAgent } from '../support/agent.ts';
 import { type ControllerProc, TestCloud } from '../support/cloud.ts';
 import { leftoverNetns, rootSkipReason, RUN_PREFIX, sh } from '../support/netns.ts';
 import { PROJECT_NODE } from '../../src/lab/agent-process.ts';
 import { selfSignedTunnelCert, spkiPin } from '../../src/adapters/pki.ts';
+import { keeperSocketOf, stopKeeper, takeHeld, release } from '../../src/adapters/keeper.ts';
+import { readTunnelStatus, statusSocketOf } from '../../src/adapters/status-socket.ts';
 import { until } from '../support/wait.ts';
 
 const PORT = 18475;
@@ -122,5 +125,42 @@ describe('cross-site tunnel in the agent: edge dials cloud', { skip: rootSkipRea
     // the real edge's stream is unaffected
     const [c, e] = pods as [Pod, Pod];
     assert.equal(e.node.execIn(e.ns, 'ping', ['-c1', '-W2', c.ip]).code, 0, diag());
+  });
+
+  test('an agent killed (SIGKILL) and started again loses no packet on the datagram path: its keeper hands back the TUN device, the socket and the keys', async () => {
+    const [c, e] = pods as [Pod, Pod];
+    const pathOf = async (a: TestAgent, peer: string) => (await readTunnelStatus(statusSocketOf(a.socket)).catch(() => null))?.peers.find((p) => p.name === peer)?.path;
+    await until('both ends on the datagram path', async () => (await pathOf(edgeNode, 'tc1')) === 'udp' && (await pathOf(cloudNode, 'te1')) === 'udp', 20_000)
+      .catch((err: Error) => assert.fail(`${err.message}\n${diag()}`));
+    const keeper = takeHeld(keeperSocketOf(edgeNode.dataDir));
+    assert.ok(keeper, `the edge agent runs a keeper\n${diag()}`);
+    release(keeper);
+    // 300 pings at 10 ms from the cloud pod to the edge pod, across the edge agent's death and restart
+    const ping = spawn('ip', ['netns', 'exec', nsName(c), 'ping', '-n', '-i', '0.01', '-c', '300', '-W', '3', e.ip], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    ping.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    const done = new Promise<number | null>((r) => ping.on('close', r));
+    await new Promise((r) => setTimeout(r, 500));
+    const logBefore = readFileSync(edgeNode.logPath, 'utf8').length;
+    await edgeNode.stop('SIGKILL');
+    const t0 = performance.now();
+    await edgeNode.start();
+    const restartMs = Math.round(performance.now() - t0);
+    await done;
+    const received = Number(/(\d+) received/.exec(out)?.[1] ?? -1);
+    const log = readFileSync(edgeNode.logPath, 'utf8').slice(logBefore);
+    assert.match(log, /"takenBack":true/, `the restarted agent took the data plane back\n${log}`);
+    assert.match(log, /datagram path taken back from the kept region.*"peers":1/, log);
+    assert.equal(received, 300, `${300 - received} of 300 pings lost across a restart of ${restartMs} ms\n${out.split('\n').slice(-4).join('\n')}\n${diag()}`);
+    assert.equal(await pathOf(edgeNode, 'tc1'), 'udp');
+    process.stdout.write(`# agent SIGKILLed and restarted in ${restartMs} ms: 300 of 300 pings (10 ms apart) answered; ${/rtt .*/.exec(out)?.[0] ?? ''}\n`);
+  });
+
+  test('the keeper gives the data plane up when asked (the node goes): the TUN device goes with it', async () => {
+    await edgeNode.stop('SIGKILL');
+    assert.ok(sh('ip', ['-n', edgeNode.netns, 'link', 'show', 'atoll.tun']).includes('atoll.tun'), 'the device outlives the agent');
+    assert.ok(await stopKeeper(keeperSocketOf(edgeNode.dataDir)));
+    assert.equal(existsSync(keeperSocketOf(edgeNode.dataDir)), false);
+    await until('the TUN device to go with the keeper', () => spawnSync('ip', ['-n', edgeNode.netns, 'link', 'show', 'atoll.tun']).status !== 0, 5000);
   });
 });

@@ -6,6 +6,7 @@ import { spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { keeperSocketOf, stopKeeper } from '../../src/adapters/keeper.ts';
 import { AgentProcess, REPO_ROOT } from '../../src/lab/agent-process.ts';
 import { addNetns, delNetns, dumpNetns, RUN_PREFIX } from './netns.ts';
 
@@ -147,9 +148,10 @@ export class TestAgent {
     return `${dumpNetns(this.netns)}\n# agent log (tail)\n${this.#proc.logTail()}`;
   }
 
-  /** Stops the agent and removes every namespace and file of this agent. */
+  /** Stops the agent and its tunnel's keeper, and removes every namespace and file of this agent. */
   async cleanup(): Promise<void> {
     await this.stop('SIGKILL');
+    await stopKeeper(keeperSocketOf(this.dataDir));
     for (const ns of this.#podNetns) delNetns(ns);
     delNetns(this.netns);
     rmSync(this.dir, { recursive: true, force: true });

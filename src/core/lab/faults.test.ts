@@ -27,6 +27,10 @@ test('fault targets: the first edge site, its first node and pod; samples only p
   const agent = targetOf(p, 'agent-restart');
   assert.equal(agent.node, 'a-1');
   assert.deepEqual(agent.samples, [{ from: 'cloud-1-p1', to: 'a-1-p1' }, { from: 'a-1-p1', to: 'cloud-1-p1' }, { from: 'a-2-p1', to: 'a-1-p1' }, { from: 'a-1-p1', to: 'a-1-p2' }]);
+  assert.deepEqual(agent.strict?.lossFree, agent.samples, 'the keeper holds the datagram path: no sample may lose a packet');
+  assert.equal(targetOf(plan({ ...DEFAULT_LAB_SPEC, tunnelUdp: false }), 'agent-restart').strict, undefined, 'over the streams alone the restart costs its gap');
+  const blocked = plan({ ...DEFAULT_LAB_SPEC, edges: DEFAULT_LAB_SPEC.edges.map((e, i) => (i === 0 ? { ...e, udpBlocked: true } : e)) });
+  assert.equal(targetOf(blocked, 'agent-restart').strict, undefined, 'nor where UDP is blocked');
   const ctl = targetOf(p, 'controller-kill');
   assert.equal(ctl.lossless, true);
   assert.equal(targetOf(p, 'pod-recreate').pod, 'a-1-p1');

@@ -9,7 +9,7 @@
  * again, the uplink restored, the pod re-added) to the first reply after the last lost packet of the slowest sample.
  */
 import { CLOUD_SITE, labUsesUdp } from './spec.ts';
-import { expectationOf, expectedPath, type LabPath, type LabPlan } from './plan.ts';
+import { expectationOf, expectedPath, type LabPath, type LabPlan, udpBlockedAt } from './plan.ts';
 
 export type LabFaultKind = 'controller-kill' | 'relay-kill' | 'direct-path-cut' | 'agent-restart' | 'offline-restart' | 'pod-recreate' | 'uplink-cut' | 'uplink-flap' | 'node-reboot'
   | 'offline-restart-all' | 'nat-reboot-offline' | 'clock-jump' | 'readdress-offline' | 'statefulset-recreate' | 'crash-offline' | 'agent-roll' | 'node-delete';
@@ -188,10 +188,15 @@ export function planFault(plan: LabPlan, kind: LabFaultKind, pods: 'cri' | 'dire
         description: `the direct path between edge sites ${site} and ${peerSite} cut (${site}-router drops packets to and from ${peerAddress}) for a while; the relay stays reachable`,
         samples: pairs([[from.name, to.name], [to.name, from.name]]), flows: pairs([[from.name, to.name]]) };
     }
-    case 'agent-restart':
+    case 'agent-restart': {
       if (!node) return { kind, skipped: 'no node' };
-      return { kind, node: node.name, description: `agent of ${node.name} killed (SIGKILL) and started again`, lossless: false, flows: [],
-        samples: pairs([[cloudPod, nodePods[0]], [nodePods[0], cloudPod], [sameSitePod, nodePods[0]], [nodePods[0], nodePods[1]]]) };
+      const samples = pairs([[cloudPod, nodePods[0]], [nodePods[0], cloudPod], [sameSitePod, nodePods[0]], [nodePods[0], nodePods[1]]]);
+      // with the datagram path, the node's keeper holds the tunnel's data plane while the agent is away: no sample may
+      // lose a packet; over the streams alone (UDP off or blocked) the tunnel pairs lose the restart's gap
+      const kept = labUsesUdp(plan.spec) && !udpBlockedAt(plan, node.name) && (cloudPod === undefined || !udpBlockedAt(plan, nodeOf(cloudPod) ?? ''));
+      return { kind, node: node.name, lossless: false, flows: [], samples, ...(kept ? { strict: { lossFree: samples } } : {}),
+        description: `agent of ${node.name} killed (SIGKILL) and started again${kept ? ': its keeper holds the tunnel\'s data plane meanwhile, so no sample may lose a packet' : ''}` };
+    }
     case 'offline-restart': {
       if (!node) return { kind, skipped: 'no node' };
       // its tunnel pairs of every kind: to the cloud, hole-punched, relayed (whichever the lab has)
