@@ -804,29 +804,43 @@ export class DatagramPath {
     };
   }
 
+  /** Stops the keepalives, closes the socket, frees every key. Idempotent. */
+  close(): void {
+    this.#stopTimers();
+    this.setPeers([]);
+    this.#socket?.close();
+    this.#sender?.free();
+    this.#sender = undefined;
+    this.#table.free();
+  }
+
   /**
-   * Stops the keepalives, closes the socket, frees every key. With `keep` (a keeper holds the data plane for the
-   * agent's next process), the keys' slots and the description stay as they are: the next process goes on with them.
-   * Idempotent.
+   * Stops, leaving the data plane to the agent's next process (a keeper holds the socket and the kept region): the
+   * socket's last ring is still opened and handed on (src/adapters/udp-batch.ts, closeKeeping), what is queued sent,
+   * and the keys' slots and the description stay as they are. Without a kept region, {@link close}.
    */
-  close(keep = false): void {
+  async closeKeeping(): Promise<void> {
+    if (!this.#init.kept) return this.close();
+    this.#stopTimers();
+    await this.#socket?.closeKeeping();
+    this.flush();
+    for (const p of this.#peers.values()) {
+      p.send?.key.release();
+      p.pending?.key.release();
+    }
+    this.#peers.clear();
+    this.#tags.clear();
+    this.#recv.clear();
+    this.#sender?.free();
+    this.#sender = undefined;
+    this.#table.free(true);
+  }
+
+  #stopTimers(): void {
     if (this.#timer) clearInterval(this.#timer);
     if (this.#helloTimer) clearInterval(this.#helloTimer);
     this.#timer = undefined;
     this.#helloTimer = undefined;
-    if (keep && this.#init.kept) {
-      for (const p of this.#peers.values()) {
-        p.send?.key.release();
-        p.pending?.key.release();
-      }
-      this.#peers.clear();
-      this.#tags.clear();
-      this.#recv.clear();
-    } else this.setPeers([]);
-    this.#socket?.close();
-    this.#sender?.free();
-    this.#sender = undefined;
-    this.#table.free(keep);
   }
 }
 

@@ -12,8 +12,13 @@
  * dgram-as-readiness variant cannot use UDP_GRO: libuv reads the first buffer of each wake-up and drops the segment
  * size.
  *
- * Readiness without libuv: while idle, a pool thread waits in a blocking `recvmmsg` (MSG_WAITFORONE: the first
- * datagram, then what is queued). Once traffic flows, the pool thread only sleeps {@link POLL_US} (`usleep`) and the
+ * Readiness without libuv: while idle, a pool thread waits in `poll` for the socket to be readable, and the main thread
+ * then takes what is queued. The waiting call takes nothing off the socket, so datagrams leave the kernel only on the
+ * main thread, which opens them at once: an agent killed at any moment (a crash, a SIGKILL) loses only what it was
+ * opening right then, and its next process (src/adapters/keeper.ts) finds the rest in the socket. (A blocking
+ * `recvmmsg` waiting on the pool thread, as before, took a ring of datagrams that then waited for the main thread:
+ * a root test that killed the agent under 100 pings a second lost one in about one restart of ten.) Once traffic
+ * flows, the pool thread only sleeps {@link POLL_US} (`usleep`) and the
  * main thread takes everything that gathered meanwhile with non-blocking `recvmmsg` calls, 64 buffers each, until the
  * socket is empty; a sleep after which nothing came sends it back to waiting. So a busy socket costs one thread
  * hand-off per {@link POLL_US}, not per call: on the lab (datagrams arriving one by one through the routers, no GRO on
@@ -25,7 +30,7 @@
  * (native/atoll-dp.c), so a full send buffer fails a send (EAGAIN) rather than blocking the event loop. The
  * waiting call holds a pool thread while idle: the agent's pool has 32 (src/adapters/netlink.ts).
  * {@link UdpBatchSocket.close} shuts the socket down, which wakes a waiting call, and closes the fd once the pool
- * thread's call returned. The ring holds 64 slots of 64 KiB (a GRO buffer's limit) of address space; only the pages
+ * thread's call returned; {@link UdpBatchSocket.closeKeeping} leaves the socket whole for the agent's next process. The ring holds 64 slots of 64 KiB (a GRO buffer's limit) of address space; only the pages
  * datagrams were written to become resident.
  */
 import koffi from 'koffi';
@@ -46,7 +51,7 @@ const IP_PMTUDISC_DO = 2;
 const SOL_UDP = 17;
 const UDP_GRO = 104;
 const MSG_DONTWAIT = 0x40;
-const MSG_WAITFORONE = 0x10000;
+const POLLIN = 1;
 const SHUT_RDWR = 2;
 
 /** Messages (buffers, each one datagram or a GRO run of them) one `recvmmsg` call takes. */
@@ -100,9 +105,10 @@ interface Libc {
   setsockopt: (fd: number, level: number, name: number, value: Int32Array, len: number) => number;
   bind: (fd: number, addr: Uint8Array, len: number) => number;
   getsockname: (fd: number, addr: Uint8Array, len: Int32Array) => number;
-  recvmmsg: ((fd: number, vec: unknown, vlen: number, flags: number, timeout: null) => number)
-    & { async: (fd: number, vec: unknown, vlen: number, flags: number, timeout: null, cb: (err: unknown, n: number) => void) => void };
+  sendto: (fd: number, buf: Uint8Array, len: number, flags: number, addr: Uint8Array, addrLen: number) => number;
+  recvmmsg: (fd: number, vec: unknown, vlen: number, flags: number, timeout: null) => number;
   usleep: { async: (us: number, cb: (err: unknown, rc: number) => void) => void };
+  poll: { async: (fds: unknown, n: number, timeout: number, cb: (err: unknown, rc: number) => void) => void };
   shutdown: (fd: number, how: number) => number;
   close: (fd: number) => number;
 }
@@ -119,8 +125,10 @@ function load(): Libc {
     setsockopt: lib.func('int setsockopt(int fd, int level, int name, const int *value, int len)') as Libc['setsockopt'],
     bind: lib.func('int bind(int fd, const uint8_t *addr, int len)') as Libc['bind'],
     getsockname: lib.func('int getsockname(int fd, _Out_ uint8_t *addr, _Inout_ int *len)') as Libc['getsockname'],
-    recvmmsg: lib.func('int recvmmsg(int fd, void *vec, unsigned int vlen, int flags, void *timeout)') as unknown as Libc['recvmmsg'],
+    sendto: lib.func('intptr_t sendto(int fd, const uint8_t *buf, size_t len, int flags, const uint8_t *addr, int addrlen)') as Libc['sendto'],
+    recvmmsg: lib.func('int recvmmsg(int fd, void *vec, unsigned int vlen, int flags, void *timeout)') as Libc['recvmmsg'],
     usleep: lib.func('int usleep(unsigned int us)') as unknown as Libc['usleep'],
+    poll: lib.func('int poll(void *fds, unsigned long nfds, int timeout)') as unknown as Libc['poll'],
     shutdown: lib.func('int shutdown(int fd, int how)') as Libc['shutdown'],
     close: lib.func('int close(int fd)') as Libc['close'],
   };
@@ -212,7 +220,16 @@ export class UdpBatchSocket {
   #onMessages: ((n: number) => void) | undefined;
   /** Whether a pool thread holds a call (a wait or a sleep): the fd and the ring are freed only once it returned. */
   #pooled = false;
+  /** Whether that call is the wait in `recvmmsg` (not the sleep). */
+  #receiving = false;
   #closed = false;
+  #released = false;
+  /** While {@link closeKeeping} waits for the pool thread: called once the descriptor is closed. */
+  #kept: (() => void) | undefined;
+  /** The bound sockaddr_in. */
+  #bound: Uint8Array = new Uint8Array(SOCKADDR);
+  /** The `struct pollfd` the waiting `poll` reads, in malloc'd memory (a pool thread reads it: it must not move). */
+  readonly #pollfd: unknown;
 
   /**
    * Creates the socket and binds it; with `adopted`, takes over that descriptor, a socket bound before that another
@@ -249,7 +266,13 @@ export class UdpBatchSocket {
     if (c.getsockname(fd, bound, new Int32Array([SOCKADDR])) !== 0) fail(atollError('KERNEL_OP_FAILED', `getsockname on the tunnel's UDP socket failed: ${errnoText(koffi.errno())}`));
     this.fd = fd;
     this.port = (bound[2]! << 8) | bound[3]!;
+    this.#bound = bound;
     if (bound[0] !== AF_INET || this.port === 0) fail(atollError('KERNEL_OP_FAILED', `descriptor ${fd} handed on for the tunnel's UDP port is not a bound IPv4 socket`));
+    this.#pollfd = c.malloc(8);
+    if (!this.#pollfd) fail(atollError('KERNEL_OP_FAILED', 'malloc of a pollfd for the UDP socket failed', 'give the agent more memory'));
+    const pfd = new DataView(koffi.view(this.#pollfd, 8));
+    pfd.setInt32(0, fd, true);
+    pfd.setInt16(4, POLLIN, true);
     this.#ring = new Ring(c);
   }
 
@@ -274,9 +297,9 @@ export class UdpBatchSocket {
     return this.#ring.bytes;
   }
 
-  /** Whether the socket was closed (a callback that closed it must stop reading the ring). */
+  /** Whether the ring was freed (a callback that closed the socket must stop reading it). */
   get closed(): boolean {
-    return this.#closed;
+    return this.#released;
   }
 
   /** Message `i`'s bytes (a view, valid during `onMessages`). */
@@ -294,22 +317,22 @@ export class UdpBatchSocket {
     return this.#sources.get(this.#ring.sourceKey(i));
   }
 
-  /** Idle: a pool thread waits in the kernel for the first datagram (and takes what came with it). */
+  /** Idle: a pool thread waits in `poll` until a datagram is queued; the main thread takes it. */
   #wait(): void {
     if (this.#closed) return;
     this.stats.waits++;
-    this.#ring.reset();
     this.#pooled = true;
-    this.#c.recvmmsg.async(this.fd, this.#ring.mem, RING_MESSAGES, MSG_WAITFORONE, null, (err, n) => {
+    this.#receiving = true;
+    this.#c.poll.async(this.#pollfd, 1, -1, (err, n) => {
       this.#pooled = false;
+      this.#receiving = false;
       if (this.#closed) return this.#release();
-      if (err !== null || n <= 0) {
+      if (err !== null || n < 0) {
         this.stats.receiveErrors++;
         setTimeout(() => this.#wait(), RETRY_MS).unref();
         return;
       }
-      this.#deliver(n);
-      this.#nap();
+      this.#drain(true);
     });
   }
 
@@ -324,11 +347,18 @@ export class UdpBatchSocket {
     });
   }
 
-  #drain(): void {
+  /** Takes what is queued, 64 buffers a call. `woken`: `poll` said the socket is readable. */
+  #drain(woken = false): void {
     if (this.#closed) return;
     for (let i = 0; i < MAX_CALLS_PER_DRAIN; i++) {
       this.#ring.reset();
       const n = this.#c.recvmmsg(this.fd, this.#ring.mem, RING_MESSAGES, MSG_DONTWAIT, null);
+      if (n <= 0 && i === 0 && woken) {
+        // readable, yet nothing to take (an error queued): not at once again, or poll and this would spin
+        this.stats.receiveErrors++;
+        setTimeout(() => this.#wait(), RETRY_MS).unref();
+        return;
+      }
       if (n <= 0) return i === 0 ? this.#wait() : this.#nap(); // nothing came during a whole sleep: idle again
       this.#deliver(n);
       if (n < RING_MESSAGES || this.#closed) return this.#nap();
@@ -343,8 +373,12 @@ export class UdpBatchSocket {
   }
 
   #release(): void {
+    this.#released = true;
     this.#c.close(this.fd);
     this.#c.free(this.#ring.mem);
+    this.#c.free(this.#pollfd);
+    this.#kept?.();
+    this.#kept = undefined;
   }
 
   /** Stops receiving and closes the socket (once a pool thread's call, woken by the shutdown, returned). Idempotent. */
@@ -353,6 +387,37 @@ export class UdpBatchSocket {
     this.#closed = true;
     this.#c.shutdown(this.fd, SHUT_RDWR);
     if (!this.#pooled) this.#release();
+  }
+
+  /**
+   * Stops receiving and closes the descriptor, leaving the socket whole for another process that holds it (the
+   * agent's next one: src/adapters/keeper.ts), which gets every datagram this one did not take. A shutdown would end
+   * the socket for every process; instead a pool thread waiting in `poll` is woken by a 1-byte datagram to the
+   * socket's own address (left for the next process, which drops it as truncated). Resolves once the descriptor is
+   * closed (at most `timeoutMs`: the wake-up datagram lost, the next datagram ends the wait later).
+   */
+  closeKeeping(timeoutMs = 2000): Promise<void> {
+    if (this.#closed) return Promise.resolve();
+    this.#closed = true;
+    if (!this.#pooled) {
+      this.#release();
+      return Promise.resolve();
+    }
+    return new Promise((resolve) => {
+      const timer = setTimeout(resolve, timeoutMs);
+      this.#kept = () => {
+        clearTimeout(timer);
+        resolve();
+      };
+      if (this.#receiving) this.#wakeUp();
+    });
+  }
+
+  /** A 1-byte datagram to the socket's own address (0.0.0.0: loopback). */
+  #wakeUp(): void {
+    const to = this.#bound.slice();
+    if (to[4] === 0 && to[5] === 0 && to[6] === 0 && to[7] === 0) to.set([127, 0, 0, 1], 4);
+    this.#c.sendto(this.fd, new Uint8Array(1), 1, MSG_DONTWAIT, to, SOCKADDR);
   }
 }
 

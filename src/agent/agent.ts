@@ -306,7 +306,7 @@ export class Agent {
     this.#ready = false;
     await this.#link?.stop();
     this.#overlay?.stop();
-    this.#tunnel?.stop();
+    await this.#tunnel?.stop();
     if (this.#timer) clearInterval(this.#timer);
     this.#pods?.stop();
     await this.#server?.close();

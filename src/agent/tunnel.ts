@@ -33,7 +33,7 @@ import { DatagramPath, KEPT_META_BYTES, KEPT_SLOTS, SOCKET_BUFFER_BYTES } from '
 import { type DatagramLocalState, DatagramStateFile, EMPTY_DATAGRAM_STATE } from '../adapters/datagram-state-file.ts';
 import type { IpRoute2 } from '../adapters/iproute2.ts';
 import { keeperQuit, KeptRegion } from '../adapters/datagram-native.ts';
-import { type Held, startKeeper, takeHeld } from '../adapters/keeper.ts';
+import { handTo, type Held, release, startKeeper, takeHeld } from '../adapters/keeper.ts';
 import { adoptTun, openTun, type TunDevice } from '../adapters/tun.ts';
 import { UdpBatchSocket } from '../adapters/udp-batch.ts';
 import { type StreamKind, TunnelEndpoint } from '../adapters/tunnel-endpoint.ts';
@@ -145,7 +145,8 @@ export class Tunnel {
   async start(): Promise<void> {
     const { device, role, listenHost, port, credentials, udp } = this.#init;
     const mtu = udp ? Math.min(this.#init.mtu, innerMtu(udp.underlayMtu)) : this.#init.mtu;
-    const back = udp?.keeper ? this.#takeBack(udp.keeper.socketPath, device, mtu) : undefined;
+    const found = udp?.keeper ? this.#takeBack(udp.keeper.socketPath, device, mtu) : {};
+    const back = found.back;
     // a new kept region when there is to be a keeper and none handed one back
     const keptFd = udp?.keeper && !back ? this.#newKeptRegion() : undefined;
     const tun = back?.tun ?? openTun({ name: device, mtu });
@@ -157,10 +158,14 @@ export class Tunnel {
       } catch (err) {
         endpoint.close();
         if (keptFd !== undefined) closeSync(keptFd);
+        if (found.standing) closeSync(found.standing.connection);
         throw err;
       }
       endpoint.useDatagrams(this.#datagrams);
-      if (udp.keeper) this.#keeper = back?.held ?? await this.#startKeeper(udp.keeper, [tun.fd, this.#datagrams.socketFd], keptFd);
+      if (udp.keeper) {
+        const fds = [tun.fd, this.#datagrams.socketFd];
+        this.#keeper = back?.held ?? (found.standing ? this.#handTo(found.standing, fds, keptFd) : await this.#startKeeper(udp.keeper, fds, keptFd));
+      }
     }
     if (role === 'cloud') {
       const { server } = await listenTunnel({
@@ -187,16 +192,22 @@ export class Tunnel {
    * region: taken back, the region attached. A set that does not fit (the device deleted meanwhile, a configuration
    * that changed) is given up, and the keeper asked to exit.
    */
-  #takeBack(socketPath: string, device: string, mtu: number): TakenBack | undefined {
+  #takeBack(socketPath: string, device: string, mtu: number): { back?: TakenBack; standing?: Held } {
     const held = takeHeld(socketPath);
-    if (!held) return undefined;
+    if (!held) return {};
+    // a standing keeper (on Kubernetes, its own DaemonSet) that holds nothing yet: it gets what we make
+    if (held.fds.length === 0) return { standing: held };
     const ours = new Set(held.fds);
-    const giveUp = (why: string): undefined => {
+    const giveUp = (why: string): { standing?: Held } => {
       this.#c.log.warn('the keeper\'s data plane does not fit: starting a new one', { why, keeper: held.pid });
       for (const fd of ours) closeSync(fd);
       keeperQuit(held.connection);
       KeptRegion.detach();
-      return undefined;
+      // a standing keeper let go of it and stays, empty; one of ours exits
+      const again = takeHeld(socketPath);
+      if (again && again.fds.length === 0) return { standing: again };
+      if (again) release(again);
+      return {};
     };
     const [tunFd, udpFd, keptFd] = held.fds;
     if (held.fds.length !== 3 || tunFd === undefined || udpFd === undefined || keptFd === undefined) return giveUp(`it held ${held.fds.length} descriptors, not 3`);
@@ -223,7 +234,7 @@ export class Tunnel {
       return giveUp(`its socket is bound to port ${socket.port}, the configuration says ${this.#init.udp?.port}`);
     }
     closeSync(keptFd); // the mapping stays
-    return { tun, socket, held: { fds: [], pid: held.pid, connection: held.connection } };
+    return { back: { tun, socket, held: { fds: [], pid: held.pid, connection: held.connection } } };
   }
 
   /** A new kept region, attached; undefined (no keeping) when the memfd cannot be made. */
@@ -234,6 +245,16 @@ export class Tunnel {
       this.#c.log.warn('no kept region for the datagram keys: an agent restart interrupts the datagram path', { err });
       return undefined;
     }
+  }
+
+  /** Hands the TUN device and the socket (`fds`) and the kept region to a standing keeper; a failure costs only the keeping. */
+  #handTo(standing: Held, fds: readonly number[], keptFd: number | undefined): Held | undefined {
+    const why = keptFd === undefined ? 'no kept region' : handTo(standing, [...fds, keptFd]);
+    if (keptFd !== undefined) closeSync(keptFd); // the mapping stays
+    if (why === undefined) return standing;
+    closeSync(standing.connection);
+    this.#c.log.warn('the standing keeper took no data plane: an agent restart interrupts the datagram path', { why, keeper: standing.pid });
+    return undefined;
   }
 
   /** Starts a keeper holding the TUN device and the socket (`fds`) and the kept region; a failure costs only the keeping. */
@@ -398,16 +419,19 @@ export class Tunnel {
   }
 
   /** Stops dialling, punching and listening, closes every stream and the TUN device (its routes go with it). */
-  stop(): void {
+  async stop(): Promise<void> {
     this.#abort.abort();
     for (const loops of [this.#dialers, this.#punchers, this.#circuitKeepers]) {
       for (const d of loops.values()) d.abort.abort();
       loops.clear();
     }
     this.#server?.close();
-    // with a keeper, the keys stay in the kept region for the agent's next process
-    this.#datagrams?.close(this.#keeper !== undefined);
+    // with a keeper, the socket, the TUN device and the keys stay for the agent's next process: the socket's last
+    // ring is still handed on (the TUN device read meanwhile), then the device is no longer read
+    const datagrams = this.#datagrams;
     this.#datagrams = undefined;
+    if (this.#keeper) await datagrams?.closeKeeping();
+    else datagrams?.close();
     this.#endpoint?.close();
     this.#endpoint = undefined;
     if (this.#keeper) closeSync(this.#keeper.connection);

@@ -127,33 +127,35 @@ describe('cross-site tunnel in the agent: edge dials cloud', { skip: rootSkipRea
     assert.equal(e.node.execIn(e.ns, 'ping', ['-c1', '-W2', c.ip]).code, 0, diag());
   });
 
-  test('an agent killed (SIGKILL) and started again loses no packet on the datagram path: its keeper hands back the TUN device, the socket and the keys', async () => {
+  test('an agent killed (SIGKILL) or stopped (SIGTERM) and started again loses no packet on the datagram path: its keeper hands back the TUN device, the socket and the keys', async () => {
     const [c, e] = pods as [Pod, Pod];
     const pathOf = async (a: TestAgent, peer: string) => (await readTunnelStatus(statusSocketOf(a.socket)).catch(() => null))?.peers.find((p) => p.name === peer)?.path;
-    await until('both ends on the datagram path', async () => (await pathOf(edgeNode, 'tc1')) === 'udp' && (await pathOf(cloudNode, 'te1')) === 'udp', 20_000)
-      .catch((err: Error) => assert.fail(`${err.message}\n${diag()}`));
-    const keeper = takeHeld(keeperSocketOf(edgeNode.dataDir));
-    assert.ok(keeper, `the edge agent runs a keeper\n${diag()}`);
-    release(keeper);
-    // 300 pings at 10 ms from the cloud pod to the edge pod, across the edge agent's death and restart
-    const ping = spawn('ip', ['netns', 'exec', nsName(c), 'ping', '-n', '-i', '0.01', '-c', '300', '-W', '3', e.ip], { stdio: ['ignore', 'pipe', 'pipe'] });
-    let out = '';
-    ping.stdout.on('data', (d: Buffer) => (out += d.toString()));
-    const done = new Promise<number | null>((r) => ping.on('close', r));
-    await new Promise((r) => setTimeout(r, 500));
-    const logBefore = readFileSync(edgeNode.logPath, 'utf8').length;
-    await edgeNode.stop('SIGKILL');
-    const t0 = performance.now();
-    await edgeNode.start();
-    const restartMs = Math.round(performance.now() - t0);
-    await done;
-    const received = Number(/(\d+) received/.exec(out)?.[1] ?? -1);
-    const log = readFileSync(edgeNode.logPath, 'utf8').slice(logBefore);
-    assert.match(log, /"takenBack":true/, `the restarted agent took the data plane back\n${log}`);
-    assert.match(log, /datagram path taken back from the kept region.*"peers":1/, log);
-    assert.equal(received, 300, `${300 - received} of 300 pings lost across a restart of ${restartMs} ms\n${out.split('\n').slice(-4).join('\n')}\n${diag()}`);
-    assert.equal(await pathOf(edgeNode, 'tc1'), 'udp');
-    process.stdout.write(`# agent SIGKILLed and restarted in ${restartMs} ms: 300 of 300 pings (10 ms apart) answered; ${/rtt .*/.exec(out)?.[0] ?? ''}\n`);
+    for (const signal of ['SIGKILL', 'SIGTERM'] as const) {
+      await until('both ends on the datagram path', async () => (await pathOf(edgeNode, 'tc1')) === 'udp' && (await pathOf(cloudNode, 'te1')) === 'udp', 20_000)
+        .catch((err: Error) => assert.fail(`${err.message}\n${diag()}`));
+      const keeper = takeHeld(keeperSocketOf(edgeNode.dataDir));
+      assert.ok(keeper, `the edge agent runs a keeper\n${diag()}`);
+      release(keeper);
+      // 300 pings at 10 ms from the cloud pod to the edge pod, across the edge agent's stop and start
+      const ping = spawn('ip', ['netns', 'exec', nsName(c), 'ping', '-n', '-i', '0.01', '-c', '300', '-W', '3', e.ip], { stdio: ['ignore', 'pipe', 'pipe'] });
+      let out = '';
+      ping.stdout.on('data', (d: Buffer) => (out += d.toString()));
+      const done = new Promise<number | null>((r) => ping.on('close', r));
+      await new Promise((r) => setTimeout(r, 500));
+      const logBefore = readFileSync(edgeNode.logPath, 'utf8').length;
+      const t0 = performance.now();
+      await edgeNode.stop(signal);
+      await edgeNode.start();
+      const restartMs = Math.round(performance.now() - t0);
+      await done;
+      const received = Number(/(\d+) received/.exec(out)?.[1] ?? -1);
+      const log = readFileSync(edgeNode.logPath, 'utf8').slice(logBefore);
+      assert.match(log, /"takenBack":true/, `${signal}: the restarted agent took the data plane back\n${log}`);
+      assert.match(log, /datagram path taken back from the kept region.*"peers":1/, log);
+      assert.equal(received, 300, `${signal}: ${300 - received} of 300 pings lost across a restart of ${restartMs} ms\n${out.split('\n').slice(-4).join('\n')}\n${diag()}`);
+      await until('the edge agent back on the datagram path', async () => (await pathOf(edgeNode, 'tc1')) === 'udp', 5000);
+      process.stdout.write(`# agent stopped (${signal}) and started again in ${restartMs} ms: 300 of 300 pings (10 ms apart) answered; ${/rtt .*/.exec(out)?.[0] ?? ''}\n`);
+    }
   });
 
   test('the keeper gives the data plane up when asked (the node goes): the TUN device goes with it', async () => {
