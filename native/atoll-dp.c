@@ -774,7 +774,35 @@ EXPORT int atoll_dp_keeper_connect(const char *path, int32_t *fds, int max, int3
   return c;
 }
 
-/* Asks the keeper on connection c to exit (it gives up what it holds), and closes c. */
+/* Hands descriptors fds[0..n) to the keeper on connection c, which holds them instead of what it held. @returns 0 or -errno. */
+EXPORT int atoll_dp_keeper_hold(int c, const int32_t *fds, int n) {
+  if (n < 0 || n > 8) return -EINVAL;
+  struct {
+    char magic[8];
+    int32_t count;
+  } msg;
+  memcpy(msg.magic, "ATHOLD1", 8);
+  msg.count = n;
+  struct iovec iov = {.iov_base = &msg, .iov_len = sizeof msg};
+  union {
+    char buf[CMSG_SPACE(sizeof(int) * 8)];
+    struct cmsghdr align;
+  } control;
+  memset(&control, 0, sizeof control);
+  struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1};
+  if (n > 0) {
+    m.msg_control = control.buf;
+    m.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)n);
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)n);
+    for (int i = 0; i < n; i++) memcpy(CMSG_DATA(cm) + i * sizeof(int), &fds[i], sizeof(int));
+  }
+  return sendmsg(c, &m, MSG_NOSIGNAL) < 0 ? -errno : 0;
+}
+
+/* Asks the keeper on connection c to let go of what it holds (a keeper the agent started exits then), and closes c. */
 EXPORT void atoll_dp_keeper_quit(int c) {
   char q = 'q';
   (void)!send(c, &q, 1, MSG_NOSIGNAL);

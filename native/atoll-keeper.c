@@ -8,11 +8,18 @@
  *   atoll-keeper SOCKET COUNT GRACE_MS      the COUNT descriptors to hold are 3 .. 3 + COUNT - 1
  *
  * It listens on the unix socket SOCKET (SOCK_SEQPACKET, mode 0600, any file there replaced). Each connection from a
- * process of its own uid gets one message at once: "ATKEEP1\0", this process's pid and COUNT (int32 each, host
- * order), with the descriptors (SCM_RIGHTS). A connection stays open while its agent lives; a byte 'q' on it makes
- * the keeper exit (the agent wants a new set). With no connection for GRACE_MS the keeper exits, and so gives up the
- * device, the port and the keys: an agent that does not come back does not leave them held for ever. It exits at
- * SIGTERM too, and removes SOCKET when it is still its own.
+ * process of its own uid gets one message at once: "ATKEEP1\0", this process's pid and the number of descriptors it
+ * holds (int32 each, host order), with the descriptors (SCM_RIGHTS). A connection stays open while its agent lives.
+ * On it the agent may send "ATHOLD1\0" and a count with descriptors (SCM_RIGHTS): the keeper holds those instead of
+ * what it held; or a byte 'q': the agent wants a new set.
+ *
+ * Two modes. Started by the agent with COUNT descriptors (a node without an orchestrator), the keeper exits at 'q' or
+ * when no agent was connected for GRACE_MS, giving up the device, the port and the keys: an agent that does not come
+ * back does not leave them held for ever. Started with COUNT 0 (a standing keeper: on Kubernetes a DaemonSet of its
+ * own, so a roll of the agent's DaemonSet, which ends every process of the agent's pod, does not end it), it holds
+ * what an agent hands it and, at 'q' or after GRACE_MS without an agent, lets go of it and stays. A standing keeper
+ * that finds a keeper at SOCKET when it starts (the agent came first and started its own) takes over what that one
+ * holds and asks it to go. Both exit at SIGTERM and remove SOCKET when it is still their own.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -49,8 +56,92 @@ static int usage(const char *why) {
   return 2;
 }
 
+static int held[MAX_HELD];
+static int count;
+
+/* Lets go of what is held. */
+static void drop_held(void) {
+  for (int i = 0; i < count; i++) close(held[i]);
+  count = 0;
+}
+
+/*
+ * Reads one message from connection c: 'q' (returns 'q'), a hold ("ATHOLD1\0", a count and that many descriptors:
+ * held instead of what was; returns 'h'), anything else is ignored (0). -1 when the connection ended.
+ */
+static int read_message(int c) {
+  struct {
+    char magic[8];
+    int32_t count;
+  } msg;
+  memset(&msg, 0, sizeof msg);
+  struct iovec iov = {.iov_base = &msg, .iov_len = sizeof msg};
+  union {
+    char buf[CMSG_SPACE(sizeof(int) * MAX_HELD)];
+    struct cmsghdr align;
+  } control;
+  struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf, .msg_controllen = sizeof control.buf};
+  ssize_t got = recvmsg(c, &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+  if (got < 0) return errno == EAGAIN || errno == EINTR ? 0 : -1;
+  if (got == 0) return -1;
+  int fds[MAX_HELD], n = 0;
+  for (struct cmsghdr *cm = CMSG_FIRSTHDR(&m); cm; cm = CMSG_NXTHDR(&m, cm)) {
+    if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) continue;
+    int k = (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+    int in[MAX_HELD];
+    memcpy(in, CMSG_DATA(cm), sizeof(int) * (size_t)k);
+    for (int i = 0; i < k; i++) {
+      if (n < MAX_HELD) fds[n++] = in[i];
+      else close(in[i]);
+    }
+  }
+  if (got == 1 && msg.magic[0] == 'q' && n == 0) return 'q';
+  if (got == (ssize_t)sizeof msg && memcmp(msg.magic, "ATHOLD1", 8) == 0 && msg.count == n && (m.msg_flags & MSG_CTRUNC) == 0) {
+    drop_held();
+    memcpy(held, fds, sizeof(int) * (size_t)n);
+    count = n;
+    return 'h';
+  }
+  for (int i = 0; i < n; i++) close(fds[i]);
+  return 0;
+}
+
+/* A standing keeper's start: takes over what a keeper already at `addr` holds (into held/count) and asks it to go. */
+static void take_over(const struct sockaddr_un *addr) {
+  int c = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  if (c < 0) return;
+  if (connect(c, (const struct sockaddr *)addr, sizeof *addr) != 0) {
+    close(c);
+    return;
+  }
+  struct {
+    char magic[8];
+    int32_t pid, count;
+  } hello;
+  struct iovec iov = {.iov_base = &hello, .iov_len = sizeof hello};
+  union {
+    char buf[CMSG_SPACE(sizeof(int) * MAX_HELD)];
+    struct cmsghdr align;
+  } control;
+  struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf, .msg_controllen = sizeof control.buf};
+  ssize_t got = recvmsg(c, &m, MSG_CMSG_CLOEXEC);
+  struct cmsghdr *cm = got > 0 ? CMSG_FIRSTHDR(&m) : NULL;
+  int n = cm && cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS ? (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int)) : 0;
+  int fds[MAX_HELD];
+  if (n > 0) memcpy(fds, CMSG_DATA(cm), sizeof(int) * (size_t)n);
+  if (got == (ssize_t)sizeof hello && memcmp(hello.magic, "ATKEEP1", 8) == 0 && hello.count == n) {
+    memcpy(held, fds, sizeof(int) * (size_t)n);
+    count = n;
+    char q = 'q';
+    (void)!send(c, &q, 1, MSG_NOSIGNAL);
+    fprintf(stderr, "atoll-keeper: took over %d descriptors from keeper %d\n", n, hello.pid);
+  } else
+    for (int i = 0; i < n; i++) close(fds[i]);
+  close(c);
+}
+
 /* Sends the greeting and the held descriptors on connection c. */
-static int hand_over(int c, const int *held, int count) {
+static int hand_over(int c) {
   struct {
     char magic[8];
     int32_t pid, count;
@@ -64,12 +155,16 @@ static int hand_over(int c, const int *held, int count) {
     struct cmsghdr align;
   } control;
   memset(&control, 0, sizeof control);
-  struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf, .msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)count)};
-  struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
-  cm->cmsg_level = SOL_SOCKET;
-  cm->cmsg_type = SCM_RIGHTS;
-  cm->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)count);
-  memcpy(CMSG_DATA(cm), held, sizeof(int) * (size_t)count);
+  struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1};
+  if (count > 0) {
+    m.msg_control = control.buf;
+    m.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)count);
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)count);
+    memcpy(CMSG_DATA(cm), held, sizeof(int) * (size_t)count);
+  }
   return sendmsg(c, &m, MSG_NOSIGNAL) < 0 ? -1 : 0;
 }
 
@@ -77,27 +172,29 @@ int main(int argc, char **argv) {
   if (argc != 4) return usage("three arguments");
   const char *path = argv[1];
   char *end;
-  long count = strtol(argv[2], &end, 10);
-  if (*end || count < 1 || count > MAX_HELD) return usage("COUNT must be 1 to 8");
+  long given = strtol(argv[2], &end, 10);
+  if (*end || given < 0 || given > MAX_HELD) return usage("COUNT must be 0 to 8");
+  int standing = given == 0;
   long grace = strtol(argv[3], &end, 10);
   if (*end || grace < 0) return usage("GRACE_MS must be a number of milliseconds");
   struct sockaddr_un addr = {.sun_family = AF_UNIX};
   if (strlen(path) >= sizeof addr.sun_path) return usage("SOCKET path too long");
   strcpy(addr.sun_path, path);
-  int held[MAX_HELD];
-  for (int i = 0; i < count; i++) {
+  for (int i = 0; i < given; i++) {
     held[i] = 3 + i;
     if (fcntl(held[i], F_GETFD) < 0) {
       fprintf(stderr, "atoll-keeper: descriptor %d is not open\n", held[i]);
       return 2;
     }
   }
+  count = (int)given;
   signal(SIGPIPE, SIG_IGN);
   signal(SIGHUP, SIG_IGN);
   signal(SIGINT, SIG_IGN);
   struct sigaction sa = {.sa_handler = on_term};
   sigaction(SIGTERM, &sa, NULL);
 
+  if (standing) take_over(&addr);
   int l = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
   if (l < 0) {
     perror("atoll-keeper: socket");
@@ -119,9 +216,13 @@ int main(int argc, char **argv) {
   while (!stopping) {
     fds[0] = (struct pollfd){.fd = l, .events = POLLIN};
     int timeout = -1;
-    if (clients == 0) {
+    if (clients == 0 && (count > 0 || !standing)) {
       long long left = alone_since + grace - now_ms();
-      if (left <= 0) break;
+      if (left <= 0) {
+        if (!standing) break;
+        drop_held();
+        continue;
+      }
       timeout = left > 60000 ? 60000 : (int)left;
     }
     int n = poll(fds, (nfds_t)(1 + clients), timeout);
@@ -129,20 +230,23 @@ int main(int argc, char **argv) {
     if (n <= 0) continue;
     for (int i = clients; i >= 1; i--) {
       if (!fds[i].revents) continue;
-      char b = 0;
-      ssize_t got = (fds[i].revents & POLLIN) ? recv(fds[i].fd, &b, 1, MSG_DONTWAIT) : 0;
-      if (got > 0 && b == 'q') stopping = 1;
-      if (got > 0 || (got < 0 && (errno == EAGAIN || errno == EINTR))) continue;
+      int what = (fds[i].revents & POLLIN) ? read_message(fds[i].fd) : -1;
+      if (what == 'q') {
+        if (!standing) stopping = 1;
+        drop_held();
+      }
+      if (what >= 0) continue;
       close(fds[i].fd);
       fds[i] = fds[clients--];
       if (clients == 0) alone_since = now_ms();
     }
+    if (stopping) break; /* asked to go: hand nothing more to anyone */
     if (fds[0].revents & POLLIN) {
       int c = accept4(l, NULL, NULL, SOCK_CLOEXEC);
       if (c < 0) continue;
       struct ucred cred;
       socklen_t len = sizeof cred;
-      if (clients == MAX_CLIENTS || getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || cred.uid != geteuid() || hand_over(c, held, (int)count) != 0) {
+      if (clients == MAX_CLIENTS || getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || cred.uid != geteuid() || hand_over(c) != 0) {
         close(c);
         continue;
       }

@@ -56,6 +56,7 @@ interface Lib {
   keepUsed: () => number;
   keeperConnect: (path: string, fds: Int32Array, max: number, info: Int32Array) => number;
   keeperQuit: (c: number) => void;
+  keeperHold: (c: number, fds: Int32Array, n: number) => number;
   windowTest: (t: Ptr, id: number, counter: number, accept: number) => number;
   open: (t: Ptr, vec: Ptr, n: number, now: number, results: Int32Array, max: number, counts: Uint32Array) => number;
   senderNew: (fd: number) => Ptr;
@@ -106,6 +107,7 @@ function load(): Lib {
     keepUsed: l.func('int atoll_dp_keep_used()') as Lib['keepUsed'],
     keeperConnect: l.func('int atoll_dp_keeper_connect(const char *path, int32_t *fds, int max, int32_t *info)') as Lib['keeperConnect'],
     keeperQuit: l.func('void atoll_dp_keeper_quit(int c)') as Lib['keeperQuit'],
+    keeperHold: l.func('int atoll_dp_keeper_hold(int c, const int32_t *fds, int n)') as Lib['keeperHold'],
     windowTest: l.func('int atoll_dp_window_test(void *t, uint32_t id, double counter, int accept)') as Lib['windowTest'],
     open: l.func('int atoll_dp_open(void *t, void *vec, int n, double now, int32_t *results, int max, uint32_t *counts)') as Lib['open'],
     senderNew: l.func('void *atoll_dp_sender_new(int fd)') as Lib['senderNew'],
@@ -412,7 +414,12 @@ export function keeperConnect(path: string): { connection: number; pid: number; 
   return c < 0 ? undefined : { connection: c, pid: info[0]!, fds: [...fds.subarray(0, info[1]!)] };
 }
 
-/** Asks the keeper on `connection` to exit, giving up what it holds, and closes the connection. */
+/** Asks the keeper on `connection` to let go of what it holds (one the agent started exits then), and closes the connection. */
 export function keeperQuit(connection: number): void {
   load().keeperQuit(connection);
+}
+
+/** Hands `fds` to the keeper on `connection`, which holds them instead of what it held. @returns 0 or the errno. */
+export function keeperHold(connection: number, fds: readonly number[]): number {
+  return -load().keeperHold(connection, Int32Array.from(fds), fds.length);
 }

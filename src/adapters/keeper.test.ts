@@ -4,9 +4,10 @@ import { spawnSync } from 'node:child_process';
 import { closeSync, existsSync, fstatSync, mkdtempSync, openSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { spawn } from 'node:child_process';
 import { keeperQuit } from './datagram-native.ts';
 import { installRoot } from './install-root.ts';
-import { KEEPER_PROGRAM, startKeeper, stopKeeper, takeHeld } from './keeper.ts';
+import { handTo, KEEPER_PROGRAM, startKeeper, stopKeeper, takeHeld } from './keeper.ts';
 import { until } from '../../test/support/wait.ts';
 
 /** Whether process `pid` is gone (or a zombie). */
@@ -71,9 +72,61 @@ describe('keeper (bin/atoll-keeper)', () => {
     assert.equal(await stopKeeper(socket), undefined, 'none there any more');
   });
 
+  test('a standing keeper (COUNT 0) holds what an agent hands it, lets go of it at \'q\' or after its grace, and stays', async () => {
+    const socket = join(dir, 's.sock');
+    const proc = spawn(join(installRoot(), KEEPER_PROGRAM), [socket, '0', '400'], { stdio: 'ignore' });
+    pids.push(proc.pid as number);
+    await until('the standing keeper to listen', () => existsSync(socket), 5000, 20);
+    const first = takeHeld(socket);
+    assert.ok(first);
+    assert.deepEqual(first.fds, [], 'it holds nothing yet');
+    const file = openSync(join(dir, 'four'), 'w');
+    assert.equal(handTo(first, [file]), undefined);
+    closeSync(file);
+    closeSync(first.connection); // the agent dies
+    const back = takeHeld(socket);
+    assert.equal(back?.fds.length, 1, 'the next agent gets what the last one handed over');
+    assert.equal(fstatSync(back?.fds[0] as number).ino, fstatSync(openSync(join(dir, 'four'), 'r')).ino);
+    closeSync(back?.fds[0] as number);
+    keeperQuit(back?.connection as number);
+    await new Promise((r) => setTimeout(r, 100));
+    const empty = takeHeld(socket);
+    assert.deepEqual([empty?.pid, empty?.fds], [proc.pid, []], 'asked to let go: it did, and stays');
+    assert.ok(empty);
+    assert.equal(handTo(empty, [openSync(join(dir, 'four'), 'r')]), undefined);
+    closeSync(empty.connection);
+    await new Promise((r) => setTimeout(r, 700));
+    const later = takeHeld(socket);
+    assert.deepEqual([later?.pid, later?.fds], [proc.pid, []], 'no agent for its grace: it let go, and stays');
+    closeSync(later?.connection as number);
+    const exited = new Promise((r) => proc.once('exit', r));
+    proc.kill('SIGTERM');
+    await exited;
+    assert.equal(existsSync(socket), false, 'SIGTERM: gone, its socket removed');
+  });
+
+  test('a standing keeper that finds a keeper the agent started takes over what it holds, and that one goes', async () => {
+    const socket = join(dir, 't.sock');
+    const file = openSync(join(dir, 'five'), 'w');
+    const spawned = await startKeeper(socket, [file], 60_000);
+    assert.ok(spawned.held, spawned.why);
+    pids.push(spawned.held.pid);
+    closeSync(file);
+    const proc = spawn(join(installRoot(), KEEPER_PROGRAM), [socket, '0', '60000'], { stdio: 'ignore' });
+    pids.push(proc.pid as number);
+    await until('the agent\'s keeper to go', () => gone(spawned.held?.pid as number), 5000, 20);
+    const now = takeHeld(socket);
+    assert.equal(now?.pid, proc.pid);
+    assert.equal(fstatSync(now?.fds[0] as number).ino, fstatSync(openSync(join(dir, 'five'), 'r')).ino, 'the same file, held by the standing keeper');
+    closeSync(now?.fds[0] as number);
+    closeSync(now?.connection as number);
+    closeSync(spawned.held.connection);
+    proc.kill('SIGTERM');
+  });
+
   test('bad arguments: a usage error, status 2, nothing held', () => {
     const program = join(installRoot(), KEEPER_PROGRAM);
-    for (const args of [[], [join(dir, 'c.sock'), '0', '10'], [join(dir, 'c.sock'), '1', 'x'], [join(dir, 'c.sock'), '3', '10']]) {
+    for (const args of [[], [join(dir, 'c.sock'), '9', '10'], [join(dir, 'c.sock'), '1', 'x'], [join(dir, 'c.sock'), '3', '10']]) {
       const r = spawnSync(program, args, { encoding: 'utf8', stdio: ['ignore', 'ignore', 'pipe'] });
       assert.equal(r.status, 2, `${args.join(' ')}: ${r.stderr}`);
       assert.match(r.stderr, /atoll-keeper: .*\nusage: atoll-keeper SOCKET COUNT GRACE_MS|not open/);

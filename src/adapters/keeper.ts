@@ -1,15 +1,17 @@
 /**
  * The tunnel's keeper (native/atoll-keeper.c): a small process that holds the datagram path's data plane (the TUN
- * device, the UDP socket, the memfd of the kept keys) across the agent's restarts, SIGKILL included. The agent hands
- * the three descriptors to a keeper it starts (as its descriptors 3 to 5, in a session of its own) and, after a
- * restart, takes them back from it over a unix socket (SCM_RIGHTS). While the agent is away, packets wait in the
- * device's and the socket's queues. The keeper gives everything up once no agent was connected for its grace time.
+ * device, the UDP socket, the memfd of the kept keys) across the agent's restarts, SIGKILL included. Where a standing
+ * keeper listens (on Kubernetes, the chart's keeper DaemonSet, which a roll of the agents does not touch), the agent
+ * hands it the three descriptors over its unix socket; else it starts one of its own with them (as its descriptors 3
+ * to 5, in a session of its own). After a restart it takes them back (SCM_RIGHTS). While the agent is away, packets
+ * wait in the device's and the socket's queues. The keeper lets go of everything once no agent was connected for its
+ * grace time.
  */
 import { spawn } from 'node:child_process';
 import { closeSync, existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { keeperConnect, keeperQuit } from './datagram-native.ts';
+import { keeperConnect, keeperHold, keeperQuit } from './datagram-native.ts';
 import { installRoot } from './install-root.ts';
 
 /** The keeper program, under the install root (the checkout, or /opt/atoll in the image). */
@@ -64,6 +66,12 @@ export async function startKeeper(socketPath: string, fds: readonly number[], gr
   }
   if (exited === null && child.pid) process.kill(child.pid, 'SIGTERM');
   return { why: exited === null ? 'it did not answer within 2 s' : `it exited with status ${exited}` };
+}
+
+/** Hands `fds` to the keeper of `held` (a standing one that held nothing). @returns an error message, or undefined. */
+export function handTo(held: Held, fds: readonly number[]): string | undefined {
+  const errno = keeperHold(held.connection, fds);
+  return errno === 0 ? undefined : `sending the descriptors to keeper ${held.pid} failed: errno ${errno}`;
 }
 
 /** Closes what `held` brought (descriptors and connection), leaving the keeper as it is. */

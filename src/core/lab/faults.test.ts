@@ -141,7 +141,10 @@ test('the faults through Kubernetes: the StatefulSet pod on the target node, a p
   const roll = planFault(p, 'agent-roll', 'kubernetes');
   assert.ok(!('skipped' in roll) && roll.kind === 'agent-roll');
   assert.deepEqual(roll.samples, [{ from: 'cloud-1-p1', to: 'a-1-p1' }, { from: 'a-1-p1', to: 'cloud-1-p1' }, { from: 'cloud-1-p1', to: 'b-1-p1' }, { from: 'a-1-p1', to: 'a-2-p1' }]);
-  assert.deepEqual(roll.strict?.lossFree, [{ from: 'a-1-p1', to: 'a-2-p1' }], 'the same-site pair rides the kernel: a roll may cost it nothing');
+  assert.deepEqual(roll.strict?.lossFree, roll.samples, 'the keepers hold the datagram path and the same-site pair rides the kernel: a roll may cost nothing');
+  const streams = planFault(plan({ ...DEFAULT_LAB_SPEC, tunnelUdp: false }), 'agent-roll', 'kubernetes');
+  assert.ok(!('skipped' in streams));
+  assert.deepEqual(streams.strict?.lossFree, [{ from: 'a-1-p1', to: 'a-2-p1' }], 'over the streams alone the tunnel pairs may lose packets while an end restarts');
   for (const kind of ['statefulset-recreate', 'crash-offline', 'agent-roll'] as const) assert.ok('skipped' in planFault(p, kind, 'cri', workloads), `${kind} needs --kubernetes`);
 });
 

@@ -230,9 +230,13 @@ export function planFault(plan: LabPlan, kind: LabFaultKind, pods: 'cri' | 'dire
     }
     case 'agent-roll': {
       const firstOfEach = plan.spec.edges.map((e) => plan.pods.find((p) => plan.nodes.find((n) => n.name === p.node)?.site === e.name)?.name);
-      const lossFree = pairs([[nodePods[0], sameSitePod]]);
-      return { kind, lossless: false, flows: [], strict: { lossFree }, samples: [...pairs(firstOfEach.flatMap((p) => [[cloudPod, p], [p, cloudPod]] as const)).slice(0, MAX_SAMPLES - lossFree.length), ...lossFree],
-        description: 'the agents\' DaemonSets rolled to another image tag while traffic flows (one node at a time per DaemonSet); tunnel pairs may lose packets only while an end\'s agent restarts (its old pod stopping until its new one is ready, and 1 s after), same-site pairs nothing' };
+      const sameSite = pairs([[nodePods[0], sameSitePod]]);
+      const tunnel = pairs(firstOfEach.flatMap((p) => [[cloudPod, p], [p, cloudPod]] as const)).slice(0, MAX_SAMPLES - sameSite.length);
+      // the chart's keepers hold the datagram path's data plane while an agent restarts: pairs on it lose nothing
+      const kept = tunnel.filter((p) => labUsesUdp(plan.spec) && ![p.from, p.to].some((pod) => udpBlockedAt(plan, nodeOf(pod) ?? '')));
+      return { kind, lossless: false, flows: [], strict: { lossFree: [...kept, ...sameSite] }, samples: [...tunnel, ...sameSite],
+        description: 'the agents\' DaemonSets rolled to another image tag while traffic flows (one node at a time per DaemonSet); pairs on the datagram path lose nothing (the keepers hold it), '
+          + 'other tunnel pairs packets only while an end\'s agent restarts (its old pod stopping until its new one is ready, and 1 s after), same-site pairs nothing' };
     }
     case 'node-delete': {
       // the last node of the first edge site: not the other faults' target, not a cloud node (the controller's and relay's)
