@@ -13,8 +13,10 @@
  *   type (1) | 0 (3) | key id (4, BE) | counter (8, BE) | sealed payload | tag (16)
  * the first 16 bytes as additional data, the nonce 4 zero bytes and the counter.
  *
- * libcrypto: this library links the system's libcrypto.so.3 and must be loaded with RTLD_DEEPBIND (koffi's `deep`):
- * Node exports its own statically linked OpenSSL's symbols, and without it our EVP calls would land in Node's copy.
+ * libcrypto: this library links none. Its EVP calls bind, when Node loads it, to the OpenSSL inside Node, which Node
+ * exports for addons (3.5 with Node 24): its AES-GCM uses VAES and AVX-512 where the CPU has them, 2.4 times faster
+ * per 1440-byte datagram on the machine this was measured on than the system's OpenSSL 3.0, and no second libcrypto
+ * is loaded. OpenSSL 3 keeps its ABI within the major version, so the 3.0 headers it is built against serve.
  * atoll_dp_crypto_origin() says which object the calls bind to (a test checks it). Keys are freed with
  * EVP_CIPHER_CTX_free (which cleanses the key schedule) and our copies are cleansed too.
  *
@@ -40,6 +42,8 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
+
+#include "fd-passing.h"
 
 #define HDR 16
 #define TAG 16
@@ -744,31 +748,14 @@ EXPORT int atoll_dp_keeper_connect(const char *path, int32_t *fds, int max, int3
     char magic[8];
     int32_t pid, count;
   } hello;
-  struct iovec iov = {.iov_base = &hello, .iov_len = sizeof hello};
-  union {
-    char buf[CMSG_SPACE(sizeof(int) * 8)];
-    struct cmsghdr align;
-  } control;
-  struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf, .msg_controllen = sizeof control.buf};
-  ssize_t got;
-  do got = recvmsg(c, &m, MSG_CMSG_CLOEXEC);
-  while (got < 0 && errno == EINTR);
-  int e = got < 0 ? errno : EPROTO, n = 0;
-  for (struct cmsghdr *cm = CMSG_FIRSTHDR(&m); got >= 0 && cm; cm = CMSG_NXTHDR(&m, cm)) {
-    if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) continue;
-    int k = (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
-    int in[8];
-    memcpy(in, CMSG_DATA(cm), sizeof(int) * (size_t)k);
-    for (int i = 0; i < k; i++) {
-      if (n < max) fds[n++] = in[i];
-      else close(in[i]);
-    }
-  }
-  if (got != (ssize_t)sizeof hello || memcmp(hello.magic, "ATKEEP1", 8) != 0 || hello.count != n) {
-    for (int i = 0; i < n; i++) close(fds[i]);
+  int got_fds[FD_PASSING_MAX], n;
+  ssize_t got = recv_fds(c, &hello, sizeof hello, got_fds, &n, 0);
+  if (got != (ssize_t)sizeof hello || memcmp(hello.magic, "ATKEEP1", 8) != 0 || hello.count != n || n > max) {
+    for (int i = 0; i < n; i++) close(got_fds[i]);
     close(c);
-    return -e;
+    return got < 0 ? (int)got : -EPROTO;
   }
+  for (int i = 0; i < n; i++) fds[i] = got_fds[i];
   info[0] = hello.pid;
   info[1] = n;
   return c;
@@ -776,30 +763,16 @@ EXPORT int atoll_dp_keeper_connect(const char *path, int32_t *fds, int max, int3
 
 /* Hands descriptors fds[0..n) to the keeper on connection c, which holds them instead of what it held. @returns 0 or -errno. */
 EXPORT int atoll_dp_keeper_hold(int c, const int32_t *fds, int n) {
-  if (n < 0 || n > 8) return -EINVAL;
+  if (n < 0 || n > FD_PASSING_MAX) return -EINVAL;
   struct {
     char magic[8];
     int32_t count;
   } msg;
   memcpy(msg.magic, "ATHOLD1", 8);
   msg.count = n;
-  struct iovec iov = {.iov_base = &msg, .iov_len = sizeof msg};
-  union {
-    char buf[CMSG_SPACE(sizeof(int) * 8)];
-    struct cmsghdr align;
-  } control;
-  memset(&control, 0, sizeof control);
-  struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1};
-  if (n > 0) {
-    m.msg_control = control.buf;
-    m.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)n);
-    struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
-    cm->cmsg_level = SOL_SOCKET;
-    cm->cmsg_type = SCM_RIGHTS;
-    cm->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)n);
-    for (int i = 0; i < n; i++) memcpy(CMSG_DATA(cm) + i * sizeof(int), &fds[i], sizeof(int));
-  }
-  return sendmsg(c, &m, MSG_NOSIGNAL) < 0 ? -errno : 0;
+  int out[FD_PASSING_MAX];
+  for (int i = 0; i < n; i++) out[i] = fds[i];
+  return send_fds(c, &msg, sizeof msg, out, n);
 }
 
 /* Asks the keeper on connection c to let go of what it holds (a keeper the agent started exits then), and closes c. */
@@ -809,9 +782,9 @@ EXPORT void atoll_dp_keeper_quit(int c) {
   close(c);
 }
 
-/* ---- which libcrypto ---- */
+/* ---- which OpenSSL ---- */
 
-/* The path of the object our EVP_EncryptInit_ex binds to (the system's libcrypto.so.3, not Node's executable), into out. */
+/* The path of the object our EVP_EncryptInit_ex binds to (the OpenSSL inside Node: the node executable), into out. */
 EXPORT int atoll_dp_crypto_origin(char *out, int cap) {
   Dl_info info;
   if (!dladdr((void *)&EVP_EncryptInit_ex, &info) || !info.dli_fname) return -1;

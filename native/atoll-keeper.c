@@ -36,7 +36,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_HELD 8
+#include "fd-passing.h"
+
+#define MAX_HELD FD_PASSING_MAX
 #define MAX_CLIENTS 8
 
 static volatile sig_atomic_t stopping;
@@ -75,28 +77,12 @@ static int read_message(int c) {
     int32_t count;
   } msg;
   memset(&msg, 0, sizeof msg);
-  struct iovec iov = {.iov_base = &msg, .iov_len = sizeof msg};
-  union {
-    char buf[CMSG_SPACE(sizeof(int) * MAX_HELD)];
-    struct cmsghdr align;
-  } control;
-  struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf, .msg_controllen = sizeof control.buf};
-  ssize_t got = recvmsg(c, &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-  if (got < 0) return errno == EAGAIN || errno == EINTR ? 0 : -1;
-  if (got == 0) return -1;
-  int fds[MAX_HELD], n = 0;
-  for (struct cmsghdr *cm = CMSG_FIRSTHDR(&m); cm; cm = CMSG_NXTHDR(&m, cm)) {
-    if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) continue;
-    int k = (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
-    int in[MAX_HELD];
-    memcpy(in, CMSG_DATA(cm), sizeof(int) * (size_t)k);
-    for (int i = 0; i < k; i++) {
-      if (n < MAX_HELD) fds[n++] = in[i];
-      else close(in[i]);
-    }
-  }
+  int fds[MAX_HELD], n;
+  ssize_t got = recv_fds(c, &msg, sizeof msg, fds, &n, MSG_DONTWAIT);
+  if (got == -EAGAIN || got == -EINTR || got == -EPROTO) return 0;
+  if (got <= 0) return -1;
   if (got == 1 && msg.magic[0] == 'q' && n == 0) return 'q';
-  if (got == (ssize_t)sizeof msg && memcmp(msg.magic, "ATHOLD1", 8) == 0 && msg.count == n && (m.msg_flags & MSG_CTRUNC) == 0) {
+  if (got == (ssize_t)sizeof msg && memcmp(msg.magic, "ATHOLD1", 8) == 0 && msg.count == n) {
     drop_held();
     memcpy(held, fds, sizeof(int) * (size_t)n);
     count = n;
@@ -118,17 +104,8 @@ static void take_over(const struct sockaddr_un *addr) {
     char magic[8];
     int32_t pid, count;
   } hello;
-  struct iovec iov = {.iov_base = &hello, .iov_len = sizeof hello};
-  union {
-    char buf[CMSG_SPACE(sizeof(int) * MAX_HELD)];
-    struct cmsghdr align;
-  } control;
-  struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf, .msg_controllen = sizeof control.buf};
-  ssize_t got = recvmsg(c, &m, MSG_CMSG_CLOEXEC);
-  struct cmsghdr *cm = got > 0 ? CMSG_FIRSTHDR(&m) : NULL;
-  int n = cm && cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS ? (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int)) : 0;
-  int fds[MAX_HELD];
-  if (n > 0) memcpy(fds, CMSG_DATA(cm), sizeof(int) * (size_t)n);
+  int fds[MAX_HELD], n;
+  ssize_t got = recv_fds(c, &hello, sizeof hello, fds, &n, 0);
   if (got == (ssize_t)sizeof hello && memcmp(hello.magic, "ATKEEP1", 8) == 0 && hello.count == n) {
     memcpy(held, fds, sizeof(int) * (size_t)n);
     count = n;
@@ -149,23 +126,7 @@ static int hand_over(int c) {
   memcpy(hello.magic, "ATKEEP1", 8);
   hello.pid = (int32_t)getpid();
   hello.count = count;
-  struct iovec iov = {.iov_base = &hello, .iov_len = sizeof hello};
-  union {
-    char buf[CMSG_SPACE(sizeof(int) * MAX_HELD)];
-    struct cmsghdr align;
-  } control;
-  memset(&control, 0, sizeof control);
-  struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1};
-  if (count > 0) {
-    m.msg_control = control.buf;
-    m.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)count);
-    struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
-    cm->cmsg_level = SOL_SOCKET;
-    cm->cmsg_type = SCM_RIGHTS;
-    cm->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)count);
-    memcpy(CMSG_DATA(cm), held, sizeof(int) * (size_t)count);
-  }
-  return sendmsg(c, &m, MSG_NOSIGNAL) < 0 ? -1 : 0;
+  return send_fds(c, &hello, sizeof hello, held, count);
 }
 
 int main(int argc, char **argv) {

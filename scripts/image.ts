@@ -1,7 +1,7 @@
 /**
  * `make image`: Atoll's container image as a docker-archive tarball, built from local files without a Docker engine
  * or a registry: the project's Node, the bundle, the runtime npm packages, atoll-cni, the datagram path's library
- * (bin/libatoll-dp.so, with the libcrypto it links), the tools the agent and the
+ * (bin/libatoll-dp.so, on the OpenSSL inside the image's Node), the tools the agent and the
  * controller call (ip, bridge, nft, openssl, and openssl's configuration) with the shared libraries `ldd` lists, and busybox for the init containers'
  * `sh` and `cp`. Writes build/image/atoll-<version>.tar and prints its path and size; load it on a node with
  * `ctr -n k8s.io images import build/image/atoll-<version>.tar`. Checks the tree runs (`atoll version`, chrooted)
@@ -16,8 +16,8 @@ import { parseArgs } from 'node:util';
 import { packImage } from '../src/adapters/containerd/image-archive.ts';
 
 const REPOSITORY = 'atoll.dev/atoll';
-/** Run by the image's Node in the image: loads the datagram path's library as the agent does and says which libcrypto it binds to. */
-const DATAGRAM_LIBRARY_CHECK = "const koffi = require('/opt/atoll/node_modules/koffi'); const l = koffi.load('/opt/atoll/bin/libatoll-dp.so', { deep: true }); " +
+/** Run by the image's Node in the image: loads the datagram path's library as the agent does and says which OpenSSL it binds to. */
+const DATAGRAM_LIBRARY_CHECK = "const koffi = require('/opt/atoll/node_modules/koffi'); const l = koffi.load('/opt/atoll/bin/libatoll-dp.so'); " +
   "const b = Buffer.alloc(4096); const n = l.func('int atoll_dp_crypto_origin(uint8_t *out, int cap)')(b, b.length); " +
   "console.log(b.subarray(0, n).toString(), l.func('const char *atoll_dp_crypto_version()')())";
 const { values } = parseArgs({ options: { tag: { type: 'string' } } });
@@ -45,7 +45,7 @@ try {
   for (const d of ['bin', 'sbin', 'usr/bin', 'usr/sbin', 'etc', 'tmp', 'run', 'var/lib', 'proc', 'sys', 'dev']) mkdirSync(join(rootfs, d), { recursive: true });
   chmodSync(join(rootfs, 'tmp'), 0o1777);
   // the program: the bundle, the packages it leaves external, atoll-cni, the tunnel's keeper (native/atoll-keeper.c), the datagram path's library (found under the
-  // install root, src/adapters/datagram-native.ts; copyHostBinary adds the libcrypto.so.3 it links), package.json (its install root)
+  // install root, src/adapters/datagram-native.ts; it binds to the OpenSSL inside Node, which stripping keeps exported), package.json (its install root)
   sh('sh', ['scripts/build.sh']);
   mkdirSync(join(app, 'bin'), { recursive: true });
   cpSync(realpathSync('build/current'), join(app, 'build/current'), { recursive: true });
@@ -78,9 +78,9 @@ try {
   const { NODE_EXTRA_CA_CERTS: _hostCas, ...env } = process.env;
   const said = execFileSync('chroot', [rootfs, '/opt/atoll/bin/atoll', 'version'], { encoding: 'utf8', env }).trim();
   if (!/^atoll \d/.test(said)) throw new Error(`image: atoll version in the image printed ${JSON.stringify(said)}`);
-  // the datagram path's library loads there, bound to the image's libcrypto
+  // the datagram path's library loads there, bound to the OpenSSL inside the image's Node
   const crypto = execFileSync('chroot', [rootfs, '/opt/atoll/node', '-e', DATAGRAM_LIBRARY_CHECK], { encoding: 'utf8', env, cwd: '/' }).trim();
-  if (!/libcrypto\.so\.3 OpenSSL 3\./.test(crypto)) throw new Error(`image: the datagram path's library in the image said ${JSON.stringify(crypto)}`);
+  if (!/^\/opt\/atoll\/node OpenSSL 3\./.test(crypto)) throw new Error(`image: the datagram path's library in the image said ${JSON.stringify(crypto)}`);
   mkdirSync('build/image', { recursive: true });
   const out = join('build/image', `atoll-${tag}.tar`);
   await packImage({

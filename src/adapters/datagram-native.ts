@@ -1,7 +1,7 @@
 /**
  * The datagram path's per-datagram work in C (native/atoll-dp.c, built by the set-up into bin/libatoll-dp.so),
  * called through koffi once per packet sent and once per receive ring: segmenting a TCP superpacket, the datagram
- * headers, AES-256-GCM on the system's libcrypto (OpenSSL 3), the runs of UDP GSO sends; on receipt, cutting UDP_GRO
+ * headers, AES-256-GCM on the OpenSSL inside Node, the runs of UDP GSO sends; on receipt, cutting UDP_GRO
  * runs apart, the key lookup by id, the replay window and opening in place. The wire format is
  * src/core/tunnel/datagram.ts's.
  *
@@ -10,10 +10,9 @@
  * Gbit/s (docs/architecture.md, "The datagram path"). A koffi call costs about the same whatever it does, so the
  * work is moved behind one call per packet and per ring.
  *
- * The library is loaded with RTLD_DEEPBIND (koffi's `deep`): Node exports its own statically linked OpenSSL's
- * symbols, and without it the library's EVP calls would bind to Node's copy; {@link nativeCryptoOrigin} says which
- * object they bind to. Every object here lives outside the JavaScript heap and needs its `free()`, which also
- * cleanses the key.
+ * AES-GCM is the OpenSSL inside Node's executable (exported for addons; the library links no libcrypto of its own):
+ * {@link nativeCryptoOrigin} says which object the EVP calls bind to. Every object here lives outside the JavaScript
+ * heap and needs its `free()`, which also cleanses the key.
  */
 import { join } from 'node:path';
 import koffi from 'koffi';
@@ -76,10 +75,10 @@ function load(): Lib {
   const path = join(installRoot(), NATIVE_LIBRARY);
   let l: ReturnType<typeof koffi.load>;
   try {
-    l = koffi.load(path, { deep: true });
+    l = koffi.load(path);
   } catch (cause) {
-    throw atollError('KERNEL_OP_FAILED', `the datagram path needs ${path} (and libcrypto.so.3, OpenSSL 3), which did not load`,
-      'run the set-up (make setup builds it; apt-get install libssl3), or turn tunnel.udp off', cause);
+    throw atollError('KERNEL_OP_FAILED', `the datagram path needs ${path}, which did not load (it binds to the OpenSSL inside Node: a Node 22 or later built with OpenSSL 3)`,
+      'run the set-up (make setup builds it) and the project\'s Node, or turn tunnel.udp off', cause);
   }
   lib = {
     sealKeyNew: l.func('void *atoll_dp_seal_key_new(const uint8_t *key, uint32_t id)') as Lib['sealKeyNew'],
@@ -122,7 +121,7 @@ function load(): Lib {
   return lib;
 }
 
-/** The file our AES-GCM calls bind to (it must be the system's libcrypto.so.3, not Node's executable), and its version. */
+/** The file our AES-GCM calls bind to (the OpenSSL inside Node: Node's executable), and its version. */
 export function nativeCryptoOrigin(): { path: string; version: string } {
   const l = load();
   const out = new Uint8Array(4096);
