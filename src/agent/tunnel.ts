@@ -112,6 +112,8 @@ export class Tunnel {
   #keeper: Held | undefined;
   /** Whether the TUN device and the socket are read (from the first {@link sync} on). */
   #running = false;
+  /** Whether the data plane was taken back from the agent's last process. */
+  #takenBack = false;
 
   constructor(components: TunnelComponents, init: TunnelInit) {
     this.#c = components;
@@ -147,6 +149,7 @@ export class Tunnel {
     const mtu = udp ? Math.min(this.#init.mtu, innerMtu(udp.underlayMtu)) : this.#init.mtu;
     const found = udp?.keeper ? this.#takeBack(udp.keeper.socketPath, device, mtu) : {};
     const back = found.back;
+    this.#takenBack = back !== undefined;
     // a new kept region when there is to be a keeper and none handed one back
     const keptFd = udp?.keeper && !back ? this.#newKeptRegion() : undefined;
     const tun = back?.tun ?? openTun({ name: device, mtu });
@@ -190,7 +193,8 @@ export class Tunnel {
   /**
    * What the keeper at `socketPath` holds for the agent's previous process, if it is this node's device and a kept
    * region: taken back, the region attached. A set that does not fit (the device deleted meanwhile, a configuration
-   * that changed) is given up, and the keeper asked to exit.
+   * that changed) is given up: the keeper is asked to let go of it (one the agent started exits then, a standing one
+   * stays and gets the new set). A standing keeper that holds nothing is returned as `standing`.
    */
   #takeBack(socketPath: string, device: string, mtu: number): { back?: TakenBack; standing?: Held } {
     const held = takeHeld(socketPath);
@@ -411,6 +415,7 @@ export class Tunnel {
       }),
       skipped: this.#plan.skipped,
       refusedConnections: this.#refused,
+      ...(this.#datagrams ? { keeper: this.#keeper ? { pid: this.#keeper.pid, takenBack: this.#takenBack } : null } : {}),
       dropped: endpoint ? {
         noPeer: endpoint.stats.droppedNoPeer, noPath: endpoint.stats.droppedNoStream, badSource: endpoint.stats.droppedBadSource, tunWrite: endpoint.stats.droppedTunWrite,
         ...Object.fromEntries(Object.entries(this.#datagrams?.stats.dropped ?? {}).map(([reason, n]) => [`udp.${reason}`, n])),

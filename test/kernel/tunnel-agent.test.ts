@@ -154,6 +154,7 @@ describe('cross-site tunnel in the agent: edge dials cloud', { skip: rootSkipRea
       assert.match(log, /datagram path taken back from the kept region.*"peers":1/, log);
       assert.equal(received, 300, `${signal}: ${300 - received} of 300 pings lost across a restart of ${restartMs} ms\n${out.split('\n').slice(-4).join('\n')}\n${diag()}`);
       await until('the edge agent back on the datagram path', async () => (await pathOf(edgeNode, 'tc1')) === 'udp', 5000);
+      assert.deepEqual((await readTunnelStatus(statusSocketOf(edgeNode.socket)))?.keeper, { pid: keeper.pid, takenBack: true }, '`atoll peers` says who holds it');
       process.stdout.write(`# agent stopped (${signal}) and started again in ${restartMs} ms: 300 of 300 pings (10 ms apart) answered; ${/rtt .*/.exec(out)?.[0] ?? ''}\n`);
     }
   });

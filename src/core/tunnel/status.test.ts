@@ -36,4 +36,8 @@ test('atoll peers: a row per peer with path, rtt, traffic, age and punch count; 
   const rebuilding = renderPeers({ role: 'edge', peers: [{ name: 'b-4', role: 'edge', mode: 'punch', path: 'down', txBytes: 0, rxBytes: 0, txPackets: 0, rxPackets: 0, since: now - 9000,
     punch: { attempts: 1, successes: 0, lastError: 'the relay is unreachable' }, udp: { endpoint: '198.51.100.9:40123', usable: false, rebuildingSince: now - 7000 } }], skipped: [], dropped: {} }, now);
   assert.deepEqual(rebuilding.slice(2), ['b-4: rebuilding the path without the relay for 7s: hellos to 198.51.100.9:40123']);
+  const kept = (keeper: TunnelStatus['keeper']) => renderPeers({ role: 'edge', peers: [], skipped: [], dropped: {}, keeper }, now).slice(2);
+  assert.deepEqual(kept({ pid: 4242, takenBack: true }), ['data plane held by keeper 4242 (taken back from the last agent): an agent restart loses no datagram']);
+  assert.deepEqual(kept(null), ['no keeper: an agent restart interrupts the datagram path (tunnel.udp.keepMs, the chart\'s agent.keeper)']);
+  assert.deepEqual(kept(undefined), [], 'no datagram path: nothing to say');
 });

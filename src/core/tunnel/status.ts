@@ -38,6 +38,12 @@ export interface TunnelStatus {
   readonly dropped: Readonly<Record<string, number>>;
   /** Tunnel connections refused since the agent started (a key that is not a registered peer's, a failed handshake). */
   readonly refusedConnections?: number;
+  /**
+   * The keeper holding the datagram path's data plane across agent restarts: its pid, and whether this agent took the
+   * data plane back from its last process (or made a new one). null: the datagram path runs without one (a restart
+   * interrupts it); absent: no datagram path.
+   */
+  readonly keeper?: { readonly pid: number; readonly takenBack: boolean } | null;
 }
 
 /**
@@ -101,5 +107,7 @@ export function renderPeers(st: TunnelStatus, now: number): string[] {
   const drops = Object.entries(st.dropped).filter(([, n]) => n > 0);
   if (drops.length > 0) out.push(`dropped packets: ${drops.map(([k, n]) => `${k} ${n}`).join(', ')}`);
   if (st.refusedConnections) out.push(`refused connections: ${st.refusedConnections}`);
+  if (st.keeper) out.push(`data plane held by keeper ${st.keeper.pid} (${st.keeper.takenBack ? 'taken back from the last agent' : 'new with this agent'}): an agent restart loses no datagram`);
+  else if (st.keeper === null) out.push('no keeper: an agent restart interrupts the datagram path (tunnel.udp.keepMs, the chart\'s agent.keeper)');
   return out;
 }
