@@ -8,6 +8,7 @@ import { request } from 'node:https';
 import { AtollError, atollError, ERROR_CATALOGUE, type ErrorCode } from '../core/errors.ts';
 import type { NodeRecord, NodeFields, NodeUsage } from '../core/cluster/model.ts';
 import { type NodeIdentity, signRequest } from './node-identity.ts';
+import { compareText } from '../core/order.ts';
 
 export interface ControllerClientInit {
   readonly urls: readonly string[];
@@ -32,7 +33,7 @@ export function applyWatchLine(nodes: readonly NodeRecord[], line: Exclude<Watch
   if (line.type === 'snapshot') out = [...line.nodes];
   else if (line.type === 'put') out = [...nodes.filter((p) => p.name !== line.node.name), line.node];
   else out = nodes.filter((p) => p.name !== line.name);
-  return out.sort((a, b) => a.name.localeCompare(b.name));
+  return out.sort((a, b) => compareText(a.name, b.name));
 }
 
 interface Answer {

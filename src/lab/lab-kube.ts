@@ -45,6 +45,7 @@ import { sleep } from '../adapters/timers.ts';
 import { type CriPods, enterSandbox, type LabPodInfo, type LabPodRuntime, POD_CREATION } from './lab-pods.ts';
 import { PROBE_PORT, ProbeClient } from './probe.ts';
 import { ATOLL_BIN, REPO_ROOT } from './agent-process.ts';
+import { compareText } from '../core/order.ts';
 
 const NODES_READY_TIMEOUT_MS = 120_000;
 /** How long the chart's pods get to be Ready on every node (each agent installs the CNI, then its Node turns Ready). */
@@ -417,7 +418,7 @@ export async function startWorkloads(kube: LabKubernetes, init: { plan: LabPlan;
     const of = (name: string) => pods.filter((p) => p.metadata.labels?.[LAB_WORKLOAD_LABEL] === name);
     const short = Object.entries(want).filter(([name, n]) => of(name).length < n);
     if (short.length === 0) {
-      const info = (name: string) => Promise.all(of(name).sort((a, b) => a.metadata.name.localeCompare(b.metadata.name))
+      const info = (name: string) => Promise.all(of(name).sort((a, b) => compareText(a.metadata.name, b.metadata.name))
         .map((p) => sandboxOf(init.containerds, { name: p.metadata.name, node: p.spec.nodeName as string, ip: p.status.podIP as string })));
       const [deployment, statefulSet] = await Promise.all([info(LAB_WORKLOADS.deployment), info(LAB_WORKLOADS.statefulSet)]);
       return { deployment, statefulSet, readyMs: Math.round(performance.now() - t) };

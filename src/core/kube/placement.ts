@@ -10,6 +10,7 @@
  *   communities.fabedge.io shape), else none.
  */
 import { type AtollError, atollError } from '../errors.ts';
+import { compareText } from '../order.ts';
 
 export const LABEL_SITE = 'atoll.dev/site';
 export const LABEL_COMMUNITY = 'atoll.dev/community';
@@ -55,7 +56,7 @@ const NAME = /^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$/;
 export function indexCommunities(communities: readonly CommunitySpec[], nodes: ReadonlySet<string>): CommunityIndex {
   const claims = new Map<string, string[]>();
   const problems: AtollError[] = [];
-  for (const c of [...communities].sort((a, b) => a.name.localeCompare(b.name))) {
+  for (const c of [...communities].sort((a, b) => compareText(a.name, b.name))) {
     if (!NAME.test(c.name)) {
       problems.push(atollError('COMMUNITY_INVALID', `Community ${c.name}: the name is not a valid label value, so it cannot be a community`, 'rename it (letters, digits, - _ ., at most 63)'));
       continue;

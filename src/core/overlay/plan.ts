@@ -15,6 +15,7 @@
  *   a differing label wins over a probe. Peers outside the site are left to the cross-site tunnel.
  */
 import { type Cidr, cidrContains, formatCidr, formatIpv4, parseIpv4 } from '../net/ipv4.ts';
+import { compareText } from '../order.ts';
 
 /** Routes Atoll installs carry this protocol number, so a diff only ever touches Atoll's routes. */
 export const ROUTE_PROTO = 44;
@@ -90,7 +91,7 @@ export function planOverlay(self: OverlayNode, peers: readonly OverlayPeer[], s:
   const fdb: FdbEntry[] = [];
   const sitePeers: { name: string; path: 'vxlan' | 'direct' }[] = [];
   const remotePeers: string[] = [];
-  for (const p of [...peers].sort((a, b) => a.name.localeCompare(b.name))) {
+  for (const p of [...peers].sort((a, b) => compareText(a.name, b.name))) {
     if (p.name === self.name || p.blocks.length === 0) continue;
     const underlay = parseIpv4(p.underlay);
     if (!sameSite(self, p) || underlay === undefined) {

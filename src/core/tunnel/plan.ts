@@ -17,6 +17,7 @@
 import type { NodeRecord } from '../cluster/model.ts';
 import { type Cidr, formatCidr, formatIpv4, parseCidr } from '../net/ipv4.ts';
 import { ROUTE_PROTO } from '../overlay/plan.ts';
+import { compareText } from '../order.ts';
 
 export type TunnelRole = 'cloud' | 'edge';
 
@@ -71,7 +72,7 @@ export function roleOf(p: Pick<NodeRecord, 'annotations'>): TunnelRole | undefin
 export function planTunnel(self: TunnelSelf, peers: readonly NodeRecord[], remote: ReadonlySet<string>): TunnelPlan {
   const out: TunnelPeerPlan[] = [];
   const skipped: { name: string; reason: string }[] = [];
-  for (const p of [...peers].sort((a, b) => a.name.localeCompare(b.name))) {
+  for (const p of [...peers].sort((a, b) => compareText(a.name, b.name))) {
     if (p.name === self.name || !remote.has(p.name)) continue;
     const role = roleOf(p);
     const blocks = p.blocks.map((b) => parseCidr(b)).filter((b): b is Cidr => b !== undefined);
