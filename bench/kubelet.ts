@@ -31,9 +31,12 @@
  * container, so Running no longer waits for the next 1 s relist. The single pods keep their stratified phases of the
  * (still 1 s) global relist. The run fails unless the kubelet's log shows that most single pods were first seen
  * running by their own on-demand relist (bench/pod-timeline.ts, from containerd's and the kubelet's logs).
+ * `--containerd 1.6` runs that node on Debian's containerd 1.6 instead (kubelet v1.37 starts on it, falling back from
+ * the RuntimeConfig RPC 1.6 lacks to its own cgroup driver setting): the v1.34 runs' containerd, so that the two
+ * modes differ in the kubelet only.
  *
  * Usage: node bench/kubelet.ts [--smoke] [--rounds R] [--pods P] [--replicas N] [--json FILE] [--timeout S] [--enforce]
- *   [--evented-pleg | --kubernetes 1.37] [--logs DIR]
+ *   [--evented-pleg | --kubernetes 1.37 [--containerd 1.6]] [--logs DIR]
  */
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { closeSync, copyFileSync, existsSync, fstatSync, mkdirSync, mkdtempSync, openSync, readFileSync, readSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
@@ -81,6 +84,8 @@ interface Options {
   readonly json: string | undefined;
   readonly eventedPleg: boolean;
   readonly kubernetes: KubernetesVersion;
+  /** containerd 2.x (scripts/containerd2.sh) rather than Debian's 1.6: with `--evented-pleg`, and by default with 1.37. */
+  readonly containerd2: boolean;
   readonly logs: string | undefined;
 }
 
@@ -100,6 +105,8 @@ const USAGE = `usage: node bench/kubelet.ts [options]
   --kubernetes V       1.34 (default: the pinned set, containerd 1.6) or 1.37: Kubernetes v1.37.2 (sh scripts/k8s.sh all
                        v1.37, built on demand; ATOLL_K8S137_BIN names a folder built already; etcd from the default
                        set) on containerd 2.x, whose kubelet relists a pod on demand after the sync that started it
+  --containerd V       with --kubernetes 1.37: 2 (default, containerd v2.2.9) or 1.6 (Debian's, as with 1.34: to
+                       tell the kubelet's change from containerd's)
   --logs DIR           copy the kubelet's and containerd's logs into DIR before the cleanup removes them`;
 
 function parseOptions(argv: readonly string[]): Options {
@@ -111,6 +118,7 @@ function parseOptions(argv: readonly string[]): Options {
     enforce: { type: 'boolean', default: false },
     'evented-pleg': { type: 'boolean', default: false },
     kubernetes: { type: 'string', default: '1.34' },
+    containerd: { type: 'string' },
     logs: { type: 'string' },
   });
   const kubernetes = values.kubernetes as string;
@@ -119,6 +127,10 @@ function parseOptions(argv: readonly string[]): Options {
   }
   if (kubernetes !== '1.34' && values['evented-pleg']) {
     throw new Error(`--evented-pleg is for kubelet v1.34 only (v1.37's evented PLEG relists on demand too): leave one out\n${USAGE}`);
+  }
+  const containerd = values.containerd as string | undefined;
+  if (containerd !== undefined && (kubernetes !== '1.37' || !['1.6', '2'].includes(containerd))) {
+    throw new Error(`--containerd ${containerd}: only with --kubernetes 1.37, and only 1.6 or 2\n${USAGE}`);
   }
   const smoke = values.smoke;
   const int = intOption(USAGE);
@@ -133,6 +145,7 @@ function parseOptions(argv: readonly string[]): Options {
     json: values.json,
     eventedPleg: values['evented-pleg'],
     kubernetes: kubernetes as KubernetesVersion,
+    containerd2: values['evented-pleg'] || (kubernetes === '1.37' && containerd !== '1.6'),
     logs: values.logs,
   };
 }
@@ -424,10 +437,10 @@ async function setUp(fx: Fixture, opts: Options): Promise<void> {
   fx.bins = kubeBins(opts.kubernetes, fx.dir);
   log(`control plane (etcd, kube-apiserver, controller-manager, scheduler${v137 ? ': v1.37, etcd v3.6' : ''}) in the node namespace`);
   fx.cp = await startControlPlane(fx.dir, { netns: ns, nodes: [NODE], controllers: true, bins: fx.bins, endpointReconciler: v137 ? 'none' : undefined });
-  log(`containerd${opts.eventedPleg || v137 ? ' 2.x' : ''}`);
+  log(`containerd${opts.containerd2 ? ' 2.x' : ' 1.6'}`);
   fx.ctd = await startContainerd({
     workDir: join(fx.dir, 'ctd'), netns: ns, cniBinDir: agent.binDir, cniConfDir: agent.confDir, cgroupPrefix: 'atoll-kb',
-    binDir: opts.eventedPleg || v137 ? containerd2BinDir() : undefined,
+    binDir: opts.containerd2 ? containerd2BinDir() : undefined,
   });
   log('atoll agent');
   await agent.start(15_000, ['nsenter', `--mount=/proc/${fx.ctd.pid}/ns/mnt`, `--net=/var/run/netns/${ns}`, '--']);
@@ -936,8 +949,8 @@ async function main(): Promise<number> {
   for (const t of tg) tt.push([t.what, t.pass ? 'PASS' : 'MISS', fmt(t.ours, 0), fmt(t.reference, 0), fmt(t.ratio, 2)]);
   const load1 = loadavg();
   const out = [
-    `Pods through a real kubelet v${v137 ? '1.37' : '1.34'} on one node (private containerd `
-      + `${v137 ? '2.x, generic PLEG with on-demand relist' : opts.eventedPleg ? '2.x, evented PLEG' : '1.6, generic PLEG'}), `
+    `Pods through a real kubelet v${v137 ? '1.37' : '1.34'} on one node (private containerd ${opts.containerd2 ? '2.x' : '1.6'}, `
+      + `${v137 ? 'generic PLEG with on-demand relist' : opts.eventedPleg ? 'evented PLEG' : 'generic PLEG'}), `
       + `Atoll's CNI against bridge + host-local; ${opts.rounds} round(s), alternating`,
     table(rows, 2), '',
     ...phaseLines,
