@@ -24,11 +24,22 @@
  * pod cache's 5 s tick (bench/relist-phase.ts, EVENTED_CACHE_TICK_MS), which is not logged. The run fails if the
  * kubelet's log shows no container event or a fall-back to relisting.
  *
+ * `--kubernetes 1.37` runs the same method on Kubernetes v1.37.2 (its kube-apiserver, controller-manager, scheduler,
+ * kubectl and kubelet: `sh scripts/k8s.sh all v1.37`, built on demand; etcd stays the default set's v3.6) with a node
+ * on containerd 2.x and the kubelet's default PLEG of that version: the generic one with on-demand relist (gate
+ * `PLEGOnDemandRelist`, GA in v1.37), which relists a pod right after the pod worker's sync that started its
+ * container, so Running no longer waits for the next 1 s relist. The single pods keep their stratified phases of the
+ * (still 1 s) global relist. The run fails unless the kubelet's log shows that most single pods were first seen
+ * running by their own on-demand relist (bench/pod-timeline.ts, from containerd's and the kubelet's logs).
+ * `--containerd 1.6` runs that node on Debian's containerd 1.6 instead (kubelet v1.37 starts on it, falling back from
+ * the RuntimeConfig RPC 1.6 lacks to its own cgroup driver setting): the v1.34 runs' containerd, so that the two
+ * modes differ in the kubelet only.
+ *
  * Usage: node bench/kubelet.ts [--smoke] [--rounds R] [--pods P] [--replicas N] [--json FILE] [--timeout S] [--enforce]
- *   [--evented-pleg]
+ *   [--evented-pleg | --kubernetes 1.37 [--containerd 1.6]] [--logs DIR]
  */
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
-import { closeSync, existsSync, fstatSync, mkdirSync, mkdtempSync, openSync, readFileSync, readSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { closeSync, copyFileSync, existsSync, fstatSync, mkdirSync, mkdtempSync, openSync, readFileSync, readSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, release, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -39,8 +50,9 @@ import { TestAgent } from '../test/support/agent.ts';
 import { kubeBinDir, startControlPlane, type ControlPlane } from '../test/support/kube.ts';
 import { isRoot, leftoverNetns, RUN_PREFIX } from '../test/support/netns.ts';
 import { cleanUpOnExit, exitStatus, fmt, intOption, median, parseBenchArgs, removeRunTempDirs, runBench, spawnBounded, table } from './common.ts';
+import { catchingRelist, type CatchingRelist, containerdPodSteps, type ContainerdPodSteps } from './pod-timeline.ts';
 import {
-  estimateRelist, lastAtOrBefore, nextTimeAtPhase, observedPhase, phaseDifference, predictedRelistBefore, EVENTED_CACHE_TICK_MS,
+  estimateRelist, lastAtOrBefore, nextTimeAtPhase, observedPhase, phaseDifference, podRelistLine, predictedRelistBefore, EVENTED_CACHE_TICK_MS,
   type RelistEstimate, relistLineTime, stratifiedOffsets,
 } from './relist-phase.ts';
 
@@ -53,6 +65,13 @@ const REF_CIDR = '10.79.0.0/22';
 const REF_PREFIX = '10.79.';
 const SWITCH_FILE = '00-bench.conflist';
 const POD_TIMEOUT_MS = 120_000;
+/** The Kubernetes versions `--kubernetes` takes: the pinned default set, and the one of k8s/v1.37. */
+const KUBERNETES_VERSIONS = ['1.34', '1.37'] as const;
+type KubernetesVersion = (typeof KUBERNETES_VERSIONS)[number];
+/** `--kubernetes 1.37`: the binaries taken from that set (etcd comes from the default set). */
+const K8S137_BINARIES = ['kube-apiserver', 'kube-controller-manager', 'kube-scheduler', 'kubectl', 'kubelet'] as const;
+/** `--kubernetes 1.37` fails below this share of single pods first seen running by their own on-demand relist. */
+const MIN_ON_DEMAND_SHARE = 0.5;
 
 interface Options {
   readonly smoke: boolean;
@@ -64,6 +83,10 @@ interface Options {
   readonly enforce: boolean;
   readonly json: string | undefined;
   readonly eventedPleg: boolean;
+  readonly kubernetes: KubernetesVersion;
+  /** containerd 2.x (scripts/containerd2.sh) rather than Debian's 1.6: with `--evented-pleg`, and by default with 1.37. */
+  readonly containerd2: boolean;
+  readonly logs: string | undefined;
 }
 
 const USAGE = `usage: node bench/kubelet.ts [options]
@@ -78,7 +101,13 @@ const USAGE = `usage: node bench/kubelet.ts [options]
   --enforce            exit 1 when a target is missed (default: report only)
   --evented-pleg       the node on containerd 2.x (sh scripts/containerd2.sh, built on demand; ATOLL_CONTAINERD2_BIN
                        names a folder built already) with the kubelet's EventedPLEG feature gate: Running from
-                       containerd's container events, not at the generic PLEG's next relist`;
+                       containerd's container events, not at the generic PLEG's next relist
+  --kubernetes V       1.34 (default: the pinned set, containerd 1.6) or 1.37: Kubernetes v1.37.2 (sh scripts/k8s.sh all
+                       v1.37, built on demand; ATOLL_K8S137_BIN names a folder built already; etcd from the default
+                       set) on containerd 2.x, whose kubelet relists a pod on demand after the sync that started it
+  --containerd V       with --kubernetes 1.37: 2 (default, containerd v2.2.9) or 1.6 (Debian's, as with 1.34: to
+                       tell the kubelet's change from containerd's)
+  --logs DIR           copy the kubelet's and containerd's logs into DIR before the cleanup removes them`;
 
 function parseOptions(argv: readonly string[]): Options {
   const values = parseBenchArgs(argv, USAGE, {
@@ -88,7 +117,21 @@ function parseOptions(argv: readonly string[]): Options {
     'rss-samples': { type: 'string' },
     enforce: { type: 'boolean', default: false },
     'evented-pleg': { type: 'boolean', default: false },
+    kubernetes: { type: 'string', default: '1.34' },
+    containerd: { type: 'string' },
+    logs: { type: 'string' },
   });
+  const kubernetes = values.kubernetes as string;
+  if (!(KUBERNETES_VERSIONS as readonly string[]).includes(kubernetes)) {
+    throw new Error(`--kubernetes ${kubernetes}: not a version this bench has a binary set for (${KUBERNETES_VERSIONS.join(' or ')})\n${USAGE}`);
+  }
+  if (kubernetes !== '1.34' && values['evented-pleg']) {
+    throw new Error(`--evented-pleg is for kubelet v1.34 only (v1.37's evented PLEG relists on demand too): leave one out\n${USAGE}`);
+  }
+  const containerd = values.containerd as string | undefined;
+  if (containerd !== undefined && (kubernetes !== '1.37' || !['1.6', '2'].includes(containerd))) {
+    throw new Error(`--containerd ${containerd}: only with --kubernetes 1.37, and only 1.6 or 2\n${USAGE}`);
+  }
   const smoke = values.smoke;
   const int = intOption(USAGE);
   return {
@@ -101,6 +144,9 @@ function parseOptions(argv: readonly string[]): Options {
     enforce: values.enforce,
     json: values.json,
     eventedPleg: values['evented-pleg'],
+    kubernetes: kubernetes as KubernetesVersion,
+    containerd2: values['evented-pleg'] || (kubernetes === '1.37' && containerd !== '1.6'),
+    logs: values.logs,
   };
 }
 
@@ -116,6 +162,7 @@ interface PodSeen {
   ready?: number;
   deleted?: number;
   ip?: string;
+  uid?: string;
 }
 
 /**
@@ -160,7 +207,7 @@ class PodWatch {
   }
 
   #line(line: string, now: number): void {
-    const [type, name, phase, podIp, ready, deleting] = line.split('|');
+    const [type, name, phase, podIp, ready, deleting, uid] = line.split('|');
     if (!name) return;
     let p = this.pods.get(name);
     if (!p) {
@@ -169,6 +216,7 @@ class PodWatch {
       this.pods.set(name, p);
     }
     if (podIp) p.ip = podIp;
+    if (uid) p.uid = uid;
     if (phase === 'Running' && p.running === undefined && !deleting) p.running = now;
     if (ready === 'True' && p.ready === undefined && !deleting) p.ready = now;
     if (type === 'DELETED') p.deleted = now;
@@ -193,11 +241,20 @@ async function until<T>(what: string, ms: number, check: () => T | undefined, de
 
 /**
  * The kubelet's PLEG relists as its log shows them (`--vmodule=generic=5`: `"GenericPLEG: Relisting"` at the start
- * of each), read incrementally; times are converted from the log's wall clock to this process's performance.now().
+ * of each global one; v1.36+ also `"GenericPLEG: Relisting Pod"` at the start of each on-demand relist of one pod), read
+ * incrementally; times are converted from the log's wall clock to this process's performance.now().
  */
 class RelistLog {
   /** Relist starts (performance.now() ms), ascending. */
   readonly starts: number[] = [];
+  /** The same starts as the log's wall clock gave them (ms since the epoch). */
+  readonly startsWall: number[] = [];
+  /**
+   * On-demand relists of one pod (v1.36+, `"GenericPLEG: Relisting Pod"`), their starts by pod UID, ascending, as the
+   * log's wall clock gave them: they are compared with containerd's log, whose lines precede them by well under 1 ms,
+   * less than a conversion through Date.now() (whole ms) can keep apart.
+   */
+  readonly podRelists = new Map<string, number[]>();
   /** The evented PLEG's lines counted so far (see {@link EventedCounts}). */
   readonly evented: EventedCounts = { started: 0, generated: 0, fallBack: 0, streamErrors: 0 };
   readonly #path: string;
@@ -235,7 +292,16 @@ class RelistLog {
       const year = new Date().getFullYear();
       for (const line of lines) {
         const t = relistLineTime(line, year);
-        if (t !== undefined) this.starts.push(t - wallMinusPerf);
+        if (t !== undefined) {
+          this.starts.push(t - wallMinusPerf);
+          this.startsWall.push(t);
+        }
+        const pr = podRelistLine(line, year);
+        if (pr !== undefined) {
+          const list = this.podRelists.get(pr.podUid) ?? [];
+          list.push(pr.time);
+          this.podRelists.set(pr.podUid, list);
+        }
         countEvented(this.evented, line);
       }
     } finally {
@@ -276,11 +342,33 @@ function containerd2BinDir(): string {
     ?? (execFileSync('sh', ['scripts/containerd2.sh'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] }).trim().split('\n').pop() as string);
 }
 
+/**
+ * The Kubernetes binaries of the run: the default set's folder (`sh scripts/k8s.sh control-plane`, built already for
+ * `--kubernetes 1.34`), or for 1.37 a folder `dir/k8s-bin` of symlinks to the v1.37 set's binaries (`sh scripts/k8s.sh
+ * all v1.37`, built the first time: tens of minutes; ATOLL_K8S137_BIN names a folder built already) and to the
+ * default set's etcd v3.6 (kube-apiserver v1.37 runs on it; the set does not build an etcd of its own).
+ */
+function kubeBins(version: KubernetesVersion, dir: string): string {
+  if (version === '1.34') return kubeBinDir();
+  const set = process.env.ATOLL_K8S137_BIN
+    ?? (execFileSync('sh', ['scripts/k8s.sh', 'all', 'v1.37'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] }).trim().split('\n').pop() as string);
+  const out = join(dir, 'k8s-bin');
+  mkdirSync(out);
+  symlinkSync(join(kubeBinDir(), 'etcd'), join(out, 'etcd'));
+  for (const b of K8S137_BINARIES) {
+    if (!existsSync(join(set, b))) throw new Error(`--kubernetes 1.37: ${set} has no ${b} (sh scripts/k8s.sh all v1.37 builds it)`);
+    symlinkSync(join(set, b), join(out, b));
+  }
+  return out;
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // The node and everything the run starts
 
 class Fixture {
   readonly dir: string = mkdtempSync(join(tmpdir(), `${RUN_PREFIX}kbench-`));
+  /** The folder of kube-apiserver, kubectl, kubelet, ... (see {@link kubeBins}). */
+  bins = '';
   agent: TestAgent | undefined;
   cp: ControlPlane | undefined;
   ctd: Containerd | undefined;
@@ -345,12 +433,14 @@ async function setUp(fx: Fixture, opts: Options): Promise<void> {
   mkdirSync(agent.binDir, { recursive: true });
   mkdirSync(agent.confDir, { recursive: true });
   for (const p of ['loopback', 'bridge', 'host-local']) symlinkSync(join(REF_DIR, p), join(agent.binDir, p));
-  log('control plane (etcd, kube-apiserver, controller-manager, scheduler) in the node namespace');
-  fx.cp = await startControlPlane(fx.dir, { netns: ns, nodes: [NODE], controllers: true });
-  log('containerd');
+  const v137 = opts.kubernetes === '1.37';
+  fx.bins = kubeBins(opts.kubernetes, fx.dir);
+  log(`control plane (etcd, kube-apiserver, controller-manager, scheduler${v137 ? ': v1.37, etcd v3.6' : ''}) in the node namespace`);
+  fx.cp = await startControlPlane(fx.dir, { netns: ns, nodes: [NODE], controllers: true, bins: fx.bins, endpointReconciler: v137 ? 'none' : undefined });
+  log(`containerd${opts.containerd2 ? ' 2.x' : ' 1.6'}`);
   fx.ctd = await startContainerd({
     workDir: join(fx.dir, 'ctd'), netns: ns, cniBinDir: agent.binDir, cniConfDir: agent.confDir, cgroupPrefix: 'atoll-kb',
-    binDir: opts.eventedPleg ? containerd2BinDir() : undefined,
+    binDir: opts.containerd2 ? containerd2BinDir() : undefined,
   });
   log('atoll agent');
   await agent.start(15_000, ['nsenter', `--mount=/proc/${fx.ctd.pid}/ns/mnt`, `--net=/var/run/netns/${ns}`, '--']);
@@ -358,10 +448,11 @@ async function setUp(fx: Fixture, opts: Options): Promise<void> {
   log('kubelet');
   const cp = fx.cp;
   fx.kubelet = startKubelet({
-    binary: join(kubeBinDir(), 'kubelet'), dir: join(fx.dir, 'kubelet'), runtime: fx.ctd, nodeName: NODE, nodeIp: NODE_IP,
+    binary: join(fx.bins, 'kubelet'), dir: join(fx.dir, 'kubelet'), runtime: fx.ctd, nodeName: NODE, nodeIp: NODE_IP,
     labels: {}, apiServer: { server: cp.server, ca: cp.ca, token: cp.nodeToken(NODE) },
     vmodule: opts.eventedPleg ? 'generic=5,evented=4' : 'generic=5',
     featureGates: opts.eventedPleg ? { EventedPLEG: true } : undefined,
+    failCgroupV1: v137 ? false : undefined,
   });
   const relists = new RelistLog(fx.kubelet.logPath, opts.eventedPleg ? performance.now() : undefined);
   fx.relists = relists;
@@ -383,8 +474,8 @@ async function setUp(fx: Fixture, opts: Options): Promise<void> {
     }
   });
   const jsonpath = '{.type}|{.object.metadata.name}|{.object.status.phase}|{.object.status.podIP}|'
-    + '{.object.status.conditions[?(@.type=="Ready")].status}|{.object.metadata.deletionTimestamp}{"\\n"}';
-  fx.watch = new PodWatch(['ip', 'netns', 'exec', ns, join(kubeBinDir(), 'kubectl'), '--kubeconfig', cp.kubeconfig(), 'get', 'pods',
+    + '{.object.status.conditions[?(@.type=="Ready")].status}|{.object.metadata.deletionTimestamp}|{.object.metadata.uid}{"\\n"}';
+  fx.watch = new PodWatch(['ip', 'netns', 'exec', ns, join(fx.bins, 'kubectl'), '--kubeconfig', cp.kubeconfig(), 'get', 'pods',
     '--watch', '--output-watch-events', '-o', `jsonpath=${jsonpath}`]);
   fx.watch.start();
   await sleep(1000);
@@ -425,6 +516,9 @@ function checkIps(side: SideKey, what: string, ips: readonly (string | undefined
 
 /** One single pod: its creation's target phase, and what the watch and the kubelet's log saw. */
 interface SinglePod {
+  readonly name: string;
+  /** Its UID as the watch saw it (the kubelet's log names pods by UID). */
+  readonly uid: string | undefined;
   readonly side: SideKey;
   readonly round: number;
   /** The target phase of its creation after the predicted relist (fraction of the period). */
@@ -498,7 +592,7 @@ async function createPod(fx: Fixture, name: string, file: string, lag: CreateLag
   const cp = fx.cp as ControlPlane;
   const w = fx.watch as PodWatch;
   const spawned = performance.now();
-  const create = spawnBounded(['ip', 'netns', 'exec', (fx.agent as TestAgent).netns, join(kubeBinDir(), 'kubectl'), '--kubeconfig', cp.kubeconfig(), 'create', '-f', file], 60_000);
+  const create = spawnBounded(['ip', 'netns', 'exec', (fx.agent as TestAgent).netns, join(fx.bins, 'kubectl'), '--kubeconfig', cp.kubeconfig(), 'create', '-f', file], 60_000);
   const res = await create.done;
   if (res.code !== 0) throw new Error(`kubectl create ${name} failed (exit ${res.code}): ${res.stderr}`);
   const added = await until(`pod ${name} to be created`, 60_000, () => w.pods.get(name)?.added);
@@ -542,7 +636,7 @@ async function phase(fx: Fixture, side: SideKey, round: number, offsets: readonl
     const est = await waitForPhase(relists, offset, lag.ms);
     const { spawned, added } = await createPod(fx, name, file, lag);
     const p = await untilRunning(fx, name);
-    single.push({ side, round, offset, est, spawned, added, running: p.running as number });
+    single.push({ name, uid: p.uid, side, round, offset, est, spawned, added, running: p.running as number });
     ips.push(p.ip);
   }
   if (offsets.length > 0) {
@@ -672,10 +766,61 @@ function gridDeviations(pods: readonly SinglePod[], period: number): number[] {
   });
 }
 
-/** `p50 / p95 / max` of |xs| (ms). */
-function absSpread(xs: readonly (number | undefined)[]): string {
-  const a = xs.filter((x): x is number => x !== undefined).map(Math.abs);
+/** `median / p95 / max` of the defined values (ms), and how many there were. */
+function spread(xs: readonly (number | undefined)[]): string {
+  const a = xs.filter((x): x is number => x !== undefined);
   return `median ${fmt(pct(a, 50), 1)}, p95 ${fmt(pct(a, 95), 1)}, max ${fmt(Math.max(...a), 1)} ms (${a.length} pods)`;
+}
+
+/** `median / p95 / max` of |xs| (ms). */
+function absSpread(xs: readonly (number | undefined)[]): string {
+  return spread(xs.map((x) => (x === undefined ? undefined : Math.abs(x))));
+}
+
+/** One single pod's start as containerd's and the kubelet's logs show it (`--kubernetes 1.37`; ms). */
+interface PodTimeline {
+  readonly name: string;
+  readonly side: SideKey;
+  /** Creation (the watch's ADDED) to containerd's `RunPodSandbox ... returns` (sandbox and CNI ADD done). */
+  readonly sandboxReadyMs: number | undefined;
+  /** Creation to containerd's `StartContainer ... returns successfully`. */
+  readonly containerStartedMs: number | undefined;
+  /** That start to the watch's Running. */
+  readonly startToRunningMs: number | undefined;
+  /** The first relist that began after the start (bench/pod-timeline.ts), and when, after the start. */
+  readonly caughtBy: CatchingRelist;
+  readonly catchAfterStartMs: number | undefined;
+  /** The on-demand relists of this pod logged between its creation and its Running. */
+  readonly onDemandRelists: number;
+  /** The watch's Running after the start of the last global relist logged before it. */
+  readonly runningAfterGlobalMs: number | undefined;
+}
+
+/**
+ * The single pods' timelines from containerd's CRI log (`steps`) and the kubelet's relists (`startsWall` global,
+ * `podRelists` by UID), all on the wall clock of the logs; the watch's stamps (performance.now()) are moved onto it by
+ * `wallMinusPerf` (Date.now() - performance.now() at the end of the run: within 1 ms).
+ */
+function podTimelines(pods: readonly SinglePod[], steps: ReadonlyMap<string, ContainerdPodSteps>, wallMinusPerf: number,
+  startsWall: readonly number[], podRelists: ReadonlyMap<string, readonly number[]>): PodTimeline[] {
+  return pods.map((p) => {
+    const st = steps.get(p.name);
+    const added = p.added + wallMinusPerf;
+    const running = p.running + wallMinusPerf;
+    const started = st?.containerStarted;
+    const own = (p.uid === undefined ? undefined : podRelists.get(p.uid)) ?? [];
+    const c = started === undefined ? { kind: 'none' as const, afterStartMs: undefined } : catchingRelist(started, running, startsWall, own);
+    const before = startsWall[lastAtOrBefore(startsWall, running)];
+    return {
+      name: p.name, side: p.side,
+      sandboxReadyMs: st?.sandboxReady === undefined ? undefined : st.sandboxReady - added,
+      containerStartedMs: started === undefined ? undefined : started - added,
+      startToRunningMs: started === undefined ? undefined : running - started,
+      caughtBy: c.kind, catchAfterStartMs: c.afterStartMs,
+      onDemandRelists: own.filter((t) => t >= added && t <= running).length,
+      runningAfterGlobalMs: before === undefined ? undefined : running - before,
+    };
+  });
 }
 
 async function main(): Promise<number> {
@@ -692,6 +837,9 @@ async function main(): Promise<number> {
   const deployment: Record<SideKey, number[]> = { ours: [], reference: [] };
   const rss: number[] = [];
   let rssInfo: ReturnType<typeof agentRss>;
+  const v137 = opts.kubernetes === '1.37';
+  let ctdSteps = new Map<string, ContainerdPodSteps>();
+  let ctdWallMinusPerf = 0;
   try {
     await setUp(fx, opts);
     log('warm-up: 3 pods created, run and deleted');
@@ -719,6 +867,16 @@ async function main(): Promise<number> {
   } finally {
     clearTimeout(watchdog);
     fx.relists?.read(); // the relists after the last pod's, before cleanup removes the log
+    if (opts.logs !== undefined) {
+      mkdirSync(opts.logs, { recursive: true });
+      for (const [from, to] of [[fx.kubelet?.logPath, 'kubelet.log'], [fx.ctd?.logPath, 'containerd.log']] as const) {
+        if (from !== undefined && existsSync(from)) copyFileSync(from, join(opts.logs, to));
+      }
+    }
+    if (v137 && fx.ctd !== undefined && existsSync(fx.ctd.logPath)) {
+      ctdWallMinusPerf = Date.now() - performance.now();
+      ctdSteps = containerdPodSteps(readFileSync(fx.ctd.logPath, 'utf8'));
+    }
     await fx.cleanup();
   }
   const starts = fx.relists?.starts ?? [];
@@ -760,6 +918,21 @@ async function main(): Promise<number> {
     `  watch's Running stamps against one ${EVENTED_CACHE_TICK_MS} ms grid, distance to their mean phase: ${absSpread(gridDeviations(pods, EVENTED_CACHE_TICK_MS))}`,
     '',
   ];
+  const timelines = v137 ? podTimelines(pods, ctdSteps, ctdWallMinusPerf, fx.relists?.startsWall ?? [], fx.relists?.podRelists ?? new Map()) : [];
+  const caught = (kind: CatchingRelist) => timelines.filter((t) => t.caughtBy === kind).length;
+  const onDemandLines = !v137 || pods.length === 0 ? [] : [
+    `On-demand relist (kubelet v1.37, gate PLEGOnDemandRelist): ${[...(fx.relists?.podRelists.values() ?? [])].reduce((a, l) => a + l.length, 0)} on-demand relists `
+      + `logged in the run, ${timelines.filter((t) => t.onDemandRelists > 0).length} of ${timelines.length} single pods had one between creation and Running; `
+      + `the first relist to begin after a single pod's container started was its own on-demand one for ${caught('on-demand')}, a global one for `
+      + `${caught('global')}, none logged for ${caught('none')}`,
+    `  container started (containerd's log) to the watch's Running: ${spread(timelines.map((t) => t.startToRunningMs))}`,
+    `  container started to the start of that relist: ${spread(timelines.map((t) => t.catchAfterStartMs))}`,
+    ...SIDES.map((side) => `  ${side}: creation to sandbox ready ${spread(timelines.filter((t) => t.side === side).map((t) => t.sandboxReadyMs))}; `
+      + `to container started ${spread(timelines.filter((t) => t.side === side).map((t) => t.containerStartedMs))}`),
+    `  watch's Running after the last global relist logged before it: ${spread(timelines.map((t) => t.runningAfterGlobalMs))} `
+      + '(about 8 ms with v1.34, where that relist reports Running)',
+    '',
+  ];
   const phaseLines = pods.length === 0 || opts.eventedPleg ? eventedLines : [
     `Stratified creation: each single pod created at its own phase of the kubelet's PLEG relist, ${opts.pods} phases per round spread over the period, the same for both sides of a round`,
     `  relist interval logged: median ${fmt(median(intervals), 1)} ms, p5 ${fmt(pct(intervals, 5), 1)}, p95 ${fmt(pct(intervals, 95), 1)} (${intervals.length} intervals)`,
@@ -770,12 +943,14 @@ async function main(): Promise<number> {
       + `p95 ${fmt(pct(phases.flatMap((p) => p.runningAfterRelistMs ?? []), 95), 1)} ms`,
     `  kubectl create's start to the watch's ADDED: median ${fmt(median(phases.map((p) => p.createLagMs)), 1)} ms`,
     '',
+    ...onDemandLines,
   ];
   const tt: string[][] = [['target (ours / reference <= 1.0)', 'result', 'ours ms', 'reference ms', 'ratio']];
   for (const t of tg) tt.push([t.what, t.pass ? 'PASS' : 'MISS', fmt(t.ours, 0), fmt(t.reference, 0), fmt(t.ratio, 2)]);
   const load1 = loadavg();
   const out = [
-    `Pods through a real kubelet v1.34 on one node (private containerd ${opts.eventedPleg ? '2.x, evented PLEG' : '1.6, generic PLEG'}), `
+    `Pods through a real kubelet v${v137 ? '1.37' : '1.34'} on one node (private containerd ${opts.containerd2 ? '2.x' : '1.6'}, `
+      + `${v137 ? 'generic PLEG with on-demand relist' : opts.eventedPleg ? 'evented PLEG' : 'generic PLEG'}), `
       + `Atoll's CNI against bridge + host-local; ${opts.rounds} round(s), alternating`,
     table(rows, 2), '',
     ...phaseLines,
@@ -788,7 +963,14 @@ async function main(): Promise<number> {
   if (opts.json) {
     writeFileSync(opts.json, JSON.stringify({ options: opts, env: { kernel: release(), node: process.version, cpus: cpus().length, loadavgStart: load0, loadavgEnd: load1 },
       targets: tg, offsets: offsetsUsed, relistStarts: starts, evented: opts.eventedPleg ? ev : undefined,
+      podRelists: v137 ? Object.fromEntries(fx.relists?.podRelists ?? []) : undefined, podTimelines: v137 ? timelines : undefined,
+      relistStartsWall: v137 ? fx.relists?.startsWall : undefined, wallMinusPerf: v137 ? ctdWallMinusPerf : undefined,
       samples: { single, singlePods: phases, singlePodTimes: pods, deployment, agentRssKiB: rss, agentHwmKiB: rssInfo?.hwmKiB } }, null, 2) + '\n');
+  }
+  if (v137 && pods.length > 0 && caught('on-demand') < MIN_ON_DEMAND_SHARE * timelines.length) {
+    throw new Error(`on-demand relist did not carry the run: the first relist after the container's start was the pod's own on-demand one for `
+      + `${caught('on-demand')} of ${timelines.length} single pods (global ${caught('global')}, none logged ${caught('none')}; at least `
+      + `${MIN_ON_DEMAND_SHARE * 100} % needed): see the kubelet's "GenericPLEG: Relisting Pod" lines (pkg/kubelet/pleg/generic.go, --vmodule=generic=5)`);
   }
   return exitStatus(tg.filter((t) => !t.pass).length, opts.enforce);
 }

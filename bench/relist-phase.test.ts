@@ -1,7 +1,7 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
-  estimateRelist, lastAtOrBefore, nextTimeAtPhase, observedPhase, phaseDifference, predictedRelistBefore, relistLineTime,
+  estimateRelist, lastAtOrBefore, nextTimeAtPhase, observedPhase, phaseDifference, podRelistLine, predictedRelistBefore, relistLineTime,
   stratifiedOffsets,
 } from './relist-phase.ts';
 
@@ -52,6 +52,24 @@ describe('relistLineTime', () => {
   test('other lines and lines without a header are not relists', () => {
     assert.equal(relistLineTime('I1124 05:18:27.123456   12345 generic.go:199] "GenericPLEG" podUID="x"', 2026), undefined);
     assert.equal(relistLineTime('"GenericPLEG: Relisting"', 2026), undefined);
+  });
+
+  test('the on-demand relist of one pod (v1.36+) is not a global relist', () => {
+    assert.equal(relistLineTime('I1124 05:18:27.123456   12345 generic.go:418] "GenericPLEG: Relisting Pod" podUID="0b9c-11"', 2026), undefined);
+  });
+});
+
+describe('podRelistLine', () => {
+  test('reads the time and the pod UID of an on-demand relist', () => {
+    const got = podRelistLine('I1124 05:18:27.123456   12345 generic.go:418] "GenericPLEG: Relisting Pod" podUID="6f1d2c3e-0b9c-4b0e-9a51-5e6f7a8b9c0d"', 2026);
+    assert.equal(got?.podUid, '6f1d2c3e-0b9c-4b0e-9a51-5e6f7a8b9c0d');
+    close(got?.time as number, new Date(2026, 10, 24, 5, 18, 27).getTime() + 123.456, 'time');
+  });
+
+  test('global relists, other lines and lines without a UID or header are not', () => {
+    assert.equal(podRelistLine('I1124 05:18:27.123456   12345 generic.go:294] "GenericPLEG: Relisting"', 2026), undefined);
+    assert.equal(podRelistLine('I1124 05:18:27.123456   12345 generic.go:418] "GenericPLEG: Relisting Pod"', 2026), undefined);
+    assert.equal(podRelistLine('"GenericPLEG: Relisting Pod" podUID="x"', 2026), undefined);
   });
 });
 

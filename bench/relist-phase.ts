@@ -55,15 +55,45 @@ export function stratifiedOffsets(pods: number, round: number, rounds: number, r
 const KLOG_HEADER = /^[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d{6})\s/;
 
 /**
- * The time (ms since the epoch, the header read as local time, as klog writes it) of a kubelet log line that
- * reports the start of a PLEG relist; undefined for every other line. klog's header has no year: `year` supplies it.
+ * The time of a klog line (ms since the epoch, its header read as local time, as klog writes it); `year` supplies the
+ * year its header lacks. Undefined without a header.
  */
-export function relistLineTime(line: string, year: number): number | undefined {
-  if (!line.includes('GenericPLEG: Relisting')) return undefined;
+function klogTime(line: string, year: number): number | undefined {
   const m = KLOG_HEADER.exec(line);
   if (!m) return undefined;
   const [, mo, d, h, mi, s, us] = m.map(Number) as [number, number, number, number, number, number, number];
   return new Date(year, mo - 1, d, h, mi, s).getTime() + us / 1000;
+}
+
+/**
+ * The time (ms since the epoch, the header read as local time, as klog writes it) of a kubelet log line that
+ * reports the start of a global PLEG relist (`"GenericPLEG: Relisting"`); undefined for every other line, the
+ * on-demand relist of one pod (`"GenericPLEG: Relisting Pod"`, v1.36+) included. klog's header has no year: `year`
+ * supplies it.
+ */
+export function relistLineTime(line: string, year: number): number | undefined {
+  if (!line.includes('"GenericPLEG: Relisting"')) return undefined;
+  return klogTime(line, year);
+}
+
+/** An on-demand relist of one pod, as the kubelet logged its start. */
+export interface PodRelist {
+  /** ms since the epoch (see {@link relistLineTime}). */
+  readonly time: number;
+  readonly podUid: string;
+}
+
+/**
+ * The on-demand relist of one pod a kubelet v1.36+ logs at its start (pkg/kubelet/pleg/generic.go, `relistPod`,
+ * V(5): `"GenericPLEG: Relisting Pod" podUID="<uid>"`; the kubelet requests it after a pod worker's SyncPod that took an
+ * action without error, such as starting the sandbox and the container; gate `PLEGOnDemandRelist`); undefined for
+ * every other line.
+ */
+export function podRelistLine(line: string, year: number): PodRelist | undefined {
+  if (!line.includes('"GenericPLEG: Relisting Pod"')) return undefined;
+  const uid = /\spodUID="([^"]+)"/.exec(line)?.[1];
+  const time = klogTime(line, year);
+  return uid === undefined || time === undefined ? undefined : { time, podUid: uid };
 }
 
 /**

@@ -4,35 +4,54 @@
 # runs reuse. A set is rebuilt only when the pinned versions (k8s/go.mod, k8s/go.sum) change.
 #   sh scripts/k8s.sh [control-plane|all]   control-plane: etcd, kube-apiserver, kubectl, helm (default: all, which
 #                                           adds kubelet, kube-scheduler, kube-controller-manager and kube-proxy)
+#   sh scripts/k8s.sh all v1.37             a second pinned set, only for `sh bench/run.sh kubelet --kubernetes 1.37`:
+#                                           the wrapper module k8s/v1.37 (Kubernetes v1.37.2), its kube-apiserver,
+#                                           kubectl, kubelet, kube-scheduler and kube-controller-manager (no etcd, helm
+#                                           or kube-proxy: the bench runs the default set's etcd); built only on demand
 # Prints the binaries' folder on its last line. ATOLL_K8S_CACHE moves the cache (default /var/cache/atoll/k8s).
 set -eu
 cd "$(dirname "$0")/../k8s"
 K8S_VERSION=v1.34.4
 set_name=${1:-all}
+k8s_set=${2:-}
 case "$set_name" in
   control-plane) cmds="kube-apiserver kubectl" ;;
   all) cmds="kube-apiserver kubectl kubelet kube-scheduler kube-controller-manager kube-proxy" ;;
   *) echo "k8s.sh: unknown set '$set_name' (control-plane or all)" >&2; exit 2 ;;
 esac
+extra="etcd helm"
+pin_files="go.mod helm/go.mod"
+if [ -n "$k8s_set" ]; then
+  if [ ! -f "$k8s_set/go.mod" ] || [ "$k8s_set" = helm ]; then
+    echo "k8s.sh: no pinned set '$k8s_set' (a folder of k8s/ with a go.mod, e.g. v1.37)" >&2
+    exit 2
+  fi
+  cd "$k8s_set"
+  K8S_VERSION=$(awk '$1 == "k8s.io/kubernetes" { print $2 }' go.mod)
+  cmds=$(echo "$cmds" | sed 's/ kube-proxy//')
+  extra=""
+  pin_files="go.mod"
+fi
+minor=$(echo "$K8S_VERSION" | cut -d. -f2)
 if ! command -v go >/dev/null 2>&1; then
   echo "k8s.sh: no Go toolchain on PATH: install Go 1.24 or newer (Debian: golang-go from bookworm-backports)" >&2
   exit 1
 fi
 # the cache is keyed by the pinned versions alone, so editing a comment in go.mod rebuilds nothing
-pins=$(grep -hE '^[[:space:]]+(k8s.io/kubernetes|go.etcd.io/etcd/server/v3|helm.sh/helm/v3) v' go.mod helm/go.mod | awk '{print $1 "@" $2}' | sort)
+pins=$(grep -hE '^[[:space:]]+(k8s.io/kubernetes|go.etcd.io/etcd/server/v3|helm.sh/helm/v3) v' $pin_files | awk '{print $1 "@" $2}' | sort)
 out="${ATOLL_K8S_CACHE:-/var/cache/atoll/k8s}/$K8S_VERSION-$(echo "$pins" | sha256sum | cut -c1-12)"
 mkdir -p "$out"
 todo=""
-for c in etcd helm $cmds; do [ -x "$out/$c" ] || todo="$todo $c"; done
+for c in $extra $cmds; do [ -x "$out/$c" ] || todo="$todo $c"; done
 if [ -n "$todo" ]; then
   echo "k8s.sh: building$todo ($K8S_VERSION, into $out; tens of minutes on 2 cores when the Go caches are cold)" >&2
   start=$(date +%s)
   export CGO_ENABLED=0 GOFLAGS=-mod=mod
   ld="-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1"
-  ld="$ld -X k8s.io/component-base/version.gitMinor=34 -X k8s.io/component-base/version.gitTreeState=clean"
+  ld="$ld -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean"
   ld="$ld -X k8s.io/component-base/version.buildDate=1970-01-01T00:00:00Z"
   ld="$ld -X k8s.io/client-go/pkg/version.gitVersion=$K8S_VERSION -X k8s.io/client-go/pkg/version.gitMajor=1"
-  ld="$ld -X k8s.io/client-go/pkg/version.gitMinor=34"
+  ld="$ld -X k8s.io/client-go/pkg/version.gitMinor=$minor"
   for c in $todo; do
     case "$c" in
       etcd) dir=. pkg=go.etcd.io/etcd/server/v3 ;;

@@ -52,9 +52,16 @@ export interface ControlPlane {
   stop(): Promise<void>;
 }
 
-export async function startControlPlane(dir: string, opts: { netns?: string; nodes?: readonly string[]; controllers?: boolean } = {}): Promise<ControlPlane> {
+/**
+ * Starts the control plane below `dir` (see above). `bins`: a folder with etcd, kube-apiserver, kubectl (and with
+ * `controllers` kube-controller-manager and kube-scheduler) to run instead of {@link kubeBinDir}'s;
+ * `endpointReconciler`: see src/adapters/kube/control-plane.ts (`none` for kube-apiserver v1.37 on this loopback).
+ */
+export async function startControlPlane(dir: string, opts: {
+  netns?: string; nodes?: readonly string[]; controllers?: boolean; bins?: string; endpointReconciler?: 'lease' | 'none';
+} = {}): Promise<ControlPlane> {
   const { netns } = opts;
-  const bins = kubeBinDir();
+  const bins = opts.bins ?? kubeBinDir();
   const root = join(dir, `kube-${randomBytes(3).toString('hex')}`);
   mkdirSync(root, { recursive: true });
   const adminToken = randomBytes(16).toString('hex');
@@ -62,7 +69,7 @@ export async function startControlPlane(dir: string, opts: { netns?: string; nod
   const launcher = netns ? ['ip', 'netns', 'exec', netns] : [];
   const kcp = await startKubeControlPlane({
     bins, dir: root, launcher, address: '127.0.0.1', ports: { etcdClient: await freePort(), etcdPeer: await freePort(), api: await freePort() },
-    serviceCidr: '10.96.0.0/16', controllers: opts.controllers,
+    serviceCidr: '10.96.0.0/16', controllers: opts.controllers, endpointReconciler: opts.endpointReconciler,
     users: [{ token: adminToken, name: 'atoll-test-admin', groups: ['system:masters'] },
       ...[...nodeTokens].map(([n, token]) => ({ token, name: `system:node:${n}`, groups: ['system:nodes'] }))],
   });

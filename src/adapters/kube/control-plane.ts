@@ -46,6 +46,14 @@ export interface KubeControlPlaneInit {
   readonly users: readonly KubeTokenUser[];
   /** Also run kube-controller-manager and kube-scheduler (node IPAM off: the CNI allocates pod addresses). */
   readonly controllers?: boolean;
+  /**
+   * kube-apiserver's `--endpoint-reconciler-type` (what keeps the `kubernetes` Service's endpoints on the apiservers'
+   * addresses). Default: not given, the apiserver's own default (`lease`). kube-apiserver v1.37 refuses to start with
+   * `lease` when `address` is a loopback one ("cannot use public IP 127.0.0.1 with endpoint reconciler: ... may not be
+   * in the loopback range"; v1.34 starts); `none` starts it, and leaves that Service without endpoints: fine where
+   * nothing reaches the apiserver through it.
+   */
+  readonly endpointReconciler?: 'lease' | 'none';
 }
 
 /** A running control plane. */
@@ -110,6 +118,7 @@ export async function startKubeControlPlane(init: KubeControlPlaneInit): Promise
     // runs: its service-account controllers make each namespace's `default` account, which that admission requires
     ...(init.controllers ? [] : ['--disable-admission-plugins', 'ServiceAccount']),
     '--kubelet-preferred-address-types', 'InternalIP', '--enable-priority-and-fairness=false', '--profiling=false', '--v=0',
+    ...(init.endpointReconciler ? ['--endpoint-reconciler-type', init.endpointReconciler] : []),
   ];
   start('kube-apiserver', apiArgs);
   let ca = '';

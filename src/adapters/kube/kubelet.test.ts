@@ -14,3 +14,9 @@ test('renderKubeletConfig: featureGates are written as given (EventedPLEG for co
   const cfg = JSON.parse(renderKubeletConfig({ ...base, featureGates: { EventedPLEG: true } })) as Record<string, unknown>;
   assert.deepEqual(cfg.featureGates, { EventedPLEG: true });
 });
+
+test('renderKubeletConfig: failCgroupV1 only when given (kubelets v1.35+ on a cgroup v1 host need it false)', () => {
+  assert.equal('failCgroupV1' in (JSON.parse(renderKubeletConfig(base)) as Record<string, unknown>), false);
+  const cfg = JSON.parse(renderKubeletConfig({ ...base, failCgroupV1: false })) as Record<string, unknown>;
+  assert.equal(cfg.failCgroupV1, false);
+});

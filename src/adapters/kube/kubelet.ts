@@ -59,6 +59,12 @@ export interface KubeletInit {
    * Default: none.
    */
   readonly featureGates?: Readonly<Record<string, boolean>>;
+  /**
+   * The KubeletConfiguration's `failCgroupV1`. Kubelets v1.35 and newer default it to true and then refuse to start on
+   * a cgroup v1 host such as the test machines ("kubelet is configured to not run on a host using cgroup v1"); false
+   * lets them run there. Default: not set (v1.34, the pinned version, has no such check).
+   */
+  readonly failCgroupV1?: boolean;
 }
 
 /** A running kubelet. */
@@ -88,6 +94,7 @@ export function renderKubeletConfig(init: {
   nodeIp: string;
   podLogsDir: string;
   featureGates?: Readonly<Record<string, boolean>>;
+  failCgroupV1?: boolean;
 }): string {
   return `${JSON.stringify({
     apiVersion: 'kubelet.config.k8s.io/v1beta1',
@@ -106,6 +113,7 @@ export function renderKubeletConfig(init: {
     rotateCertificates: false,
     podLogsDir: init.podLogsDir,
     ...(init.featureGates ? { featureGates: init.featureGates } : {}),
+    ...(init.failCgroupV1 === undefined ? {} : { failCgroupV1: init.failCgroupV1 }),
   }, null, 2)}\n`;
 }
 
@@ -138,7 +146,7 @@ export function startKubelet(init: KubeletInit): Kubelet {
   const podLogsDir = join(init.dir, 'pod-logs');
   mkdirSync(podLogsDir, { recursive: true, mode: 0o755 });
   writeFileSync(caPath, init.apiServer.ca);
-  writeFileSync(configPath, renderKubeletConfig({ socket: init.runtime.socket, nodeIp: init.nodeIp, podLogsDir, featureGates: init.featureGates }));
+  writeFileSync(configPath, renderKubeletConfig({ socket: init.runtime.socket, nodeIp: init.nodeIp, podLogsDir, featureGates: init.featureGates, failCgroupV1: init.failCgroupV1 }));
   writeFileSync(kubeconfigPath, renderTokenKubeconfig(init.apiServer.server, caPath, init.apiServer.token), { mode: 0o600 });
   const ns = `/proc/${init.runtime.pid}/ns`;
   const labels = Object.entries(init.labels).map(([k, v]) => `${k}=${v}`).join(',');
