@@ -108,7 +108,9 @@ typedef struct {
   uint8_t key[32];
 } kept;
 
-#define KEEP_MAGIC 0x314b5441u /* "ATK1" */
+/* "ATK1": change it with any change to `kept` or `keep_header`, so that an agent of another version does not read
+ * another layout: attach refuses the region, and that agent starts a new data plane. */
+#define KEEP_MAGIC 0x314b5441u
 #define KEEP_HEADER 64
 
 /* The region's header: its slots, then two halves of `meta` bytes each for the caller's description of them. */
