@@ -43,7 +43,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "fd-passing.h"
+#include "keeper-protocol.h"
 
 #define HDR 16
 #define TAG 16
@@ -739,23 +739,14 @@ EXPORT int atoll_dp_keeper_connect(const char *path, int32_t *fds, int max, int3
   struct sockaddr_un addr = {.sun_family = AF_UNIX};
   if (strlen(path) >= sizeof addr.sun_path) return -ENAMETOOLONG;
   strcpy(addr.sun_path, path);
-  int c = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-  if (c < 0) return -errno;
-  if (connect(c, (struct sockaddr *)&addr, sizeof addr) != 0) {
-    int e = errno;
-    close(c);
-    return -e;
-  }
-  struct {
-    char magic[8];
-    int32_t pid, count;
-  } hello;
+  struct keeper_greeting hello;
   int got_fds[FD_PASSING_MAX], n;
-  ssize_t got = recv_fds(c, &hello, sizeof hello, got_fds, &n, 0);
-  if (got != (ssize_t)sizeof hello || memcmp(hello.magic, "ATKEEP1", 8) != 0 || hello.count != n || n > max) {
+  int c = keeper_greeted(&addr, &hello, got_fds, &n);
+  if (c < 0) return c;
+  if (n > max) {
     for (int i = 0; i < n; i++) close(got_fds[i]);
     close(c);
-    return got < 0 ? (int)got : -EPROTO;
+    return -EPROTO;
   }
   for (int i = 0; i < n; i++) fds[i] = got_fds[i];
   info[0] = hello.pid;

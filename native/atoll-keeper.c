@@ -36,7 +36,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "fd-passing.h"
+#include "keeper-protocol.h"
 
 #define MAX_HELD FD_PASSING_MAX
 #define MAX_CLIENTS 8
@@ -94,35 +94,21 @@ static int read_message(int c) {
 
 /* A standing keeper's start: takes over what a keeper already at `addr` holds (into held/count) and asks it to go. */
 static void take_over(const struct sockaddr_un *addr) {
-  int c = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-  if (c < 0) return;
-  if (connect(c, (const struct sockaddr *)addr, sizeof *addr) != 0) {
-    close(c);
-    return;
-  }
-  struct {
-    char magic[8];
-    int32_t pid, count;
-  } hello;
+  struct keeper_greeting hello;
   int fds[MAX_HELD], n;
-  ssize_t got = recv_fds(c, &hello, sizeof hello, fds, &n, 0);
-  if (got == (ssize_t)sizeof hello && memcmp(hello.magic, "ATKEEP1", 8) == 0 && hello.count == n) {
-    memcpy(held, fds, sizeof(int) * (size_t)n);
-    count = n;
-    char q = 'q';
-    (void)!send(c, &q, 1, MSG_NOSIGNAL);
-    fprintf(stderr, "atoll-keeper: took over %d descriptors from keeper %d\n", n, hello.pid);
-  } else
-    for (int i = 0; i < n; i++) close(fds[i]);
+  int c = keeper_greeted(addr, &hello, fds, &n);
+  if (c < 0) return;
+  memcpy(held, fds, sizeof(int) * (size_t)n);
+  count = n;
+  char q = 'q';
+  (void)!send(c, &q, 1, MSG_NOSIGNAL);
+  fprintf(stderr, "atoll-keeper: took over %d descriptors from keeper %d\n", n, hello.pid);
   close(c);
 }
 
 /* Sends the greeting and the held descriptors on connection c. */
 static int hand_over(int c) {
-  struct {
-    char magic[8];
-    int32_t pid, count;
-  } hello;
+  struct keeper_greeting hello;
   memcpy(hello.magic, "ATKEEP1", 8);
   hello.pid = (int32_t)getpid();
   hello.count = count;

@@ -32,7 +32,7 @@ if [ ! -x node_modules/.bin/node ] || [ package-lock.json -nt node_modules/.pack
 fi
 
 for tool in atoll-cni atoll-delay atoll-keeper; do
-  if [ ! -x "bin/$tool" ] || [ "native/$tool.c" -nt "bin/$tool" ] || [ native/fd-passing.h -nt "bin/$tool" ]; then
+  if [ ! -x "bin/$tool" ] || [ "native/$tool.c" -nt "bin/$tool" ] || [ native/keeper-protocol.h -nt "bin/$tool" ]; then
     echo "setup: building bin/$tool"
     cc -O2 -Wall -Wextra -Werror -o "bin/$tool" "native/$tool.c"
   fi
@@ -40,7 +40,7 @@ done
 # the datagram path's per-datagram work (src/adapters/datagram-native.ts loads it); only its own symbols exported. Its
 # EVP calls are left undefined and bind, when Node loads it, to the OpenSSL inside Node (3.5, exported for addons):
 # 2.4 times faster per datagram here than the system's 3.0 (docs/architecture.md); libssl-dev gives the headers.
-if [ ! -f bin/libatoll-dp.so ] || [ native/atoll-dp.c -nt bin/libatoll-dp.so ] || [ native/fd-passing.h -nt bin/libatoll-dp.so ]; then
+if [ ! -f bin/libatoll-dp.so ] || [ native/atoll-dp.c -nt bin/libatoll-dp.so ] || [ native/keeper-protocol.h -nt bin/libatoll-dp.so ]; then
   echo "setup: building bin/libatoll-dp.so"
   cc -O2 -Wall -Wextra -Werror -shared -fPIC -fvisibility=hidden -o bin/libatoll-dp.so native/atoll-dp.c
 fi

@@ -1,13 +1,17 @@
 /*
- * Descriptors over a unix socket (SCM_RIGHTS): one message of a few bytes and up to FD_PASSING_MAX descriptors. For the
- * tunnel's keeper (native/atoll-keeper.c) and the agent's side of it (native/atoll-dp.c).
+ * The tunnel keeper's protocol (native/atoll-keeper.c, and the agent's side in native/atoll-dp.c): messages of a few
+ * bytes with up to FD_PASSING_MAX descriptors (SCM_RIGHTS) on a unix SOCK_SEQPACKET socket. The keeper greets each
+ * connection with "ATKEEP1\0", its pid and the descriptors it holds; an agent may answer "ATHOLD1\0" and a count with
+ * descriptors (hold these instead), or one byte 'q' (let go).
  */
-#ifndef ATOLL_FD_PASSING_H
-#define ATOLL_FD_PASSING_H
+#ifndef ATOLL_KEEPER_PROTOCOL_H
+#define ATOLL_KEEPER_PROTOCOL_H
 
 #include <errno.h>
+#include <stdint.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #define FD_PASSING_MAX 8
@@ -67,6 +71,35 @@ static inline ssize_t recv_fds(int c, void *head, size_t cap, int fds[FD_PASSING
     return -EPROTO;
   }
   return got;
+}
+
+/* The keeper's greeting. */
+struct keeper_greeting {
+  char magic[8];
+  int32_t pid, count;
+};
+
+/*
+ * Connects to the keeper at addr and reads its greeting and the descriptors that come with it (close-on-exec).
+ * @returns the connection, or -errno; -EPROTO, nothing left open, when it is not a keeper's greeting.
+ */
+static inline int keeper_greeted(const struct sockaddr_un *addr, struct keeper_greeting *g, int fds[FD_PASSING_MAX], int *n) {
+  *n = 0;
+  int c = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  if (c < 0) return -errno;
+  if (connect(c, (const struct sockaddr *)addr, sizeof *addr) != 0) {
+    int e = errno;
+    close(c);
+    return -e;
+  }
+  ssize_t got = recv_fds(c, g, sizeof *g, fds, n, 0);
+  if (got != (ssize_t)sizeof *g || memcmp(g->magic, "ATKEEP1", 8) != 0 || g->count != *n) {
+    for (int i = 0; i < *n; i++) close(fds[i]);
+    *n = 0;
+    close(c);
+    return got < 0 ? (int)got : -EPROTO;
+  }
+  return c;
 }
 
 #endif
