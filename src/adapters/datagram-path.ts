@@ -544,10 +544,16 @@ export class DatagramPath {
       if (!keys || this.#recv.has(keys.recv.id)) return this.#drop('helloMalformed');
       p.myEphUsedWith = h.eph.slice();
       const was = p.send;
+      // an offer made before this handshake is stale: its key may reach the peer after the handshake's, and the peer
+      // keeps its newest receiving keys only (the older expire), so a late ack of it would switch us to a key the peer
+      // lets go of while we use it (the lab's NAT reboot showed it: one end sending under a key the other had dropped)
+      const stale = p.pending;
+      p.pending = undefined;
       p.send = { id: keys.send.id, key: new SealKey(keys.send.key, keys.send.id), createdAt: now };
       this.#addRecvKey(peerId, p, keys.recv.id, keys.recv.key);
       this.#describe();
       was?.key.free();
+      stale?.key.free();
       keys.send.key.fill(0);
       keys.recv.key.fill(0);
       this.stats.helloKeys++;
