@@ -125,3 +125,46 @@ describe('datagram path on loopback', () => {
     assert.equal(pb.usable('a'), true, 'bad input does not disturb the path');
   });
 });
+
+describe('datagram keys agreed by hellos', () => {
+  test('make a pending offer stale: its late ack does not switch the sender to a key the peer may have let go of', async () => {
+    const a = credentials('node-a');
+    const b = credentials('node-b');
+    const got: Uint8Array[] = [];
+    const held: ControlMessage[] = [];
+    // a's only stream to b is silent (its NAT rebooted, say): an offer made on it waits there, and hellos rebuild the path
+    const silent = {
+      alive: true, silentMs: 1e9, remote: { host: '127.0.0.1', port: 1 },
+      exportKeyingMaterial: (n: number) => Buffer.alloc(n, 7), sendControl: (m: ControlMessage) => held.push(m),
+    } as unknown as TunnelStream;
+    const memory = () => ({ port: 0, generation: 0, peers: {} as Record<string, { pin: string; endpoint?: string }> });
+    const sa = memory();
+    const sb = memory();
+    const init = (keyPem: string) => ({ host: '127.0.0.1', port: 0, underlayMtu: 1500, keepaliveMs: 100, deadAfterMs: 1000, identityKeyPem: keyPem });
+    const pa = new DatagramPath({ streamOf: () => silent, publicHost: () => '', onPacket: () => {}, state: { load: () => sa, save: () => {} } }, init(a.keyPem));
+    const pb = new DatagramPath({ streamOf: () => undefined, publicHost: () => '', onPacket: (_p, pkt) => got.push(pkt.slice()), state: { load: () => sb, save: () => {} } }, init(b.keyPem));
+    after(() => {
+      pa.close();
+      pb.close();
+    });
+    pa.bind();
+    pb.bind();
+    sa.peers.b = { pin: b.pin, endpoint: `127.0.0.1:${pb.port}` };
+    sb.peers.a = { pin: a.pin, endpoint: `127.0.0.1:${pa.port}` };
+    pa.setPeers([{ id: 'b', pin: b.pin }]);
+    pb.setPeers([{ id: 'a', pin: a.pin }]);
+    pa.offerKey('b', silent);
+    const offer = held.find((m): m is UdpKeyMessage => m.t === 'udp-key');
+    assert.ok(offer, 'an offer waits on the silent stream');
+    pa.run();
+    pb.run();
+    await until('hellos to agree on keys both ways', () => pa.usable('b') && pb.usable('a'), 10_000, 20);
+    assert.ok(pa.stats.helloKeys >= 1 && pb.stats.helloKeys >= 1);
+    // the stream comes back and delivers the peer's ack of the old offer, late: b never kept that key
+    pa.onControl('b', silent, { t: 'udp-key-ack', id: offer.id });
+    for (let i = 0; i < 10; i++) assert.equal(pa.send('b', packet(100, i)), true);
+    pa.flush();
+    await until('the packets to arrive under the key b has', () => got.length === 10, 5000, 10).catch(() => assert.fail(`b got ${got.length} of 10; dropped ${JSON.stringify(pb.stats.dropped)}`));
+    assert.equal(pb.stats.dropped.unknownKey, 0);
+  });
+});
