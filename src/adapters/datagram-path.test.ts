@@ -127,21 +127,25 @@ describe('datagram path on loopback', () => {
 });
 
 describe('datagram keys agreed by hellos', () => {
-  test('make a pending offer stale: its late ack does not switch the sender to a key the peer may have let go of', async () => {
+  test('make a pending offer stale: its late ack brings a fresh offer, never a switch to a key the peer may let go of', async () => {
     const a = credentials('node-a');
     const b = credentials('node-b');
     const got: Uint8Array[] = [];
-    const held: ControlMessage[] = [];
-    // a's only stream to b is silent (its NAT rebooted, say): an offer made on it waits there, and hellos rebuild the path
-    const silent = {
+    const toB: ControlMessage[] = [];
+    const toA: ControlMessage[] = [];
+    // a's only stream to b is silent (its NAT rebooted, say): an offer made on it waits there, and hellos rebuild the
+    // path; both ends of the stream export the same keying material
+    const stream = (out: ControlMessage[]) => ({
       alive: true, silentMs: 1e9, remote: { host: '127.0.0.1', port: 1 },
-      exportKeyingMaterial: (n: number) => Buffer.alloc(n, 7), sendControl: (m: ControlMessage) => held.push(m),
-    } as unknown as TunnelStream;
+      exportKeyingMaterial: (n: number) => Buffer.alloc(n, 7), sendControl: (m: ControlMessage) => out.push(m),
+    }) as unknown as TunnelStream;
+    const atA = stream(toB);
+    const atB = stream(toA);
     const memory = () => ({ port: 0, generation: 0, peers: {} as Record<string, { pin: string; endpoint?: string }> });
     const sa = memory();
     const sb = memory();
     const init = (keyPem: string) => ({ host: '127.0.0.1', port: 0, underlayMtu: 1500, keepaliveMs: 100, deadAfterMs: 1000, identityKeyPem: keyPem });
-    const pa = new DatagramPath({ streamOf: () => silent, publicHost: () => '', onPacket: () => {}, state: { load: () => sa, save: () => {} } }, init(a.keyPem));
+    const pa = new DatagramPath({ streamOf: () => atA, publicHost: () => '', onPacket: () => {}, state: { load: () => sa, save: () => {} } }, init(a.keyPem));
     const pb = new DatagramPath({ streamOf: () => undefined, publicHost: () => '', onPacket: (_p, pkt) => got.push(pkt.slice()), state: { load: () => sb, save: () => {} } }, init(b.keyPem));
     after(() => {
       pa.close();
@@ -153,18 +157,33 @@ describe('datagram keys agreed by hellos', () => {
     sb.peers.a = { pin: a.pin, endpoint: `127.0.0.1:${pa.port}` };
     pa.setPeers([{ id: 'b', pin: b.pin }]);
     pb.setPeers([{ id: 'a', pin: a.pin }]);
-    pa.offerKey('b', silent);
-    const offer = held.find((m): m is UdpKeyMessage => m.t === 'udp-key');
-    assert.ok(offer, 'an offer waits on the silent stream');
+    pa.offerKey('b', atA);
+    const offers = () => toB.filter((m): m is UdpKeyMessage => m.t === 'udp-key');
+    assert.equal(offers().length, 1, 'an offer waits on the silent stream');
     pa.run();
     pb.run();
     await until('hellos to agree on keys both ways', () => pa.usable('b') && pb.usable('a'), 10_000, 20);
     assert.ok(pa.stats.helloKeys >= 1 && pb.stats.helloKeys >= 1);
-    // the stream comes back and delivers the peer's ack of the old offer, late: b never kept that key
-    pa.onControl('b', silent, { t: 'udp-key-ack', id: offer.id });
-    for (let i = 0; i < 10; i++) assert.equal(pa.send('b', packet(100, i)), true);
-    pa.flush();
-    await until('the packets to arrive under the key b has', () => got.length === 10, 5000, 10).catch(() => assert.fail(`b got ${got.length} of 10; dropped ${JSON.stringify(pb.stats.dropped)}`));
+    // the stream comes back: b gets the old offer after the hellos' key (so it would expire that one), acks it, late
+    pb.onControl('a', atB, offers()[0] as UdpKeyMessage);
+    const ack = toA.find((m) => m.t === 'udp-key-ack');
+    assert.ok(ack && ack.t === 'udp-key-ack');
+    pa.onControl('b', atA, ack);
+    assert.equal(offers().length, 2, 'a answers the stale ack with a fresh offer, not a switch');
+    const send = async (n: number) => {
+      const before = got.length;
+      for (let i = 0; i < n; i++) assert.equal(pa.send('b', packet(100, i)), true);
+      pa.flush();
+      await until(`${n} packets to arrive under a key b has`, () => got.length === before + n, 5000, 10)
+        .catch(() => assert.fail(`b got ${got.length - before} of ${n}; dropped ${JSON.stringify(pb.stats.dropped)}`));
+    };
+    await send(10);
+    pb.onControl('a', atB, offers()[1] as UdpKeyMessage);
+    const fresh = toA.filter((m) => m.t === 'udp-key-ack').at(-1);
+    assert.ok(fresh && fresh.t === 'udp-key-ack' && fresh.id === offers()[1]?.id);
+    pa.onControl('b', atA, fresh);
+    await send(10);
     assert.equal(pb.stats.dropped.unknownKey, 0);
+    assert.equal(offers().length, 2, 'one fresh offer, no churn');
   });
 });

@@ -53,6 +53,8 @@ export const DATAGRAM_EXPORTER_LABEL = 'EXPORTER-atoll-datagram-v1';
 const KEEPALIVE_MS = 1000;
 /** A peer's datagram path is given up after this long without an authentic keepalive saying it hears us. */
 export const DEAD_AFTER_MS = 3000;
+/** Receiving keys kept per peer at most. */
+const MAX_RECV_KEYS = 3;
 /** An offered key not acknowledged within this long is offered again (a new id). */
 const OFFER_TIMEOUT_MS = 5000;
 /**
@@ -129,7 +131,7 @@ export interface DatagramPathInit {
 
 /** The size of the kept region's description: room for about a thousand peers. */
 export const KEPT_META_BYTES = 256 << 10;
-/** Slots of the kept region: a sending key, an offered one and two receiving keys per peer, for 256 peers. */
+/** Slots of the kept region: a sending key, an offered one and three receiving keys per peer, for 204 peers. */
 export const KEPT_SLOTS = 1024;
 
 /** One peer as the kept region describes it (wall-clock times, ms since the epoch). */
@@ -461,6 +463,9 @@ export class DatagramPath {
     const p = this.#peers.get(peerId);
     if (!p) return;
     if (msg.t === 'udp-key-ack') {
+      // the ack of an offer we no longer hold (made stale by keys the hellos agreed on): the peer may now expire the
+      // key we send under in favour of that one, so a fresh offer brings both ends to one key (once: not while one waits)
+      if (!p.pending && p.send?.id !== msg.id && stream.alive) return this.offerKey(peerId, stream);
       if (p.pending?.id !== msg.id) return;
       const was = p.send;
       p.send = { id: msg.id, key: p.pending.key, createdAt: steadyClock() };
@@ -487,7 +492,10 @@ export class DatagramPath {
     stream.sendControl({ t: 'udp-key-ack', id: msg.id });
   }
 
-  /** A new receiving key of `p`: the older ones stay for {@link OLD_KEY_GRACE_MS} (datagrams in flight), two at most. */
+  /**
+   * A new receiving key of `p`: the older ones stay for {@link OLD_KEY_GRACE_MS} (datagrams in flight), three at most
+   * (a rotation's two, and one more: an offer and keys agreed by hellos may cross).
+   */
   #addRecvKey(peerId: string, p: PeerState, id: number, key: Uint8Array): void {
     const now = steadyClock();
     for (const old of p.recvIds) {
@@ -497,7 +505,7 @@ export class DatagramPath {
         this.#table.expire(old, k.expiresAt);
       }
     }
-    while (p.recvIds.length >= 2) this.#dropRecv(p.recvIds[0] as number, true);
+    while (p.recvIds.length >= MAX_RECV_KEYS) this.#dropRecv(p.recvIds[0] as number, true);
     if (!this.#table.add(id, p.tag, key)) return;
     this.#recv.set(id, { peer: peerId, expiresAt: Infinity });
     p.recvIds.push(id);
