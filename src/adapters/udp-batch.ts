@@ -30,8 +30,9 @@
  * (native/atoll-dp.c), so a full send buffer fails a send (EAGAIN) rather than blocking the event loop. The
  * waiting call holds a pool thread while idle: the agent's pool has 32 (src/adapters/netlink.ts).
  * {@link UdpBatchSocket.close} shuts the socket down, which wakes a waiting call, and closes the fd once the pool
- * thread's call returned; {@link UdpBatchSocket.closeKeeping} leaves the socket whole for the agent's next process. The ring holds 64 slots of 64 KiB (a GRO buffer's limit) of address space; only the pages
- * datagrams were written to become resident.
+ * thread's call returned; {@link UdpBatchSocket.closeKeeping} leaves the socket whole for the agent's next process.
+ * The ring holds 64 slots of 64 KiB (a GRO buffer's limit) of address space; only the pages datagrams were written to
+ * become resident.
  */
 import koffi from 'koffi';
 import { atollError } from '../core/errors.ts';
@@ -220,7 +221,7 @@ export class UdpBatchSocket {
   #onMessages: ((n: number) => void) | undefined;
   /** Whether a pool thread holds a call (a wait or a sleep): the fd and the ring are freed only once it returned. */
   #pooled = false;
-  /** Whether that call is the wait in `recvmmsg` (not the sleep). */
+  /** Whether that call is the wait in `poll` (not the sleep). */
   #receiving = false;
   #closed = false;
   #released = false;
