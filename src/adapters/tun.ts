@@ -231,7 +231,8 @@ export class TunDevice {
 
 /**
  * Creates (or attaches to) the TUN device `name` with the virtio-net header and TCP/checksum offloads, sets its
- * gso_max_size and brings it up. The device disappears when the returned handle is closed or the process exits.
+ * gso_max_size and brings it up. The device disappears once no process holds a descriptor of it (this one closed or
+ * exited, and no keeper holding one: src/adapters/keeper.ts).
  * @throws AtollError KERNEL_OP_FAILED naming the device, the step and the errno.
  */
 export function openTun(opts: OpenTunOptions): TunDevice {
