@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { spawn } from 'node:child_process';
 import { keeperQuit } from './datagram-native.ts';
 import { installRoot } from './install-root.ts';
-import { handTo, KEEPER_PROGRAM, startKeeper, stopKeeper, takeHeld } from './keeper.ts';
+import { handTo, type Held, KEEPER_PROGRAM, startKeeper, stopKeeper, takeHeld } from './keeper.ts';
 import { until } from '../../test/support/wait.ts';
 
 /** Whether process `pid` is gone (or a zombie). */
@@ -32,13 +32,24 @@ describe('keeper (bin/atoll-keeper)', () => {
     }
     rmSync(dir, { recursive: true, force: true });
   });
+  /** A keeper the agent would start, holding `fds`; its pid is killed after the tests. */
+  const started = async (socket: string, fds: number[], graceMs: number): Promise<Held> => {
+    const { held, why } = await startKeeper(socket, fds, graceMs);
+    assert.ok(held, why);
+    pids.push(held.pid);
+    return held;
+  };
+  /** A standing keeper (COUNT 0), as the chart runs it; its pid is killed after the tests. */
+  const standing = (socket: string, graceMs: number) => {
+    const proc = spawn(join(installRoot(), KEEPER_PROGRAM), [socket, '0', String(graceMs)], { stdio: 'ignore' });
+    pids.push(proc.pid as number);
+    return proc;
+  };
 
   test('holds what it was given and hands the same files to whoever connects; gives up once no agent came back within its grace', async () => {
     const socket = join(dir, 'a.sock');
     const files = ['one', 'two'].map((n) => openSync(join(dir, n), 'w'));
-    const { held, why } = await startKeeper(socket, files, 300);
-    assert.ok(held, why);
-    pids.push(held.pid);
+    const held = await started(socket, files, 300);
     for (const fd of files) closeSync(fd);
     // an agent that died: its connection closes; a new one connects within the grace and gets the same files
     closeSync(held.connection);
@@ -58,24 +69,19 @@ describe('keeper (bin/atoll-keeper)', () => {
   test('exits when asked (\'q\'), and stopKeeper stops one by its socket', async () => {
     const socket = join(dir, 'b.sock');
     const fd = openSync(join(dir, 'three'), 'w');
-    const first = await startKeeper(socket, [fd], 60_000);
-    assert.ok(first.held, first.why);
-    pids.push(first.held.pid);
-    keeperQuit(first.held.connection);
-    await until('the keeper to exit when asked', () => gone(first.held?.pid as number), 5000, 20);
-    const second = await startKeeper(socket, [fd], 60_000);
-    assert.ok(second.held, second.why);
-    pids.push(second.held.pid);
+    const first = await started(socket, [fd], 60_000);
+    keeperQuit(first.connection);
+    await until('the keeper to exit when asked', () => gone(first.pid), 5000, 20);
+    const second = await started(socket, [fd], 60_000);
     closeSync(fd);
-    assert.equal(await stopKeeper(socket), second.held.pid);
-    assert.equal(gone(second.held.pid), true);
+    assert.equal(await stopKeeper(socket), second.pid);
+    assert.equal(gone(second.pid), true);
     assert.equal(await stopKeeper(socket), undefined, 'none there any more');
   });
 
   test('a standing keeper (COUNT 0) holds what an agent hands it, lets go of it at \'q\' or after its grace, and stays', async () => {
     const socket = join(dir, 's.sock');
-    const proc = spawn(join(installRoot(), KEEPER_PROGRAM), [socket, '0', '400'], { stdio: 'ignore' });
-    pids.push(proc.pid as number);
+    const proc = standing(socket, 400);
     await until('the standing keeper to listen', () => existsSync(socket), 5000, 20);
     const first = takeHeld(socket);
     assert.ok(first);
@@ -108,19 +114,16 @@ describe('keeper (bin/atoll-keeper)', () => {
   test('a standing keeper that finds a keeper the agent started takes over what it holds, and that one goes', async () => {
     const socket = join(dir, 't.sock');
     const file = openSync(join(dir, 'five'), 'w');
-    const spawned = await startKeeper(socket, [file], 60_000);
-    assert.ok(spawned.held, spawned.why);
-    pids.push(spawned.held.pid);
+    const spawned = await started(socket, [file], 60_000);
     closeSync(file);
-    const proc = spawn(join(installRoot(), KEEPER_PROGRAM), [socket, '0', '60000'], { stdio: 'ignore' });
-    pids.push(proc.pid as number);
-    await until('the agent\'s keeper to go', () => gone(spawned.held?.pid as number), 5000, 20);
+    const proc = standing(socket, 60_000);
+    await until('the agent\'s keeper to go', () => gone(spawned.pid), 5000, 20);
     const now = takeHeld(socket);
     assert.equal(now?.pid, proc.pid);
     assert.equal(fstatSync(now?.fds[0] as number).ino, fstatSync(openSync(join(dir, 'five'), 'r')).ino, 'the same file, held by the standing keeper');
     closeSync(now?.fds[0] as number);
     closeSync(now?.connection as number);
-    closeSync(spawned.held.connection);
+    closeSync(spawned.connection);
     proc.kill('SIGTERM');
   });
 
