@@ -1,13 +1,19 @@
 /**
- * What every configuration reader shares: reading a JSON file with an error that names it, and listing a schema's
- * complaints with the path of each key.
+ * What every configuration reader shares: reading a JSON file with an error that names it, listing a schema's
+ * complaints with the path of each key, and the English wording of those complaints.
  */
 import { readFileSync } from 'node:fs';
-import type { z } from 'zod';
+import { en } from 'zod/locales';
+import * as z from 'zod/mini';
 import { atollError, type ErrorCode } from '../core/errors.ts';
 
+// zod/mini loads no locale (classic zod loads English itself): without one, every complaint a schema does not word
+// itself reads "Invalid input". Every schema module imports this file, so the wording is set before anything parses.
+// (en from zod/locales, not z.locales.en: the namespace would bundle all of zod's ~50 locales.)
+z.config(en());
+
 /** `key.path: message` of every issue, joined with `; ` (the top level named `(top)`). */
-export function describeIssues(error: z.ZodError): string {
+export function describeIssues(error: z.core.$ZodError): string {
   return error.issues.map((i) => `${i.path.join('.') || '(top)'}: ${i.message}`).join('; ');
 }
 
