@@ -3,7 +3,7 @@
  * The only place raw CNI input enters. Checks run in the reference plugins' order: the command, then the
  * environment, then the configuration, so each kind of bad input gets its spec code.
  */
-import { z } from 'zod';
+import * as z from 'zod/mini';
 import { AtollError, atollError } from '../core/errors.ts';
 import { describeIssues } from './json-file.ts';
 import {
@@ -26,36 +26,35 @@ const IFNAME = /^[^\s/:]{1,15}$/;
 const NETNS_PATH = /^\/[A-Za-z0-9_./@:+-]+$/;
 const ARG_KEYS = ['K8S_POD_NAMESPACE', 'K8S_POD_NAME', 'K8S_POD_UID', 'K8S_POD_INFRA_CONTAINER_ID', 'IgnoreUnknown'] as const;
 
-const attachmentSchema = z
-  .record(z.string(), z.unknown())
-  .transform((o, ctx): Attachment => {
+const attachmentSchema = z.pipe(
+  z.record(z.string(), z.unknown()),
+  z.transform((o: Record<string, unknown>, ctx): Attachment => {
     const pick = (k: string) => Object.entries(o).find(([key]) => key.toLowerCase() === k)?.[1];
     const containerId = pick('containerid');
     const ifName = pick('ifname');
     if (typeof containerId !== 'string' || typeof ifName !== 'string') {
-      ctx.addIssue({ code: 'custom', message: 'each valid attachment needs string containerID and ifname' });
+      ctx.issues.push({ code: 'custom', message: 'each valid attachment needs string containerID and ifname', input: o });
       return z.NEVER;
     }
     return { containerId, ifName };
-  });
+  }),
+);
 
 /** Atoll's own keys plus those the spec lets a runtime inject. */
 const netConfSchema = z.strictObject({
   cniVersion: z.string(),
-  name: z.string().min(1),
-  type: z.string().min(1),
-  agentSocket: z.string().regex(/^\/[^"\\]*$/, 'must be an absolute path without quotes or backslashes').optional(),
-  args: z.record(z.string(), z.unknown()).optional(),
-  capabilities: z.record(z.string(), z.unknown()).optional(),
-  runtimeConfig: z.record(z.string(), z.unknown()).optional(),
-  prevResult: z
-    .looseObject({
-      ips: z.array(z.looseObject({ address: z.string() })).default([]),
-      interfaces: z.array(z.looseObject({ name: z.string(), mac: z.string().optional(), sandbox: z.string().optional() })).default([]),
-    })
-    .optional(),
-  dns: z.record(z.string(), z.unknown()).optional(),
-  'cni.dev/valid-attachments': z.array(attachmentSchema).optional(),
+  name: z.string().check(z.minLength(1)),
+  type: z.string().check(z.minLength(1)),
+  agentSocket: z.optional(z.string().check(z.regex(/^\/[^"\\]*$/, 'must be an absolute path without quotes or backslashes'))),
+  args: z.optional(z.record(z.string(), z.unknown())),
+  capabilities: z.optional(z.record(z.string(), z.unknown())),
+  runtimeConfig: z.optional(z.record(z.string(), z.unknown())),
+  prevResult: z.optional(z.looseObject({
+    ips: z._default(z.array(z.looseObject({ address: z.string() })), []),
+    interfaces: z._default(z.array(z.looseObject({ name: z.string(), mac: z.optional(z.string()), sandbox: z.optional(z.string()) })), []),
+  })),
+  dns: z.optional(z.record(z.string(), z.unknown())),
+  'cni.dev/valid-attachments': z.optional(z.array(attachmentSchema)),
 });
 
 function envInvalid(message: string, fix: string): AtollError {
