@@ -3,27 +3,29 @@
  * top of it (or of the default spec). The only place the lab's raw input enters; the result is checked against
  * the core's limits and frozen.
  */
-import { z } from 'zod';
+import * as z from 'zod/mini';
 import { describeIssues, readJsonFile } from './json-file.ts';
 import { atollError } from '../core/errors.ts';
 import { DEFAULT_LAB_SPEC, type EdgeSiteSpec, edgeSiteName, type LabSpec, labSpecProblems, type NatType } from '../core/lab/spec.ts';
 
 const natType = z.enum(['endpoint-independent', 'symmetric']);
 
+const int = () => z.number().check(z.int());
+
 export const labSpecSchema = z.strictObject({
-  cloudNodes: z.number().int().default(DEFAULT_LAB_SPEC.cloudNodes),
-  edges: z.array(z.strictObject({
+  cloudNodes: z._default(int(), DEFAULT_LAB_SPEC.cloudNodes),
+  edges: z._default(z.array(z.strictObject({
     name: z.string(),
-    nodes: z.number().int().default(2),
-    community: z.string().default(''),
-    nat: natType.default('endpoint-independent'),
-    uplink: z.strictObject({ delayMs: z.number().int().optional(), rateMbit: z.number().int().optional() }).default({}),
-    udpBlocked: z.boolean().optional(),
-  })).default(DEFAULT_LAB_SPEC.edges.map((e) => ({ ...e, uplink: { ...e.uplink } }))),
-  podsPerNode: z.number().int().default(DEFAULT_LAB_SPEC.podsPerNode),
-  sameSite: z.enum(['vxlan', 'direct']).default(DEFAULT_LAB_SPEC.sameSite),
-  tunnelUdp: z.boolean().optional(),
-  metrics: z.boolean().optional(),
+    nodes: z._default(int(), 2),
+    community: z._default(z.string(), ''),
+    nat: z._default(natType, 'endpoint-independent'),
+    uplink: z._default(z.strictObject({ delayMs: z.optional(int()), rateMbit: z.optional(int()) }), {}),
+    udpBlocked: z.optional(z.boolean()),
+  })), DEFAULT_LAB_SPEC.edges.map((e) => ({ ...e, uplink: { ...e.uplink } }))),
+  podsPerNode: z._default(int(), DEFAULT_LAB_SPEC.podsPerNode),
+  sameSite: z._default(z.enum(['vxlan', 'direct']), DEFAULT_LAB_SPEC.sameSite),
+  tunnelUdp: z.optional(z.boolean()),
+  metrics: z.optional(z.boolean()),
 });
 
 /** The lab flags as `node:util` parseArgs gives them (strings; repeatable ones as arrays). */
