@@ -2,7 +2,7 @@
  * The agent's configuration file: the only place its raw JSON enters. Validated once against a strict schema
  * (unknown keys are refused), defaults filled in, the result frozen. `docs/configuration.md` documents every key.
  */
-import { z } from 'zod';
+import * as z from 'zod/mini';
 import { describeIssues, readJsonFile } from './json-file.ts';
 import { atollError } from '../core/errors.ts';
 import { type Cidr, parseCidr, parseIpv4 } from '../core/net/ipv4.ts';
@@ -12,86 +12,92 @@ import { METRICS_PORTS, metricsSchema } from './metrics.ts';
 const IFNAME = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,14}$/;
 const SAFE_PATH = /^\/[A-Za-z0-9_./@:+-]*$/;
 
-const cidr = z.string().refine((s) => parseCidr(s) !== undefined, { message: 'must be an IPv4 network such as 10.244.1.0/24 (no host bits)' });
-const absPath = z.string().regex(SAFE_PATH, 'must be an absolute path of letters, digits and _ . / @ : + -');
-const duration = z.union([z.number().int().nonnegative(), z.string()]).transform((v, ctx) => {
+const cidr = z.string().check(z.refine((s) => parseCidr(s) !== undefined, { message: 'must be an IPv4 network such as 10.244.1.0/24 (no host bits)' }));
+const absPath = z.string().check(z.regex(SAFE_PATH, 'must be an absolute path of letters, digits and _ . / @ : + -'));
+const duration = z.pipe(z.union([z.number().check(z.int(), z.nonnegative()), z.string()]), z.transform((v, ctx) => {
   const ms = typeof v === 'number' ? v * 1000 : parseDuration(v);
   if (ms === undefined) {
-    ctx.addIssue({ code: 'custom', message: 'must be seconds or a duration such as 90s, 30m, 24h' });
+    ctx.issues.push({ code: 'custom', message: 'must be seconds or a duration such as 90s, 30m, 24h', input: v });
     return z.NEVER;
   }
   return ms;
-});
+}));
+const intIn = (min: number, max: number) => z.number().check(z.int(), z.gte(min), z.lte(max));
+const ifName = z.string().check(z.regex(IFNAME, 'must be a Linux interface name of at most 15 characters'));
+const pin = (message: string) => z.string().check(z.regex(/^sha256:[0-9a-f]{64}$/, message));
 
-const label = z.string().max(63).regex(/^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$/, 'must be a Kubernetes label value');
+const label = z.string().check(z.maxLength(63), z.regex(/^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$/, 'must be a Kubernetes label value'));
 
 const controllerSchema = z.strictObject({
   /** Controller API URLs, tried in order (several for replicas). */
-  urls: z.array(z.url().startsWith('https://', 'must be an https:// URL').refine((u) => new URL(u).pathname === '/', { message: 'must have no path (https://host:port)' })).min(1),
+  urls: z.array(z.url().check(
+    z.startsWith('https://', 'must be an https:// URL'),
+    z.refine((u) => new URL(u).pathname === '/', { message: 'must have no path (https://host:port)' }),
+  )).check(z.minLength(1)),
   /** Bootstrap token to join with. */
-  token: z.string().min(16),
+  token: z.string().check(z.minLength(16)),
   /** Pin of the controller CA, printed by the controller at start: sha256:<64 hex>. */
-  caCertHash: z.string().regex(/^sha256:[0-9a-f]{64}$/, 'must be sha256: followed by 64 lowercase hex digits'),
+  caCertHash: pin('must be sha256: followed by 64 lowercase hex digits'),
   /** How often the agent reports its address usage (and may receive a spare block). */
-  usagePeriod: duration.default(10_000),
+  usagePeriod: z._default(duration, 10_000),
 });
 
 export const agentConfigSchema = z.strictObject({
   /** This node's name, as Kubernetes knows it. */
-  nodeName: z.string().regex(/^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$/, 'must be a DNS subdomain (lowercase letters, digits, - and .)'),
+  nodeName: z.string().check(z.regex(/^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$/, 'must be a DNS subdomain (lowercase letters, digits, - and .)')),
   /** The CNI network name (the conflist `name`). */
-  network: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9_.-]*$/).default('atoll'),
+  network: z._default(z.string().check(z.regex(/^[A-Za-z0-9][A-Za-z0-9_.-]*$/)), 'atoll'),
   /** Pod address blocks of this node, until the controller leases them. */
-  podCidrs: z.array(cidr).default([]),
-  cniBinDir: absPath.default('/opt/cni/bin'),
-  cniConfDir: absPath.default('/etc/cni/net.d'),
+  podCidrs: z._default(z.array(cidr), []),
+  cniBinDir: z._default(absPath, '/opt/cni/bin'),
+  cniConfDir: z._default(absPath, '/etc/cni/net.d'),
   /** File name of Atoll's conflist in cniConfDir; it must sort first. */
-  cniConfName: z.string().regex(/^[A-Za-z0-9_.-]+\.conflist$/).default('10-atoll.conflist'),
+  cniConfName: z._default(z.string().check(z.regex(/^[A-Za-z0-9_.-]+\.conflist$/)), '10-atoll.conflist'),
   /** cniVersion written into the conflist (containerd 1.6 accepts results up to 1.0.0). */
-  cniVersion: z.enum(['0.3.1', '0.4.0', '1.0.0', '1.1.0']).default('1.0.0'),
+  cniVersion: z._default(z.enum(['0.3.1', '0.4.0', '1.0.0', '1.1.0']), '1.0.0'),
   /** Plugins chained after Atoll's in the conflist, as JSON objects (portmap, bandwidth, tuning...). */
-  chainedPlugins: z.array(z.record(z.string(), z.unknown())).default([]),
-  dataDir: absPath.default('/var/lib/atoll'),
-  socketPath: absPath.default('/run/atoll/atoll.sock'),
-  bridge: z.string().regex(IFNAME, 'must be a Linux interface name of at most 15 characters').default('atoll0'),
+  chainedPlugins: z._default(z.array(z.record(z.string(), z.unknown())), []),
+  dataDir: z._default(absPath, '/var/lib/atoll'),
+  socketPath: z._default(absPath, '/run/atoll/atoll.sock'),
+  bridge: z._default(ifName, 'atoll0'),
   /** Pod and bridge MTU; by default the underlay's minus 50 with the overlay, else 1500. */
-  mtu: z.number().int().min(576).max(9000).optional(),
+  mtu: z.optional(intIn(576, 9000)),
   /** How long a deleted pod's address stays reserved for it. */
-  reservationTtl: duration.default(24 * 3600 * 1000),
+  reservationTtl: z._default(duration, 24 * 3600 * 1000),
   /** How often reservations are expired and state reconciled. */
-  resyncPeriod: duration.default(60 * 1000),
+  resyncPeriod: z._default(duration, 60 * 1000),
   /** Path of the atoll-cni executable the agent installs into cniBinDir. */
-  cniPluginSource: absPath.optional(),
+  cniPluginSource: z.optional(absPath),
   /** The cloud controller; without it the node uses podCidrs only. */
-  controller: controllerSchema.optional(),
-  site: label.default(''),
-  community: label.default(''),
+  controller: z.optional(controllerSchema),
+  site: z._default(label, ''),
+  community: z._default(label, ''),
   /** This node's underlay addresses, as registered with the controller. */
-  underlayAddresses: z.array(z.string().refine((s) => parseIpv4(s) !== undefined, { message: 'must be an IPv4 address' })).default([]),
+  underlayAddresses: z._default(z.array(z.string().check(z.refine((s) => parseIpv4(s) !== undefined, { message: 'must be an IPv4 address' }))), []),
   /** The same-site overlay (VXLAN, or direct routes on one L2 segment); off when absent. */
-  overlay: z.strictObject({
-    device: z.string().regex(IFNAME, 'must be a Linux interface name of at most 15 characters').default('atoll.1'),
-    vni: z.number().int().min(1).max(16_777_215).default(1),
-    port: z.number().int().min(1).max(65535).default(8472),
-    directRouting: z.enum(['never', 'auto']).default('never'),
-    probePort: z.number().int().min(1).max(65535).default(8474),
-  }).optional(),
+  overlay: z.optional(z.strictObject({
+    device: z._default(ifName, 'atoll.1'),
+    vni: z._default(intIn(1, 16_777_215), 1),
+    port: z._default(intIn(1, 65535), 8472),
+    directRouting: z._default(z.enum(['never', 'auto']), 'never'),
+    probePort: z._default(intIn(1, 65535), 8474),
+  })),
   /**
    * The cross-site tunnel (TUN device and pinned TLS streams); off when absent. Edge nodes dial cloud nodes at their
    * first underlay address; cloud nodes listen on `port`. Edge nodes of one community reach each other through the
    * relay and hole-punch direct streams; edge <-> edge needs `relay`.
    */
-  tunnel: z.strictObject({
-    port: z.number().int().min(1).max(65535).default(8475),
-    device: z.string().regex(IFNAME, 'must be a Linux interface name of at most 15 characters').default('atoll.tun'),
+  tunnel: z.optional(z.strictObject({
+    port: z._default(intIn(1, 65535), 8475),
+    device: z._default(ifName, 'atoll.tun'),
     role: z.enum(['cloud', 'edge']),
-    relay: z.strictObject({
-      address: z.string().regex(/^[^\s:]+:\d{1,5}$/, 'must be host:port, as the relay listens').refine((a) => {
+    relay: z.optional(z.strictObject({
+      address: z.string().check(z.regex(/^[^\s:]+:\d{1,5}$/, 'must be host:port, as the relay listens'), z.refine((a) => {
         const port = Number(a.slice(a.lastIndexOf(':') + 1));
         return port >= 1 && port <= 65535;
-      }, { message: 'port must be 1 to 65535' }),
-      pin: z.string().regex(/^sha256:[0-9a-f]{64}$/, 'must be sha256:<64 hex digits>, as `atoll relay` prints it'),
-    }).optional(),
+      }, { message: 'port must be 1 to 65535' })),
+      pin: pin('must be sha256:<64 hex digits>, as `atoll relay` prints it'),
+    })),
     /**
      * The datagram path: packets as AES-256-GCM UDP datagrams, keyed over the TLS streams, which stay the fallback;
      * on by default, `false` turns it off (docs/architecture.md says when that pays: a fast link that never loses a
@@ -102,16 +108,16 @@ export const agentConfigSchema = z.strictObject({
      * plane (TUN device, UDP socket, keys) for an agent that went away, so that a restart loses no packet on
      * established datagram paths; 0 runs no keeper.
      */
-    udp: z.union([z.literal(false), z.strictObject({
-      port: z.number().int().min(1).max(65535).default(8477),
-      underlayMtu: z.number().int().min(576).max(65535).default(1500),
-      keepMs: z.number().int().min(0).max(86_400_000).default(60_000),
-    })]).prefault({}),
-  }).optional(),
+    udp: z.prefault(z.union([z.literal(false), z.strictObject({
+      port: z._default(intIn(1, 65535), 8477),
+      underlayMtu: z._default(intIn(576, 65535), 1500),
+      keepMs: z._default(intIn(0, 86_400_000), 60_000),
+    })]), {}),
+  })),
   /** Cluster pod ranges: pod traffic to them is never masqueraded (every known block is included anyway). */
-  clusterCidrs: z.array(cidr).default([]),
+  clusterCidrs: z._default(z.array(cidr), []),
   /** /healthz, /readyz and /metrics over HTTP; off when absent. */
-  metrics: metricsSchema(METRICS_PORTS.agent).optional(),
+  metrics: z.optional(metricsSchema(METRICS_PORTS.agent)),
 });
 
 export type AgentConfig = Readonly<z.output<typeof agentConfigSchema>> & { readonly podBlocks: readonly Cidr[] };

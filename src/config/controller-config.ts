@@ -2,72 +2,75 @@
  * The controller's configuration file and the API's request bodies: validated once against strict schemas,
  * defaults filled in, frozen. `docs/configuration.md` documents every key.
  */
-import { z } from 'zod';
+import * as z from 'zod/mini';
 import { describeIssues, readJsonFile } from './json-file.ts';
 import { atollError } from '../core/errors.ts';
 import { METRICS_PORTS, metricsSchema } from './metrics.ts';
 import { type Cidr, parseCidr, parseIpv4 } from '../core/net/ipv4.ts';
 
-const cidr = z.string().refine((s) => parseCidr(s) !== undefined, { message: 'must be an IPv4 network such as 10.244.0.0/16 (no host bits)' });
+const cidr = z.string().check(z.refine((s) => parseCidr(s) !== undefined, { message: 'must be an IPv4 network such as 10.244.0.0/16 (no host bits)' }));
 const SAFE_PATH = /^\/[A-Za-z0-9_./@:+-]*$/;
-const secret = z.string().min(16, 'must be at least 16 characters').regex(/^[A-Za-z0-9._~+/=-]+$/, 'must be URL-safe characters');
+const safePath = z.string().check(z.regex(SAFE_PATH));
+const secret = z.string().check(z.minLength(16, 'must be at least 16 characters'), z.regex(/^[A-Za-z0-9._~+/=-]+$/, 'must be URL-safe characters'));
+const intIn = (min: number, max: number) => z.number().check(z.int(), z.gte(min), z.lte(max));
+const intFrom = (min: number) => z.number().check(z.int(), z.gte(min));
 
 const storeSchema = z.discriminatedUnion('type', [
   z.strictObject({ type: z.literal('embedded') }),
   z.strictObject({
     type: z.literal('etcd'),
-    endpoints: z.array(z.url()).min(1),
-    prefix: z.string().regex(/^\/[A-Za-z0-9_./-]*\/$/, 'must start and end with /').default('/atoll/'),
-    leaseTtlSeconds: z.number().int().min(2).max(60).default(5),
+    endpoints: z.array(z.url()).check(z.minLength(1)),
+    prefix: z._default(z.string().check(z.regex(/^\/[A-Za-z0-9_./-]*\/$/, 'must start and end with /')), '/atoll/'),
+    leaseTtlSeconds: z._default(intIn(2, 60), 5),
   }),
   z.strictObject({
     type: z.literal('kubernetes'),
     /** Where the Lease that elects the leader lives. */
-    leaseNamespace: z.string().regex(/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/, 'must be a namespace name').default('atoll-system'),
-    leaseName: z.string().regex(/^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$/, 'must be an object name').default('atoll-controller'),
-    leaseDurationSeconds: z.number().int().min(2).max(120).default(15),
+    leaseNamespace: z._default(z.string().check(z.regex(/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/, 'must be a namespace name')), 'atoll-system'),
+    leaseName: z._default(z.string().check(z.regex(/^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$/, 'must be an object name')), 'atoll-controller'),
+    leaseDurationSeconds: z._default(intIn(2, 120), 15),
   }),
 ]);
 
 /** The controller on Kubernetes: where the API is, and how Node objects drive the registry. */
 export const kubernetesSchema = z.strictObject({
   /** A kubeconfig file; without it, the pod's service account (in-cluster). */
-  kubeconfig: z.string().regex(SAFE_PATH).optional(),
+  kubeconfig: z.optional(safePath),
   /** The API endpoint to use instead (an edge cache such as yurthub); the credentials stay the kubeconfig's. */
-  server: z.url().optional(),
+  server: z.optional(z.url()),
   /** A deleted Node's registration and blocks are released this long after the deletion (unless it comes back). */
-  nodeDeleteGraceSeconds: z.number().int().min(0).max(7 * 86400).default(60),
+  nodeDeleteGraceSeconds: z._default(intIn(0, 7 * 86400), 60),
   /** Sent as User-Agent: list it in yurthub's cache_agents to have the edge cache serve it. */
-  userAgent: z.string().min(1).max(128).default('atoll-controller'),
+  userAgent: z._default(z.string().check(z.minLength(1), z.maxLength(128)), 'atoll-controller'),
 });
 
 export const controllerConfigSchema = z.strictObject({
   /** Address and port the API listens on. */
-  listenHost: z.string().default('0.0.0.0'),
-  listenPort: z.number().int().min(1).max(65535).default(7443),
+  listenHost: z._default(z.string(), '0.0.0.0'),
+  listenPort: z._default(intIn(1, 65535), 7443),
   /** The URL agents use for this replica (its host goes into the TLS certificate; followers point agents to it). */
   advertiseUrl: z.url(),
   /** Extra IPs or DNS names for the server certificate. */
-  tlsHosts: z.array(z.string()).default([]),
-  clusterCidrs: z.array(cidr).min(1),
+  tlsHosts: z._default(z.array(z.string()), []),
+  clusterCidrs: z.array(cidr).check(z.minLength(1)),
   /** Prefix length of each node block. */
-  blockBits: z.number().int().min(16).max(30).default(26),
-  maxBlocksPerNode: z.number().int().min(1).max(256).default(8),
+  blockBits: z._default(intIn(16, 30), 26),
+  maxBlocksPerNode: z._default(intIn(1, 256), 8),
   /** An agent reporting fewer free addresses than this is given another block. */
-  refillBelow: z.number().int().min(0).default(16),
-  dataDir: z.string().regex(SAFE_PATH).default('/var/lib/atoll-controller'),
+  refillBelow: z._default(intFrom(0), 16),
+  dataDir: z._default(safePath, '/var/lib/atoll-controller'),
   /** The CA and server certificate; replicas must share one CA (copy this directory), default <dataDir>/pki. */
-  pkiDir: z.string().regex(SAFE_PATH).optional(),
-  bootstrapTokens: z.array(secret).min(1),
+  pkiDir: z.optional(safePath),
+  bootstrapTokens: z.array(secret).check(z.minLength(1)),
   adminToken: secret,
   /** Tokens relays (`atoll relay`) present to watch the nodes; a relay can do nothing else with them. */
-  relayTokens: z.array(secret).default([]),
-  store: storeSchema.default({ type: 'embedded' }),
+  relayTokens: z._default(z.array(secret), []),
+  store: z._default(storeSchema, { type: 'embedded' }),
   /** Follow Kubernetes Node objects (admission, labels, deletion, annotations); absent: nodes join with a token alone. */
-  kubernetes: kubernetesSchema.optional(),
-  maxBodyBytes: z.number().int().min(1024).max(1 << 20).default(64 * 1024),
+  kubernetes: z.optional(kubernetesSchema),
+  maxBodyBytes: z._default(intIn(1024, 1 << 20), 64 * 1024),
   /** /healthz, /readyz and /metrics over HTTP; off when absent. */
-  metrics: metricsSchema(METRICS_PORTS.controller).optional(),
+  metrics: z.optional(metricsSchema(METRICS_PORTS.controller)),
 });
 
 export type ControllerConfig = Readonly<z.output<typeof controllerConfigSchema>> & { readonly clusterBlocks: readonly Cidr[] };
@@ -92,32 +95,35 @@ export function loadControllerConfig(path: string): ControllerConfig {
 }
 
 const NAME = /^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$/;
-const label = z.string().max(63).regex(/^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$/, 'must be a Kubernetes label value');
-const ipv4 = z.string().refine((s) => parseIpv4(s) !== undefined, { message: 'must be an IPv4 address' });
-const mac = z.string().regex(/^([0-9a-f]{2}:){5}[0-9a-f]{2}$/, 'must be a lowercase MAC address').or(z.literal(''));
+const label = z.string().check(z.maxLength(63), z.regex(/^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$/, 'must be a Kubernetes label value'));
+const ipv4 = z.string().check(z.refine((s) => parseIpv4(s) !== undefined, { message: 'must be an IPv4 address' }));
+const mac = z.union([z.string().check(z.regex(/^([0-9a-f]{2}:){5}[0-9a-f]{2}$/, 'must be a lowercase MAC address')), z.literal('')]);
+const upTo = (max: number) => z.string().check(z.maxLength(max));
 
 /** The fields a node sets about itself. */
 export const nodeFieldsSchema = z.strictObject({
-  site: label.default(''),
-  community: label.default(''),
-  addresses: z.array(ipv4).max(16).default([]),
-  vtepMac: mac.default(''),
-  tunnelKey: z.string().max(512).default(''),
-  agentVersion: z.string().max(64).default(''),
-  annotations: z.record(z.string().regex(/^([a-z0-9.-]{1,253}\/)?[A-Za-z0-9._-]{1,63}$/, 'must be a Kubernetes annotation key'), z.string().max(1024))
-    .refine((a) => Object.keys(a).length <= 16, { message: 'at most 16 annotations' })
-    .default({}),
+  site: z._default(label, ''),
+  community: z._default(label, ''),
+  addresses: z._default(z.array(ipv4).check(z.maxLength(16)), []),
+  vtepMac: z._default(mac, ''),
+  tunnelKey: z._default(upTo(512), ''),
+  agentVersion: z._default(upTo(64), ''),
+  annotations: z._default(
+    z.record(z.string().check(z.regex(/^([a-z0-9.-]{1,253}\/)?[A-Za-z0-9._-]{1,63}$/, 'must be a Kubernetes annotation key')), upTo(1024))
+      .check(z.refine((a) => Object.keys(a).length <= 16, { message: 'at most 16 annotations' })),
+    {},
+  ),
 });
 
-export const joinRequestSchema = nodeFieldsSchema.extend({
-  token: z.string().max(256),
-  name: z.string().regex(NAME, 'must be a DNS subdomain'),
-  identity: z.string().max(256).regex(/^[A-Za-z0-9+/=]+$/, 'must be base64'),
+export const joinRequestSchema = z.extend(nodeFieldsSchema, {
+  token: upTo(256),
+  name: z.string().check(z.regex(NAME, 'must be a DNS subdomain')),
+  identity: z.string().check(z.maxLength(256), z.regex(/^[A-Za-z0-9+/=]+$/, 'must be base64')),
 });
 
 export const usageReportSchema = z.strictObject({
-  capacity: z.number().int().min(0),
-  allocated: z.number().int().min(0),
-  reserved: z.number().int().min(0),
-  free: z.number().int().min(0),
+  capacity: intFrom(0),
+  allocated: intFrom(0),
+  reserved: intFrom(0),
+  free: intFrom(0),
 });
