@@ -32,7 +32,8 @@ const controllerSchema = z.strictObject({
   /** Controller API URLs, tried in order (several for replicas). */
   urls: z.array(z.url().check(
     z.startsWith('https://', 'must be an https:// URL'),
-    z.refine((u) => new URL(u).pathname === '/', { message: 'must have no path (https://host:port)' }),
+    // a string that is no URL at all is z.url()'s to report; this check only judges URLs
+    z.refine((u) => { const url = URL.parse(u); return url === null || url.pathname === '/'; }, { message: 'must have no path (https://host:port)' }),
   )).check(z.minLength(1)),
   /** Bootstrap token to join with. */
   token: z.string().check(z.minLength(16)),
