@@ -60,4 +60,15 @@ export default tseslint.config(
       }],
     },
   },
+  {
+    // an ESM import of either module makes Node read every export of it, lazy getters included: http's WebSocket
+    // loads undici and http2 (13 MB of RSS), util's setTraceSigInt worker_threads (docs/architecture.md, "Memory")
+    files: ['src/**/*.ts'],
+    rules: {
+      'no-restricted-syntax': ['error', {
+        selector: "ImportDeclaration[importKind='value'][source.value=/^node:(http|util)$/]",
+        message: "read node:http and node:util with process.getBuiltinModule('node:http') (types by `import type`): their ESM facade loads undici, http2 and worker_threads.",
+      }],
+    },
+  },
 );

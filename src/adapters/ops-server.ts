@@ -12,9 +12,13 @@
  * loopback by default). Anything else gets a clear HTTP error and changes nothing: another method 405, another
  * path 404, a body 413, headers over 8 KiB 431 (Node's parser).
  */
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { Registry } from 'prom-client';
 import { atollError } from '../core/errors.ts';
+
+// Not `import ... from 'node:http'`: Node's ESM facade of http reads every export, WebSocket's lazy getter included,
+// and so loads http2 and undici too: 13 MB of a process's RSS (docs/architecture.md, "Memory").
+const { createServer } = process.getBuiltinModule('node:http');
 
 /** Whether the component is ready, and if not why (each reason one short sentence). */
 export interface Readiness {

@@ -5,11 +5,15 @@
  * not part of the agent, because both sides use it: the agent serves it, the CLI and the lab read it.
  */
 import { chmodSync, unlinkSync } from 'node:fs';
-import { createServer, request, type Server } from 'node:http';
+import type { Server } from 'node:http';
 import { atollError } from '../core/errors.ts';
 import { dirname, join } from 'node:path';
 import type { TunnelStatus } from '../core/tunnel/status.ts';
 import type { AgentStatus } from '../core/ops/agent-status.ts';
+
+// Not `import ... from 'node:http'`: Node's ESM facade of http reads every export, WebSocket's lazy getter included,
+// and so loads http2 and undici too: 13 MB of a process's RSS (docs/architecture.md, "Memory").
+const { createServer, request } = process.getBuiltinModule('node:http');
 
 /** Where the status socket of the agent whose CNI socket is `socketPath` listens. */
 export function statusSocketOf(socketPath: string): string {

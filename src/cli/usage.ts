@@ -4,7 +4,11 @@
  * error: a one-line reason on stderr, the hint to run `--help`, exit 2. Commands throw; src/cli/main.ts prints and
  * chooses the exit code in one place ({@link usageExitCode}).
  */
-import { parseArgs, type ParseArgsOptionsConfig } from 'node:util';
+import type { ParseArgsOptionsConfig } from 'node:util';
+
+// Not `import ... from 'node:util'`: Node's ESM facade of util reads every export, and one lazy getter loads
+// worker_threads (docs/architecture.md, "Memory").
+const { parseArgs } = process.getBuiltinModule('node:util');
 
 /** Thrown when the arguments are wrong; `usage` is the command's usage text. */
 export class UsageError extends Error {

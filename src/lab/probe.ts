@@ -8,10 +8,13 @@
  */
 import { connect, createServer, type Socket } from 'node:net';
 import { createInterface } from 'node:readline';
-import { parseArgs } from 'node:util';
 import type { TcpResult } from '../core/lab/report.ts';
 import { Child } from '../adapters/child-process.ts';
 import { ATOLL_BIN } from './agent-process.ts';
+
+// Not `import ... from 'node:util'`: Node's ESM facade of util reads every export, and one lazy getter loads
+// worker_threads (docs/architecture.md, "Memory").
+const { parseArgs } = process.getBuiltinModule('node:util');
 
 export const PROBE_PORT = 7777;
 const PAYLOAD = 'atoll-lab-probe\n';

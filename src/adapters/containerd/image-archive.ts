@@ -7,7 +7,10 @@ import { createHash } from 'node:crypto';
 import { execFile } from 'node:child_process';
 import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { promisify } from 'node:util';
+
+// Not `import ... from 'node:util'`: Node's ESM facade of util reads every export, and one lazy getter loads
+// worker_threads (docs/architecture.md, "Memory").
+const { promisify } = process.getBuiltinModule('node:util');
 
 const run = promisify(execFile);
 

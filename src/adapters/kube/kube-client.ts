@@ -9,11 +9,14 @@
  * (history compacted) rejects with STORE_COMPACTED so callers re-list.
  */
 import { Agent, request as httpsRequest } from 'node:https';
-import { request as httpRequest } from 'node:http';
 import type { IncomingMessage } from 'node:http';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { AtollError, atollError } from '../../core/errors.ts';
 import type { KubeConnection } from './kube-config.ts';
+
+// Not `import ... from 'node:http'`: Node's ESM facade of http reads every export, WebSocket's lazy getter included,
+// and so loads http2 and undici too: 13 MB of a process's RSS (docs/architecture.md, "Memory").
+const { request: httpRequest } = process.getBuiltinModule('node:http');
 
 /** The metadata every object carries that Atoll reads or writes. */
 export interface ObjectMeta {
