@@ -106,23 +106,27 @@ export class ControllerLink {
   /** One connected session: join, then report usage and follow the peer stream until it breaks. */
   async #session(onConnected: () => void): Promise<void> {
     const client = new ControllerClient({ urls: this.#init.urls, caPem: await this.#ca(), identity: this.#c.identity, nodeName: this.#init.nodeName });
-    const joined = await client.join(this.#init.token, this.#c.identity.publicKey, this.#init.fields);
-    await this.#applyBlocks(joined.blocks);
-    if (this.#status !== 'connected') this.#c.log.info('connected to the controller', { url: client.url, blocks: joined.blocks });
-    this.#status = 'connected';
-    this.#offlineSince = undefined;
-    onConnected();
-    const session = new AbortController();
-    const stopSession = () => session.abort();
-    this.#abort.signal.addEventListener('abort', stopSession);
-    const reporter = this.#reportUsage(client, session.signal);
     try {
-      await this.#reportOnce(client);
-      await client.watch(this.#state.revision, (line) => this.#onLine(line), session.signal);
+      const joined = await client.join(this.#init.token, this.#c.identity.publicKey, this.#init.fields);
+      await this.#applyBlocks(joined.blocks);
+      if (this.#status !== 'connected') this.#c.log.info('connected to the controller', { url: client.url, blocks: joined.blocks });
+      this.#status = 'connected';
+      this.#offlineSince = undefined;
+      onConnected();
+      const session = new AbortController();
+      const stopSession = () => session.abort();
+      this.#abort.signal.addEventListener('abort', stopSession);
+      const reporter = this.#reportUsage(client, session.signal);
+      try {
+        await this.#reportOnce(client);
+        await client.watch(this.#state.revision, (line) => this.#onLine(line), session.signal);
+      } finally {
+        session.abort();
+        this.#abort.signal.removeEventListener('abort', stopSession);
+        await reporter;
+      }
     } finally {
-      session.abort();
-      this.#abort.signal.removeEventListener('abort', stopSession);
-      await reporter;
+      client.close();
     }
   }
 

@@ -238,14 +238,18 @@ export class Relay {
       try {
         const caPem = await this.#ca();
         const client = new ControllerClient({ urls: this.#cfg.controller.urls, caPem, nodeName: 'relay', bearerToken: this.#cfg.controller.token });
-        await client.watch(this.#registry.load().revision, (line) => {
-          if (line.type === 'ping') return;
-          backoff.reset();
-          this.#nodes = applyWatchLine(this.#nodes, line);
-          this.#registryLoaded = true;
-          this.#registry.save({ blocks: [], revision: line.revision, peers: this.#nodes });
-          this.#setMembers();
-        }, signal);
+        try {
+          await client.watch(this.#registry.load().revision, (line) => {
+            if (line.type === 'ping') return;
+            backoff.reset();
+            this.#nodes = applyWatchLine(this.#nodes, line);
+            this.#registryLoaded = true;
+            this.#registry.save({ blocks: [], revision: line.revision, peers: this.#nodes });
+            this.#setMembers();
+          }, signal);
+        } finally {
+          client.close();
+        }
       } catch (err) {
         if (signal.aborted) return;
         this.#log.warn('controller watch failed; the relay keeps its saved registry and retries', { err: err instanceof Error ? err.message : String(err), retryInMs: backoff.delayMs });

@@ -185,23 +185,27 @@ export async function simulateJoins(init: SimulationInit): Promise<SimulationRep
     const name = `${init.prefix}${String(index).padStart(width, '0')}`;
     const identity = memoryIdentity();
     const client = new ControllerClient({ urls: init.urls, caPem: init.caPem, identity, nodeName: name, timeoutMs: init.requestTimeoutMs });
-    const fields: NodeFields = { site: '', community: '', addresses: [], vtepMac: randomMac(), tunnelKey: '', agentVersion: 'join-simulator' };
-    const joined = await retrying(() => client.join(init.token, identity.publicKey, fields), joinRequestMs);
-    if (joined) {
-      blocks[name] = joined.blocks;
-      joinDoneMs.push(elapsed());
+    try {
+      const fields: NodeFields = { site: '', community: '', addresses: [], vtepMac: randomMac(), tunnelKey: '', agentVersion: 'join-simulator' };
+      const joined = await retrying(() => client.join(init.token, identity.publicKey, fields), joinRequestMs);
+      if (joined) {
+        blocks[name] = joined.blocks;
+        joinDoneMs.push(elapsed());
+      }
+      settleJoin();
+      if (!joined) return false;
+      if (init.secondBlock) {
+        if (init.phased) await barrier;
+        const reported = await retrying(() => client.reportUsage({ capacity: 0, allocated: 0, reserved: 0, free: 0 }), reportRequestMs);
+        if (!reported) return false;
+        blocks[name] = reported.blocks;
+        reportDoneMs.push(elapsed());
+      }
+      lastDone = elapsed();
+      return true;
+    } finally {
+      client.close();
     }
-    settleJoin();
-    if (!joined) return false;
-    if (init.secondBlock) {
-      if (init.phased) await barrier;
-      const reported = await retrying(() => client.reportUsage({ capacity: 0, allocated: 0, reserved: 0, free: 0 }), reportRequestMs);
-      if (!reported) return false;
-      blocks[name] = reported.blocks;
-      reportDoneMs.push(elapsed());
-    }
-    lastDone = elapsed();
-    return true;
   };
 
   let done: boolean[];
