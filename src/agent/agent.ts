@@ -32,6 +32,7 @@ import { startStatusServer, statusSocketOf } from '../adapters/status-socket.ts'
 import { spkiPin } from '../adapters/pki.ts';
 import { loadOrCreateTunnelCredentials, type TunnelCredentials } from '../adapters/tunnel-credentials.ts';
 import { keeperSocketOf } from '../adapters/keeper.ts';
+import { trimMalloc } from '../adapters/malloc-trim.ts';
 import { ROLE_ANNOTATION, roleOf, TUNNEL_PORT_ANNOTATION } from '../core/tunnel/plan.ts';
 import type { AgentStatus, StatusNode } from '../core/ops/agent-status.ts';
 import type { OpsServer, Readiness } from '../adapters/ops-server.ts';
@@ -323,6 +324,7 @@ export class Agent {
     } catch (err) {
       this.#c.log.error('resync failed; retrying next period', { err });
     }
+    trimMalloc();
   }
 
   async #preflight(blocks: readonly Cidr[]): Promise<void> {
