@@ -16,8 +16,7 @@ import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { Registry } from 'prom-client';
 import { atollError } from '../core/errors.ts';
 
-// Not `import ... from 'node:http'`: Node's ESM facade of http reads every export, WebSocket's lazy getter included,
-// and so loads http2 and undici too: 13 MB of a process's RSS (docs/architecture.md, "Memory").
+// not an ESM import, whose facade loads far more (the rule in eslint.config.js says why)
 const { createServer } = process.getBuiltinModule('node:http');
 
 /** Whether the component is ready, and if not why (each reason one short sentence). */

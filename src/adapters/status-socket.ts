@@ -11,8 +11,7 @@ import { dirname, join } from 'node:path';
 import type { TunnelStatus } from '../core/tunnel/status.ts';
 import type { AgentStatus } from '../core/ops/agent-status.ts';
 
-// Not `import ... from 'node:http'`: Node's ESM facade of http reads every export, WebSocket's lazy getter included,
-// and so loads http2 and undici too: 13 MB of a process's RSS (docs/architecture.md, "Memory").
+// not an ESM import, whose facade loads far more (the rule in eslint.config.js says why)
 const { createServer, request } = process.getBuiltinModule('node:http');
 
 /** Where the status socket of the agent whose CNI socket is `socketPath` listens. */

@@ -6,8 +6,7 @@
  */
 import type { ParseArgsOptionsConfig } from 'node:util';
 
-// Not `import ... from 'node:util'`: Node's ESM facade of util reads every export, and one lazy getter loads
-// worker_threads (docs/architecture.md, "Memory").
+// not an ESM import, whose facade loads far more (the rule in eslint.config.js says why)
 const { parseArgs } = process.getBuiltinModule('node:util');
 
 /** Thrown when the arguments are wrong; `usage` is the command's usage text. */

@@ -12,8 +12,7 @@ import type { TcpResult } from '../core/lab/report.ts';
 import { Child } from '../adapters/child-process.ts';
 import { ATOLL_BIN } from './agent-process.ts';
 
-// Not `import ... from 'node:util'`: Node's ESM facade of util reads every export, and one lazy getter loads
-// worker_threads (docs/architecture.md, "Memory").
+// not an ESM import, whose facade loads far more (the rule in eslint.config.js says why)
 const { parseArgs } = process.getBuiltinModule('node:util');
 
 export const PROBE_PORT = 7777;

@@ -8,8 +8,7 @@ import { execFile } from 'node:child_process';
 import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 
-// Not `import ... from 'node:util'`: Node's ESM facade of util reads every export, and one lazy getter loads
-// worker_threads (docs/architecture.md, "Memory").
+// not an ESM import, whose facade loads far more (the rule in eslint.config.js says why)
 const { promisify } = process.getBuiltinModule('node:util');
 
 const run = promisify(execFile);

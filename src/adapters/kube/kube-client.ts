@@ -14,8 +14,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { AtollError, atollError } from '../../core/errors.ts';
 import type { KubeConnection } from './kube-config.ts';
 
-// Not `import ... from 'node:http'`: Node's ESM facade of http reads every export, WebSocket's lazy getter included,
-// and so loads http2 and undici too: 13 MB of a process's RSS (docs/architecture.md, "Memory").
+// not an ESM import, whose facade loads far more (the rule in eslint.config.js says why)
 const { request: httpRequest } = process.getBuiltinModule('node:http');
 
 /** The metadata every object carries that Atoll reads or writes. */
