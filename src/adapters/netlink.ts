@@ -1,7 +1,8 @@
 /**
  * rtnetlink over an AF_NETLINK socket through koffi: the pod hot path (veth, bridge port, address, route, link
- * deletion) without spawning `ip`. Encoding and decoding are pure (src/core/net/netlink-codec.ts); this file only
- * owns the socket.
+ * deletion) and the resync's reads (links, addresses, routes, neighbours, fdb entries, the nftables generation)
+ * without spawning `ip`, `bridge` or `nft`. Encoding and decoding are pure (src/core/net/netlink-codec.ts); this
+ * file only owns the socket.
  *
  * Why not `ip -batch`: each spawn forks the ~100 MB agent (about 2.4 ms of the main thread, blocking the event loop)
  * and takes 4 to 5 ms in all; the same changes over netlink cost tens of microseconds of kernel time.
@@ -12,8 +13,9 @@
  *   `send()` busy for 16 to 33 ms (RCU grace periods), and any request can wait for the RTNL lock held by another
  *   process. Every send therefore runs on libuv's thread pool (koffi's `fn.async`), never on the main thread; after
  *   it returns, the answers are already queued and are read with non-blocking `recv` on the main thread (a missing
- *   answer is an error, never a wait). Only single-answer requests are sent: no dumps, whose parts the kernel
- *   produces during later `recv()` calls.
+ *   answer is an error, never a wait). A dump is the exception: the kernel produces its later parts inside the
+ *   reader's `recv()` calls (taking the RTNL lock for each), so a dump's receives run on the pool too, blocking,
+ *   until NLMSG_DONE; a dump the kernel marks interrupted (the objects changed meanwhile) is taken again.
  * - One exchange sends a whole batch in one `send()` (the kernel handles the messages in order and acks each) and
  *   waits for one answer per request, matched by sequence number; answers with other numbers are dropped. A socket
  *   runs one exchange at a time (a second one waits), so two callers can never take each other's acks.
@@ -27,8 +29,9 @@ import koffi from 'koffi';
 import { atollError } from '../core/errors.ts';
 import { Mutex } from '../core/mutex.ts';
 import {
-  AF_UNSPEC, decodeAck, decodeLink, decodeMessages, delLink, encodeBatch, getLink, type LinkInfo, type LinkRef, NLM_F_ACK, NLMSG_DONE,
-  NLMSG_ERROR, type NlMessage, type NlRequest, RTM_DELLINK,
+  AF_BRIDGE, AF_INET, AF_UNSPEC, type AddrInfo, decodeAck, decodeAddr, decodeDone, decodeGeneration, decodeLink, decodeMessages, decodeNeigh, decodeRoute,
+  delLink, dumpAddrs4, dumpLinks, dumpNeighbours, dumpRoutes4, encodeBatch, getGeneration, getLink, type LinkInfo, type LinkRef, type NeighInfo,
+  NLM_F_ACK, NLM_F_DUMP_INTR, NLMSG_DONE, NLMSG_ERROR, type NlMessage, type NlRequest, type RouteInfo, RTM_DELLINK,
 } from '../core/net/netlink-codec.ts';
 import { errnoText } from './errno.ts';
 
@@ -49,6 +52,7 @@ const SOL_NETLINK = 270;
 const NETLINK_CAP_ACK = 10;
 const NETLINK_EXT_ACK = 11;
 const MSG_DONTWAIT = 0x40;
+const MSG_TRUNC = 0x20;
 const SOL_SOCKET = 1;
 const SO_RCVTIMEO = 20;
 const SO_RCVBUFFORCE = 33;
@@ -58,6 +62,12 @@ const EAGAIN = 11;
 const EINTR = 4;
 const ENODEV = 19;
 const RECV_BUFFER = 32 * 1024;
+/** A dump's parts are at most a page or two each here; iproute2 reads them into 32 KB. */
+const DUMP_BUFFER = 64 * 1024;
+/** How long a dump's receive waits for its next part before the dump counts as failed. */
+const DUMP_RECV_TIMEOUT_US = 5_000_000;
+/** Interrupted dumps (the objects changed while listed) are taken again this many times, then reported. */
+const DUMP_TRIES = 4;
 
 type Callback<T> = (err: unknown, res: T) => void;
 interface AsyncFn<A extends unknown[], R> {
@@ -112,7 +122,10 @@ export function netlinkError(req: NlRequest, res: NlResult, where: string): Erro
   return Object.assign(err, { errno: res.errno });
 }
 
-/** One NETLINK_ROUTE socket, bound to the network namespace the calling thread was in when it was opened. */
+/**
+ * One netlink socket (NETLINK_ROUTE unless opened for another protocol), bound to the network namespace the calling
+ * thread was in when it was opened.
+ */
 export class RtnlSocket {
   readonly #fd: number;
   readonly #lock = new Mutex();
@@ -129,17 +142,23 @@ export class RtnlSocket {
 
   /**
    * Opens a socket in the calling thread's current network namespace (wrap in `inNetns` for a pod's).
+   * @param protocol NETLINK_ROUTE, or NETLINK_NETFILTER for {@link nftGeneration}.
    * @throws AtollError KERNEL_OP_FAILED with the errno.
    */
-  static open(where = "the agent's namespace"): RtnlSocket {
+  static open(where = "the agent's namespace", protocol = NETLINK_ROUTE): RtnlSocket {
     const c = load();
-    const fd = c.socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
-    if (fd < 0) throw atollError('KERNEL_OP_FAILED', `netlink: opening a NETLINK_ROUTE socket in ${where} failed: ${errnoText(koffi.errno())}`);
+    const fd = c.socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, protocol);
+    if (fd < 0) throw atollError('KERNEL_OP_FAILED', `netlink: opening a netlink socket (protocol ${protocol}) in ${where} failed: ${errnoText(koffi.errno())}`);
     const one = Buffer.alloc(4);
     one.writeInt32LE(1);
     // Both are optional comforts (older kernels lack them): error text, and acks without the echoed request.
     c.setsockopt(fd, SOL_NETLINK, NETLINK_EXT_ACK, one, 4);
     c.setsockopt(fd, SOL_NETLINK, NETLINK_CAP_ACK, one, 4);
+    // Only a dump's receives block (the others pass MSG_DONTWAIT): bound them, so a lost part cannot hold a thread.
+    const timeout = Buffer.alloc(16); // struct timeval
+    timeout.writeBigInt64LE(BigInt(Math.floor(DUMP_RECV_TIMEOUT_US / 1e6)), 0);
+    timeout.writeBigInt64LE(BigInt(DUMP_RECV_TIMEOUT_US % 1e6), 8);
+    c.setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, timeout, timeout.length);
     return new RtnlSocket(fd, where);
   }
 
@@ -183,6 +202,91 @@ export class RtnlSocket {
     const req = delLink(ref);
     const [r] = await this.exchange([req]);
     if (r && r.errno !== 0 && r.errno !== ENODEV) throw netlinkError(req, r, this.where);
+  }
+
+  /** Every link of the namespace (without statistics). */
+  async links(): Promise<LinkInfo[]> {
+    return (await this.dump(dumpLinks())).map(decodeLink).filter((l) => l.family === AF_UNSPEC);
+  }
+
+  /** Every IPv4 address of the namespace. */
+  async addresses(): Promise<AddrInfo[]> {
+    return (await this.dump(dumpAddrs4())).map(decodeAddr);
+  }
+
+  /** Every IPv4 route of every table. */
+  async routes(): Promise<RouteInfo[]> {
+    return (await this.dump(dumpRoutes4())).map(decodeRoute);
+  }
+
+  /** Every IPv4 neighbour (AF_INET) or every bridge and VXLAN fdb entry (AF_BRIDGE). */
+  async neighbours(family: typeof AF_INET | typeof AF_BRIDGE): Promise<NeighInfo[]> {
+    return (await this.dump(dumpNeighbours(family))).map(decodeNeigh);
+  }
+
+  /**
+   * The namespace's nf_tables ruleset generation: every committed transaction raises it by one, whoever commits it
+   * (the socket must be opened with NETLINK_NETFILTER).
+   */
+  async nftGeneration(): Promise<number> {
+    const req = getGeneration();
+    const [r] = await this.exchange([req]);
+    if (!r || r.errno !== 0) throw netlinkError(req, r ?? { errno: 0, replies: [] }, this.where);
+    const msg = r.replies[0];
+    if (!msg) throw atollError('KERNEL_OP_FAILED', `netlink: ${req.what} in ${this.where}: the kernel answered nothing`);
+    return decodeGeneration(msg);
+  }
+
+  /**
+   * Runs a dump request and resolves with its answers (the NLMSG_DONE left out). Sending and every receive run on
+   * the pool; one exchange or dump at a time per socket.
+   * @throws AtollError KERNEL_OP_FAILED when the kernel refuses it, a part does not come within 5 s, or the dump
+   * stays interrupted after four tries.
+   */
+  dump(req: NlRequest): Promise<NlMessage[]> {
+    return this.#lock.run(async () => {
+      for (let i = 0; i < DUMP_TRIES; i++) {
+        const { messages, interrupted } = await this.#dump(req);
+        if (!interrupted) return messages;
+      }
+      throw atollError('KERNEL_OP_FAILED', `netlink: ${req.what} in ${this.where} was interrupted ${DUMP_TRIES} times in a row (the objects kept changing)`, 'the next resync tries again');
+    });
+  }
+
+  async #dump(req: NlRequest): Promise<{ messages: NlMessage[]; interrupted: boolean }> {
+    if (this.#closed) throw new Error(`netlink socket in ${this.where} is closed`);
+    if (this.#seq + 1 >= 0x7fffffff) this.#seq = 1;
+    const seq = this.#seq++;
+    const sent = await this.#send(encodeBatch([req], seq));
+    if (sent < 0) throw atollError('KERNEL_OP_FAILED', `netlink: ${req.what} in ${this.where}: sending failed: ${errnoText(-sent)}`);
+    const rx = Buffer.allocUnsafe(DUMP_BUFFER);
+    const messages: NlMessage[] = [];
+    let interrupted = false;
+    for (;;) {
+      const n = await new Promise<number>((resolve, reject) => {
+        load().recv.async(this.#fd, rx, rx.length, MSG_TRUNC, (err, r) => (err ? reject(err as Error) : resolve(r < 0 ? -koffi.errno() : r)));
+      });
+      if (n === -EINTR) continue;
+      if (n < 0) {
+        const why = n === -EAGAIN ? `no answer within ${DUMP_RECV_TIMEOUT_US / 1e6} s` : errnoText(-n);
+        throw atollError('KERNEL_OP_FAILED', `netlink: ${req.what} in ${this.where}: receiving failed: ${why}`);
+      }
+      if (n > rx.length) throw atollError('KERNEL_OP_FAILED', `netlink: ${req.what} in ${this.where}: a part of ${n} bytes did not fit ${rx.length}`);
+      for (const msg of decodeMessages(new Uint8Array(rx.subarray(0, n)))) { // a copy: rx is reused
+        if (msg.seq !== seq) continue; // a leftover of an earlier, failed exchange
+        if (msg.flags & NLM_F_DUMP_INTR) interrupted = true;
+        if (msg.type === NLMSG_DONE) {
+          const errno = decodeDone(msg);
+          if (errno !== 0) throw netlinkError(req, { errno, replies: [] }, this.where);
+          return { messages, interrupted };
+        }
+        if (msg.type === NLMSG_ERROR) {
+          const ack = decodeAck(msg);
+          throw netlinkError(req, { errno: ack.errno, replies: [], ...(ack.message === undefined ? {} : { message: ack.message }) }, this.where);
+        }
+        messages.push(msg);
+      }
+    }
   }
 
   async #exchange(reqs: readonly NlRequest[]): Promise<NlResult[]> {

@@ -10,7 +10,7 @@ import { closeSync, openSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { AtollError } from '../../src/core/errors.ts';
 import { type Cidr, parseCidr, parseIpv4 } from '../../src/core/net/ipv4.ts';
-import { decodeLink, delLink, newDefaultRoute4, newVeth } from '../../src/core/net/netlink-codec.ts';
+import { AF_BRIDGE, AF_INET, decodeLink, delLink, NETLINK_NETFILTER, newDefaultRoute4, newVeth, NUD_PERMANENT } from '../../src/core/net/netlink-codec.ts';
 import { hostRequests, planPod, podRequests } from '../../src/core/plan/pod-plan.ts';
 import { LinkWatch, RtnlSocket } from '../../src/adapters/netlink.ts';
 import { inNetns } from '../../src/adapters/netns.ts';
@@ -174,5 +174,110 @@ describe('rtnetlink adapter', { skip }, () => {
     clearImmediate(turn);
     assert.ok(turns >= 1, `the event loop never turned during ${plumbed.length} veth deletions (${(performance.now() - t0).toFixed(1)} ms)`);
     await sleep(0);
+  });
+});
+
+describe('netlink dumps: what the resync reads instead of spawning ip, bridge and nft', { skip }, () => {
+  let ns: string;
+  let sock: RtnlSocket;
+
+  before(() => {
+    ns = addNetns('nl-dump');
+    const batch = [
+      'link add dm-up type veth peer name dm-peer', 'link set dm-peer up', 'addr add 172.31.9.2/24 dev dm-up', 'link set dm-up up',
+      'link add br-dump type bridge', 'addr add 10.76.1.1/26 dev br-dump', 'addr add 10.76.2.1/26 dev br-dump', 'link set br-dump up',
+      'link add vx-dump address 0e:00:00:00:00:09 mtu 1400 type vxlan id 4097 dstport 8473 local 172.31.9.2 dev dm-up nolearning',
+      'link set vx-dump up', 'addr add 10.76.1.0/32 dev vx-dump',
+      'neigh add 10.76.3.0 lladdr 0e:00:00:00:00:0a dev vx-dump nud permanent',
+      'neigh add 10.76.4.0 lladdr 0e:00:00:00:00:0b dev vx-dump nud permanent',
+      'neigh add 172.31.9.7 lladdr 0e:00:00:00:00:0c dev dm-up nud reachable',
+      'route add 10.76.3.0/26 via 10.76.3.0 dev vx-dump onlink proto 44',
+      'route add 10.76.4.5/32 via 172.31.9.8 dev dm-up proto 44',
+      'route add 10.76.5.0/24 dev dm-up proto 44 table 1000',
+      'route add 10.76.6.0/24 via 172.31.9.9 dev dm-up',
+    ];
+    sh('ip', ['-n', ns, '-batch', '-'], batch.join('\n') + '\n');
+    sh('ip', ['netns', 'exec', ns, 'bridge', 'fdb', 'append', '0e:00:00:00:00:0a', 'dev', 'vx-dump', 'dst', '172.31.9.3']);
+    sh('ip', ['netns', 'exec', ns, 'bridge', 'fdb', 'append', '0e:00:00:00:00:0b', 'dev', 'vx-dump', 'dst', '172.31.9.4']);
+    sh('ip', ['netns', 'exec', ns, 'bridge', 'fdb', 'append', '00:00:00:00:00:00', 'dev', 'vx-dump', 'dst', '172.31.9.5']);
+    sock = inNetns(path(ns), () => RtnlSocket.open(`network namespace ${ns}`));
+  });
+  after(() => {
+    sock.close();
+    delNetns(ns);
+  });
+
+  test('links: every one ip lists, with index, MTU, MAC, master, kind, UP and the VXLAN device\'s VNI, local address, port, learning', async () => {
+    const links = await sock.links();
+    const ours = ipJson<{ ifindex: number; ifname: string; mtu: number; address: string; flags: string[]; linkinfo?: { info_kind?: string } }>(ns, ['-d', 'link', 'show']);
+    assert.deepEqual(links.map((l) => [l.index, l.name, l.mtu, l.mac, (l.flags & 1) === 1, l.kind]),
+      ours.map((l) => [l.ifindex, l.ifname, l.mtu, l.address, l.flags.includes('UP'), l.linkinfo?.info_kind]));
+    const vx = links.find((l) => l.name === 'vx-dump');
+    assert.deepEqual(vx?.vxlan, { id: 4097, local: '172.31.9.2', port: 8473, learning: false });
+    assert.equal(vx?.mac, '0e:00:00:00:00:09');
+    sh('ip', ['-n', ns, 'link', 'set', 'vx-dump', 'type', 'vxlan', 'learning']);
+    assert.equal((await sock.links()).find((l) => l.name === 'vx-dump')?.vxlan?.learning, true);
+    sh('ip', ['-n', ns, 'link', 'set', 'vx-dump', 'type', 'vxlan', 'nolearning']);
+  });
+
+  test('addresses: the IPv4 addresses ip lists, per interface', async () => {
+    const got = (await sock.addresses()).map((a) => `${a.index} ${a.local}/${a.prefixLen}`).sort();
+    const want = ipJson<{ ifindex: number; addr_info: { family: string; local: string; prefixlen: number }[] }>(ns, ['addr', 'show'])
+      .flatMap((l) => l.addr_info.filter((i) => i.family === 'inet').map((i) => `${l.ifindex} ${i.local}/${i.prefixlen}`)).sort();
+    assert.deepEqual(got, want);
+    assert.ok(got.includes(`${(await sock.link({ name: 'br-dump' }))?.index} 10.76.2.1/26`));
+  });
+
+  test('routes: every table, with protocol, gateway, device and onlink, as ip lists them', async () => {
+    const byIndex = new Map((await sock.links()).map((l) => [l.index, l.name]));
+    const got = (await sock.routes()).filter((r) => r.type === 1 && r.table !== 255)
+      .map((r) => `${r.dst} ${r.gateway ?? '-'} ${byIndex.get(r.oif ?? 0)} ${r.protocol} ${r.table} ${r.onlink}`).sort();
+    const protoNumber: Record<string, number> = { kernel: 2, boot: 3, static: 4 };
+    const want = ipJson<{ dst: string; gateway?: string; dev: string; protocol?: string; table?: string; flags: string[]; type?: string }>(ns, ['-4', '-N', 'route', 'show', 'table', 'all'])
+      .filter((r) => (r.type ?? 'unicast') === 'unicast' && r.table !== 'local')
+      .map((r) => `${r.dst === 'default' ? '0.0.0.0/0' : r.dst.includes('/') ? r.dst : `${r.dst}/32`} ${r.gateway ?? '-'} ${r.dev} ${protoNumber[r.protocol ?? 'boot'] ?? Number(r.protocol)} ${r.table ?? 254} ${r.flags.includes('onlink')}`).sort();
+    assert.deepEqual(got, want);
+    assert.ok(got.includes('10.76.3.0/26 10.76.3.0 vx-dump 44 254 true'), got.join('\n'));
+    assert.ok(got.includes('10.76.5.0/24 - dm-up 44 1000 false'), got.join('\n'));
+  });
+
+  test('neighbours and fdb entries: the permanent ones on the VXLAN device, as ip neigh and bridge fdb list them', async () => {
+    const vx = (await sock.link({ name: 'vx-dump' }))?.index;
+    const neigh = (await sock.neighbours(AF_INET)).filter((n) => n.index === vx && n.state & NUD_PERMANENT).map((n) => `${n.dst} ${n.lladdr}`).sort();
+    const wantNeigh = ipJson<{ dst: string; lladdr: string }>(ns, ['neigh', 'show', 'dev', 'vx-dump', 'nud', 'permanent']).map((n) => `${n.dst} ${n.lladdr}`).sort();
+    assert.deepEqual(neigh, wantNeigh);
+    assert.equal(neigh.length, 2);
+    const fdb = (await sock.neighbours(AF_BRIDGE)).filter((n) => n.index === vx && n.dst).map((n) => `${n.lladdr} ${n.dst}`).sort();
+    const wantFdb = (JSON.parse(sh('ip', ['netns', 'exec', ns, 'bridge', '-json', 'fdb', 'show', 'dev', 'vx-dump'])) as { mac: string; dst?: string }[])
+      .filter((f) => f.dst).map((f) => `${f.mac} ${f.dst}`).sort();
+    assert.deepEqual(fdb, wantFdb);
+    assert.equal(fdb.length, 3);
+  });
+
+  test('a dump larger than one part: 600 routes come back whole', async () => {
+    const lines = Array.from({ length: 600 }, (_, i) => `route add 10.${80 + (i >> 8)}.${i & 255}.0/24 via 172.31.9.9 dev dm-up proto 45`);
+    sh('ip', ['-n', ns, '-batch', '-'], lines.join('\n') + '\n');
+    try {
+      const routes = (await sock.routes()).filter((r) => r.protocol === 45);
+      assert.equal(routes.length, 600);
+      assert.equal(new Set(routes.map((r) => r.dst)).size, 600);
+    } finally {
+      sh('ip', ['-n', ns, 'route', 'flush', 'proto', '45']);
+    }
+  });
+
+  test('the nftables generation rises by one per committed transaction, and not for reads', async () => {
+    const nf = inNetns(path(ns), () => RtnlSocket.open(`network namespace ${ns}`, NETLINK_NETFILTER));
+    try {
+      const g0 = await nf.nftGeneration();
+      sh('ip', ['netns', 'exec', ns, 'nft', '-f', '-'], 'table ip nl-dump\ndelete table ip nl-dump\ntable ip nl-dump {\n  set s { type ipv4_addr; }\n}\n');
+      assert.equal(await nf.nftGeneration(), g0 + 1);
+      sh('ip', ['netns', 'exec', ns, 'nft', 'list', 'ruleset']);
+      assert.equal(await nf.nftGeneration(), g0 + 1);
+      sh('ip', ['netns', 'exec', ns, 'nft', 'delete', 'table', 'ip', 'nl-dump']);
+      assert.equal(await nf.nftGeneration(), g0 + 2);
+    } finally {
+      nf.close();
+    }
   });
 });

@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
-  decodeAck, decodeLink, decodeMessages, delLink, encodeBatch, encodeRequest, getLink, newAddr4, newDefaultRoute4, newVeth, NLMSG_ERROR,
+  decodeAck, decodeDone, decodeGeneration, decodeLink, decodeMessages, decodeNeigh, decodeRoute, delLink, encodeBatch, encodeRequest, getLink, newAddr4, newDefaultRoute4, newVeth, NLMSG_ERROR,
   type NlRequest, parseMac, setBridgePortHairpin, setMaster, setUp,
 } from './netlink-codec.ts';
 import { parseIpv4 } from './ipv4.ts';
@@ -124,4 +124,30 @@ test('link answers decode: index, flags, name, MTU, MAC, master, peer index and 
 test('MAC addresses and names are checked before they reach the kernel', () => {
   assert.throws(() => parseMac('0e:01:02:03:04'), /not a MAC address/);
   assert.throws(() => encodeRequest(delLink({ name: 'é' }), 1), /printable ASCII/);
+});
+
+/** A message of `type` with `payload`, as decodeMessages returns it. */
+function message(type: number, payload: Uint8Array, flags = 0): ReturnType<typeof decodeMessages>[number] {
+  const head = new Uint8Array(16);
+  const v = new DataView(head.buffer);
+  v.setUint32(0, 16 + payload.length, true);
+  v.setUint16(4, type, true);
+  v.setUint16(6, flags, true);
+  return decodeMessages(new Uint8Array([...head, ...payload]))[0]!;
+}
+
+test('route answers decode: the default route has no RTA_DST, RTA_TABLE overrides rtm_table, onlink from rtm_flags', () => {
+  // rtmsg: AF_INET, dst_len 0, src_len 0, tos 0, table 254, protocol 44, scope 0, type 1, flags RTNH_F_ONLINK
+  const def = decodeRoute(message(24, bytes('02000000 fe2c0001 04000000 0800 0500 0a4c0301 0800 0400 03000000')));
+  assert.deepEqual(def, { family: 2, dst: '0.0.0.0/0', gateway: '10.76.3.1', oif: 3, table: 254, protocol: 44, scope: 0, type: 1, onlink: true });
+  const t1000 = decodeRoute(message(24, bytes('02180000 fc2c0001 00000000 0800 0f00 e8030000 0800 0100 0a4c0500')));
+  assert.deepEqual(t1000, { family: 2, dst: '10.76.5.0/24', table: 1000, protocol: 44, scope: 0, type: 1, onlink: false });
+});
+
+test('a dump\'s end carries its outcome, and the nftables generation is read in network order', () => {
+  assert.equal(decodeDone(message(3, bytes('00000000'))), 0);
+  assert.equal(decodeDone(message(3, bytes('f0ffffff'))), 16); // -EBUSY
+  assert.equal(decodeGeneration(message(0x0a0f, bytes('00000000 0800 0100 00000102'))), 258);
+  assert.throws(() => decodeGeneration(message(0x0a10, bytes('00000000'))), /expected an nftables generation message/);
+  assert.throws(() => decodeNeigh(message(28, bytes('07000000'))), /too short/);
 });

@@ -1,7 +1,9 @@
 /**
  * rtnetlink messages as bytes: the encoders for the few requests Atoll's hot path sends (veth pair with its peer
  * created in another namespace, link attributes, bridge-port hairpin, IPv4 address, default route, link deletion,
- * link query) and the decoders for what the kernel answers (acks, errors with their extended-ack text, links).
+ * link query), the dumps its resync reads (links, IPv4 addresses, routes and neighbours, bridge fdb entries), the
+ * nf_tables ruleset generation, and the decoders for what the kernel answers (acks, errors with their extended-ack
+ * text, links, addresses, routes, neighbours, the generation).
  * Pure: no I/O, no `node:` imports; the socket lives in src/adapters/netlink.ts.
  *
  * Layouts follow the kernel's uapi headers (linux/netlink.h, linux/rtnetlink.h, linux/if_link.h, linux/veth.h,
@@ -21,10 +23,17 @@ export const RTM_DELLINK = 17;
 export const RTM_GETLINK = 18;
 export const RTM_SETLINK = 19;
 export const RTM_NEWADDR = 20;
+export const RTM_GETADDR = 22;
 export const RTM_NEWROUTE = 24;
+export const RTM_GETROUTE = 26;
+export const RTM_GETNEIGH = 30;
 
 export const NLM_F_REQUEST = 0x1;
 export const NLM_F_ACK = 0x4;
+/** In a dump's answers: the objects changed while the kernel listed them; the list may be inconsistent. */
+export const NLM_F_DUMP_INTR = 0x10;
+/** NLM_F_ROOT | NLM_F_MATCH: list every object of the kind. */
+export const NLM_F_DUMP = 0x300;
 export const NLM_F_EXCL = 0x200;
 export const NLM_F_CREATE = 0x400;
 /** In an NLMSG_ERROR answer: the echoed request was cut to its header (NETLINK_CAP_ACK). */
@@ -34,6 +43,7 @@ export const NLM_F_ACK_TLVS = 0x200;
 
 export const AF_UNSPEC = 0;
 export const AF_INET = 2;
+export const AF_BRIDGE = 7;
 export const IFF_UP = 0x1;
 
 export const IFLA_ADDRESS = 1;
@@ -48,6 +58,10 @@ export const IFLA_INFO_KIND = 1;
 export const IFLA_INFO_DATA = 2;
 export const IFLA_INFO_SLAVE_DATA = 5;
 export const VETH_INFO_PEER = 1;
+export const IFLA_VXLAN_ID = 1;
+export const IFLA_VXLAN_LOCAL = 4;
+export const IFLA_VXLAN_LEARNING = 7;
+export const IFLA_VXLAN_PORT = 15;
 export const IFLA_BRPORT_MODE = 4;
 /** IFLA_EXT_MASK bits: leave statistics out of link answers (smaller, cheaper). */
 export const RTEXT_FILTER_VF = 1 << 0;
@@ -56,13 +70,28 @@ export const RTEXT_FILTER_SKIP_STATS = 1 << 3;
 export const IFA_ADDRESS = 1;
 export const IFA_LOCAL = 2;
 
+export const RTA_DST = 1;
 export const RTA_OIF = 4;
 export const RTA_GATEWAY = 5;
+export const RTA_TABLE = 15;
 export const RT_TABLE_MAIN = 254;
+/** rtm_flags: the gateway is taken as on the link (`onlink`). */
+export const RTNH_F_ONLINK = 4;
 /** The protocol `ip route add` stamps on routes it adds. */
 export const RTPROT_BOOT = 3;
 export const RT_SCOPE_UNIVERSE = 0;
 export const RTN_UNICAST = 1;
+
+export const NDA_DST = 1;
+export const NDA_LLADDR = 2;
+export const NUD_PERMANENT = 0x80;
+
+/** nfnetlink: the nf_tables subsystem's NFT_MSG_GETGEN, answered by NFT_MSG_NEWGEN with NFTA_GEN_ID. */
+export const NETLINK_NETFILTER = 12;
+const NFNL_SUBSYS_NFTABLES = 10;
+export const NFT_MSG_NEWGEN = (NFNL_SUBSYS_NFTABLES << 8) | 15;
+const NFT_MSG_GETGEN = (NFNL_SUBSYS_NFTABLES << 8) | 16;
+const NFTA_GEN_ID = 1;
 
 /** Extended-ack attribute holding the kernel's error text. */
 export const NLMSGERR_ATTR_MSG = 1;
@@ -75,6 +104,8 @@ const NLMSG_HDRLEN = 16;
 const IFINFOMSG_LEN = 16;
 const IFADDRMSG_LEN = 8;
 const RTMSG_LEN = 12;
+const NDMSG_LEN = 12;
+const NFGENMSG_LEN = 4;
 
 const align4 = (n: number) => (n + 3) & ~3;
 
@@ -307,6 +338,40 @@ export function getLink(link: LinkRef): NlRequest {
   };
 }
 
+/** Every link, without statistics: RTM_NEWLINK answers (see {@link decodeLink}) until NLMSG_DONE. */
+export function dumpLinks(): NlRequest {
+  return { type: RTM_GETLINK, flags: NLM_F_REQUEST | NLM_F_DUMP, header: ifinfomsg(), attrs: [attrU32(IFLA_EXT_MASK, RTEXT_FILTER_VF | RTEXT_FILTER_SKIP_STATS)], what: 'listing links' };
+}
+
+/** Every IPv4 address: RTM_NEWADDR answers (see {@link decodeAddr}). */
+export function dumpAddrs4(): NlRequest {
+  const header = new Uint8Array(IFADDRMSG_LEN);
+  header[0] = AF_INET;
+  return { type: RTM_GETADDR, flags: NLM_F_REQUEST | NLM_F_DUMP, header, attrs: [], what: 'listing IPv4 addresses' };
+}
+
+/** Every IPv4 route of every table: RTM_NEWROUTE answers (see {@link decodeRoute}). */
+export function dumpRoutes4(): NlRequest {
+  const header = new Uint8Array(RTMSG_LEN);
+  header[0] = AF_INET;
+  return { type: RTM_GETROUTE, flags: NLM_F_REQUEST | NLM_F_DUMP, header, attrs: [], what: 'listing IPv4 routes' };
+}
+
+/**
+ * Every neighbour of a family: AF_INET for the ARP table, AF_BRIDGE for the forwarding databases of bridges and
+ * VXLAN devices. RTM_NEWNEIGH answers (RTM_NEWNEIGH; see {@link decodeNeigh}).
+ */
+export function dumpNeighbours(family: typeof AF_INET | typeof AF_BRIDGE): NlRequest {
+  const header = new Uint8Array(NDMSG_LEN);
+  header[0] = family;
+  return { type: RTM_GETNEIGH, flags: NLM_F_REQUEST | NLM_F_DUMP, header, attrs: [], what: family === AF_BRIDGE ? 'listing forwarding database entries' : 'listing IPv4 neighbours' };
+}
+
+/** NFT_MSG_GETGEN on a NETLINK_NETFILTER socket: the namespace's ruleset generation (see {@link decodeGeneration}). */
+export function getGeneration(): NlRequest {
+  return { type: NFT_MSG_GETGEN, flags: NLM_F_REQUEST, header: new Uint8Array(NFGENMSG_LEN), attrs: [], what: 'reading the nftables ruleset generation' };
+}
+
 /** RTM_NEWADDR of an IPv4 address (local = address, no broadcast), as `ip addr add A/N dev D`. EEXIST when present. */
 export function newAddr4(p: { index: number; ip: number; prefixLen: number; ifName: string }): NlRequest {
   const header = new Uint8Array(IFADDRMSG_LEN);
@@ -422,6 +487,8 @@ export interface LinkInfo {
   readonly link?: number;
   /** IFLA_INFO_KIND, e.g. "veth", "bridge". */
   readonly kind?: string;
+  /** For a VXLAN device (kind "vxlan"): its VNI, local address, UDP port and whether it learns fdb entries. */
+  readonly vxlan?: { readonly id?: number; readonly local?: string; readonly port?: number; readonly learning?: boolean };
 }
 
 /** Decodes an RTM_NEWLINK answer (to RTM_GETLINK). */
@@ -447,5 +514,135 @@ export function decodeLink(msg: NlMessage): LinkInfo {
   if (master !== undefined) link.master = master;
   if (peer !== undefined) link.link = peer;
   if (kind) link.kind = cString(kind);
+  const data = info && decodeAttrs(info, 0).get(IFLA_INFO_DATA);
+  if (link.kind === 'vxlan' && data) {
+    const d = decodeAttrs(data, 0);
+    const id = d.get(IFLA_VXLAN_ID);
+    const local = d.get(IFLA_VXLAN_LOCAL);
+    const port = d.get(IFLA_VXLAN_PORT);
+    const learning = d.get(IFLA_VXLAN_LEARNING);
+    link.vxlan = {
+      ...(id && id.length >= 4 ? { id: new DataView(id.buffer, id.byteOffset, 4).getUint32(0, LE) } : {}),
+      ...(local && local.length === 4 ? { local: ipText(local) } : {}),
+      ...(port && port.length >= 2 ? { port: new DataView(port.buffer, port.byteOffset, 2).getUint16(0, false) } : {}), // network order
+      ...(learning && learning.length >= 1 ? { learning: learning[0] !== 0 } : {}),
+    };
+  }
   return link;
+}
+
+/** Four or sixteen address bytes as text ("10.0.0.1"; IPv6 as eight hexadecimal groups, uncompressed). */
+function ipText(b: Uint8Array): string {
+  if (b.length === 4) return `${b[0]}.${b[1]}.${b[2]}.${b[3]}`;
+  const groups: string[] = [];
+  for (let i = 0; i + 1 < b.length; i += 2) groups.push((((b[i] as number) << 8) | (b[i + 1] as number)).toString(16));
+  return groups.join(':');
+}
+
+function u32Of(b: Uint8Array | undefined): number | undefined {
+  return b && b.length >= 4 ? new DataView(b.buffer, b.byteOffset, 4).getUint32(0, LE) : undefined;
+}
+
+function fixedHeader(msg: NlMessage, len: number, what: string): DataView {
+  if (msg.payload.length < len) throw new Error(`${what} message of ${msg.payload.length} bytes is too short`);
+  return new DataView(msg.payload.buffer, msg.payload.byteOffset, msg.payload.byteLength);
+}
+
+export interface AddrInfo {
+  readonly family: number;
+  readonly index: number;
+  readonly prefixLen: number;
+  /** IFA_LOCAL (the interface's own address; IFA_ADDRESS where there is no IFA_LOCAL), as text. */
+  readonly local: string;
+}
+
+/** Decodes an RTM_NEWADDR answer (to an address dump). */
+export function decodeAddr(msg: NlMessage): AddrInfo {
+  const view = fixedHeader(msg, IFADDRMSG_LEN, 'address');
+  const p = msg.payload;
+  const a = decodeAttrs(p, IFADDRMSG_LEN);
+  const local = a.get(IFA_LOCAL) ?? a.get(IFA_ADDRESS);
+  return { family: p[0] as number, prefixLen: p[1] as number, index: view.getUint32(4, LE), local: local ? ipText(local) : '' };
+}
+
+export interface RouteInfo {
+  readonly family: number;
+  /** "10.1.2.0/24"; a host route "10.1.2.3/32"; the default route "0.0.0.0/0". */
+  readonly dst: string;
+  readonly gateway?: string;
+  /** Output interface index. */
+  readonly oif?: number;
+  /** RTA_TABLE when present (tables past 255), else rtm_table. */
+  readonly table: number;
+  readonly protocol: number;
+  readonly scope: number;
+  readonly type: number;
+  readonly onlink: boolean;
+}
+
+/** Decodes an RTM_NEWROUTE answer (to a route dump). Multipath routes give only their first fields (Atoll sets none). */
+export function decodeRoute(msg: NlMessage): RouteInfo {
+  const view = fixedHeader(msg, RTMSG_LEN, 'route');
+  const p = msg.payload;
+  const a = decodeAttrs(p, RTMSG_LEN);
+  const dst = a.get(RTA_DST);
+  const gateway = a.get(RTA_GATEWAY);
+  const oif = u32Of(a.get(RTA_OIF));
+  const family = p[0] as number;
+  return {
+    family,
+    dst: `${dst ? ipText(dst) : family === AF_INET ? '0.0.0.0' : '::'}/${p[1] as number}`,
+    ...(gateway ? { gateway: ipText(gateway) } : {}),
+    ...(oif === undefined ? {} : { oif }),
+    table: u32Of(a.get(RTA_TABLE)) ?? (p[4] as number),
+    protocol: p[5] as number,
+    scope: p[6] as number,
+    type: p[7] as number,
+    onlink: (view.getUint32(8, LE) & RTNH_F_ONLINK) !== 0,
+  };
+}
+
+export interface NeighInfo {
+  readonly family: number;
+  readonly index: number;
+  /** NUD_* bits. */
+  readonly state: number;
+  /** NTF_* bits. */
+  readonly flags: number;
+  /** NDA_DST: the neighbour's IP; in a VXLAN device's fdb entry, the remote VTEP's. */
+  readonly dst?: string;
+  /** NDA_LLADDR: the MAC. */
+  readonly lladdr?: string;
+}
+
+/** Decodes an RTM_NEWNEIGH answer (to a neighbour or fdb dump). */
+export function decodeNeigh(msg: NlMessage): NeighInfo {
+  const view = fixedHeader(msg, NDMSG_LEN, 'neighbour');
+  const p = msg.payload;
+  const a = decodeAttrs(p, NDMSG_LEN);
+  const dst = a.get(NDA_DST);
+  const lladdr = a.get(NDA_LLADDR);
+  return {
+    family: p[0] as number,
+    index: view.getInt32(4, LE),
+    state: view.getUint16(8, LE),
+    flags: p[10] as number,
+    ...(dst && (dst.length === 4 || dst.length === 16) ? { dst: ipText(dst) } : {}),
+    ...(lladdr && lladdr.length === 6 ? { lladdr: formatMac(lladdr) } : {}),
+  };
+}
+
+/** The outcome a dump's NLMSG_DONE carries: 0, or the positive errno of a dump that failed part-way. */
+export function decodeDone(msg: NlMessage): number {
+  const p = msg.payload;
+  if (p.length < 4) return 0;
+  return -new DataView(p.buffer, p.byteOffset, 4).getInt32(0, LE) | 0;
+}
+
+/** Decodes NFT_MSG_NEWGEN: the ruleset generation, which every committed nftables transaction in the namespace raises by one. */
+export function decodeGeneration(msg: NlMessage): number {
+  if (msg.type !== NFT_MSG_NEWGEN) throw new Error(`expected an nftables generation message, got type ${msg.type}`);
+  const id = decodeAttrs(msg.payload, NFGENMSG_LEN).get(NFTA_GEN_ID);
+  if (!id || id.length < 4) throw new Error('nftables generation message without NFTA_GEN_ID');
+  return new DataView(id.buffer, id.byteOffset, 4).getUint32(0, false); // network order
 }
