@@ -2,16 +2,19 @@
  * The agent's same-site overlay: keeps the VXLAN device (with the node's lasting VTEP MAC), probes peers to find
  * its site, and brings routes, neighbours, fdb entries and the nftables table in line with the plan
  * (src/core/overlay/plan.ts) on every peer change and every resync. Only Atoll's objects are read and changed:
- * routes with protocol ROUTE_PROTO, entries on Atoll's device, Atoll's nft table.
+ * routes with protocol ROUTE_PROTO, entries on Atoll's device, Atoll's nft table. The kernel is read over netlink;
+ * `ip`, `bridge` and `nft` run only when something differs, so a resync that finds all in place spawns nothing.
  */
 import { atollError } from '../core/errors.ts';
 import type { NodeRecord } from '../core/cluster/model.ts';
 import { type Cidr, cidrsOverlap, parseCidr } from '../core/net/ipv4.ts';
+import { AF_BRIDGE, AF_INET, IFF_UP, NETLINK_NETFILTER, NUD_PERMANENT, RT_TABLE_MAIN } from '../core/net/netlink-codec.ts';
 import { renderNftRuleset } from '../core/overlay/nft.ts';
 import { diffOverlay, type DirectRouting, type NeighEntry, type OverlayPeer, type OverlayPlan, planOverlay, renderOverlayDiff, ROUTE_PROTO, type RouteEntry } from '../core/overlay/plan.ts';
 import type { Logger } from '../core/ports.ts';
 import type { BridgeFdb } from '../adapters/bridge-fdb.ts';
 import type { IpRoute2 } from '../adapters/iproute2.ts';
+import { RtnlSocket } from '../adapters/netlink.ts';
 import type { Nft } from '../adapters/nft.ts';
 import { ProbeResponder, probeDirect } from '../adapters/underlay-probe.ts';
 
@@ -48,6 +51,8 @@ export class Overlay {
   readonly #responder = new ProbeResponder();
   readonly #reach = new Map<string, { reachable: boolean; at: number }>();
   #last: OverlayPlan | undefined;
+  /** The nft ruleset last applied and the ruleset generation right after, when that commit was ours alone. */
+  #nftApplied: { ruleset: string; generation: number } | undefined;
   /** The sync under way, and the arguments of the one to run after it (latest wins). */
   #running: Promise<void> | undefined;
   #next: { blocks: readonly Cidr[]; peers: readonly NodeRecord[]; waiters: { resolve: () => void; reject: (e: unknown) => void }[] } | undefined;
@@ -71,25 +76,27 @@ export class Overlay {
     this.#responder.stop();
   }
 
-  /** Idempotent: the device exists as our VXLAN with our MAC, VNI, port and MTU, and is up. */
+  /**
+   * Idempotent: the device exists as our VXLAN with our MAC, VNI, port and MTU, and is up. Read over netlink; `ip`
+   * runs only to create or repair it.
+   */
   async ensureDevice(): Promise<void> {
     const { device, vni, port, vtepMac, underlay, underlayDevice, mtu } = this.#init;
-    const link = await this.#c.ip.link(device);
-    const kind = link?.linkinfo?.info_kind;
-    if (link && kind !== 'vxlan') {
-      throw atollError('PREFLIGHT_FOREIGN_DEVICE', `device ${device} exists and is a ${kind ?? 'plain'} device, not VXLAN`, `delete it or set overlay.device`);
+    const link = await withSocket((sock) => sock.link({ name: device }));
+    if (link && link.kind !== 'vxlan') {
+      throw atollError('PREFLIGHT_FOREIGN_DEVICE', `device ${device} exists and is a ${link.kind ?? 'plain'} device, not VXLAN`, `delete it or set overlay.device`);
     }
-    const data = (link?.linkinfo as { info_data?: { id?: number; port?: number; local?: string; learning?: boolean } } | undefined)?.info_data;
     // a VXLAN's VNI, port, local address and learning cannot be changed in place: re-create it (same MAC)
-    const stale = link !== undefined && (data?.id !== vni || data?.port !== port || data?.local !== underlay || data?.learning === true);
+    const v = link?.vxlan;
+    const stale = link !== undefined && (v?.id !== vni || v?.port !== port || v?.local !== underlay || v?.learning === true);
     const lines: string[] = [];
     if (stale) lines.push(`link del ${device}`);
     if (!link || stale) {
       lines.push(`link add ${device} address ${vtepMac} mtu ${mtu} type vxlan id ${vni} dstport ${port} local ${underlay} dev ${underlayDevice} nolearning`);
-    } else if (link.address !== vtepMac) {
+    } else if (link.mac !== vtepMac) {
       lines.push(`link set dev ${device} address ${vtepMac}`);
     }
-    lines.push(`link set dev ${device} mtu ${mtu} up`);
+    if (lines.length > 0 || link?.mtu !== mtu || !((link?.flags ?? 0) & IFF_UP)) lines.push(`link set dev ${device} mtu ${mtu} up`);
     await this.#c.ip.batch(lines);
   }
 
@@ -126,13 +133,13 @@ export class Overlay {
     const self = { name: init.nodeName, site: init.site, underlay: init.underlay, vtepMac: init.vtepMac, blocks };
     const plan = planOverlay(self, overlayPeers, { device: init.device, underlayNet: init.underlayNet, underlayDevice: init.underlayDevice, directRouting: init.directRouting });
     await this.ensureDevice();
-    if (plan.vtepAddress) await this.#c.ip.batch([`addr replace ${plan.vtepAddress} dev ${init.device}`]);
     const have = await this.#readState();
+    if (plan.vtepAddress && !have.addresses.includes(plan.vtepAddress)) await this.#c.ip.batch([`addr replace ${plan.vtepAddress} dev ${init.device}`]);
     const lines = renderOverlayDiff(diffOverlay(plan, have));
     await this.#c.fdb.batch(lines.bridge);
     await this.#c.ip.batch(lines.ip, { force: true }); // one refused line (a foreign route) must not stall the rest
     const known = [...blocks, ...overlayPeers.flatMap((p) => p.blocks), ...init.clusterCidrs];
-    await this.#c.nft.apply(renderNftRuleset({ localBlocks: blocks, clusterCidrs: mergeCidrs(known) }));
+    await this.#applyNft(renderNftRuleset({ localBlocks: blocks, clusterCidrs: mergeCidrs(known) }));
     if (lines.ip.length + lines.bridge.length > 0) {
       this.#c.log.info('overlay updated', { changes: lines.ip.length + lines.bridge.length, sitePeers: plan.sitePeers, remotePeers: plan.remotePeers });
     }
@@ -153,19 +160,56 @@ export class Overlay {
     return { name: p.name, site: p.site, underlay, vtepMac: p.vtepMac, blocks, reachable };
   }
 
-  /** Atoll's routes (by protocol), neighbours and fdb entries on its device. */
-  async #readState(): Promise<{ routes: RouteEntry[]; neighbours: NeighEntry[]; fdb: { mac: string; dst: string; dev: string }[] }> {
+  /**
+   * Applies Atoll's table unless it is what was last applied and no transaction was committed since (the
+   * namespace's ruleset generation is the one our last apply left): a resync that changes nothing spawns no `nft`.
+   * Anyone's commit since (ours flushed, another tool's table) makes the next sync apply it again.
+   */
+  async #applyNft(ruleset: string): Promise<void> {
+    const sock = RtnlSocket.open("the agent's namespace", NETLINK_NETFILTER);
+    try {
+      const before = await sock.nftGeneration();
+      if (this.#nftApplied?.ruleset === ruleset && this.#nftApplied.generation === before) return;
+      this.#nftApplied = undefined;
+      await this.#c.nft.apply(ruleset);
+      const after = await sock.nftGeneration();
+      // only when ours was the one commit in between is `after` known to hold exactly our table
+      if (after === ((before + 1) >>> 0)) this.#nftApplied = { ruleset, generation: after };
+    } finally {
+      sock.close();
+    }
+  }
+
+  /** Atoll's routes (by protocol, main table), neighbours and fdb entries on its device, and the device's addresses. */
+  async #readState(): Promise<{ routes: RouteEntry[]; neighbours: NeighEntry[]; fdb: { mac: string; dst: string; dev: string }[]; addresses: string[] }> {
     const dev = this.#init.device;
-    const [routes, neigh, fdb] = await Promise.all([
-      this.#c.ip.json<{ dst: string; gateway?: string; dev?: string; flags?: string[] }>(['route', 'show', 'proto', String(ROUTE_PROTO)]),
-      this.#c.ip.json<{ dst: string; lladdr?: string; state?: string[] }>(['neigh', 'show', 'dev', dev, 'nud', 'permanent']),
-      this.#c.fdb.list(dev),
-    ]);
+    const { links, routes, neigh, fdb, addrs } = await withSocket(async (sock) => ({
+      links: await sock.links(),
+      routes: await sock.routes(),
+      neigh: await sock.neighbours(AF_INET),
+      fdb: await sock.neighbours(AF_BRIDGE),
+      addrs: await sock.addresses(),
+    }));
+    const names = new Map(links.map((l) => [l.index, l.name]));
+    const index = links.find((l) => l.name === dev)?.index;
     return {
-      routes: routes.filter((r) => r.gateway && r.dev).map((r) => ({ dst: r.dst.includes('/') ? r.dst : `${r.dst}/32`, via: r.gateway as string, dev: r.dev as string, onlink: (r.flags ?? []).includes('onlink') })),
-      neighbours: neigh.filter((n) => n.lladdr).map((n) => ({ ip: n.dst, mac: n.lladdr as string, dev })),
-      fdb,
+      routes: routes.filter((r) => r.protocol === ROUTE_PROTO && r.table === RT_TABLE_MAIN && r.gateway && names.has(r.oif ?? 0))
+        .map((r) => ({ dst: r.dst, via: r.gateway as string, dev: names.get(r.oif ?? 0) as string, onlink: r.onlink })),
+      neighbours: neigh.filter((n) => n.index === index && n.state & NUD_PERMANENT && n.dst && n.lladdr).map((n) => ({ ip: n.dst as string, mac: n.lladdr as string, dev })),
+      // static unicast entries with a remote destination (the all-zero default entry is not ours)
+      fdb: fdb.filter((f) => f.index === index && f.dst && f.lladdr && f.lladdr !== '00:00:00:00:00:00').map((f) => ({ mac: f.lladdr as string, dst: f.dst as string, dev })),
+      addresses: addrs.filter((a) => a.index === index).map((a) => `${a.local}/${a.prefixLen}`),
     };
+  }
+}
+
+/** Runs `fn` with a netlink socket in the agent's namespace, closed after. */
+async function withSocket<T>(fn: (sock: RtnlSocket) => Promise<T>): Promise<T> {
+  const sock = RtnlSocket.open();
+  try {
+    return await fn(sock);
+  } finally {
+    sock.close();
   }
 }
 

@@ -3,8 +3,9 @@
  * plumbing. Every ADD step registers its undo; a failed ADD runs them in reverse, so nothing is left half-done.
  *
  * The hot path (ADD's veth, address and route; DEL's and GC's link deletions) talks rtnetlink directly
- * (adapters/netlink.ts), two batches per ADD, with every kernel wait on libuv's pool; the bridge, reconcile and
- * CHECK stay on `ip` (docs/architecture.md, "A CNI call").
+ * (adapters/netlink.ts), two batches per ADD, with every kernel wait on libuv's pool; so do the reads of the
+ * bridge and of reconcile (dumps), which spawn `ip` only to repair; CHECK stays on `ip` (docs/architecture.md,
+ * "A CNI call").
  */
 import { closeSync, existsSync, openSync } from 'node:fs';
 import { AtollError, atollError } from '../core/errors.ts';
@@ -12,7 +13,7 @@ import type { CniRequest, PodAttachment } from '../core/cni-spec/model.ts';
 import type { PodNetworkPort } from '../core/cni-spec/ports.ts';
 import { type AllocationHow, type IpamChange, type IpamRecord, IpamState } from '../core/ipam/sticky-pool.ts';
 import { type Cidr, cidrContains, formatCidr, formatIpv4, gatewayOf } from '../core/net/ipv4.ts';
-import { decodeLink, type LinkInfo } from '../core/net/netlink-codec.ts';
+import { decodeLink, IFF_UP, type LinkInfo } from '../core/net/netlink-codec.ts';
 import { bridgeMac, hostRequests, hostVethName, isHostVethName, type PodPlan, planPod, podRequests } from '../core/plan/pod-plan.ts';
 import { Mutex } from '../core/mutex.ts';
 import type { Clock, Logger } from '../core/ports.ts';
@@ -93,17 +94,26 @@ export class PodNetwork implements PodNetworkPort {
     await this.ensureBridge();
   }
 
-  /** Idempotent: the bridge exists, is up, has our MAC and the gateway address of every block. */
+  /**
+   * Idempotent: the bridge exists, is up, has our MAC and the gateway address of every block. Read over netlink;
+   * `ip` runs only when something is missing, so a resync that finds the bridge as it should be spawns nothing.
+   */
   async ensureBridge(): Promise<void> {
     const { bridge, mtu, nodeName } = this.#init;
     const blocks = this.#ipam.blocks;
-    const link = await this.#c.ip.link(bridge);
+    const { link, addresses } = await this.#withHostSocket(async (sock) => {
+      const l = await sock.link({ name: bridge });
+      return { link: l, addresses: l ? (await sock.addresses()).filter((a) => a.index === l.index).map((a) => `${a.local}/${a.prefixLen}`) : [] };
+    });
     const lines: string[] = [];
     if (!link) lines.push(`link add ${bridge} address ${bridgeMac(nodeName)} mtu ${mtu} type bridge`);
-    for (const b of blocks) lines.push(`addr replace ${formatIpv4(gatewayOf(b))}/${b.bits} dev ${bridge}`);
-    lines.push(`link set dev ${bridge} up`);
+    for (const b of blocks) {
+      const gateway = `${formatIpv4(gatewayOf(b))}/${b.bits}`;
+      if (!addresses.includes(gateway)) lines.push(`addr replace ${gateway} dev ${bridge}`);
+    }
+    if (!link || !(link.flags & IFF_UP)) lines.push(`link set dev ${bridge} up`);
     await this.#c.ip.batch(lines);
-    this.#bridgeIndex = (await this.#hostLink(bridge))?.index;
+    this.#bridgeIndex = lines.length > 0 ? (await this.#hostLink(bridge))?.index : link?.index;
     writeSysctl('net/ipv4/ip_forward', '1');
   }
 
@@ -244,12 +254,22 @@ export class PodNetwork implements PodNetworkPort {
   }
 
   async #hostLink(name: string): Promise<LinkInfo | undefined> {
+    return this.#withHostSocket((sock) => sock.link({ name }));
+  }
+
+  /** Runs `fn` with a netlink socket in the agent's namespace, closed after. */
+  async #withHostSocket<T>(fn: (sock: RtnlSocket) => Promise<T>): Promise<T> {
     const sock = RtnlSocket.open();
     try {
-      return await sock.link({ name });
+      return await fn(sock);
     } finally {
       sock.close();
     }
+  }
+
+  /** The names of the links in the agent's namespace. */
+  async #hostLinkNames(): Promise<string[]> {
+    return (await this.#withHostSocket((sock) => sock.links())).map((l) => l.name);
   }
 
   async #rollback(undo: readonly Undo[], req: CniRequest): Promise<void> {
@@ -331,8 +351,8 @@ export class PodNetwork implements PodNetworkPort {
    * allocation is deleted; expired reservations are dropped.
    */
   async reconcile(): Promise<void> {
-    const links = await this.#c.ip.links();
-    const present = new Set(links.map((l) => l.ifname));
+    const names = await this.#hostLinkNames();
+    const present = new Set(names);
     const now = this.#c.clock();
     await this.#lock.run(async () => {
       const gone = this.#ipam.planReleaseAllBut((r) => this.#inFlight.has(`${r.containerId}/${r.ifName}`) || present.has(hostVethName(r.containerId, r.ifName)), now);
@@ -341,11 +361,11 @@ export class PodNetwork implements PodNetworkPort {
       await Promise.all([released, expired]);
       if (gone.length > 0) this.#c.log.info('released allocations whose pod network is gone', { count: gone.length });
     });
-    await this.#removeOrphanVeths(links.map((l) => l.ifname));
+    await this.#removeOrphanVeths(names);
   }
 
   async #removeOrphanVeths(names?: readonly string[]): Promise<void> {
-    const all = names ?? (await this.#c.ip.links()).map((l) => l.ifname);
+    const all = names ?? (await this.#hostLinkNames());
     const owned = new Set(this.#ipam.records().filter((r) => r.releasedAt === undefined).map((r) => hostVethName(r.containerId, r.ifName)));
     for (const inFlight of this.#inFlight) {
       const [cid, ifn] = inFlight.split('/') as [string, string];

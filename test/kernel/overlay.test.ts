@@ -6,8 +6,10 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { TestAgent } from '../support/agent.ts';
 import { type ControllerProc, TestCloud } from '../support/cloud.ts';
 import { leftoverNetns, rootSkipReason, sh } from '../support/netns.ts';
@@ -147,6 +149,48 @@ describe('same-site overlay over VXLAN', { skip: rootSkipReason(), timeout: 300_
     assert.match(res.stdout, new RegExp(`"${old.ip.replaceAll('.', '\\.')}/`));
     await until('traffic to the re-created pod', () => pingable(pods[0] as Pod, old.ip), 10_000);
     assert.match(sh('ip', ['netns', 'exec', a.netns, 'nft', 'list', 'table', 'ip', 'atoll']), /masquerade/);
+  });
+
+  test('a resync that finds everything in place starts no process; a deleted nft table, fdb entry and bridge address come back', async () => {
+    const a = agents[0] as TestAgent;
+    // `ip`, `bridge` and `nft` on the agent's PATH log each call, then run the real tool
+    const wrapDir = mkdtempSync(join(tmpdir(), 'atoll-spawns-'));
+    const log = join(wrapDir, 'calls.log');
+    for (const tool of ['ip', 'bridge', 'nft']) {
+      const real = sh('sh', ['-c', `command -v ${tool}`]).trim();
+      writeFileSync(join(wrapDir, tool), `#!/bin/sh\necho "${tool} $*" >> ${log}\ncase "$*" in *batch*|*-f*) tee -a ${log} | ${real} "$@"; exit $? ;; esac\nexec ${real} "$@"\n`, { mode: 0o755 });
+    }
+    writeFileSync(log, '');
+    try {
+      await a.stop();
+      await a.start(15_000, ['ip', 'netns', 'exec', a.netns, 'env', `PATH=${wrapDir}:${process.env.PATH ?? ''}`]);
+      await sleep(3000); // the start-up's own checks may spawn
+      writeFileSync(log, '');
+      await sleep(7000); // three resyncs at resyncPeriod 2 s
+      assert.equal(readFileSync(log, 'utf8'), '', 'processes started by resyncs that had nothing to change');
+
+      const fdb = (JSON.parse(sh('ip', ['netns', 'exec', a.netns, 'bridge', '-json', 'fdb', 'show', 'dev', 'atoll.1'])) as { mac: string; dst?: string }[])
+        .find((f) => f.dst && f.mac !== '00:00:00:00:00:00');
+      assert.ok(fdb, 'an fdb entry of a peer');
+      const gateway = (JSON.parse(sh('ip', ['-n', a.netns, '-j', 'addr', 'show', 'dev', a.bridge])) as { addr_info: { family: string; local: string; prefixlen: number }[] }[])[0]
+        ?.addr_info.find((i) => i.family === 'inet');
+      assert.ok(gateway, 'the bridge holds a gateway address');
+      sh('ip', ['netns', 'exec', a.netns, 'nft', 'delete', 'table', 'ip', 'atoll']);
+      sh('ip', ['netns', 'exec', a.netns, 'bridge', 'fdb', 'del', fdb.mac, 'dev', 'atoll.1', 'dst', fdb.dst as string]);
+      sh('ip', ['-n', a.netns, 'addr', 'del', `${gateway.local}/${gateway.prefixlen}`, 'dev', a.bridge]);
+      await until('the table, the fdb entry and the address repaired', () =>
+        sh('ip', ['netns', 'exec', a.netns, 'nft', 'list', 'tables']).includes('table ip atoll') &&
+        sh('ip', ['netns', 'exec', a.netns, 'bridge', 'fdb', 'show', 'dev', 'atoll.1']).includes(`${fdb.mac} dst ${fdb.dst}`) &&
+        sh('ip', ['-n', a.netns, 'addr', 'show', 'dev', a.bridge]).includes(`${gateway.local}/${gateway.prefixlen}`), 15_000);
+      const calls = readFileSync(log, 'utf8');
+      assert.match(calls, /^nft -f -$/m);
+      assert.match(calls, /^bridge -batch -$/m);
+      assert.match(calls, /^ip -batch -$/m);
+    } finally {
+      await a.stop();
+      await a.start();
+      rmSync(wrapDir, { recursive: true, force: true });
+    }
   });
 
   test('resync repairs deleted routes of ours and never takes over a foreign route', async () => {
