@@ -705,7 +705,7 @@ interface Results {
   readonly throughput?: ThroughputResults;
 }
 
-/** Wall time during which at least one of `procs` ran (the reads of one sync run concurrently). */
+/** Wall time during which at least one of `procs` ran (counting overlaps once). */
 function processWallMs(procs: readonly ProcTiming[]): number {
   let total = 0;
   let end = -Infinity;
@@ -718,11 +718,10 @@ function processWallMs(procs: readonly ProcTiming[]): number {
   return total;
 }
 
-/** One sync's processes grouped by what they did, and the time outside them (planning, diffing, JSON parsing). */
+/** One sync's processes grouped by what they did, and the time outside them (netlink reads, planning, diffing). */
 function breakdown(totalMs: number, procs: readonly ProcTiming[]): string {
   const group = (w: string): string => {
     if (w.startsWith('nft')) return 'nft -f';
-    if (w.includes('-json')) return 'reads';
     if (w.includes('-batch')) return w.endsWith('(1 lines)') ? 'device/address' : (w.split(' (')[0] as string).replace(' -batch -', ' -batch');
     return w;
   };
@@ -733,8 +732,8 @@ function breakdown(totalMs: number, procs: readonly ProcTiming[]): string {
     sums.set(g, { ms: e.ms + p.ms, n: e.n + 1, lines: e.lines + Number(/\((\d+) lines\)/.exec(p.what)?.[1] ?? 0) });
   }
   const wall = processWallMs(procs);
-  const parts = [...sums].map(([g, e]) => `${g} ${fmt(e.ms)}${e.n > 1 ? ` (${e.n} processes${g === 'reads' ? ', partly concurrent' : ''})` : ''}${g.includes('-batch') && e.lines > 1 ? ` [${e.lines} lines]` : ''}`);
-  return `${fmt(totalMs)} ms = ${fmt(wall)} in ${procs.length} processes (${parts.join('; ')}) + ${fmt(totalMs - wall)} in this process (plan, diff, parsing)`;
+  const parts = [...sums].map(([g, e]) => `${g} ${fmt(e.ms)}${e.n > 1 ? ` (${e.n} processes)` : ''}${g.includes('-batch') && e.lines > 1 ? ` [${e.lines} lines]` : ''}`);
+  return `${fmt(totalMs)} ms = ${fmt(wall)} in ${procs.length} processes (${parts.join('; ')}) + ${fmt(totalMs - wall)} in this process (netlink reads, plan, diff)`;
 }
 
 function report(r: Results, opts: Options): { text: string; targets: Target[] } {
