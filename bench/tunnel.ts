@@ -52,8 +52,10 @@ const SHAPED_TARGET = 0.9;
 const LOSSY_TARGET = 0.9;
 /** Datagram part: UDP datagrams against the TLS stream, unshaped. */
 const DATAGRAM_VS_STREAM_TARGET = 1.0;
-/** Agents' idle resident memory with the datagram path, MiB. */
+/** Agents' idle resident memory with the datagram path, MiB: when the lab is up, and (idle part) over time. */
 const IDLE_RSS_TARGET_MIB = 80;
+/** Idle part: how often the agents' VmRSS is read. */
+const IDLE_SAMPLE_MS = 30_000;
 /** Flood part: the flow under a flood against without one. */
 const FLOOD_TARGET = 0.95;
 /** Flood part: the kinds of bad input (bench/udp-flood.c), datagrams per second of each, and the flow's streams. */
@@ -77,8 +79,8 @@ const KIB_PER_MIB = 1024;
 // ---------------------------------------------------------------------------------------------------------------
 // Options
 
-type Part = 'unshaped' | 'shaped' | 'datagram' | 'lossy' | 'flood';
-const PARTS: readonly Part[] = ['unshaped', 'shaped', 'datagram', 'lossy', 'flood'];
+type Part = 'unshaped' | 'shaped' | 'datagram' | 'lossy' | 'flood' | 'idle';
+const PARTS: readonly Part[] = ['unshaped', 'shaped', 'datagram', 'lossy', 'flood', 'idle'];
 
 interface Options {
   readonly smoke: boolean;
@@ -93,6 +95,8 @@ interface Options {
   readonly lossPerMille: readonly number[];
   /** Flood part: bad datagrams per second. */
   readonly floodRate: number;
+  /** Idle part: minutes the lab stays up idle while its agents' VmRSS is read. */
+  readonly idleMinutes: number;
   readonly timeoutS: number;
   readonly enforce: boolean;
   readonly json: string | undefined;
@@ -107,7 +111,7 @@ const NO_METRICS = '-nometrics';
 
 const USAGE = `usage: node bench/tunnel.ts [options]
   --smoke              short run for CI: 1 repetition, iperf3 -t 2, the unshaped part only
-  --only PART          unshaped, shaped, datagram, lossy or flood (default: all; unshaped with --smoke)
+  --only PART          unshaped, shaped, datagram, lossy, flood or idle (default: all; unshaped with --smoke)
   --reps R             iperf3 runs per path, alternating between the paths (default 3; 1 with --smoke)
   --time S             seconds per iperf3 run (iperf3 -t; default 10; 2 with --smoke)
   --rate MBIT          shaped part: tbf rate on the uplinks of sites a and b, both directions (default 1000)
@@ -120,8 +124,11 @@ const USAGE = `usage: node bench/tunnel.ts [options]
                        measured in one and then the other, alternating, and the two side by side
   --loss PCT,...       lossy part: random loss per edge uplink and direction, percent (default 1,3)
   --flood-rate N       flood part: bad datagrams per second of each kind (default 50000; at most 1000000)
+  --idle-minutes M     idle part: how long the lab stays up idle while the agents' VmRSS is read every 30 s
+                       (default 15)
   --json FILE          write every sample and summary to FILE
-  --timeout SECONDS    abort (and clean up) after this long (default 900; 300 with --smoke)
+  --timeout SECONDS    abort (and clean up) after this long (default 900, plus the idle part's minutes; 300 with
+                       --smoke)
   --enforce            exit 1 when a target is missed (default: report only)`;
 
 function parseOptions(argv: readonly string[]): Options {
@@ -134,6 +141,7 @@ function parseOptions(argv: readonly string[]): Options {
     loss: { type: 'string' },
     metrics: { type: 'string' },
     'flood-rate': { type: 'string' },
+    'idle-minutes': { type: 'string' },
     enforce: { type: 'boolean', default: false },
   });
   const smoke = values.smoke;
@@ -145,16 +153,19 @@ function parseOptions(argv: readonly string[]): Options {
   if (!METRICS_SETTINGS.includes(metrics)) throw new Error(`--metrics must be on, off or both, got "${values.metrics}"\n${USAGE}`);
   const loss = (values.loss ?? '1,3').split(',').map((x) => Math.round(Number(x) * 10));
   if (loss.some((x) => !Number.isInteger(x) || x < 0 || x > 500)) throw new Error(`--loss must be percentages 0 to 50, got "${values.loss}"\n${USAGE}`);
+  const parts = values.only ? [values.only as Part] : smoke ? ['unshaped' as const] : PARTS;
+  const idleMinutes = int('idle-minutes', values['idle-minutes'], 15, 1, 240);
   return {
     smoke,
-    parts: values.only ? [values.only as Part] : smoke ? ['unshaped'] : PARTS,
+    parts,
     reps: int('reps', values.reps, smoke ? 1 : 3, 1, 100),
     seconds: int('time', values.time, smoke ? 2 : 10, 1, 600),
     rateMbit: int('rate', values.rate, 1000, 1, 100_000),
     delayMs: int('delay', values.delay, 10, 0, 10_000),
     lossPerMille: loss,
     floodRate: int('flood-rate', values['flood-rate'], 50_000, 1, 1_000_000),
-    timeoutS: int('timeout', values.timeout, smoke ? 300 : 900, 1, 86_400),
+    idleMinutes,
+    timeoutS: int('timeout', values.timeout, smoke ? 300 : 900 + (parts.includes('idle') ? idleMinutes * 60 : 0), 1, 86_400),
     enforce: values.enforce,
     json: values.json,
     metrics,
@@ -579,6 +590,8 @@ interface PartResult {
   readonly noMetrics?: { readonly runId: string; readonly flags: readonly string[]; readonly idle: Record<string, { rssKiB: number; hwmKiB: number }> };
   /** Flood part: per kind, what the flooder said it sent and what b-1 counted as dropped (by reason) over its runs. */
   readonly floods?: Record<string, { readonly lines: readonly string[]; readonly drops: Record<string, number> }>;
+  /** Idle part: each agent's VmRSS (KiB) read every {@link IDLE_SAMPLE_MS}, from the lab's start, at `atS` seconds. */
+  readonly idleSeries?: { readonly atS: readonly number[]; readonly rssKiB: Record<string, number[]> };
   /** Shaped part: the uplink conditions applied, and how the delay was made. */
   readonly applied?: { readonly rateMbit: number; readonly delayMs: number; readonly delayBy: 'netem' | 'delay-line'; readonly qdiscs: Record<string, string[]> };
 }
@@ -976,12 +989,13 @@ function report(r: Results, opts: Options): { text: string; targets: Target[]; s
   for (const s of samples) {
     runs.push([s.part, s.path, String(s.run + 1), fmt(s.gbps, 2), String(s.retransmits), fmt(s.senderCpu), fmt(s.receiverCpu), fmt(s.carriedShare, 3), s.pathAfter ?? '', fmt(s.load, 2)]);
   }
-  lines.push(`Runs: iperf3, 1 TCP stream, ${opts.seconds} s per run, receiver bits/s, runs alternating between the paths (iperf3's CPU figures; carried/received: bytes the path's VXLAN device or tunnel stream sent over the bytes received)`, table(runs, 2), '');
-
   const summary = summaries(r);
-  const rows: string[][] = [['part', 'path', 'runs', 'median Gbit/s', 'min', 'max']];
-  for (const s of summary) rows.push([s.part, s.label, String(s.runs), fmt(s.medianGbps, 2), fmt(s.minGbps, 2), fmt(s.maxGbps, 2)]);
-  lines.push('Throughput', table(rows), '');
+  if (samples.length > 0) { // the idle part alone runs no iperf3
+    lines.push(`Runs: iperf3, 1 TCP stream, ${opts.seconds} s per run, receiver bits/s, runs alternating between the paths (iperf3's CPU figures; carried/received: bytes the path's VXLAN device or tunnel stream sent over the bytes received)`, table(runs, 2), '');
+    const rows: string[][] = [['part', 'path', 'runs', 'median Gbit/s', 'min', 'max']];
+    for (const s of summary) rows.push([s.part, s.label, String(s.runs), fmt(s.medianGbps, 2), fmt(s.minGbps, 2), fmt(s.maxGbps, 2)]);
+    lines.push('Throughput', table(rows), '');
+  }
   const applied = r.shaped?.applied;
   if (applied) {
     const by = applied.delayBy === 'netem' ? 'netem' : 'the lab\'s delay line (this kernel has no netem: TAP devices and a process in a namespace spliced into each uplink)';
@@ -1030,6 +1044,20 @@ function report(r: Results, opts: Options): { text: string; targets: Target[]; s
       targets.push({ what: `idle VmRSS of ${role} with the datagram path <= ${IDLE_RSS_TARGET_MIB} MiB (lab ${part?.runId})`, value: `${mib(m.rssKiB)} MiB`, pass: m.rssKiB / KIB_PER_MIB <= IDLE_RSS_TARGET_MIB });
     }
   }
+  const series = r.idle?.idleSeries;
+  if (series) {
+    // a column every 5 minutes (and the last sample), so a long run stays readable
+    const cols = series.atS.flatMap((t, i) => (i === series.atS.length - 1 || t % 300 < IDLE_SAMPLE_MS / 1000 ? [i] : []));
+    const rows: string[][] = [['agent', ...cols.map((i) => `${fmt((series.atS[i] ?? 0) / 60)} min`), 'max', 'last - first']];
+    for (const [role, kib] of Object.entries(series.rssKiB)) {
+      rows.push([role, ...cols.map((i) => mib(kib[i] ?? NaN)), mib(Math.max(...kib)), mib((kib.at(-1) ?? NaN) - (kib[0] ?? NaN))]);
+      targets.push({
+        what: `idle VmRSS of ${role} stays <= ${IDLE_RSS_TARGET_MIB} MiB over ${opts.idleMinutes} min at the lab's periods (lab ${r.idle?.runId})`,
+        value: `max ${mib(Math.max(...kib))} MiB`, pass: Math.max(...kib) / KIB_PER_MIB <= IDLE_RSS_TARGET_MIB,
+      });
+    }
+    lines.push(`Idle agents' VmRSS in MiB over time (lab ${r.idle?.runId}: unshaped topology, --udp, resync and usage report every 5 s; read every ${IDLE_SAMPLE_MS / 1000} s)`, table(rows, 1), '');
+  }
   const tt: string[][] = [['target', 'result', 'value']];
   for (const t of targets) tt.push([t.what, t.pass ? 'PASS' : 'MISS', `${t.value}${t.note ? ` (${t.note})` : ''}`]);
   lines.push('Targets (medians)', table(tt, 3), '');
@@ -1048,9 +1076,37 @@ function report(r: Results, opts: Options): { text: string; targets: Target[]; s
     }
   }
   if (r.unshaped?.noMetrics) lines.push('', ...metricsSideBySide(r.unshaped));
-  lines.push('Agents and relay under load (/proc/<pid>/stat utime+stime over the run; VmRSS: at lab start, right before each run, its maximum sampled every 250 ms '
+  if (samples.length > 0) lines.push('Agents and relay under load (/proc/<pid>/stat utime+stime over the run; VmRSS: at lab start, right before each run, its maximum sampled every 250 ms '
     + 'during the runs; VmHWM: the peak since the process started, so it includes earlier runs of other paths)', table(procRows, 4));
   return { text: lines.join('\n'), targets, summary };
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Part 6: idle
+
+/**
+ * The unshaped part's lab with the datagram path on, left idle at the lab's periods (resync and usage report every
+ * 5 s): every agent's VmRSS every 30 s for `--idle-minutes`. What grows here grows on a node, only slower at the
+ * default periods (60 s, 10 s).
+ */
+async function idle(fx: Fixture, opts: Options): Promise<PartResult> {
+  const lab = await labUp(fx, 'idle', UNSHAPED_SPEC, ['--udp']);
+  try {
+    await waitForPath(fx, lab, 'a-1', 'b-1', 'udp');
+    const agents = [...lab.pids].filter(([role]) => role.startsWith('agent '));
+    const t0 = performance.now();
+    const atS: number[] = [];
+    const rssKiB: Record<string, number[]> = Object.fromEntries(agents.map(([role]) => [role, []]));
+    for (let k = 0; k * IDLE_SAMPLE_MS <= opts.idleMinutes * 60_000; k++) {
+      await sleep(Math.max(0, t0 + k * IDLE_SAMPLE_MS - performance.now()));
+      atS.push(Math.round((performance.now() - t0) / 1000));
+      for (const [role, pid] of agents) rssKiB[role]?.push(memKiB(pid).rss);
+      if (k % 10 === 0) process.stderr.write(`bench: idle lab, ${atS.at(-1)} s of ${opts.idleMinutes * 60}\n`);
+    }
+    return { runId: lab.runId, flags: lab.flags, paths: {}, idle: idleMemory(lab), samples: [], idleSeries: { atS, rssKiB } };
+  } finally {
+    await labDown(fx, lab);
+  }
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -1093,7 +1149,7 @@ async function main(): Promise<number> {
   try {
     for (const part of opts.parts) {
       const t0 = Date.now();
-      const parts: Record<Part, (fx: Fixture, opts: Options) => Promise<PartResult>> = { unshaped, shaped, datagram, lossy, flood };
+      const parts: Record<Part, (fx: Fixture, opts: Options) => Promise<PartResult>> = { unshaped, shaped, datagram, lossy, flood, idle };
       results[part] = await parts[part](fx, opts);
       seconds[part] = (Date.now() - t0) / 1000;
     }
