@@ -6,8 +6,16 @@
  *
  * Naming follows Prometheus' conventions: `atoll_` prefix, base units (seconds, bytes), `_total` on counters, and
  * labels with a few fixed values each (a verb, a path kind, a reason), never a pod or node name.
+ *
+ * The four classes come from prom-client's own modules, not its index: the index also loads its default metrics,
+ * cluster aggregation and push gateway, and with them node's http, perf_hooks and v8 modules; measured in a process
+ * that already holds tls, https, net, dgram and child_process, the index adds 12.2 MB of RSS and the four modules
+ * 3.2 MB; in a lab's idle agents, side by side, 1.4 to 1.6 MiB less.
  */
-import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import Counter from 'prom-client/lib/counter.js';
+import Gauge from 'prom-client/lib/gauge.js';
+import Histogram from 'prom-client/lib/histogram.js';
+import Registry from 'prom-client/lib/registry.js';
 
 /** One value, or one value per label set. */
 export type Samples = number | readonly (readonly [labels: Readonly<Record<string, string>>, value: number])[];
