@@ -163,20 +163,31 @@ export class Overlay {
   /**
    * Applies Atoll's table unless it is what was last applied and no transaction was committed since (the
    * namespace's ruleset generation is the one our last apply left): a resync that changes nothing spawns no `nft`.
-   * Anyone's commit since (ours flushed, another tool's table) makes the next sync apply it again.
+   * Anyone's commit since (ours flushed, another tool's table) makes the next sync apply it again, and so does a
+   * generation that cannot be read (the first request of a boot may find nf_tables not loaded yet).
    */
   async #applyNft(ruleset: string): Promise<void> {
-    const sock = RtnlSocket.open("the agent's namespace", NETLINK_NETFILTER);
+    const before = await this.#nftGeneration();
+    if (before !== undefined && this.#nftApplied?.ruleset === ruleset && this.#nftApplied.generation === before) return;
+    this.#nftApplied = undefined;
+    await this.#c.nft.apply(ruleset);
+    const after = await this.#nftGeneration();
+    // only when ours was the one commit in between is `after` known to hold exactly our table
+    if (before !== undefined && after === ((before + 1) >>> 0)) this.#nftApplied = { ruleset, generation: after };
+  }
+
+  /** The agent namespace's nftables ruleset generation, or undefined when it cannot be read. */
+  async #nftGeneration(): Promise<number | undefined> {
     try {
-      const before = await sock.nftGeneration();
-      if (this.#nftApplied?.ruleset === ruleset && this.#nftApplied.generation === before) return;
-      this.#nftApplied = undefined;
-      await this.#c.nft.apply(ruleset);
-      const after = await sock.nftGeneration();
-      // only when ours was the one commit in between is `after` known to hold exactly our table
-      if (after === ((before + 1) >>> 0)) this.#nftApplied = { ruleset, generation: after };
-    } finally {
-      sock.close();
+      const sock = RtnlSocket.open("the agent's namespace", NETLINK_NETFILTER);
+      try {
+        return await sock.nftGeneration();
+      } finally {
+        sock.close();
+      }
+    } catch (err) {
+      this.#c.log.debug('cannot read the nftables ruleset generation; applying the table', { err });
+      return undefined;
     }
   }
 
