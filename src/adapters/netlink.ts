@@ -64,6 +64,15 @@ const ENODEV = 19;
 const RECV_BUFFER = 32 * 1024;
 /** A dump's parts are at most a page or two each here; iproute2 reads them into 32 KB. */
 const DUMP_BUFFER = 64 * 1024;
+/**
+ * Receive buffers, kept: a resync opens several sockets and runs several dumps, and a fresh 32 or 64 KB buffer for
+ * each left the C heap full of blocks only a V8 collection would free. Answers are drained on the main thread
+ * without blocking, so one buffer serves every socket; a dump's receives run on the pool, so each dump under way
+ * takes its own from the spare ones.
+ */
+const drainBuffer = Buffer.allocUnsafeSlow(RECV_BUFFER);
+const spareDumpBuffers: Buffer[] = [];
+const MAX_SPARE_DUMP_BUFFERS = 4;
 /** How long a dump's receive waits for its next part before the dump counts as failed. */
 const DUMP_RECV_TIMEOUT_US = 5_000_000;
 /** Interrupted dumps (the objects changed while listed) are taken again this many times, then reported. */
@@ -129,7 +138,6 @@ export function netlinkError(req: NlRequest, res: NlResult, where: string): Erro
 export class RtnlSocket {
   readonly #fd: number;
   readonly #lock = new Mutex();
-  readonly #rx = Buffer.allocUnsafe(RECV_BUFFER);
   #seq = 1;
   #closed = false;
   /** "the agent's namespace" or "network namespace <path>", for errors. */
@@ -206,22 +214,22 @@ export class RtnlSocket {
 
   /** Every link of the namespace (without statistics). */
   async links(): Promise<LinkInfo[]> {
-    return (await this.dump(dumpLinks())).map(decodeLink).filter((l) => l.family === AF_UNSPEC);
+    return (await this.dump(dumpLinks(), decodeLink)).filter((l) => l.family === AF_UNSPEC);
   }
 
   /** Every IPv4 address of the namespace. */
-  async addresses(): Promise<AddrInfo[]> {
-    return (await this.dump(dumpAddrs4())).map(decodeAddr);
+  addresses(): Promise<AddrInfo[]> {
+    return this.dump(dumpAddrs4(), decodeAddr);
   }
 
   /** Every IPv4 route of every table. */
-  async routes(): Promise<RouteInfo[]> {
-    return (await this.dump(dumpRoutes4())).map(decodeRoute);
+  routes(): Promise<RouteInfo[]> {
+    return this.dump(dumpRoutes4(), decodeRoute);
   }
 
   /** Every IPv4 neighbour (AF_INET) or every bridge and VXLAN fdb entry (AF_BRIDGE). */
-  async neighbours(family: typeof AF_INET | typeof AF_BRIDGE): Promise<NeighInfo[]> {
-    return (await this.dump(dumpNeighbours(family))).map(decodeNeigh);
+  neighbours(family: typeof AF_INET | typeof AF_BRIDGE): Promise<NeighInfo[]> {
+    return this.dump(dumpNeighbours(family), decodeNeigh);
   }
 
   /**
@@ -238,29 +246,34 @@ export class RtnlSocket {
   }
 
   /**
-   * Runs a dump request and resolves with its answers (the NLMSG_DONE left out). Sending and every receive run on
-   * the pool; one exchange or dump at a time per socket.
+   * Runs a dump request and resolves with its answers (the NLMSG_DONE left out), each decoded by `decode` while the
+   * receive buffer holds it (so `decode` must copy out what it keeps). Sending and every receive run on the pool;
+   * one exchange or dump at a time per socket.
    * @throws AtollError KERNEL_OP_FAILED when the kernel refuses it, a part does not come within 5 s, or the dump
    * stays interrupted after four tries.
    */
-  dump(req: NlRequest): Promise<NlMessage[]> {
+  dump<T>(req: NlRequest, decode: (msg: NlMessage) => T): Promise<T[]> {
     return this.#lock.run(async () => {
       for (let i = 0; i < DUMP_TRIES; i++) {
-        const { messages, interrupted } = await this.#dump(req);
-        if (!interrupted) return messages;
+        const rx = spareDumpBuffers.pop() ?? Buffer.allocUnsafeSlow(DUMP_BUFFER);
+        try {
+          const { answers, interrupted } = await this.#dump(req, decode, rx);
+          if (!interrupted) return answers;
+        } finally {
+          if (spareDumpBuffers.length < MAX_SPARE_DUMP_BUFFERS) spareDumpBuffers.push(rx);
+        }
       }
       throw atollError('KERNEL_OP_FAILED', `netlink: ${req.what} in ${this.where} was interrupted ${DUMP_TRIES} times in a row (the objects kept changing)`, 'the next resync tries again');
     });
   }
 
-  async #dump(req: NlRequest): Promise<{ messages: NlMessage[]; interrupted: boolean }> {
+  async #dump<T>(req: NlRequest, decode: (msg: NlMessage) => T, rx: Buffer): Promise<{ answers: T[]; interrupted: boolean }> {
     if (this.#closed) throw new Error(`netlink socket in ${this.where} is closed`);
     if (this.#seq + 1 >= 0x7fffffff) this.#seq = 1;
     const seq = this.#seq++;
     const sent = await this.#send(encodeBatch([req], seq));
     if (sent < 0) throw atollError('KERNEL_OP_FAILED', `netlink: ${req.what} in ${this.where}: sending failed: ${errnoText(-sent)}`);
-    const rx = Buffer.allocUnsafe(DUMP_BUFFER);
-    const messages: NlMessage[] = [];
+    const answers: T[] = [];
     let interrupted = false;
     for (;;) {
       const n = await new Promise<number>((resolve, reject) => {
@@ -272,19 +285,19 @@ export class RtnlSocket {
         throw atollError('KERNEL_OP_FAILED', `netlink: ${req.what} in ${this.where}: receiving failed: ${why}`);
       }
       if (n > rx.length) throw atollError('KERNEL_OP_FAILED', `netlink: ${req.what} in ${this.where}: a part of ${n} bytes did not fit ${rx.length}`);
-      for (const msg of decodeMessages(new Uint8Array(rx.subarray(0, n)))) { // a copy: rx is reused
+      for (const msg of decodeMessages(rx.subarray(0, n))) {
         if (msg.seq !== seq) continue; // a leftover of an earlier, failed exchange
         if (msg.flags & NLM_F_DUMP_INTR) interrupted = true;
         if (msg.type === NLMSG_DONE) {
           const errno = decodeDone(msg);
           if (errno !== 0) throw netlinkError(req, { errno, replies: [] }, this.where);
-          return { messages, interrupted };
+          return { answers, interrupted };
         }
         if (msg.type === NLMSG_ERROR) {
           const ack = decodeAck(msg);
           throw netlinkError(req, { errno: ack.errno, replies: [], ...(ack.message === undefined ? {} : { message: ack.message }) }, this.where);
         }
-        messages.push(msg);
+        answers.push(decode(msg));
       }
     }
   }
@@ -338,9 +351,9 @@ export class RtnlSocket {
     const c = load();
     const out: NlMessage[] = [];
     for (;;) {
-      const n = c.recv(this.#fd, this.#rx, this.#rx.length, MSG_DONTWAIT);
+      const n = c.recv(this.#fd, drainBuffer, drainBuffer.length, MSG_DONTWAIT);
       if (n >= 0) {
-        out.push(...decodeMessages(new Uint8Array(this.#rx.subarray(0, n)))); // a copy: #rx is reused
+        out.push(...decodeMessages(new Uint8Array(drainBuffer.subarray(0, n)))); // a copy: the buffer is shared
         continue;
       }
       const e = koffi.errno();
