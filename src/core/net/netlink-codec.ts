@@ -497,10 +497,7 @@ export function decodeLink(msg: NlMessage): LinkInfo {
   if (p.length < IFINFOMSG_LEN) throw new Error(`link message of ${p.length} bytes is too short`);
   const view = new DataView(p.buffer, p.byteOffset, p.byteLength);
   const a = decodeAttrs(p, IFINFOMSG_LEN);
-  const u32 = (t: number) => {
-    const b = a.get(t);
-    return b && b.length >= 4 ? new DataView(b.buffer, b.byteOffset, 4).getUint32(0, LE) : undefined;
-  };
+  const u32 = (t: number) => u32Of(a.get(t));
   const name = a.get(IFLA_IFNAME);
   const mac = a.get(IFLA_ADDRESS);
   const info = a.get(IFLA_LINKINFO);
@@ -517,12 +514,12 @@ export function decodeLink(msg: NlMessage): LinkInfo {
   const data = info && decodeAttrs(info, 0).get(IFLA_INFO_DATA);
   if (link.kind === 'vxlan' && data) {
     const d = decodeAttrs(data, 0);
-    const id = d.get(IFLA_VXLAN_ID);
+    const id = u32Of(d.get(IFLA_VXLAN_ID));
     const local = d.get(IFLA_VXLAN_LOCAL);
     const port = d.get(IFLA_VXLAN_PORT);
     const learning = d.get(IFLA_VXLAN_LEARNING);
     link.vxlan = {
-      ...(id && id.length >= 4 ? { id: new DataView(id.buffer, id.byteOffset, 4).getUint32(0, LE) } : {}),
+      ...(id === undefined ? {} : { id }),
       ...(local && local.length === 4 ? { local: ipText(local) } : {}),
       ...(port && port.length >= 2 ? { port: new DataView(port.buffer, port.byteOffset, 2).getUint16(0, false) } : {}), // network order
       ...(learning && learning.length >= 1 ? { learning: learning[0] !== 0 } : {}),
