@@ -5,7 +5,7 @@
  * the address.
  */
 import { type AddressInfo, connect as netConnect, type Socket } from 'node:net';
-import { createSecureContext, createServer, type Server, TLSSocket, type TLSSocketOptions } from 'node:tls';
+import { createSecureContext, createServer, type SecureContext, type Server, TLSSocket, type TLSSocketOptions } from 'node:tls';
 import { atollError } from '../core/errors.ts';
 import { circuitServerName } from '../core/tunnel/circuit.ts';
 import { pollUntil } from '../core/retry.ts';
@@ -20,6 +20,22 @@ const TLS_BASE = {
   // AES-GCM first: AES-NI makes it the fastest suite on servers and most edge CPUs.
   ciphers: 'TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256',
 } as const;
+
+/**
+ * Our end's TLS context (key, certificate, TLS 1.3, the suites), one per credentials: every dial, punch attempt and
+ * circuit would otherwise parse the key and certificate into a context of its own (behind a symmetric NAT the punch
+ * is retried for each peer every minute, each attempt a relay connection and a punch socket).
+ */
+const contexts = new WeakMap<TunnelCredentials, SecureContext>();
+
+function contextOf(credentials: TunnelCredentials): SecureContext {
+  let ctx = contexts.get(credentials);
+  if (!ctx) {
+    ctx = createSecureContext({ ...TLS_BASE, key: credentials.keyPem, cert: credentials.certPem });
+    contexts.set(credentials, ctx);
+  }
+  return ctx;
+}
 
 const unreachable = (message: string, cause?: unknown) =>
   atollError('TUNNEL_UNREACHABLE', message, 'the agent retries with backoff; check that the far end runs and its port is reachable', cause);
@@ -55,8 +71,7 @@ export interface DialTunnelOptions {
 export function dialTunnel(opts: DialTunnelOptions): Promise<TunnelStream> {
   const tap = new ReadTap();
   const socket = tap.connect({
-    ...TLS_BASE, host: opts.host, port: opts.port, key: opts.credentials.keyPem, cert: opts.credentials.certPem,
-    rejectUnauthorized: false, checkServerIdentity: () => undefined, ...(opts.localPort ? { localPort: opts.localPort } : {}),
+    ...tlsOptionsOf(opts.credentials), host: opts.host, port: opts.port, checkServerIdentity: () => undefined, ...(opts.localPort ? { localPort: opts.localPort } : {}),
   });
   return pinnedHandshake(socket, 'secureConnect', `tunnel to ${opts.host}:${opts.port}`, opts.peerPin, opts.timeoutMs ?? 10_000, opts.streamOptions, tap, opts.signal);
 }
@@ -168,14 +183,14 @@ function punchSocket(opts: PunchTunnelOptions, tap: ReadTap): TLSSocket {
   if (opts.tlsRole === 'client') return tap.connect({ ...tlsOpts, ...to, checkServerIdentity: () => undefined });
   // a TLS server that dials: Node's TLSSocket takes `onread` when it has no socket yet, and connects like net.Socket
   const server = new TLSSocket(undefined as unknown as Socket, {
-    isServer: true, requestCert: true, secureContext: createSecureContext(tlsOpts), rejectUnauthorized: false, onread: tap.onread,
+    ...tlsOpts, isServer: true, requestCert: true, onread: tap.onread,
   } as TLSSocketOptions);
   return server.connect(to);
 }
 
-/** TLS options of our end of a stream: our key and certificate; the peer's key is checked against its pin after. */
+/** TLS options of our end of a stream: our context (key and certificate); the peer's key is checked against its pin after. */
 function tlsOptionsOf(credentials: TunnelCredentials) {
-  return { ...TLS_BASE, key: credentials.keyPem, cert: credentials.certPem, rejectUnauthorized: false };
+  return { secureContext: contextOf(credentials), rejectUnauthorized: false };
 }
 
 export interface JoinCircuitOptions {
@@ -232,7 +247,7 @@ export function joinCircuit(opts: JoinCircuitOptions): Promise<TunnelStream> {
       socket.removeAllListeners('error');
       socket.setNoDelay(true);
       socket.write(`${opts.token}\n`);
-      const tls = new TLSSocket(socket, { isServer: true, requestCert: true, secureContext: createSecureContext(tlsOptionsOf(opts.credentials)), rejectUnauthorized: false });
+      const tls = new TLSSocket(socket, { ...tlsOptionsOf(opts.credentials), isServer: true, requestCert: true });
       resolve(pinnedHandshake(tls, 'secure', what, opts.peerPin, timeoutMs, opts.streamOptions, undefined, opts.signal));
     });
   });
