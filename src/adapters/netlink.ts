@@ -140,6 +140,8 @@ export class RtnlSocket {
   readonly #lock = new Mutex();
   #seq = 1;
   #closed = false;
+  /** Whether SO_RCVTIMEO is set: only a dump's receives block, so only a socket that dumps needs the bound. */
+  #bounded = false;
   /** "the agent's namespace" or "network namespace <path>", for errors. */
   readonly where: string;
 
@@ -162,11 +164,6 @@ export class RtnlSocket {
     // Both are optional comforts (older kernels lack them): error text, and acks without the echoed request.
     c.setsockopt(fd, SOL_NETLINK, NETLINK_EXT_ACK, one, 4);
     c.setsockopt(fd, SOL_NETLINK, NETLINK_CAP_ACK, one, 4);
-    // Only a dump's receives block (the others pass MSG_DONTWAIT): bound them, so a lost part cannot hold a thread.
-    const timeout = Buffer.alloc(16); // struct timeval
-    timeout.writeBigInt64LE(BigInt(Math.floor(DUMP_RECV_TIMEOUT_US / 1e6)), 0);
-    timeout.writeBigInt64LE(BigInt(DUMP_RECV_TIMEOUT_US % 1e6), 8);
-    c.setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, timeout, timeout.length);
     return new RtnlSocket(fd, where);
   }
 
@@ -269,6 +266,14 @@ export class RtnlSocket {
 
   async #dump<T>(req: NlRequest, decode: (msg: NlMessage) => T, rx: Buffer): Promise<{ answers: T[]; interrupted: boolean }> {
     if (this.#closed) throw new Error(`netlink socket in ${this.where} is closed`);
+    if (!this.#bounded) {
+      // a lost part must not hold a pool thread for ever
+      const timeout = Buffer.alloc(16); // struct timeval
+      timeout.writeBigInt64LE(BigInt(Math.floor(DUMP_RECV_TIMEOUT_US / 1e6)), 0);
+      timeout.writeBigInt64LE(BigInt(DUMP_RECV_TIMEOUT_US % 1e6), 8);
+      load().setsockopt(this.#fd, SOL_SOCKET, SO_RCVTIMEO, timeout, timeout.length);
+      this.#bounded = true;
+    }
     if (this.#seq + 1 >= 0x7fffffff) this.#seq = 1;
     const seq = this.#seq++;
     const sent = await this.#send(encodeBatch([req], seq));
