@@ -203,8 +203,11 @@ describe('netlink dumps: what the resync reads instead of spawning ip, bridge an
     sock = inNetns(path(ns), () => RtnlSocket.open(`network namespace ${ns}`));
   });
   after(() => {
-    sock.close();
-    delNetns(ns);
+    try {
+      sock.close();
+    } finally {
+      delNetns(ns); // also when the set-up failed before the socket was opened
+    }
   });
 
   test('links: every one ip lists, with index, MTU, MAC, master, kind, UP and the VXLAN device\'s VNI, local address, port, learning', async () => {
