@@ -94,6 +94,13 @@ function unauthenticated(reason: string): AtollError {
   return atollError('API_UNAUTHENTICATED', `request refused: ${reason}`, 'check the bootstrap token, the node key and the clock');
 }
 
+/**
+ * How long an idle kept-alive connection stays open. Longer than an agent's default usage period (10 s), so its
+ * reports reuse one TLS connection; Node's default (5 s) made every report a new handshake. The agent's client
+ * closes its idle socket a little before this, from the `Keep-Alive` header.
+ */
+const KEEP_ALIVE_MS = 30_000;
+
 export class ApiServer {
   readonly #c: ApiServerComponents;
   readonly #init: ApiServerInit;
@@ -117,6 +124,7 @@ export class ApiServer {
   async start(): Promise<number> {
     const server = createServer({ key: this.#init.key, cert: this.#init.certChain }, (req, res) => void this.#handle(req, res));
     server.headersTimeout = 10_000;
+    server.keepAliveTimeout = KEEP_ALIVE_MS;
     server.requestTimeout = 0; // watches are long-lived; bodies are bounded by size instead
     server.on('clientError', (err: Error & { code?: string }, socket: Duplex) => this.#clientError(err, socket));
     this.#server = server;

@@ -72,3 +72,18 @@ test('a node\'s join and usage reports share one kept-alive TLS connection; clos
   await new Promise((r) => setTimeout(r, 200));
   assert.equal(accepted[0]?.destroyed, true, 'close() ended the kept connection');
 });
+
+test('a report after an idle pause longer than Node\'s default keep-alive (5 s) still uses the kept connection', async () => {
+  const before = accepted.length;
+  const identity = memoryIdentity();
+  const client = new ControllerClient({ urls: [`https://127.0.0.1:${relayPort}`], caPem: ca, identity, nodeName: 'client-n2' });
+  try {
+    const fields = { site: 'edge-1', community: '', addresses: ['198.51.100.11'], vtepMac: '02:00:00:00:00:0b', tunnelKey: '', agentVersion: 'test' };
+    await client.join(TOKEN, identity.publicKey, fields);
+    await new Promise((r) => setTimeout(r, 6000)); // below an agent's default usage period (10 s)
+    await client.reportUsage({ capacity: 62, allocated: 1, reserved: 0, free: 61 });
+    assert.equal(accepted.length - before, 1, `the join and the report opened ${accepted.length - before} connections`);
+  } finally {
+    client.close();
+  }
+});
