@@ -96,8 +96,8 @@ function unauthenticated(reason: string): AtollError {
 
 /**
  * How long an idle kept-alive connection stays open. Longer than an agent's default usage period (10 s), so its
- * reports reuse one TLS connection; Node's default (5 s) made every report a new handshake. The agent's client
- * closes its idle socket a little before this, from the `Keep-Alive` header.
+ * reports reuse one TLS connection; with Node's default (5 s) the server closed it between two reports and each
+ * report made a new handshake. An agent's client keeps its idle socket until the server closes it.
  */
 const KEEP_ALIVE_MS = 30_000;
 

@@ -80,7 +80,7 @@ test('a report after an idle pause longer than Node\'s default keep-alive (5 s) 
   try {
     const fields = { site: 'edge-1', community: '', addresses: ['198.51.100.11'], vtepMac: '02:00:00:00:00:0b', tunnelKey: '', agentVersion: 'test' };
     await client.join(TOKEN, identity.publicKey, fields);
-    await new Promise((r) => setTimeout(r, 6000)); // below an agent's default usage period (10 s)
+    await new Promise((r) => setTimeout(r, 7000)); // Node closes an idle connection at 5 s plus a 1 s buffer; an agent reports every 10 s
     await client.reportUsage({ capacity: 62, allocated: 1, reserved: 0, free: 61 });
     assert.equal(accepted.length - before, 1, `the join and the report opened ${accepted.length - before} connections`);
   } finally {
