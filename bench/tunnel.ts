@@ -56,6 +56,13 @@ const DATAGRAM_VS_STREAM_TARGET = 1.0;
 const IDLE_RSS_TARGET_MIB = 80;
 /** Idle part: how often the agents' VmRSS is read. */
 const IDLE_SAMPLE_MS = 30_000;
+/**
+ * Idle part: an agent "does not grow" when the median of its last 5 samples is within this of the median of its
+ * samples from minute 2 to minute 4 (after the lab converged).
+ */
+const IDLE_GROWTH_TARGET_MIB = 1;
+/** Idle part's reference: a bare Node with `node:tls` loaded, run with `bin/atoll`'s flags beside the lab. */
+const IDLE_REFERENCE = 'reference: bare Node + node:tls';
 /** Flood part: the flow under a flood against without one. */
 const FLOOD_TARGET = 0.95;
 /** Flood part: the kinds of bad input (bench/udp-flood.c), datagrams per second of each, and the flow's streams. */
@@ -125,6 +132,7 @@ const USAGE = `usage: node bench/tunnel.ts [options]
   --loss PCT,...       lossy part: random loss per edge uplink and direction, percent (default 1,3)
   --flood-rate N       flood part: bad datagrams per second of each kind (default 50000; at most 1000000)
   --idle-minutes M     idle part: how long the lab stays up idle while the agents' VmRSS is read every 30 s
+                       (growth is judged from 6 minutes on)
                        (default 15)
   --json FILE          write every sample and summary to FILE
   --timeout SECONDS    abort (and clean up) after this long (default 900, plus the idle part's minutes; 300 with
@@ -400,10 +408,10 @@ function cpuTicks(pid: number): number {
   return Number(fields[11]) + Number(fields[12]);
 }
 
-function memKiB(pid: number): { rss: number; hwm: number } {
+function memKiB(pid: number): { rss: number; hwm: number; anon: number } {
   const status = readFileSync(`/proc/${pid}/status`, 'utf8');
   const kib = (key: string) => Number(new RegExp(`^${key}:\\s+(\\d+) kB`, 'm').exec(status)?.[1] ?? NaN);
-  return { rss: kib('VmRSS'), hwm: kib('VmHWM') };
+  return { rss: kib('VmRSS'), hwm: kib('VmHWM'), anon: kib('RssAnon') };
 }
 
 interface Watched {
@@ -590,8 +598,11 @@ interface PartResult {
   readonly noMetrics?: { readonly runId: string; readonly flags: readonly string[]; readonly idle: Record<string, { rssKiB: number; hwmKiB: number }> };
   /** Flood part: per kind, what the flooder said it sent and what b-1 counted as dropped (by reason) over its runs. */
   readonly floods?: Record<string, { readonly lines: readonly string[]; readonly drops: Record<string, number> }>;
-  /** Idle part: each agent's VmRSS (KiB) read every {@link IDLE_SAMPLE_MS}, from the lab's start, at `atS` seconds. */
-  readonly idleSeries?: { readonly atS: readonly number[]; readonly rssKiB: Record<string, number[]> };
+  /**
+   * Idle part: each agent's (and the reference's) VmRSS and RssAnon (KiB) read every {@link IDLE_SAMPLE_MS}, from
+   * when the lab converged, at `atS` seconds.
+   */
+  readonly idleSeries?: { readonly atS: readonly number[]; readonly rssKiB: Record<string, number[]>; readonly anonKiB: Record<string, number[]> };
   /** Shaped part: the uplink conditions applied, and how the delay was made. */
   readonly applied?: { readonly rateMbit: number; readonly delayMs: number; readonly delayBy: 'netem' | 'delay-line'; readonly qdiscs: Record<string, string[]> };
 }
@@ -1048,15 +1059,26 @@ function report(r: Results, opts: Options): { text: string; targets: Target[]; s
   if (series) {
     // a column every 5 minutes (and the last sample), so a long run stays readable
     const cols = series.atS.flatMap((t, i) => (i === series.atS.length - 1 || t % 300 < IDLE_SAMPLE_MS / 1000 ? [i] : []));
-    const rows: string[][] = [['agent', ...cols.map((i) => `${fmt((series.atS[i] ?? 0) / 60)} min`), 'max', 'last - first']];
-    for (const [role, kib] of Object.entries(series.rssKiB)) {
-      rows.push([role, ...cols.map((i) => mib(kib[i] ?? NaN)), mib(Math.max(...kib)), mib((kib.at(-1) ?? NaN) - (kib[0] ?? NaN))]);
-      targets.push({
-        what: `idle VmRSS of ${role} stays <= ${IDLE_RSS_TARGET_MIB} MiB over ${opts.idleMinutes} min at the lab's periods (lab ${r.idle?.runId})`,
-        value: `max ${mib(Math.max(...kib))} MiB`, pass: Math.max(...kib) / KIB_PER_MIB <= IDLE_RSS_TARGET_MIB,
-      });
+    const settled = series.atS.flatMap((t, i) => (t >= 120 && t <= 240 ? [i] : []));
+    const growth = (kib: readonly number[]) => median(kib.slice(-5)) - median(settled.map((i) => kib[i] ?? NaN));
+    for (const [what, bySeries] of [['VmRSS', series.rssKiB], ['RssAnon', series.anonKiB]] as const) {
+      const rows: string[][] = [['process', ...cols.map((i) => `${fmt((series.atS[i] ?? 0) / 60)} min`), 'max', 'growth (last 5 - min 2 to 4)']];
+      for (const [role, kib] of Object.entries(bySeries)) {
+        rows.push([role, ...cols.map((i) => mib(kib[i] ?? NaN)), mib(Math.max(...kib)), mib(growth(kib))]);
+        if (what !== 'VmRSS' || role === IDLE_REFERENCE) continue;
+        targets.push({
+          what: `idle VmRSS of ${role} stays <= ${IDLE_RSS_TARGET_MIB} MiB over ${opts.idleMinutes} min at the lab's periods (lab ${r.idle?.runId})`,
+          value: `max ${mib(Math.max(...kib))} MiB`, pass: Math.max(...kib) / KIB_PER_MIB <= IDLE_RSS_TARGET_MIB,
+          note: `the reference: max ${mib(Math.max(...(series.rssKiB[IDLE_REFERENCE] ?? [])))} MiB`,
+        });
+        if (settled.length === 0 || (series.atS.at(-1) ?? 0) < 360) continue; // too short a run to judge growth
+        targets.push({
+          what: `idle VmRSS of ${role} does not grow: last 5 samples against minutes 2 to 4, <= ${IDLE_GROWTH_TARGET_MIB} MiB (lab ${r.idle?.runId})`,
+          value: `${mib(growth(kib))} MiB`, pass: growth(kib) / KIB_PER_MIB <= IDLE_GROWTH_TARGET_MIB,
+        });
+      }
+      lines.push(`Idle agents' ${what} in MiB over time, and a bare Node beside them (lab ${r.idle?.runId}: unshaped topology, --udp, resync and usage report every 5 s; read every ${IDLE_SAMPLE_MS / 1000} s)`, table(rows, 1), '');
     }
-    lines.push(`Idle agents' VmRSS in MiB over time (lab ${r.idle?.runId}: unshaped topology, --udp, resync and usage report every 5 s; read every ${IDLE_SAMPLE_MS / 1000} s)`, table(rows, 1), '');
   }
   const tt: string[][] = [['target', 'result', 'value']];
   for (const t of targets) tt.push([t.what, t.pass ? 'PASS' : 'MISS', `${t.value}${t.note ? ` (${t.note})` : ''}`]);
@@ -1091,20 +1113,29 @@ function report(r: Results, opts: Options): { text: string; targets: Target[]; s
  */
 async function idle(fx: Fixture, opts: Options): Promise<PartResult> {
   const lab = await labUp(fx, 'idle', UNSHAPED_SPEC, ['--udp']);
+  // the reference: what this machine and its Node make of a process that does nothing (file pages mapped, a heap)
+  const reference = start(fx, [process.execPath, '--max-semi-space-size=1', '--expose-gc', '-e', "require('node:tls'); setInterval(() => {}, 5000)"],
+    opts.idleMinutes * 60_000 + 120_000);
   try {
     await waitForPath(fx, lab, 'a-1', 'b-1', 'udp');
-    const agents = [...lab.pids].filter(([role]) => role.startsWith('agent '));
+    const watched: [string, number][] = [...[...lab.pids].filter(([role]) => role.startsWith('agent ')), [IDLE_REFERENCE, reference.child.pid ?? NaN]];
     const t0 = performance.now();
     const atS: number[] = [];
-    const rssKiB: Record<string, number[]> = Object.fromEntries(agents.map(([role]) => [role, []]));
+    const rssKiB: Record<string, number[]> = Object.fromEntries(watched.map(([role]) => [role, []]));
+    const anonKiB: Record<string, number[]> = Object.fromEntries(watched.map(([role]) => [role, []]));
     for (let k = 0; k * IDLE_SAMPLE_MS <= opts.idleMinutes * 60_000; k++) {
       await sleep(Math.max(0, t0 + k * IDLE_SAMPLE_MS - performance.now()));
       atS.push(Math.round((performance.now() - t0) / 1000));
-      for (const [role, pid] of agents) rssKiB[role]?.push(memKiB(pid).rss);
+      for (const [role, pid] of watched) {
+        const m = memKiB(pid);
+        rssKiB[role]?.push(m.rss);
+        anonKiB[role]?.push(m.anon);
+      }
       if (k % 10 === 0) process.stderr.write(`bench: idle lab, ${atS.at(-1)} s of ${opts.idleMinutes * 60}\n`);
     }
-    return { runId: lab.runId, flags: lab.flags, paths: {}, idle: idleMemory(lab), samples: [], idleSeries: { atS, rssKiB } };
+    return { runId: lab.runId, flags: lab.flags, paths: {}, idle: idleMemory(lab), samples: [], idleSeries: { atS, rssKiB, anonKiB } };
   } finally {
+    reference.child.kill();
     await labDown(fx, lab);
   }
 }
