@@ -6,6 +6,7 @@ import { loadAgentConfig } from '../config/agent-config.ts';
 import { jsonLogger } from '../adapters/json-logger.ts';
 import { IpRoute2 } from '../adapters/iproute2.ts';
 import { jumpFreeWallClock } from '../adapters/timers.ts';
+import { startIdleGc } from '../adapters/idle-gc.ts';
 import { Agent } from '../agent/agent.ts';
 import { parseCommand, UsageError, usageExitCode } from './usage.ts';
 
@@ -70,11 +71,13 @@ async function runAgent(argv: string[]): Promise<number> {
   const config = loadAgentConfig(flags.config);
   const agent = new Agent({ ip: new IpRoute2(), log, clock: Date.now, ageClock: jumpFreeWallClock }, config);
   await agent.start();
+  const idleGc = startIdleGc();
   await new Promise<void>((resolve) => {
     const stop = () => resolve();
     process.once('SIGTERM', stop);
     process.once('SIGINT', stop);
   });
+  idleGc.stop();
   await agent.stop();
   return 0;
 }
@@ -87,10 +90,12 @@ async function runController(argv: string[]): Promise<number> {
   const controller = new Controller({ log, clock: Date.now }, loadControllerConfig(flags.config));
   await controller.start();
   process.stdout.write(`controller ready; agents pin its CA with caCertHash ${controller.caCertHash}\n`);
+  const idleGc = startIdleGc();
   await new Promise<void>((resolve) => {
     process.once('SIGTERM', () => resolve());
     process.once('SIGINT', () => resolve());
   });
+  idleGc.stop();
   await controller.stop();
   return 0;
 }
@@ -102,10 +107,12 @@ async function runRelay(argv: string[]): Promise<number> {
   const relay = new Relay(loadRelayConfig(flags.config), jsonLogger({ level: flags.logLevel }).child('relay'));
   await relay.start();
   process.stdout.write(`relay ready; agents pin it with relayPin ${relay.pin}\n`);
+  const idleGc = startIdleGc();
   await new Promise<void>((resolve) => {
     process.once('SIGTERM', () => resolve());
     process.once('SIGINT', () => resolve());
   });
+  idleGc.stop();
   relay.stop();
   return 0;
 }
