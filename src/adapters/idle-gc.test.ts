@@ -10,29 +10,47 @@ test('isIdle: under 2% of a core over the period', () => {
   assert.equal(isIdle(5_000, 200), false);
 });
 
-// A child that promotes 10 MB of Buffers to the old generation, drops them, starts the collector with a short
-// period and sleeps; it prints the memory its ArrayBuffers hold before and after.
-const CHILD = `
+// A child that promotes 10,000 Buffers to the old generation, drops them, starts the collector with a short period
+// and then idles (or keeps a core busy) for 2 s. It prints how many forced full collections ran (V8 flags the ones
+// `gc()` asks for) and how many of 100 of the Buffers, followed by weak references, were still alive at the start and
+// at the end.
+const child = (busy: boolean) => `
+import { PerformanceObserver, constants } from 'node:perf_hooks';
 import { startIdleGc } from ${JSON.stringify(new URL('./idle-gc.ts', import.meta.url).pathname)};
+let forced = 0;
+new PerformanceObserver((list) => {
+  for (const e of list.getEntries()) if (e.detail.flags & constants.NODE_PERFORMANCE_GC_FLAGS_FORCED) forced++;
+}).observe({ entryTypes: ['gc'] });
 let kept = Array.from({ length: 10_000 }, () => Buffer.alloc(1024, 1));
-for (let i = 0; i < 200; i++) new Array(10_000).fill({ i }); // young garbage: scavenges promote what is kept
+const refs = kept.filter((_, i) => i % 100 === 0).map((b) => new WeakRef(b));
+for (let i = 0; i < 50; i++) new Array(10_000).fill({ i }); // young garbage: scavenges promote what is kept
 kept = undefined;
-const before = process.memoryUsage().arrayBuffers;
+const alive = () => refs.filter((r) => r.deref() !== undefined).length;
+const before = alive();
 const c = startIdleGc(200);
-await new Promise((r) => setTimeout(r, 1500));
+const end = Date.now() + 2000;
+if (${busy}) while (Date.now() < end) for (let i = 0; i < 1e5; i++) Math.sqrt(i); // on a core all along, no timers
+await new Promise((r) => setTimeout(r, Math.max(0, end - Date.now())));
 c.stop();
-console.log(JSON.stringify({ before, after: process.memoryUsage().arrayBuffers }));
+await new Promise((r) => setImmediate(r)); // the observer's last entries
+console.log(JSON.stringify({ forced, before, after: alive() }));
 `;
 
-function run(flags: string[]): { before: number; after: number } {
-  const out = execFileSync(process.execPath, [...flags, '--max-semi-space-size=1', '--input-type=module', '-e', CHILD], { encoding: 'utf8' });
-  return JSON.parse(out) as { before: number; after: number };
+function run(flags: string[], busy = false): { forced: number; before: number; after: number } {
+  const out = execFileSync(process.execPath, [...flags, '--max-semi-space-size=1', '--input-type=module', '-e', child(busy)], { encoding: 'utf8' });
+  return JSON.parse(out) as { forced: number; before: number; after: number };
 }
 
-test('startIdleGc collects an idle process\'s dead Buffers, which V8 alone leaves in the old generation', () => {
-  const plain = run([]); // no gc exposed: the collector does nothing, and nothing else collects them
-  assert.ok(plain.after > 8 * 1024 * 1024, `without --expose-gc: ${plain.after} bytes of ArrayBuffers left (expected the 10 MB still there)`);
-  const exposed = run(['--expose-gc']);
-  assert.ok(exposed.before > 8 * 1024 * 1024, `the Buffers were not alive to start with: ${exposed.before} bytes`);
-  assert.ok(exposed.after < 2 * 1024 * 1024, `with --expose-gc: ${exposed.after} bytes of ArrayBuffers left (expected under 2 MB)`);
+test('startIdleGc runs full collections in an idle process, which free the Buffers it promoted and dropped', () => {
+  const idle = run(['--expose-gc']);
+  assert.equal(idle.before, 100, `the Buffers were not alive to start with: ${JSON.stringify(idle)}`);
+  assert.ok(idle.forced >= 1, `no forced collection in 2 s at a 200 ms period: ${JSON.stringify(idle)}`);
+  assert.equal(idle.after, 0, `Buffers left after the collections: ${JSON.stringify(idle)}`);
+});
+
+test('startIdleGc leaves a busy process, and one without gc exposed, to V8', () => {
+  const busy = run(['--expose-gc'], true);
+  assert.equal(busy.forced, 0, `a process on a core all along was collected: ${JSON.stringify(busy)}`);
+  const plain = run([]);
+  assert.equal(plain.forced, 0, `without --expose-gc: ${JSON.stringify(plain)}`);
 });
