@@ -84,7 +84,7 @@ function getJson<T>(socketPath: string, path: string, timeoutMs: number): Promis
     req.on('timeout', () => req.destroy(new Error(`no answer within ${timeoutMs} ms`)));
     req.on('error', (cause: NodeJS.ErrnoException) => reject((cause.code === 'ECONNRESET')
       // something listens there but closed the connection without an HTTP answer: most often the CNI socket beside it
-      ? atollError('AGENT_UNREACHABLE', `${socketPath} accepted the connection and closed it without an answer: it is not an agent's status socket`,
+      ? atollError('AGENT_UNREACHABLE', `${socketPath} accepted the connection and closed it without an answer: not an agent's status socket, or the agent stopped while answering`,
         `if it is the agent's CNI socket, its status socket is ${statusSocketOf(socketPath)}: point --socket there, or use --config AGENT_CONFIG`, cause)
       : atollError('AGENT_UNREACHABLE', `cannot read the agent's status at ${socketPath}: ${cause.message}`,
         'start the agent, or point at its socket with --config AGENT_CONFIG or --socket PATH (run as root)', cause)));
