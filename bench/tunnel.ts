@@ -133,8 +133,7 @@ const USAGE = `usage: node bench/tunnel.ts [options]
   --loss PCT,...       lossy part: random loss per edge uplink and direction, percent (default 1,3)
   --flood-rate N       flood part: bad datagrams per second of each kind (default 50000; at most 1000000)
   --idle-minutes M     idle part: how long the lab stays up idle while the agents' VmRSS is read every 30 s
-                       (growth is judged from 6 minutes on)
-                       (default 15)
+                       (default 15; growth is judged in runs of 6 minutes or more)
   --json FILE          write every sample and summary to FILE
   --timeout SECONDS    abort (and clean up) after this long (default 900 for 3 runs of 10 s per path, scaled up
                        for more or longer runs, plus the idle part's minutes; 300 with --smoke)
