@@ -11,13 +11,13 @@
 import { trimMalloc } from './malloc-trim.ts';
 
 /** How often the collector looks, ms. */
-export const IDLE_GC_PERIOD_MS = 60_000;
+const IDLE_GC_PERIOD_MS = 60_000;
 /** Share of one core under which a period counts as idle. */
-export const IDLE_CPU_SHARE = 0.02;
+const IDLE_CPU_SHARE = 0.02;
 
-/** Whether `cpuMicros` of CPU time over `periodMs` is idle (under `share` of one core). Pure. */
-export function isIdle(cpuMicros: number, periodMs: number, share = IDLE_CPU_SHARE): boolean {
-  return cpuMicros / 1000 < periodMs * share;
+/** Whether `cpuMicros` of CPU time over `periodMs` is idle (under {@link IDLE_CPU_SHARE} of one core). Pure. */
+export function isIdle(cpuMicros: number, periodMs: number): boolean {
+  return cpuMicros / 1000 < periodMs * IDLE_CPU_SHARE;
 }
 
 /** Starts the collector; `stop` ends it. The timer does not keep the process alive. */
