@@ -2,9 +2,11 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { generateKeyPairSync, randomBytes } from 'node:crypto';
 import { createSocket } from 'node:dgram';
+import { closeSync } from 'node:fs';
 import type { Server } from 'node:tls';
 import { DATAGRAM_TYPE } from '../core/tunnel/datagram.ts';
-import type { ControlMessage, UdpKeyMessage } from '../core/tunnel/messages.ts';
+import type { ControlMessage, UdpKeyAck, UdpKeyMessage } from '../core/tunnel/messages.ts';
+import { KeptRegion } from './datagram-native.ts';
 import { DatagramPath, deriveDatagramKey } from './datagram-path.ts';
 import { selfSignedTunnelCert, spkiPin } from './pki.ts';
 import { dialTunnel, listenTunnel } from './tunnel-dial.ts';
@@ -185,5 +187,44 @@ describe('datagram keys agreed by hellos', () => {
     await send(10);
     assert.equal(pb.stats.dropped.unknownKey, 0);
     assert.equal(offers().length, 2, 'one fresh offer, no churn');
+  });
+});
+
+describe('datagram path with a kept region', () => {
+  test('the description turns usable with the path, not at the next tick: an agent killed in between takes back a usable path', async () => {
+    const a = credentials('node-a');
+    const b = credentials('node-b');
+    // each end's stream hands its control messages to the other end; both export the same keying material
+    const stream = (deliver: (m: UdpKeyMessage | UdpKeyAck) => void) => ({
+      alive: true, silentMs: 0, remote: { host: '127.0.0.1', port: 1 },
+      exportKeyingMaterial: (n: number) => Buffer.alloc(n, 7),
+      sendControl: (m: ControlMessage) => (m.t === 'udp-key' || m.t === 'udp-key-ack') && setImmediate(() => deliver(m)),
+    }) as unknown as TunnelStream;
+    // a (kept) keeps alive once a second, b ten times as often: a turns usable when b's keepalive answering a's first
+    // one comes, about 0.9 s before a's next tick
+    const atA: TunnelStream = stream((m) => pb.onControl('a', atB, m));
+    const atB: TunnelStream = stream((m) => pa.onControl('b', atA, m));
+    const fd = KeptRegion.create(16, 64 * 1024);
+    const pa = new DatagramPath({ streamOf: () => atA, publicHost: () => '', onPacket: () => {} },
+      { host: '127.0.0.1', port: 0, underlayMtu: 1500, keepaliveMs: 1000, deadAfterMs: 3000, kept: true });
+    const pb = new DatagramPath({ streamOf: () => atB, publicHost: () => '', onPacket: () => {} },
+      { host: '127.0.0.1', port: 0, underlayMtu: 1500, keepaliveMs: 100, deadAfterMs: 3000 });
+    after(() => {
+      pa.close();
+      pb.close();
+      KeptRegion.detach(); // after the keys in its slots were freed
+      closeSync(fd);
+    });
+    pa.bind();
+    pb.bind();
+    pa.setPeers([{ id: 'b', pin: b.pin }]);
+    pb.setPeers([{ id: 'a', pin: a.pin }]);
+    pa.offerKey('b', atA);
+    pb.offerKey('a', atB);
+    pa.run();
+    pb.run();
+    const described = () => (JSON.parse(Buffer.from(KeptRegion.read(64 * 1024) ?? []).toString()) as { peers: { id: string; usable: boolean }[] }).peers;
+    await until('a\'s path to b to turn usable', () => pa.usable('b'), 10_000, 2);
+    assert.deepEqual(described().map((p) => [p.id, p.usable]), [['b', true]]);
   });
 });

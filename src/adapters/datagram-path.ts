@@ -724,9 +724,14 @@ export class DatagramPath {
   /**
    * A ring of `n` messages from the socket: opened natively (the GRO runs cut apart, keys found, replay windows
    * checked, tags verified, in place), then per authentic datagram the source check and keepalive or packet here.
+   * A peer heard from after a silence may have turned usable: the kept region is described again at once, not at the
+   * next tick, or an agent killed in between takes the path back as unusable and drops its packets until keepalives
+   * and a stream come back.
    */
   #onMessages(socket: UdpBatchSocket, n: number): void {
     const now = steadyClock();
+    const dead = this.#init.deadAfterMs ?? DEAD_AFTER_MS;
+    let revived = false;
     const table = this.#table;
     const { handed } = table.open(socket.ring, n, now, this.stats.dropped);
     const r = table.results;
@@ -755,18 +760,22 @@ export class DatagramPath {
           this.stats.endpointMoves++;
           this.#describe();
         }
+        const hearsUs = (bytes[off]! & KEEPALIVE_HEARS_YOU) !== 0;
+        revived ||= now - p.lastHeard >= dead || (hearsUs && now - p.heardByPeer >= dead);
         p.lastHeard = now;
-        if ((bytes[off]! & KEEPALIVE_HEARS_YOU) !== 0) p.heardByPeer = now;
+        if (hearsUs) p.heardByPeer = now;
         continue;
       }
       if (!known) {
         this.#drop('unknownAddress');
         continue;
       }
+      revived ||= now - p.lastHeard >= dead;
       p.lastHeard = now;
       this.stats.received++;
       this.#c.onPacket(p.id, bytes.subarray(off, off + len));
     }
+    if (revived && this.#init.kept && this.#usableSet(now) !== this.#describedUsable) this.#describe();
   }
 
   /** Every second: keepalives, key rotation, offers that went unanswered, expired receiving keys. */
