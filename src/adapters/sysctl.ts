@@ -1,12 +1,18 @@
 /** Sysctls under /proc/sys, in the agent's namespace or a pod's. */
-import { writeFileSync } from 'node:fs';
+import { existsSync, writeFileSync } from 'node:fs';
 import { atollError } from '../core/errors.ts';
 import { inNetns } from './netns.ts';
 
-/** Writes `value` to /proc/sys/`key` (e.g. `net/ipv4/ip_forward`), in `netns` when given. Idempotent. */
-export function writeSysctl(key: string, value: string, netns?: string): void {
-  if (netns) inNetns(netns, () => writeSysctlHere(key, value, netns));
-  else writeSysctlHere(key, value);
+/**
+ * Writes `value` to /proc/sys/`key` (e.g. `net/ipv4/ip_forward`), in `netns` when given. Idempotent. `ifPresent`: a
+ * key the namespace does not have (its module not loaded) is skipped.
+ */
+export function writeSysctl(key: string, value: string, netns?: string, opts: { ifPresent?: boolean } = {}): void {
+  const write = () => {
+    if (!opts.ifPresent || existsSync(`/proc/sys/${key}`)) writeSysctlHere(key, value, netns);
+  };
+  if (netns) inNetns(netns, write);
+  else write();
 }
 
 /**

@@ -238,7 +238,7 @@ async function applyStep(step: LabSetupStep): Promise<void> {
     case 'sysctl':
       for (const line of step.lines) {
         const [key, value] = line.split('=') as [string, string];
-        writeSysctl(key, value, netns);
+        writeSysctl(key, value, netns, { ifPresent: step.ifPresent });
       }
   }
 }

@@ -48,6 +48,8 @@ test('without netem: a delay line spliced into each delayed uplink (bridges, per
   const steps = renderLabSetup(p).flat().filter((x) => x.netns === dly).flatMap((x) => x.lines);
   assert.ok(steps.includes('tuntap add dev tapr mode tap vnet_hdr') && steps.includes('link set tapr master brr txqueuelen 65536 up'), steps.join('\n'));
   assert.ok(steps.includes('link set brw up') && !steps.some((l) => l.startsWith('addr add')), 'the bridges only join ports');
+  const wires = renderLabSetup(p).flat().filter((x) => x.tool === 'sysctl' && x.ifPresent && x.lines.includes('net/bridge/bridge-nf-call-iptables=0'));
+  assert.deepEqual(wires.map((x) => x.netns).sort(), [dly, `${labPrefix('0abc')}wan`], 'frames crossing a wire\'s bridges skip netfilter; routers and nodes keep the default');
   assert.equal(plan(spec).delayLines.length, 0, 'netem (the default) needs no delay line');
 });
 
