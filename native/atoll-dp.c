@@ -7,7 +7,9 @@
  *         one address and sent with one sendmsg and UDP_SEGMENT (UDP GSO) when the run ends;
  *   receive: a recvmmsg ring's messages (each one datagram or a UDP_GRO run of them) cut into datagrams, the key found
  *         by its id in a table of our own, the counter checked against the key's replay window, the datagram opened in
- *         place and the counter recorded once the tag verified; one result per datagram for JavaScript.
+ *         place and the counter recorded once the tag verified; consecutive TCP segments of one flow from one peer and
+ *         address merged back, in place, into a superpacket for the TUN device (as the kernel's GRO does); one result
+ *         per packet for JavaScript.
  *
  * The wire format is src/core/tunnel/datagram.ts's:
  *   type (1) | 0 (3) | key id (4, BE) | counter (8, BE) | sealed payload | tag (16)
@@ -65,8 +67,14 @@
 enum { DROP_TRUNCATED, DROP_BAD_TYPE, DROP_UNKNOWN_KEY, DROP_REPLAYED, DROP_BAD_TAG, DROPS };
 /* Result kinds (>= 0) for a datagram handed to JavaScript. */
 enum { KIND_DATA = TYPE_DATA, KIND_KEEPALIVE = TYPE_KEEPALIVE, KIND_HELLO = HELLO_TYPE };
-/* Per result: kind, peer tag, message index, offset of the plaintext (or the hello) from the ring's start, length. */
-#define RESULT_INTS 5
+/* Per result: kind, peer tag, message index, offset of the plaintext (or the hello) from the ring's start, length,
+ * datagrams merged into it, and their plaintexts' bytes (a packet not merged: 1 and its length). */
+#define RESULT_INTS 7
+#define IP4 20
+#define TCP_PSH 0x08
+/* TCP flags that never merge: FIN, SYN, RST, URG, ECE, CWR. */
+#define TCP_NO_MERGE (0x01 | 0x02 | 0x04 | 0x20 | 0x40 | 0x80)
+#define MAX_IP 65535
 
 static uint32_t rd32(const uint8_t *b) { return ((uint32_t)b[0] << 24) | ((uint32_t)b[1] << 16) | ((uint32_t)b[2] << 8) | b[3]; }
 static void wr16(uint8_t *b, uint32_t v) { b[0] = (uint8_t)(v >> 8); b[1] = (uint8_t)v; }
@@ -522,17 +530,97 @@ static size_t segment_size(const struct msghdr *m, size_t len) {
   return len;
 }
 
+/* ---- merging TCP segments back into superpackets (the receiving half of atoll_dp_send's segmentation) ---- */
+
+/* The TCP facts of a segment that may merge. */
+typedef struct {
+  uint32_t thl, seq, payload, flags;
+} segment;
+
+/* Whether packet p (virtio header first, len bytes) may merge: IPv4 without options or fragments, not GSO, TCP with a
+ * payload and no flag that never merges. */
+static int mergeable(const uint8_t *p, size_t len, segment *s) {
+  const uint8_t *ip = p + VNET, *tcp = ip + IP4;
+  if (len < VNET + IP4 + 20 || ip[0] != 0x45 || ip[9] != 6 || p[1] != 0) return 0;
+  if ((ip[6] & 0x3f) != 0 || ip[7] != 0) return 0; /* MF or a fragment offset */
+  uint32_t total = ((uint32_t)ip[2] << 8) | ip[3];
+  if (total != len - VNET) return 0;
+  s->thl = (uint32_t)(tcp[12] >> 4) * 4;
+  s->flags = tcp[13];
+  if (s->thl < 20 || total <= IP4 + s->thl || (s->flags & TCP_NO_MERGE)) return 0;
+  s->payload = total - IP4 - s->thl;
+  s->seq = rd32(tcp + 4);
+  return 1;
+}
+
+/*
+ * The packet being merged: it starts in the ring where its first datagram's plaintext was, and each segment that
+ * continues it has its payload moved to its end, which always lies before that segment (a datagram's header and tag,
+ * and the segment's own headers, are more than what the payload moves by), over bytes already read.
+ */
+typedef struct {
+  uint8_t *p;
+  int res; /* its result, or -1 when none is held */
+  int32_t peer;
+  uint32_t addr, port; /* where its datagrams came from (network order) */
+  uint32_t len, segments, mss, thl, next_seq;
+} held;
+
+/* Whether segment q (facts s) continues h's flow exactly: same addresses, ports, TTL and TOS, same TCP header (options
+ * included) but the sequence number and PSH, the next sequence number, and no more payload than the first's. */
+static int continues(const held *h, const uint8_t *q, const segment *s) {
+  if (s->thl != h->thl || s->seq != h->next_seq || s->payload > h->mss || h->len + s->payload > VNET + MAX_IP) return 0;
+  const uint8_t *a = h->p + VNET, *b = q + VNET;
+  /* version/IHL and TOS; flags/fragment offset, TTL, protocol; addresses */
+  if (a[0] != b[0] || a[1] != b[1] || memcmp(a + 6, b + 6, 4) || memcmp(a + 12, b + 12, 8)) return 0;
+  a += IP4;
+  b += IP4;
+  /* ports; acknowledgement and data offset; flags but PSH, window; options */
+  if (memcmp(a, b, 4) || memcmp(a + 8, b + 8, 5) || (a[13] & ~TCP_PSH) != (b[13] & ~TCP_PSH) || a[14] != b[14] || a[15] != b[15]) return 0;
+  return memcmp(a + 20, b + 20, s->thl - 20) == 0;
+}
+
+/* Ends h: a superpacket when segments were merged (virtio GSO TCPV4, its IP length and checksum, the TCP checksum
+ * field holding the pseudo-header's sum, as the TUN device expects of a packet that needs its checksum), its result's
+ * length set. */
+static void finish(held *h, int32_t *results) {
+  if (h->res < 0) return;
+  if (h->segments > 1) {
+    uint8_t *b = h->p, *ip = b + VNET;
+    uint32_t total = h->len - VNET;
+    memset(b, 0, VNET);
+    b[0] = 1;                       /* VIRTIO_NET_HDR_F_NEEDS_CSUM */
+    b[1] = 1;                       /* VIRTIO_NET_HDR_GSO_TCPV4 */
+    b[2] = (uint8_t)(IP4 + h->thl); /* hdr_len (little-endian, as the rest) */
+    b[4] = (uint8_t)h->mss;
+    b[5] = (uint8_t)(h->mss >> 8); /* gso_size */
+    b[6] = IP4;                    /* csum_start */
+    b[8] = 16;                     /* csum_offset */
+    wr16(ip + 2, total);
+    wr16(ip + 10, 0);
+    wr16(ip + 10, ~fold(sum16(ip, IP4)) & 0xffff);
+    wr16(ip + IP4 + 16, fold(sum16(ip + 12, 8) + 6 + total - IP4));
+    results[h->res * RESULT_INTS + 4] = (int32_t)h->len;
+  }
+  h->res = -1;
+}
+
 /*
  * Opens the n messages of a recvmmsg vector `vec` (each one datagram or a UDP_GRO run, cut by its segment size), in
- * place. Writes RESULT_INTS ints per datagram handed on (authentic data and keepalives, and hellos unopened) into
+ * place. Writes RESULT_INTS ints per packet handed on (authentic data and keepalives, and hellos unopened) into
  * `results` (room for max_results), and adds to counts[0..DROPS) the drops by reason and to counts[DROPS] the
- * datagrams seen. Offsets count from `vec`: the ring is one block (src/adapters/udp-batch.ts). @returns the results
- * written; datagrams beyond max_results are counted as truncated.
+ * datagrams seen. With `merge`, consecutive TCP segments of one flow in data datagrams from one peer and source
+ * address are handed on as one superpacket; anything else between them ends it. Offsets count from `vec`: the ring is
+ * one block (src/adapters/udp-batch.ts). @returns the results written; datagrams beyond max_results are counted as
+ * truncated.
  */
-EXPORT int atoll_dp_open(key_table *t, struct mmsghdr *vec, int n, double now, int32_t *results, int max_results, uint32_t *counts) {
+EXPORT int atoll_dp_open(key_table *t, struct mmsghdr *vec, int n, double now, int merge, int32_t *results, int max_results, uint32_t *counts) {
   int r = 0;
+  held h = {.res = -1};
   for (int i = 0; i < n; i++) {
     struct msghdr *m = &vec[i].msg_hdr;
+    const struct sockaddr_in *from = m->msg_name;
+    uint32_t addr = from ? from->sin_addr.s_addr : 0, port = from ? from->sin_port : 0;
     uint8_t *buf = m->msg_iov[0].iov_base;
     size_t len = vec[i].msg_len;
     size_t seg = segment_size(m, len);
@@ -548,18 +636,43 @@ EXPORT int atoll_dp_open(key_table *t, struct mmsghdr *vec, int n, double now, i
       }
       int32_t peer = -1;
       int kind = open_one(t, d, dlen, now, &peer);
-      if (kind < 0) counts[-1 - kind]++;
-      else {
-        int32_t *res = results + r++ * RESULT_INTS;
-        res[0] = kind;
-        res[1] = peer;
-        res[2] = i;
-        res[3] = (int32_t)((d + (kind == KIND_HELLO ? 0 : HDR)) - (uint8_t *)vec);
-        res[4] = (int32_t)(kind == KIND_HELLO ? dlen : dlen - HDR - TAG);
+      if (kind < 0) {
+        counts[-1 - kind]++;
+        if (len == 0) break;
+        continue;
       }
+      uint8_t *p = d + (kind == KIND_HELLO ? 0 : HDR);
+      uint32_t plen = (uint32_t)(kind == KIND_HELLO ? dlen : dlen - HDR - TAG);
+      segment s;
+      int tcp = merge && kind == KIND_DATA && mergeable(p, plen, &s);
+      if (tcp && h.res >= 0 && h.peer == peer && h.addr == addr && h.port == port && continues(&h, p, &s)) {
+        memmove(h.p + h.len, p + VNET + IP4 + s.thl, s.payload);
+        h.len += s.payload;
+        h.segments++;
+        h.next_seq += s.payload;
+        h.p[VNET + IP4 + 13] |= (uint8_t)(s.flags & TCP_PSH);
+        int32_t *res = results + h.res * RESULT_INTS;
+        res[5]++;
+        res[6] += (int32_t)plen;
+        if (s.payload < h.mss || (s.flags & TCP_PSH)) finish(&h, results);
+        continue;
+      }
+      finish(&h, results);
+      int32_t *res = results + r * RESULT_INTS;
+      res[0] = kind;
+      res[1] = peer;
+      res[2] = i;
+      res[3] = (int32_t)(p - (uint8_t *)vec);
+      res[4] = (int32_t)plen;
+      res[5] = 1;
+      res[6] = (int32_t)plen;
+      if (tcp && !(s.flags & TCP_PSH))
+        h = (held){.p = p, .res = r, .peer = peer, .addr = addr, .port = port, .len = plen, .segments = 1, .mss = s.payload, .thl = s.thl, .next_seq = s.seq + s.payload};
+      r++;
       if (len == 0) break;
     }
   }
+  finish(&h, results);
   return r;
 }
 

@@ -2,9 +2,8 @@ import { after, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { readFileSync, realpathSync } from 'node:fs';
-import { DATAGRAM_HEADER, DATAGRAM_TAG, DATAGRAM_TYPE, type DatagramDrop, MAX_COUNTER } from '../core/tunnel/datagram.ts';
+import { DATAGRAM_HEADER, DATAGRAM_TAG, DATAGRAM_TYPE, type DatagramDrop, type DatagramType, MAX_COUNTER } from '../core/tunnel/datagram.ts';
 import { referenceOpen, referenceSeal } from '../../test/support/datagram-reference.ts';
-import { TcpCoalescer } from '../core/tunnel/coalesce.ts';
 import { DatagramSender, ipv4Number, nativeCryptoOrigin, OpenKeyTable, SealKey } from './datagram-native.ts';
 import { UdpBatchSocket } from './udp-batch.ts';
 import { until } from '../../test/support/wait.ts';
@@ -14,26 +13,31 @@ const LOOPBACK = ipv4Number('127.0.0.1') as number;
 
 const noDrops = (): Record<DatagramDrop, number> => ({ truncated: 0, badType: 0, unknownKey: 0, replayed: 0, badTag: 0, unknownAddress: 0, badPayload: 0 });
 
-/** A receiving socket opened by a native key table, and a sending one with a native sender, on loopback. */
-function loop() {
+/**
+ * A receiving socket opened by a native key table (TCP segments merged unless `merge` is false), and a sending one with
+ * a native sender, on loopback. `deferred`: the receiver starts reading at `start()`, so that what was sent before
+ * lies in the socket and comes in one ring.
+ */
+function loop(opts: { merge?: boolean; deferred?: boolean } = {}) {
   const table = new OpenKeyTable();
   const rx = new UdpBatchSocket({ host: '127.0.0.1', port: 0, bufferBytes: 1 << 22 });
   const tx = new UdpBatchSocket({ host: '127.0.0.1', port: 0, bufferBytes: 1 << 22 });
   const sender = new DatagramSender(tx.fd);
-  const got: { kind: number; peer: number; bytes: Uint8Array }[] = [];
+  const got: { kind: number; peer: number; bytes: Uint8Array; datagrams: number; plain: number }[] = [];
   const dropped = noDrops();
   let seen = 0;
-  rx.start((n) => {
-    const r = table.open(rx.ring, n, 1000, dropped);
+  const start = () => rx.start((n) => {
+    const r = table.open(rx.ring, n, 1000, dropped, opts.merge ?? true);
     seen += r.seen;
     for (let i = 0; i < r.handed; i++) {
       const d = table.result(i);
-      got.push({ kind: d.kind, peer: d.peer, bytes: rx.ringBytes.slice(d.offset, d.offset + d.length) });
+      got.push({ kind: d.kind, peer: d.peer, bytes: rx.ringBytes.slice(d.offset, d.offset + d.length), datagrams: d.datagrams, plain: d.bytes });
     }
   });
+  if (!opts.deferred) start();
   tx.start(() => {});
   return {
-    table, rx, sender, got, dropped, seen: () => seen,
+    table, rx, sender, got, dropped, seen: () => seen, start,
     close() {
       sender.free();
       tx.close();
@@ -72,6 +76,50 @@ function csum(b: Uint8Array, off: number, len: number, init = 0): number {
   return s;
 }
 
+/** A TCP/IPv4 superpacket (GSO TCPV4) with 12 bytes of TCP options (timestamps), sequence `seq` from port `srcPort`. */
+function flowPacket(payload: number, gsoSize: number, flags: number, seq: number, srcPort = 0x9c40): Uint8Array {
+  const pkt = new Uint8Array(10 + 20 + 32 + payload);
+  pkt.set([1, 1, 52, 0, gsoSize & 255, gsoSize >> 8, 20, 0, 16, 0], 0);
+  const total = 52 + payload;
+  pkt.set([0x45, 0, total >> 8, total & 255, 0x12, 0x34, 0x40, 0, 64, 6, 0, 0, 10, 1, 0, 2, 10, 2, 0, 3], 10);
+  pkt.set([srcPort >> 8, srcPort & 255, 0x14, 0x51, seq >>> 24, (seq >> 16) & 255, (seq >> 8) & 255, seq & 255, 0, 0, 0, 1, 0x80, flags, 0xff, 0xff, 0, 0, 0, 0,
+    1, 1, 8, 10, 0, 0, 0, 1, 0, 0, 0, 2], 30);
+  for (let i = 62; i < pkt.length; i++) pkt[i] = i * 13 & 255;
+  return pkt;
+}
+
+/**
+ * The segments `pkt` is cut into, as atoll_dp_send cuts it (tested above) and as far as merging reads them: no GSO,
+ * each its IP length, id and checksum, sequence number, FIN/PSH on the last only.
+ */
+function cut(pkt: Uint8Array): Uint8Array[] {
+  const gso = pkt[4]! | (pkt[5]! << 8);
+  const out: Uint8Array[] = [];
+  for (let off = 62, i = 0; off < pkt.length; off += gso, i++) {
+    const n = Math.min(gso, pkt.length - off);
+    const s = new Uint8Array(62 + n);
+    s.set(pkt.subarray(0, 62));
+    s.set(pkt.subarray(off, off + n), 62);
+    s.fill(0, 0, 10);
+    s[0] = 1;
+    s[6] = 20;
+    s[8] = 16;
+    s[12] = (52 + n) >> 8;
+    s[13] = (52 + n) & 255;
+    s[15] = (0x34 + i) & 255;
+    s[20] = 0;
+    s[21] = 0;
+    const sum = ~csum(s, 10, 20) & 0xffff;
+    s[20] = sum >> 8;
+    s[21] = sum & 255;
+    const seq = (((pkt[34]! << 24) >>> 0) + (pkt[35]! << 16) + (pkt[36]! << 8) + pkt[37]! + i * gso) >>> 0;
+    s.set([seq >>> 24, (seq >> 16) & 255, (seq >> 8) & 255, seq & 255], 34);
+    if (off + n < pkt.length) s[43]! &= ~0x09;
+    out.push(s);
+  }
+  return out;
+}
+
 describe('native datagram path (bin/libatoll-dp.so)', () => {
   test('AES-GCM binds to the OpenSSL inside Node (the one node:crypto uses), no second libcrypto loaded', () => {
     const { path, version } = nativeCryptoOrigin();
@@ -100,11 +148,11 @@ describe('native datagram path (bin/libatoll-dp.so)', () => {
     const high = 2 ** 40 + 5;
     assert.equal(l.sender.sendRaw(LOOPBACK, l.rx.port, referenceSeal(key, 1, 7, high, plain)), 0);
     await until('the datagram', () => l.got.length === 1, 5000);
-    assert.deepEqual(l.got[0], { kind: 1, peer: 42, bytes: new Uint8Array(plain) });
+    assert.deepEqual(l.got[0], { kind: 1, peer: 42, bytes: new Uint8Array(plain), datagrams: 1, plain: 300 });
   });
 
   test('a GSO run is cut back into its datagrams (the shorter last one included), each opened; a superpacket is cut into segments', async () => {
-    const l = loop();
+    const l = loop({ merge: false });
     after(() => l.close());
     const key = randomBytes(32);
     l.table.add(1, 5, key);
@@ -158,20 +206,6 @@ describe('native datagram path (bin/libatoll-dp.so)', () => {
     });
     assert.equal(payload, 3 * gso + 100);
 
-    // and the receiver's coalescer (src/core/tunnel/coalesce.ts) merges them back into the superpacket
-    l.got.length = 0;
-    const sp = superpacket(30 * gso + 500, gso, 0x18);
-    assert.equal(l.sender.send(k, LOOPBACK, l.rx.port, DATAGRAM_TYPE.data, sp, 1430), 31);
-    l.sender.flush();
-    await until('31 segments', () => l.got.length >= 31, 5000);
-    const merged: Uint8Array[] = [];
-    const c = new TcpCoalescer((m) => merged.push(m.slice()));
-    for (const g of l.got) c.push(g.bytes);
-    c.flush();
-    assert.equal(merged.length, 1);
-    assert.equal(merged[0]!.length, sp.length);
-    assert.deepEqual(merged[0]!.subarray(62), sp.subarray(62), 'the payload');
-    assert.deepEqual(merged[0]!.subarray(30, 46), sp.subarray(30, 46), 'ports, sequence, acknowledgement, flags, window');
 
     // what cannot be split is refused, and nothing of it queued
     const udpish = superpacket(3000, 1000, 0x18);
@@ -180,6 +214,80 @@ describe('native datagram path (bin/libatoll-dp.so)', () => {
     assert.equal(l.sender.send(k, LOOPBACK, l.rx.port, DATAGRAM_TYPE.data, superpacket(3000, 1400, 0x18), 1430), -1, 'segments above the inner MTU');
     assert.equal(l.sender.send(k, LOOPBACK, l.rx.port, DATAGRAM_TYPE.data, packet(1431, 0), 1430), -1, 'one byte above, not a superpacket');
     assert.equal(l.sender.send(k, LOOPBACK, l.rx.port, DATAGRAM_TYPE.data, packet(100, 0), 65_000), -1, 'an inner MTU no datagram can carry');
+  });
+
+  test('TCP segments of one flow come back merged into the superpacket they were cut from, with its checksums', async () => {
+    const l = loop({ deferred: true });
+    after(() => l.close());
+    const key = randomBytes(32);
+    l.table.add(1, 5, key);
+    const k = new SealKey(key, 1);
+    after(() => k.free());
+    const gso = 1378;
+    const sp = superpacket(30 * gso + 500, gso, 0x18);
+    assert.equal(l.sender.send(k, LOOPBACK, l.rx.port, DATAGRAM_TYPE.data, sp, 1430), 31);
+    l.sender.flush();
+    l.start();
+    await until('31 datagrams', () => l.seen() >= 31, 5000);
+    assert.equal(l.got.length, 1, `merged into one: ${l.got.map((g) => g.datagrams).join(', ')}`);
+    const [m] = l.got as [(typeof l.got)[number]];
+    assert.deepEqual([m.datagrams, m.plain], [31, 31 * 62 + 30 * gso + 500]);
+    assert.equal(m.bytes.length, sp.length);
+    assert.deepEqual([...m.bytes.subarray(0, 10)], [1, 1, 52, 0, gso & 255, gso >> 8, 20, 0, 16, 0], 'NEEDS_CSUM, GSO TCPV4, hdr_len, gso_size, csum_start, csum_offset');
+    assert.deepEqual(m.bytes.subarray(62), sp.subarray(62), 'the payload');
+    assert.deepEqual(m.bytes.subarray(30, 46), sp.subarray(30, 46), 'ports, sequence (wrapping past 2^32 inside), acknowledgement, flags (PSH back on), window');
+    assert.equal((m.bytes[12]! << 8) | m.bytes[13]!, sp.length - 10);
+    assert.equal(csum(m.bytes, 10, 20), 0xffff, 'IP header checksum');
+    const tcpLen = sp.length - 30;
+    const pseudo = new Uint8Array(12);
+    pseudo.set(m.bytes.subarray(22, 30));
+    pseudo[9] = 6;
+    pseudo[10] = tcpLen >> 8;
+    pseudo[11] = tcpLen & 255;
+    assert.equal((m.bytes[46]! << 8) | m.bytes[47]!, csum(pseudo, 0, 12), 'the TCP checksum field holds the pseudo-header sum, for the kernel to complete');
+  });
+
+  test('another flow, a gap, a SYN, a short segment, another source address or a keepalive end a superpacket; what cannot merge passes as it came', async () => {
+    const l = loop({ deferred: true });
+    const tx2 = new UdpBatchSocket({ host: '127.0.0.1', port: 0, bufferBytes: 1 << 22 });
+    const sender2 = new DatagramSender(tx2.fd);
+    after(() => {
+      sender2.free();
+      tx2.close();
+      l.close();
+    });
+    const key = randomBytes(32);
+    l.table.add(1, 5, key);
+    const k = new SealKey(key, 1);
+    after(() => k.free());
+    const gso = 1366;
+    const a = cut(flowPacket(6 * gso, gso, 0x10, 1000));
+    const b = cut(flowPacket(2 * gso, gso, 0x10, 5000, 0x1111));
+    const syn = flowPacket(0, gso, 0x02, 1000);
+    syn[1] = 0;
+    const gap = cut(flowPacket(2 * gso, gso, 0x10, 1000 + 7 * gso));
+    const short = cut(flowPacket(2 * gso + 10, gso, 0x10, 90_000));
+    const after1 = cut(flowPacket(gso, gso, 0x10, 90_000 + 2 * gso + 10));
+    const single = cut(flowPacket(700, gso, 0x10, 200_000))[0]!;
+    const send = (s: DatagramSender, pkt: Uint8Array, type: DatagramType = DATAGRAM_TYPE.data) => {
+      assert.equal(s.send(k, LOOPBACK, l.rx.port, type, pkt, 1430), 1);
+      s.flush();
+    };
+    for (const p of [a[0]!, a[1]!, b[0]!, a[2]!, syn, ...gap]) send(l.sender, p);
+    send(l.sender, a[3]!);
+    send(sender2, a[4]!); // the same flow, next in sequence, from another address
+    send(l.sender, a[5]!);
+    send(l.sender, new Uint8Array([1]), DATAGRAM_TYPE.keepalive);
+    for (const p of [...short, ...after1, single]) send(l.sender, p);
+    l.start();
+    await until('every datagram', () => l.seen() >= 16, 5000);
+    assert.deepEqual(l.got.map((g) => [g.kind, g.bytes.length - 62, g.datagrams]), [
+      [1, 2 * gso, 2], [1, gso, 1], [1, gso, 1], [1, 0, 1], [1, 2 * gso, 2], [1, gso, 1], [1, gso, 1], [1, gso, 1], [2, -61, 1],
+      [1, 2 * gso + 10, 3], [1, gso, 1], [1, 700, 1],
+    ]);
+    assert.deepEqual(l.got[3]!.bytes, syn.subarray(0, 62), 'the SYN as it came');
+    assert.deepEqual(l.got[11]!.bytes, single, 'a packet alone as it came');
+    assert.deepEqual(l.dropped, noDrops());
   });
 
   test('bad input is dropped by reason: truncated, bad type, unknown or expired key, replayed, wrong key, tampered; a hello is passed on unopened', async () => {

@@ -2,8 +2,8 @@
  * The datagram path's per-datagram work in C (native/atoll-dp.c, built by the set-up into bin/libatoll-dp.so),
  * called through koffi once per packet sent and once per receive ring: segmenting a TCP superpacket, the datagram
  * headers, AES-256-GCM on the OpenSSL inside Node, the runs of UDP GSO sends; on receipt, cutting UDP_GRO
- * runs apart, the key lookup by id, the replay window and opening in place. The wire format is
- * src/core/tunnel/datagram.ts's.
+ * runs apart, the key lookup by id, the replay window, opening in place and merging a flow's TCP segments back into
+ * superpackets for the TUN device. The wire format is src/core/tunnel/datagram.ts's.
  *
  * Why: in JavaScript every datagram cost five koffi calls to seal and five to open (about 0.8 us of the 1.1 to 1.3 us
  * each), plus segmenting and the header in JavaScript: the datagram path spent 2.4 times the TLS stream's CPU per
@@ -24,7 +24,8 @@ import { installRoot } from './install-root.ts';
 export const NATIVE_LIBRARY = 'bin/libatoll-dp.so';
 /** The drops the C side counts, in the order of its enum. */
 const DROP_REASONS: readonly DatagramDrop[] = ['truncated', 'badType', 'unknownKey', 'replayed', 'badTag'];
-const RESULT_INTS = 5;
+/** Ints per result of {@link OpenKeyTable.open}: kind, peer tag, message, offset, length, datagrams, their bytes. */
+export const RESULT_INTS = 7;
 /** Results per ring: 64 messages of at most 64 datagrams each (the kernel's UDP_GRO limit). */
 const MAX_RESULTS = 64 * 64;
 
@@ -57,7 +58,7 @@ interface Lib {
   keeperQuit: (c: number) => void;
   keeperHold: (c: number, fds: Int32Array, n: number) => number;
   windowTest: (t: Ptr, id: number, counter: number, accept: number) => number;
-  open: (t: Ptr, vec: Ptr, n: number, now: number, results: Int32Array, max: number, counts: Uint32Array) => number;
+  open: (t: Ptr, vec: Ptr, n: number, now: number, merge: number, results: Int32Array, max: number, counts: Uint32Array) => number;
   senderNew: (fd: number) => Ptr;
   senderFree: (s: Ptr) => void;
   senderTake: (s: Ptr, out: Float64Array) => void;
@@ -108,7 +109,7 @@ function load(): Lib {
     keeperQuit: l.func('void atoll_dp_keeper_quit(int c)') as Lib['keeperQuit'],
     keeperHold: l.func('int atoll_dp_keeper_hold(int c, const int32_t *fds, int n)') as Lib['keeperHold'],
     windowTest: l.func('int atoll_dp_window_test(void *t, uint32_t id, double counter, int accept)') as Lib['windowTest'],
-    open: l.func('int atoll_dp_open(void *t, void *vec, int n, double now, int32_t *results, int max, uint32_t *counts)') as Lib['open'],
+    open: l.func('int atoll_dp_open(void *t, void *vec, int n, double now, int merge, int32_t *results, int max, uint32_t *counts)') as Lib['open'],
     senderNew: l.func('void *atoll_dp_sender_new(int fd)') as Lib['senderNew'],
     senderFree: l.func('void atoll_dp_sender_free(void *s)') as Lib['senderFree'],
     senderTake: l.func('void atoll_dp_sender_take(void *s, double *out)') as Lib['senderTake'],
@@ -217,6 +218,9 @@ export interface OpenedDatagram {
   /** Where its plaintext (a hello: the whole datagram) lies in the ring's bytes. */
   readonly offset: number;
   readonly length: number;
+  /** The datagrams merged into it (TCP segments into a superpacket; 1 when not merged), and their plaintexts' bytes. */
+  readonly datagrams: number;
+  readonly bytes: number;
 }
 
 /**
@@ -285,13 +289,15 @@ export class OpenKeyTable {
   }
 
   /**
-   * Opens the `n` messages of the recvmmsg vector at `ring` (src/adapters/udp-batch.ts) in place, at time `now`.
-   * Adds the drops by reason to `dropped`. @returns the datagrams handed on, in {@link results}, and the datagrams seen.
+   * Opens the `n` messages of the recvmmsg vector at `ring` (src/adapters/udp-batch.ts) in place, at time `now`;
+   * with `merge`, consecutive TCP segments of one flow from one peer and address come back merged into a superpacket
+   * for the TUN device (native/atoll-dp.c). Adds the drops by reason to `dropped`. @returns the packets handed on, in
+   * {@link results}, and the datagrams seen.
    */
-  open(ring: Ptr, n: number, now: number, dropped: Record<DatagramDrop, number>): { handed: number; seen: number } {
+  open(ring: Ptr, n: number, now: number, dropped: Record<DatagramDrop, number>, merge = true): { handed: number; seen: number } {
     const counts = this.#counts;
     counts.fill(0);
-    const handed = this.#l.open(this.#table, ring, n, now, this.results, MAX_RESULTS, counts);
+    const handed = this.#l.open(this.#table, ring, n, now, merge ? 1 : 0, this.results, MAX_RESULTS, counts);
     for (let i = 0; i < DROP_REASONS.length; i++) if (counts[i]! > 0) dropped[DROP_REASONS[i]!] += counts[i]!;
     return { handed, seen: counts[DROP_REASONS.length]! };
   }
@@ -300,7 +306,7 @@ export class OpenKeyTable {
   result(i: number): OpenedDatagram {
     const r = this.results;
     const o = i * RESULT_INTS;
-    return { kind: r[o] as DatagramType | 3, peer: r[o + 1]!, message: r[o + 2]!, offset: r[o + 3]!, length: r[o + 4]! };
+    return { kind: r[o] as DatagramType | 3, peer: r[o + 1]!, message: r[o + 2]!, offset: r[o + 3]!, length: r[o + 4]!, datagrams: r[o + 5]!, bytes: r[o + 6]! };
   }
 
   /** Frees every key (cleansed; with `keep`, their slots in the kept region stay as they are) and the table; idempotent. */

@@ -41,7 +41,7 @@ import { equalBytes, HELLO_TYPE, type HelloDrop, judgeHello, parseHello } from '
 import type { UdpKeyAck, UdpKeyMessage } from '../core/tunnel/messages.ts';
 import { VNET_HDR_LEN } from '../core/tunnel/routing.ts';
 import type { Logger } from '../core/ports.ts';
-import { DatagramSender, ipv4Number, KeptRegion, OpenKeyTable, SealKey } from './datagram-native.ts';
+import { DatagramSender, ipv4Number, KeptRegion, OpenKeyTable, RESULT_INTS, SealKey } from './datagram-native.ts';
 import { type Ephemeral, HelloCrypto } from './datagram-hello.ts';
 import type { DatagramLocalState, DatagramPeerMemory } from './datagram-state-file.ts';
 import { UdpBatchSocket, type UdpSource } from './udp-batch.ts';
@@ -102,8 +102,11 @@ export interface DatagramPathComponents {
   readonly streamOf: (peerId: string) => TunnelStream | undefined;
   /** Our public host as seen from outside (the relay's `observed`), '' when unknown: peers then use the stream's. */
   readonly publicHost: () => string;
-  /** An authentic packet from `peerId`: its source check and the TUN device are the caller's. A view valid during the call. */
-  readonly onPacket: (peerId: string, pkt: Uint8Array) => void;
+  /**
+   * An authentic packet from `peerId`: its source check and the TUN device are the caller's. A view valid during the
+   * call; `datagrams` of `bytes` (their plaintexts) came merged into it (TCP segments into a superpacket), else 1.
+   */
+  readonly onPacket: (peerId: string, pkt: Uint8Array, datagrams: number, bytes: number) => void;
   /** Keys agreed by hellos and paths being rebuilt are logged here. */
   readonly log?: Logger;
   /** Where the hellos' memory lives (src/adapters/datagram-state-file.ts); with {@link DatagramPathInit.identityKeyPem}. */
@@ -723,7 +726,8 @@ export class DatagramPath {
 
   /**
    * A ring of `n` messages from the socket: opened natively (the GRO runs cut apart, keys found, replay windows
-   * checked, tags verified, in place), then per authentic datagram the source check and keepalive or packet here.
+   * checked, tags verified, in place, TCP segments of a flow merged back into superpackets), then per authentic packet
+   * the source check and keepalive or packet here.
    * A peer heard from after a silence may have turned usable: the kept region is described again at once, not at the
    * next tick, or an agent killed in between takes the path back as unusable and drops its packets until keepalives
    * and a stream come back.
@@ -737,7 +741,7 @@ export class DatagramPath {
     const r = table.results;
     const bytes = socket.ringBytes;
     // close() from a callback frees the ring at once: stop reading it then
-    for (let i = 0, o = 0; i < handed && !socket.closed; i++, o += 5) {
+    for (let i = 0, o = 0; i < handed && !socket.closed; i++, o += RESULT_INTS) {
       const kind = r[o]!;
       const msg = r[o + 2]!;
       const off = r[o + 3]!;
@@ -747,8 +751,9 @@ export class DatagramPath {
         continue;
       }
       const p = this.#tags.get(r[o + 1]!);
+      const datagrams = r[o + 5]!;
       if (!p) {
-        this.#drop('unknownKey');
+        this.stats.dropped.unknownKey += datagrams;
         continue;
       }
       const known = p.endpoint?.key === socket.sourceKey(msg);
@@ -767,13 +772,13 @@ export class DatagramPath {
         continue;
       }
       if (!known) {
-        this.#drop('unknownAddress');
+        this.stats.dropped.unknownAddress += datagrams;
         continue;
       }
       revived ||= now - p.lastHeard >= dead;
       p.lastHeard = now;
-      this.stats.received++;
-      this.#c.onPacket(p.id, bytes.subarray(off, off + len));
+      this.stats.received += datagrams;
+      this.#c.onPacket(p.id, bytes.subarray(off, off + len), datagrams, r[o + 6]!);
     }
     if (revived && this.#init.kept && this.#usableSet(now) !== this.#describedUsable) this.#describe();
   }

@@ -17,7 +17,6 @@
  * Backpressure: while any stream is over its high-water mark the TUN device is not read, so the kernel's TUN queue
  * fills and the senders' TCP slows down instead of the agent buffering without bound.
  */
-import { TcpCoalescer } from '../core/tunnel/coalesce.ts';
 import { FRAME_HEADER } from '../core/tunnel/frame.ts';
 import { packetDestination, PeerRoutes, type TunnelPeer } from '../core/tunnel/routing.ts';
 import type { PeerPath } from '../core/tunnel/status.ts';
@@ -65,10 +64,6 @@ export class TunnelEndpoint {
   private readonly congested = new Set<TunnelStream>();
   private paused = false;
   private datagrams: DatagramPath | undefined;
-  private readonly coalescer = new TcpCoalescer((pkt) => {
-    if (!this.tun.write(pkt)) this.stats.droppedTunWrite++;
-  });
-  private flushQueued = false;
 
   constructor(tun: TunDevice, peers: readonly TunnelPeer[]) {
     this.tun = tun;
@@ -85,27 +80,21 @@ export class TunnelEndpoint {
   }
 
   /**
-   * An authentic packet from `peerId` that came as a datagram: into the TUN device if its source is the peer's, TCP
-   * segments merged back into superpackets (src/core/tunnel/coalesce.ts) until the event loop's I/O phase is over.
-   * Counted when accepted; a superpacket the TUN device refuses counts once in droppedTunWrite.
+   * An authentic packet from `peerId` that came as `datagrams` datagrams of `bytes` (TCP segments the datagram path
+   * merged back into a superpacket, native/atoll-dp.c; else 1 and its length): into the TUN device if its source is
+   * the peer's (a superpacket's segments share their addresses). Counted by datagram when accepted; a superpacket the
+   * TUN device refuses counts once in droppedTunWrite.
    */
-  fromDatagram(peerId: string, pkt: Uint8Array): void {
+  fromDatagram(peerId: string, pkt: Uint8Array, datagrams: number, bytes: number): void {
     const e = this.entries.get(peerId);
     if (!e || !this.routes.acceptFrom(e.peer.id, pkt)) {
-      this.stats.droppedBadSource++;
+      this.stats.droppedBadSource += datagrams;
       return;
     }
-    this.stats.forwardedIn++;
-    e.traffic.rxPackets++;
-    e.traffic.rxBytes += pkt.length;
-    this.coalescer.push(pkt);
-    if (!this.flushQueued) {
-      this.flushQueued = true;
-      setImmediate(() => {
-        this.flushQueued = false;
-        this.coalescer.flush();
-      });
-    }
+    this.stats.forwardedIn += datagrams;
+    e.traffic.rxPackets += datagrams;
+    e.traffic.rxBytes += bytes;
+    if (!this.tun.write(pkt)) this.stats.droppedTunWrite++;
   }
 
   /** Starts reading the TUN device. */

@@ -285,7 +285,7 @@ export class Tunnel {
     const components = {
       streamOf: (name: string) => endpoint.streamOf(name) ?? endpoint.circuitOf(name),
       publicHost: () => this.#relay?.control.publicHost ?? '',
-      onPacket: (name: string, pkt: Uint8Array) => endpoint.fromDatagram(name, pkt),
+      onPacket: (name: string, pkt: Uint8Array, datagrams: number, bytes: number) => endpoint.fromDatagram(name, pkt, datagrams, bytes),
       log: this.#c.log,
       ...(file ? { state: { load: () => state, save: (s: DatagramLocalState) => file.save((state = s)) } } : {}),
     };

@@ -41,7 +41,7 @@ let datagrams: DatagramPath | undefined;
 if (spec.udp) {
   const stateFile = spec.udpStatePath ? new DatagramStateFile(spec.udpStatePath) : undefined;
   datagrams = new DatagramPath({
-    streamOf: (id) => endpoint.streamOf(id), publicHost: () => '', onPacket: (id, pkt) => endpoint.fromDatagram(id, pkt),
+    streamOf: (id) => endpoint.streamOf(id), publicHost: () => '', onPacket: (id, pkt, datagrams, bytes) => endpoint.fromDatagram(id, pkt, datagrams, bytes),
     ...(stateFile ? { state: { load: () => stateFile.load(), save: (s: DatagramLocalState) => stateFile.save(s) } } : {}),
   }, { ...spec.udp, ...(stateFile ? { identityKeyPem: credentials.keyPem } : {}) });
   await datagrams.start();
