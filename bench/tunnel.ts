@@ -9,8 +9,8 @@
  *             the lab's delay line where the kernel has no netem): the tunnel a-1-p1 -> b-1-p1 against a kernel VXLAN
  *             built by hand between the two
  *             edge routers over the same shaped uplinks.
- *   datagram  a lab like the shaped one (a: 1 node, b: 1 node), unshaped, with the tunnel's datagram path on (`--udp`):
- *             a-1-p1 -> b-1-p1 over UDP datagrams against the same pair over its TLS stream (UDP dropped at a's router).
+ *   datagram  the unshaped lab with the tunnel's datagram path on (`--udp`): a-1-p1 -> b-1-p1 over UDP datagrams against
+ *             the same pair over its TLS stream (UDP dropped at a's router), and a-2-p1 -> c-1-p1 through the relay.
  *   lossy     the shaped lab with the datagram path on and random loss on each edge uplink (an nftables `numgen random
  *             mod 1000 < N drop` rule on each edge router, on what arrives from the uplink; offloads off on the ports): per loss rate, plain TCP
  *             from node a-1 through its NAT to b's router (the issue's reference) and from a's router to b's, over the
@@ -53,6 +53,8 @@ const SHAPED_TARGET = 0.9;
 const LOSSY_TARGET = 0.9;
 /** Datagram part: UDP datagrams against the TLS stream, unshaped. */
 const DATAGRAM_VS_STREAM_TARGET = 1.0;
+/** The issue's "relayed >= 0.6x direct", against the direct path as it is now: UDP datagrams. */
+const RELAYED_VS_UDP_TARGET = 0.6;
 /** Agents' idle resident memory with the datagram path, MiB: when the lab is up, and (idle part) over time. */
 const IDLE_RSS_TARGET_MIB = 80;
 /** Idle part: how often the agents' VmRSS is read. */
@@ -478,7 +480,7 @@ function sampler(procs: readonly Watched[]): { begin: () => void; end: () => Pro
 // ---------------------------------------------------------------------------------------------------------------
 // One iperf3 run
 
-/** 'vxlan', 'direct', 'relayed', 'shaped-vxlan', 'shaped-direct', 'datagram-udp', 'datagram-stream', 'lossy-<pct>-<path>-<streams>'. */
+/** 'vxlan', 'direct', 'relayed', 'shaped-vxlan', 'shaped-direct', 'datagram-udp', 'datagram-stream', 'datagram-relayed', 'lossy-<pct>-<path>-<streams>'. */
 type PathKey = string;
 
 interface PathDef {
@@ -782,10 +784,11 @@ async function offloadsOff(fx: Fixture, netns: string, dev: string): Promise<voi
 }
 
 async function datagram(fx: Fixture, opts: Options): Promise<PartResult> {
-  const lab = await labUp(fx, 'datagram', SHAPED_SPEC, ['--udp']);
+  const lab = await labUp(fx, 'datagram', UNSHAPED_SPEC, ['--udp']);
   try {
     const ra = `${lab.prefix}a-router`;
     await waitForPath(fx, lab, 'a-1', 'b-1', 'udp');
+    await waitForPath(fx, lab, 'a-2', 'c-1', 'relayed');
     const pod = (n: string) => need(lab.pods, n, 'pod');
     const common = {
       part: 'datagram' as const, from: pod('a-1-p1'), to: pod('b-1-p1'), watch: watched(lab, ['agent a-1', 'sender'], ['agent b-1', 'receiver']),
@@ -796,6 +799,11 @@ async function datagram(fx: Fixture, opts: Options): Promise<PartResult> {
         before: () => tunnelUdp(fx, lab, ra, false, 'a-1', 'b-1') },
       { ...common, key: 'datagram-stream', label: 'tunnel a-1-p1 -> b-1-p1 over its TLS stream, UDP dropped at a-router (unshaped)', tunnel: { lab, node: 'a-1', peer: 'b-1', want: 'direct' },
         before: () => tunnelUdp(fx, lab, ra, true, 'a-1', 'b-1') },
+      {
+        key: 'datagram-relayed', part: 'datagram', label: 'tunnel a-2-p1 -> c-1-p1 through the relay (c behind a symmetric NAT; unshaped)', from: pod('a-2-p1'), to: pod('c-1-p1'),
+        watch: watched(lab, ['agent a-2', 'sender'], ['agent c-1', 'receiver'], ['relay', 'relay']), carried: tunnelCarried(fx, lab, 'a-2', 'c-1'), carrier: 'a-2 tunnel peer c-1 (txBytes)',
+        tunnel: { lab, node: 'a-2', peer: 'c-1', want: 'relayed' }, before: () => tunnelUdp(fx, lab, ra, false, 'a-1', 'b-1'),
+      },
     ];
     const idle = idleMemory(lab);
     const samples = await measure(fx, paths, opts);
@@ -1040,7 +1048,10 @@ function report(r: Results, opts: Options): { text: string; targets: Target[]; s
     const cond = (applied?.delayMs ?? 0) === 0 ? `${applied?.rateMbit} Mbit/s, no delay` : `${applied?.rateMbit} Mbit/s, ${applied?.delayMs} ms per uplink`;
     ratio(`shaped (${cond}): tunnel direct / VXLAN`, 'shaped-direct', 'shaped-vxlan', SHAPED_TARGET);
   }
-  if (r.datagram) ratio('unshaped: tunnel over UDP datagrams / over its TLS stream', 'datagram-udp', 'datagram-stream', DATAGRAM_VS_STREAM_TARGET);
+  if (r.datagram) {
+    ratio('unshaped: tunnel over UDP datagrams / over its TLS stream', 'datagram-udp', 'datagram-stream', DATAGRAM_VS_STREAM_TARGET);
+    ratio('unshaped: tunnel relayed / tunnel over UDP datagrams (direct)', 'datagram-relayed', 'datagram-udp', RELAYED_VS_UDP_TARGET);
+  }
   if (r.lossy) {
     for (const perMille of opts.lossPerMille.filter((x) => x > 0)) {
       for (const n of LOSSY_STREAMS) {
