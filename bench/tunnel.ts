@@ -867,10 +867,13 @@ async function lossy(fx: Fixture, opts: Options): Promise<PartResult> {
   }
 }
 
-/** The UDP port process `pid` listens on in `netns` (the agent's datagram port). */
+/**
+ * The agent's datagram port in `netns`: the UDP socket of process `pid` bound to every address (its underlay probe's
+ * socket, also UDP, is bound to the node's own address).
+ */
 function udpPortOf(netns: string, pid: number): number {
   const out = execFileSync('ip', ['netns', 'exec', netns, 'ss', '-Hulnp'], { encoding: 'utf8' });
-  const line = out.split('\n').find((l) => l.includes(`pid=${pid},`));
+  const line = out.split('\n').find((l) => l.includes(`pid=${pid},`) && /\s0\.0\.0\.0:\d+\s/.test(l));
   const port = Number(/:(\d+)\s/.exec(line ?? '')?.[1]);
   if (!Number.isInteger(port) || port <= 0) throw new Error(`no UDP port of pid ${pid} in ${netns}:\n${out}`);
   return port;
