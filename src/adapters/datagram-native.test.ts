@@ -47,6 +47,15 @@ function loop(opts: { merge?: boolean; deferred?: boolean } = {}) {
   };
 }
 
+/** A new key in `l`'s table (id 1, peer tag 5) and its sending half, freed after the test. */
+function keyed(l: ReturnType<typeof loop>): SealKey {
+  const key = randomBytes(32);
+  l.table.add(1, 5, key);
+  const k = new SealKey(key, 1);
+  after(() => k.free());
+  return k;
+}
+
 /** A packet as the TUN device gives it: a virtio header (no GSO) and `n` bytes of IP packet. */
 function packet(n: number, fill: number): Uint8Array {
   return new Uint8Array(10 + n).fill(fill, 10);
@@ -154,10 +163,7 @@ describe('native datagram path (bin/libatoll-dp.so)', () => {
   test('a GSO run is cut back into its datagrams (the shorter last one included), each opened; a superpacket is cut into segments', async () => {
     const l = loop({ merge: false });
     after(() => l.close());
-    const key = randomBytes(32);
-    l.table.add(1, 5, key);
-    const k = new SealKey(key, 1);
-    after(() => k.free());
+    const k = keyed(l);
     const lengths = [1200, 1200, 1200, 1200, 700];
     lengths.forEach((n, i) => assert.equal(l.sender.send(k, LOOPBACK, l.rx.port, DATAGRAM_TYPE.data, packet(n, i + 1), 1430), 1));
     assert.deepEqual(l.sender.flush(), { failed: 0, errno: 0 });
@@ -219,10 +225,7 @@ describe('native datagram path (bin/libatoll-dp.so)', () => {
   test('TCP segments of one flow come back merged into the superpacket they were cut from, with its checksums', async () => {
     const l = loop({ deferred: true });
     after(() => l.close());
-    const key = randomBytes(32);
-    l.table.add(1, 5, key);
-    const k = new SealKey(key, 1);
-    after(() => k.free());
+    const k = keyed(l);
     const gso = 1378;
     const sp = superpacket(30 * gso + 500, gso, 0x18);
     assert.equal(l.sender.send(k, LOOPBACK, l.rx.port, DATAGRAM_TYPE.data, sp, 1430), 31);
@@ -256,10 +259,7 @@ describe('native datagram path (bin/libatoll-dp.so)', () => {
       tx2.close();
       l.close();
     });
-    const key = randomBytes(32);
-    l.table.add(1, 5, key);
-    const k = new SealKey(key, 1);
-    after(() => k.free());
+    const k = keyed(l);
     const gso = 1366;
     const a = cut(flowPacket(6 * gso, gso, 0x10, 1000));
     const b = cut(flowPacket(2 * gso, gso, 0x10, 5000, 0x1111));
