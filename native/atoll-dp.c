@@ -53,6 +53,12 @@
 #define TYPE_DATA 1
 #define TYPE_KEEPALIVE 2
 #define HELLO_TYPE 3
+/* A hello (src/core/tunnel/hello.ts): its length, its flag, where the sender's public key (SPKI DER) lies */
+#define HELLO_LEN 184
+#define HELLO_DERIVED 1
+#define HELLO_SPKI_AT 12
+#define HELLO_SPKI_LEN 44
+#define PIN 32
 #define MAX_COUNTER (1ULL << 48)
 #define WINDOW 2048
 #define GSO_MAX_BYTES 65000
@@ -64,7 +70,7 @@
 #define EXPORT __attribute__((visibility("default")))
 
 /* Drop reasons, in the order of DROP_REASONS in src/adapters/datagram-native.ts. */
-enum { DROP_TRUNCATED, DROP_BAD_TYPE, DROP_UNKNOWN_KEY, DROP_REPLAYED, DROP_BAD_TAG, DROPS };
+enum { DROP_TRUNCATED, DROP_BAD_TYPE, DROP_UNKNOWN_KEY, DROP_REPLAYED, DROP_BAD_TAG, DROP_HELLO_MALFORMED, DROP_HELLO_UNKNOWN, DROPS };
 /* Result kinds (>= 0) for a datagram handed to JavaScript. */
 enum { KIND_DATA = TYPE_DATA, KIND_KEEPALIVE = TYPE_KEEPALIVE, KIND_HELLO = HELLO_TYPE };
 /* Per result: kind, peer tag, message index, offset of the plaintext (or the hello) from the ring's start, length,
@@ -365,10 +371,23 @@ typedef struct {
   double expires_at;
 } open_key;
 
-/* The receiving keys, by id: a short array (two per peer), searched from the last hit. */
+/* A peer's pin (SHA-256 of its tunnel key's SPKI DER) and the caller's tag for it. */
+typedef struct {
+  uint8_t pin[PIN];
+  int32_t tag;
+} pin_entry;
+
+/*
+ * The receiving keys, by id: a short array (two per peer), searched from the last hit. With hellos on
+ * (atoll_dp_table_pins), the peers' pins, sorted: a hello is handed on only when its key's pin is one of them.
+ */
 typedef struct {
   open_key **keys;
   int n, cap, last;
+  pin_entry *pins;
+  int npins, hellos;
+  EVP_MD *sha256;
+  EVP_MD_CTX *md;
 } key_table;
 
 EXPORT key_table *atoll_dp_table_new(void) { return calloc(1, sizeof(key_table)); }
@@ -457,7 +476,37 @@ EXPORT void atoll_dp_table_free(key_table *t, int keep) {
   if (!t) return;
   for (int i = 0; i < t->n; i++) free_open_key(t->keys[i], keep);
   free(t->keys);
+  free(t->pins);
+  EVP_MD_CTX_free(t->md);
+  EVP_MD_free(t->sha256);
   free(t);
+}
+
+static int pin_cmp(const void *a, const void *b) { return memcmp(a, b, PIN); }
+
+/*
+ * Turns hellos on and sets the peers whose hellos are handed on: n pins (PIN bytes each, back to back) with their
+ * tags. Until the first call every hello is dropped as a bad type. 0, or -2 out of memory or libcrypto failed (the
+ * set as it was).
+ */
+EXPORT int atoll_dp_table_pins(key_table *t, const uint8_t *pins, const int32_t *tags, int n) {
+  if (!t->md) {
+    t->sha256 = EVP_MD_fetch(NULL, "SHA2-256", NULL);
+    t->md = t->sha256 ? EVP_MD_CTX_new() : NULL;
+    if (!t->md) return -2;
+  }
+  pin_entry *e = n > 0 ? malloc((size_t)n * sizeof *e) : NULL;
+  if (n > 0 && !e) return -2;
+  for (int i = 0; i < n; i++) {
+    memcpy(e[i].pin, pins + (size_t)i * PIN, PIN);
+    e[i].tag = tags[i];
+  }
+  if (n > 1) qsort(e, (size_t)n, sizeof *e, pin_cmp);
+  free(t->pins);
+  t->pins = e;
+  t->npins = n;
+  t->hellos = 1;
+  return 0;
 }
 
 /* ---- the replay window (RFC 6479's idea, a sliding bitmap): the one implementation ---- */
@@ -495,9 +544,27 @@ EXPORT int atoll_dp_window_test(key_table *t, uint32_t id, double counter, int a
 
 /* ---- receiving ---- */
 
+/*
+ * A hello is handed on unopened when hellos are on, its layout holds and its key's pin is a peer's (*peer: its tag):
+ * what is not, the bulk of a flood of hellos, costs a hash here and nothing in JavaScript.
+ */
+static int pass_hello(key_table *t, const uint8_t *d, size_t len, int32_t *peer) {
+  if (!t->hellos) return -1 - DROP_BAD_TYPE;
+  if (len != HELLO_LEN || (d[1] & ~HELLO_DERIVED) || d[2] || d[3]) return -1 - DROP_HELLO_MALFORMED;
+  uint8_t pin[PIN];
+  unsigned int n = 0;
+  if (EVP_DigestInit_ex2(t->md, t->sha256, NULL) != 1 || EVP_DigestUpdate(t->md, d + HELLO_SPKI_AT, HELLO_SPKI_LEN) != 1 ||
+      EVP_DigestFinal_ex(t->md, pin, &n) != 1 || n != PIN)
+    return -1 - DROP_HELLO_UNKNOWN;
+  const pin_entry *e = t->npins > 0 ? bsearch(pin, t->pins, (size_t)t->npins, sizeof *t->pins, pin_cmp) : NULL;
+  if (!e) return -1 - DROP_HELLO_UNKNOWN;
+  *peer = e->tag;
+  return KIND_HELLO;
+}
+
 /* Opens one datagram d (len bytes) in place. @returns its result kind, or -1 - the drop reason. */
 static int open_one(key_table *t, uint8_t *d, size_t len, double now, int32_t *peer) {
-  if (len >= 1 && d[0] == HELLO_TYPE) return KIND_HELLO;
+  if (len >= 1 && d[0] == HELLO_TYPE) return pass_hello(t, d, len, peer);
   if (len < HDR + TAG + 1) return -1 - DROP_TRUNCATED;
   if ((d[0] != TYPE_DATA && d[0] != TYPE_KEEPALIVE) || d[1] || d[2] || d[3]) return -1 - DROP_BAD_TYPE;
   uint64_t c = ((uint64_t)rd32(d + 8) << 32) | rd32(d + 12);
@@ -607,12 +674,12 @@ static void finish(held *h, int32_t *results) {
 
 /*
  * Opens the n messages of a recvmmsg vector `vec` (each one datagram or a UDP_GRO run, cut by its segment size), in
- * place. Writes RESULT_INTS ints per packet handed on (authentic data and keepalives, and hellos unopened) into
- * `results` (room for max_results), and adds to counts[0..DROPS) the drops by reason and to counts[DROPS] the
- * datagrams seen. With `merge`, consecutive TCP segments of one flow in data datagrams from one peer and source
- * address are handed on as one superpacket; anything else between them ends it. Offsets count from `vec`: the ring is
- * one block (src/adapters/udp-batch.ts). @returns the results written; datagrams beyond max_results are counted as
- * truncated.
+ * place. Writes RESULT_INTS ints per packet handed on (authentic data and keepalives, and the hellos of peers' keys,
+ * unopened: see pass_hello) into `results` (room for max_results), and adds to counts[0..DROPS) the drops by reason
+ * and to counts[DROPS] the datagrams seen. With `merge`, consecutive TCP segments of one flow in data datagrams from
+ * one peer and source address are handed on as one superpacket; anything else between them ends it. Offsets count
+ * from `vec`: the ring is one block (src/adapters/udp-batch.ts). @returns the results written; datagrams beyond
+ * max_results are counted as truncated.
  */
 EXPORT int atoll_dp_open(key_table *t, struct mmsghdr *vec, int n, double now, int merge, int32_t *results, int max_results, uint32_t *counts) {
   int r = 0;

@@ -37,11 +37,6 @@ export class HelloCrypto {
     this.pin = `sha256:${this.#pinBytes.toString('hex')}`;
   }
 
-  /** The pin of a public key as a hello carries it. */
-  static pinOf(spki: Uint8Array): string {
-    return `sha256:${createHash('sha256').update(spki).digest('hex')}`;
-  }
-
   newEphemeral(): Ephemeral {
     const { publicKey, privateKey } = generateKeyPairSync('x25519');
     const der = publicKey.export({ type: 'spki', format: 'der' });

@@ -1,8 +1,9 @@
 import { after, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { randomBytes } from 'node:crypto';
+import { createHash, createPublicKey, generateKeyPairSync, randomBytes } from 'node:crypto';
 import { readFileSync, realpathSync } from 'node:fs';
 import { DATAGRAM_HEADER, DATAGRAM_TAG, DATAGRAM_TYPE, type DatagramDrop, type DatagramType, MAX_COUNTER } from '../core/tunnel/datagram.ts';
+import { HELLO_DERIVED, HELLO_LEN, type HelloDrop, writeHello } from '../core/tunnel/hello.ts';
 import { referenceOpen, referenceSeal } from '../../test/support/datagram-reference.ts';
 import { DatagramSender, ipv4Number, nativeCryptoOrigin, OpenKeyTable, SealKey } from './datagram-native.ts';
 import { UdpBatchSocket } from './udp-batch.ts';
@@ -11,7 +12,10 @@ import { until } from '../../test/support/wait.ts';
 const WINDOW = 2048;
 const LOOPBACK = ipv4Number('127.0.0.1') as number;
 
-const noDrops = (): Record<DatagramDrop, number> => ({ truncated: 0, badType: 0, unknownKey: 0, replayed: 0, badTag: 0, unknownAddress: 0, badPayload: 0 });
+const noDrops = (): Record<DatagramDrop | HelloDrop, number> => ({
+  truncated: 0, badType: 0, unknownKey: 0, replayed: 0, badTag: 0, unknownAddress: 0, badPayload: 0,
+  helloMalformed: 0, helloUnknownPeer: 0, helloBadSignature: 0, helloReplayed: 0, helloLimited: 0,
+});
 
 /**
  * A receiving socket opened by a native key table (TCP segments merged unless `merge` is false), and a sending one with
@@ -290,7 +294,7 @@ describe('native datagram path (bin/libatoll-dp.so)', () => {
     assert.deepEqual(l.dropped, noDrops());
   });
 
-  test('bad input is dropped by reason: truncated, bad type, unknown or expired key, replayed, wrong key, tampered; a hello is passed on unopened', async () => {
+  test('bad input is dropped by reason: truncated, bad type, unknown or expired key, replayed, wrong key, tampered; a hello before hellos are on', async () => {
     const l = loop();
     after(() => l.close());
     const key = randomBytes(32);
@@ -311,13 +315,13 @@ describe('native datagram path (bin/libatoll-dp.so)', () => {
     const hello = Buffer.alloc(200, 3);
     send(hello);
     await until('10 datagrams seen', () => l.seen() >= 10, 5000);
-    assert.deepEqual(l.dropped, { ...noDrops(), truncated: 1, badType: 2, unknownKey: 1, replayed: 1, badTag: 3 });
-    assert.deepEqual(l.got.map((g) => [g.kind, g.bytes.length]), [[1, 60], [3, 200]]);
+    assert.deepEqual(l.dropped, { ...noDrops(), truncated: 1, badType: 3, unknownKey: 1, replayed: 1, badTag: 3 });
+    assert.deepEqual(l.got.map((g) => [g.kind, g.bytes.length]), [[1, 60]]);
 
     // the tampered counter did not move the window: the authentic 102 opens; an expired key opens nothing
     send(referenceSeal(key, 1, 9, 102, packet(50, 1)));
     await until('11 datagrams seen', () => l.seen() >= 11, 5000);
-    assert.equal(l.got.length, 3);
+    assert.equal(l.got.length, 2);
     l.table.expire(9, 999);
     send(referenceSeal(key, 1, 9, 103, packet(50, 1)));
     await until('12 datagrams seen', () => l.seen() >= 12, 5000);
@@ -325,6 +329,53 @@ describe('native datagram path (bin/libatoll-dp.so)', () => {
     assert.equal(l.table.remove(9), true);
     assert.equal(l.table.remove(9), false);
     assert.equal(l.table.size, 0);
+  });
+});
+
+describe('hellos in the native table', () => {
+  /** A node's tunnel key as a hello carries it (SPKI DER) and its pin. */
+  const node = () => {
+    const spki = new Uint8Array(createPublicKey(generateKeyPairSync('ed25519').privateKey).export({ type: 'spki', format: 'der' }));
+    return { spki, pin: `sha256:${createHash('sha256').update(spki).digest('hex')}` };
+  };
+  /** A hello from `spki` with a zero signature: the table checks layout and key, not signatures. */
+  const hello = (spki: Uint8Array, derived = false) => writeHello(1, spki, randomBytes(32), undefined, derived);
+
+  test('only the hellos of peers\' keys pass, with the peer\'s tag; the rest are dropped by reason before JavaScript', async () => {
+    const l = loop();
+    after(() => l.close());
+    const send = (d: Uint8Array) => assert.equal(l.sender.sendRaw(LOOPBACK, l.rx.port, d), 0);
+    const peers = Array.from({ length: 5 }, (_, i) => ({ ...node(), tag: 20 + i }));
+    const stranger = node();
+    let sent = 0;
+    const settle = async () => until(`${sent} datagrams seen`, () => l.seen() >= sent, 5000);
+    const sendCounted = (d: Uint8Array) => {
+      send(d);
+      sent++;
+    };
+
+    sendCounted(hello(peers[0]!.spki));
+    await settle();
+    assert.deepEqual(l.dropped, { ...noDrops(), badType: 1 }, 'hellos are off until the pins are set');
+
+    l.table.setHelloPins([...peers, { pin: 'sha1:not-ours', tag: 99 }]);
+    for (const p of [...peers].reverse()) sendCounted(hello(p.spki, true));
+    sendCounted(hello(stranger.spki));
+    sendCounted(hello(peers[0]!.spki).subarray(0, HELLO_LEN - 1));
+    sendCounted(Buffer.concat([hello(peers[0]!.spki), Buffer.alloc(1)]));
+    sendCounted(Object.assign(hello(peers[0]!.spki), { 1: HELLO_DERIVED | 2 }));
+    sendCounted(Object.assign(hello(peers[0]!.spki), { 3: 1 }));
+    await settle();
+    assert.deepEqual(l.got.map((g) => [g.kind, g.peer, g.bytes.length]), [...peers].reverse().map((p) => [3, p.tag, HELLO_LEN]));
+    assert.deepEqual(l.dropped, { ...noDrops(), badType: 1, helloUnknownPeer: 1, helloMalformed: 4 });
+
+    // the set is replaced, not added to
+    l.table.setHelloPins([peers[2]!]);
+    sendCounted(hello(peers[0]!.spki));
+    sendCounted(hello(peers[2]!.spki));
+    await settle();
+    assert.deepEqual(l.got.slice(5).map((g) => g.peer), [peers[2]!.tag]);
+    assert.equal(l.dropped.helloUnknownPeer, 2);
   });
 });
 

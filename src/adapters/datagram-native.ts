@@ -18,12 +18,15 @@ import { join } from 'node:path';
 import koffi from 'koffi';
 import { atollError } from '../core/errors.ts';
 import type { DatagramDrop, DatagramType } from '../core/tunnel/datagram.ts';
+import type { HelloDrop } from '../core/tunnel/hello.ts';
 import { installRoot } from './install-root.ts';
 
 /** Where the set-up puts the library, under the install root (the checkout, or /opt/atoll in the image). */
 export const NATIVE_LIBRARY = 'bin/libatoll-dp.so';
 /** The drops the C side counts, in the order of its enum. */
-const DROP_REASONS: readonly DatagramDrop[] = ['truncated', 'badType', 'unknownKey', 'replayed', 'badTag'];
+const DROP_REASONS: readonly (DatagramDrop | HelloDrop)[] = ['truncated', 'badType', 'unknownKey', 'replayed', 'badTag', 'helloMalformed', 'helloUnknownPeer'];
+/** Bytes of a pin's SHA-256, as the C side compares them. */
+const PIN_BYTES = 32;
 /** Ints per result of {@link OpenKeyTable.open}: kind, peer tag, message, offset, length, datagrams, their bytes. */
 export const RESULT_INTS = 7;
 /** Results per ring: 64 messages of at most 64 datagrams each (the kernel's UDP_GRO limit). */
@@ -47,6 +50,7 @@ interface Lib {
   tableFree: (t: Ptr, keep: number) => void;
   tableRestore: (t: Ptr, slot: number, peer: number) => number;
   tableSlot: (t: Ptr, id: number) => number;
+  tablePins: (t: Ptr, pins: Uint8Array, tags: Int32Array, n: number) => number;
   keepCreate: (slots: number, meta: number) => number;
   keepAttach: (fd: number) => number;
   keepDetach: () => void;
@@ -98,6 +102,7 @@ function load(): Lib {
     tableFree: l.func('void atoll_dp_table_free(void *t, int keep)') as Lib['tableFree'],
     tableRestore: l.func('int atoll_dp_table_restore(void *t, int slot, int32_t peer)') as Lib['tableRestore'],
     tableSlot: l.func('int atoll_dp_table_slot(void *t, uint32_t id)') as Lib['tableSlot'],
+    tablePins: l.func('int atoll_dp_table_pins(void *t, const uint8_t *pins, const int32_t *tags, int n)') as Lib['tablePins'],
     keepCreate: l.func('int atoll_dp_keep_create(int slots, int meta)') as Lib['keepCreate'],
     keepAttach: l.func('int atoll_dp_keep_attach(int fd)') as Lib['keepAttach'],
     keepDetach: l.func('void atoll_dp_keep_detach()') as Lib['keepDetach'],
@@ -283,6 +288,22 @@ export class OpenKeyTable {
     return this.#t === null ? 0 : this.#l.tableSize(this.#t);
   }
 
+  /**
+   * Turns hellos on: from now a hello is handed on only when its sender's key has the pin (`sha256:` and 64 hex
+   * digits, as src/adapters/datagram-hello.ts makes them) of one of `peers`, with that peer's tag; the others are
+   * dropped in C as `helloUnknownPeer`, and every hello before the first call as `badType`. Replaces the set.
+   */
+  setHelloPins(peers: readonly { readonly pin: string; readonly tag: number }[]): void {
+    const usable = peers.filter((p) => /^sha256:[0-9a-f]{64}$/.test(p.pin));
+    const pins = new Uint8Array(usable.length * PIN_BYTES);
+    const tags = new Int32Array(usable.length);
+    usable.forEach((p, i) => {
+      pins.set(Buffer.from(p.pin.slice('sha256:'.length), 'hex'), i * PIN_BYTES);
+      tags[i] = p.tag;
+    });
+    if (this.#l.tablePins(this.#table, pins, tags, usable.length) !== 0) throw new Error('malloc or SHA-256 for the hello pins failed');
+  }
+
   /** The replay window of key `id` (tests): whether `counter` is new, and with `accept` recorded. -1: no such key. */
   window(id: number, counter: number, accept: boolean): number {
     return this.#l.windowTest(this.#table, id >>> 0, counter, accept ? 1 : 0);
@@ -294,7 +315,7 @@ export class OpenKeyTable {
    * for the TUN device (native/atoll-dp.c). Adds the drops by reason to `dropped`. @returns the packets handed on, in
    * {@link results}, and the datagrams seen.
    */
-  open(ring: Ptr, n: number, now: number, dropped: Record<DatagramDrop, number>, merge = true): { handed: number; seen: number } {
+  open(ring: Ptr, n: number, now: number, dropped: Record<DatagramDrop | HelloDrop, number>, merge = true): { handed: number; seen: number } {
     const counts = this.#counts;
     counts.fill(0);
     const handed = this.#l.open(this.#table, ring, n, now, merge ? 1 : 0, this.results, MAX_RESULTS, counts);

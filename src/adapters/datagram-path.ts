@@ -310,6 +310,7 @@ export class DatagramPath {
   run(): void {
     const socket = this.#socket;
     if (!socket || this.#timer) return;
+    this.#helloPins();
     socket.start((n) => this.#onMessages(socket, n));
     this.#timer = setInterval(() => this.#tick(), this.#init.keepaliveMs ?? KEEPALIVE_MS);
     this.#timer.unref();
@@ -437,6 +438,7 @@ export class DatagramPath {
       this.#tags.delete(p.tag);
     }
     for (const [id, pin] of keep) if (!this.#peers.has(id)) this.#newPeer(id, pin, undefined);
+    this.#helloPins();
     // described without them before their keys' slots are freed
     if (gone.length > 0) this.#describe();
     for (const p of gone) {
@@ -515,19 +517,18 @@ export class DatagramPath {
   }
 
   /**
-   * A hello (src/core/tunnel/hello.ts). Checked cheaply first (layout, a key one of our peers has), then, within a
-   * budget of signature checks per second, its signature; then judged against what we remember of its sender.
+   * A hello (src/core/tunnel/hello.ts) from the peer tagged `tag`. Checked cheaply first (its layout and that its key
+   * is a peer's: in C, see {@link #helloPins}), then, within a budget of signature checks per second, its signature;
+   * then judged against what we remember of its sender.
    */
-  #onHello(buf: Uint8Array, from: UdpSource): void {
+  #onHello(buf: Uint8Array, from: UdpSource, tag: number): void {
     const crypto = this.#hello;
     if (!crypto) return this.#drop('badType');
     const h = parseHello(buf);
     if (typeof h === 'string') return this.#drop(h);
-    const pin = HelloCrypto.pinOf(h.spki);
-    let peerId: string | undefined;
-    for (const [id, q] of this.#peers) if (q.pin === pin) peerId = id;
-    const p = peerId === undefined ? undefined : this.#peers.get(peerId);
-    if (!p || peerId === undefined) return this.#drop('helloUnknownPeer');
+    const p = this.#tags.get(tag);
+    if (!p) return this.#drop('helloUnknownPeer');
+    const peerId = p.id;
     const now = steadyClock();
     const budget = this.#verifyBudget;
     if (now - budget.since >= 1000) {
@@ -579,6 +580,11 @@ export class DatagramPath {
       p.lastAnswerAt = now;
       this.#sendHello(p);
     }
+  }
+
+  /** Hellos on, for the peers' keys alone (a node without a tunnel key takes none): the native table drops the rest. */
+  #helloPins(): void {
+    if (this.#hello) this.#table.setHelloPins([...this.#peers.values()]);
   }
 
   /** A new ephemeral key for `p`, under a new generation saved before any hello carries it. */
@@ -747,7 +753,7 @@ export class DatagramPath {
       const off = r[o + 3]!;
       const len = r[o + 4]!;
       if (kind === HELLO_TYPE) {
-        this.#onHello(bytes.subarray(off, off + len), socket.sourceOf(msg));
+        this.#onHello(bytes.subarray(off, off + len), socket.sourceOf(msg), r[o + 1]!);
         continue;
       }
       const p = this.#tags.get(r[o + 1]!);
