@@ -135,6 +135,8 @@ export async function startKubeControlPlane(init: KubeControlPlaneInit): Promise
       if (err) reject(new Error(`kubectl ${args.join(' ')}: ${stderr.trim() || err.message}`, { cause: err }));
       else resolve(stdout);
     });
+    // kubectl may exit before it reads its input (an API server not up yet): its exit status says why, not an EPIPE
+    child.stdin?.on('error', () => {});
     child.stdin?.end(input ?? '');
   });
   const logTails = (lines = 15) => [...logs].map(([role, log]) => `--- ${role}:\n${logTail(log, lines)}`).join('\n');
