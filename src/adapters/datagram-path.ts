@@ -522,8 +522,8 @@ export class DatagramPath {
    * then judged against what we remember of its sender.
    */
   #onHello(buf: Uint8Array, from: UdpSource, tag: number): void {
-    const crypto = this.#hello;
-    if (!crypto) return this.#drop('badType');
+    // the native table passes hellos only once #helloPins set its pins, which it does only with a tunnel key
+    const crypto = this.#hello as HelloCrypto;
     const h = parseHello(buf);
     if (typeof h === 'string') return this.#drop(h);
     const p = this.#tags.get(tag);
