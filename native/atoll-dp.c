@@ -833,8 +833,44 @@ static int queue_one(sender *s, seal_key *k, const struct sockaddr_in *dst, int 
 #define VIRTIO_NET_HDR_F_NEEDS_CSUM 1
 #define VIRTIO_NET_HDR_GSO_TCPV4 1
 #define TCP_FIN 0x01
+#define TCP_SYN 0x02
+#define TCP_RST 0x04
 #define TCP_PSH 0x08
+#define TCP_ACK 0x10
 #define TCP_CWR 0x80
+
+/*
+ * Whether pkt (virtio header first, len bytes) is a TCP/IPv4 acknowledgement without data whose SACK blocks report
+ * new data held beyond a hole: not a duplicate SACK (RFC 2883: a first block below the acknowledgement or inside the
+ * second), which a sender must not be told twice. See atoll_dp_send.
+ */
+static int sack_ack(const uint8_t *pkt, uint32_t len) {
+  if (len < VNET + 40) return 0;
+  const uint8_t *ip = pkt + VNET;
+  uint32_t ihl = (ip[0] & 15u) * 4, total = ((uint32_t)ip[2] << 8) | ip[3];
+  if (ip[0] >> 4 != 4 || ip[9] != 6 || ihl < 20 || total != len - VNET || total < ihl + 20) return 0;
+  if ((ip[6] & 0x3f) != 0 || ip[7] != 0) return 0; /* MF or a fragment offset */
+  const uint8_t *tcp = ip + ihl;
+  uint32_t thl = (tcp[12] >> 4) * 4u;
+  if (thl < 20 || total != ihl + thl || (tcp[13] & (TCP_ACK | TCP_SYN | TCP_FIN | TCP_RST)) != TCP_ACK) return 0;
+  for (uint32_t o = 20; o < thl && tcp[o] != 0;) {
+    if (tcp[o] == 1) {
+      o++;
+      continue;
+    }
+    uint32_t n = o + 1 < thl ? tcp[o + 1] : 0;
+    if (n < 2 || o + n > thl) return 0;
+    if (tcp[o] == 5) {
+      if (n < 10 || (n - 2) % 8 != 0) return 0;
+      uint32_t ack = rd32(tcp + 8), start = rd32(tcp + o + 2), end = rd32(tcp + o + 6);
+      if ((int32_t)(start - ack) < 0) return 0;
+      if (n >= 18 && (int32_t)(start - rd32(tcp + o + 10)) >= 0 && (int32_t)(end - rd32(tcp + o + 14)) <= 0) return 0;
+      return 1;
+    }
+    o += n;
+  }
+  return 0;
+}
 
 /*
  * Queues `pkt` (virtio-net header first, as the TUN device gives it) to addr:port (host order) in datagrams of `type`
@@ -842,7 +878,9 @@ static int queue_one(sender *s, seal_key *k, const struct sockaddr_in *dst, int 
  * at most its gso_size, each with its own IPv4 header (length, id + i, checksum), TCP sequence number, flags (FIN and
  * PSH on the last only, CWR on the first only) and a virtio header asking for the TCP checksum to be completed
  * (NEEDS_CSUM, the pseudo-header sum in the checksum field), as the kernel's own segmentation does. What does not
- * continue the run being built flushes it first; the last run stays for atoll_dp_flush.
+ * continue the run being built flushes it first; the last run stays for atoll_dp_flush. A data datagram holding an
+ * acknowledgement with new SACK blocks (sack_ack) is queued twice, under two counters: one lost on a lossy path would
+ * take information the sender gets nowhere else, and it would send again what had arrived.
  * @returns the datagrams queued, or -1 when the datagram path cannot take it (too big and not a TCP/IPv4
  *   superpacket, segments above max_ip, or the key's counters spent): nothing queued, the run flushed (the caller
  *   sends it on a stream, after what was queued).
@@ -852,6 +890,7 @@ EXPORT int atoll_dp_send(sender *s, seal_key *k, uint32_t addr, uint32_t port, i
   if (max_ip > GSO_MAX_BYTES - HDR - VNET - TAG) goto refuse; /* no datagram may outgrow the run's buffer */
   if (len < VNET || len - VNET <= max_ip) {
     if (k->r->counter >= MAX_COUNTER || queue_one(s, k, &dst, type, pkt, len) < 0) goto refuse;
+    if (type == TYPE_DATA && sack_ack(pkt, len) && k->r->counter < MAX_COUNTER && queue_one(s, k, &dst, type, pkt, len) > 0) return 2;
     return 1;
   }
   if (len < VNET + 40 || (pkt[1] & 0x7f) != VIRTIO_NET_HDR_GSO_TCPV4) goto refuse;

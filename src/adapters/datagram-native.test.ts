@@ -82,6 +82,8 @@ function superpacket(payload: number, gsoSize: number, flags: number): Uint8Arra
   return pkt;
 }
 
+const be32 = (n: number): number[] => [n >>> 24, (n >>> 16) & 255, (n >>> 8) & 255, n & 255];
+
 function csum(b: Uint8Array, off: number, len: number, init = 0): number {
   let s = init;
   for (let i = 0; i < len; i += 2) s += (b[off + i]! << 8) | (i + 1 < len ? b[off + i + 1]! : 0);
@@ -292,6 +294,45 @@ describe('native datagram path (bin/libatoll-dp.so)', () => {
     assert.deepEqual(l.got[3]!.bytes, syn.subarray(0, 62), 'the SYN as it came');
     assert.deepEqual(l.got[11]!.bytes, single, 'a packet alone as it came');
     assert.deepEqual(l.dropped, noDrops());
+  });
+
+  test('an acknowledgement whose SACK blocks report new data goes twice; a duplicate SACK, data, a SYN or no SACK once', async () => {
+    const l = loop({ deferred: true });
+    after(() => l.close());
+    const k = keyed(l);
+    const ACK = 100_000;
+    const block = (start: number, end: number) => [...be32(start), ...be32(end)];
+    // a pure TCP/IPv4 packet as the TUN device gives it, timestamps and then `sack` as options
+    const tcpPacket = (flags: number, sack: number[], payload = 0) => {
+      const opts = [1, 1, 8, 10, 0, 0, 0, 1, 0, 0, 0, 2, ...sack];
+      while (opts.length % 4 !== 0) opts.push(1);
+      const thl = 20 + opts.length;
+      const total = 20 + thl + payload;
+      const pkt = new Uint8Array(10 + total);
+      pkt.set([0x45, 0, total >> 8, total & 255, 0x12, 0x34, 0x40, 0, 64, 6, 0, 0, 10, 2, 0, 3, 10, 1, 0, 2], 10);
+      pkt.set([0x14, 0x51, 0x9c, 0x40, 0, 0, 0, 9, ...be32(ACK), (thl / 4) << 4, flags, 0xff, 0xff, 0, 0, 0, 0, ...opts], 30);
+      return pkt;
+    };
+    const sackAck = tcpPacket(0x10, [1, 1, 5, 18, ...block(ACK + 3000, ACK + 4000), ...block(ACK + 1000, ACK + 2000)]);
+    const once: [string, Uint8Array][] = [
+      ['no SACK', tcpPacket(0x10, [])],
+      ['a duplicate SACK below the acknowledgement', tcpPacket(0x10, [1, 1, 5, 18, ...block(ACK - 2000, ACK - 1000), ...block(ACK + 1000, ACK + 2000)])],
+      ['a duplicate SACK inside the second block', tcpPacket(0x10, [1, 1, 5, 18, ...block(ACK + 1200, ACK + 1500), ...block(ACK + 1000, ACK + 2000)])],
+      ['data', tcpPacket(0x18, [1, 1, 5, 10, ...block(ACK + 3000, ACK + 4000)], 100)],
+      ['a SYN', tcpPacket(0x12, [1, 1, 5, 10, ...block(ACK + 3000, ACK + 4000)])],
+      ['a FIN', tcpPacket(0x11, [1, 1, 5, 10, ...block(ACK + 3000, ACK + 4000)])],
+      ['a SACK option of a bad length', tcpPacket(0x10, [5, 9, ...block(ACK + 3000, ACK + 4000).slice(0, 7)])],
+    ];
+    assert.equal(l.sender.send(k, LOOPBACK, l.rx.port, DATAGRAM_TYPE.data, sackAck, 1430), 2, 'a SACK acknowledgement');
+    for (const [what, pkt] of once) assert.equal(l.sender.send(k, LOOPBACK, l.rx.port, DATAGRAM_TYPE.data, pkt, 1430), 1, what);
+    assert.equal(l.sender.send(k, LOOPBACK, l.rx.port, DATAGRAM_TYPE.keepalive, sackAck, 1430), 1, 'a keepalive');
+    l.sender.flush();
+    l.start();
+    await until('every datagram', () => l.seen() >= 10, 5000);
+    assert.deepEqual(l.dropped, noDrops(), 'each copy under its own counter');
+    assert.deepEqual(l.got.slice(0, 2).map((g) => [g.kind, [...g.bytes]]), [[1, [...sackAck]], [1, [...sackAck]]]);
+    assert.deepEqual(l.got.slice(2, 9).map((g) => [...g.bytes]), once.map(([, pkt]) => [...pkt]));
+    assert.equal(l.got.length, 10);
   });
 
   test('bad input is dropped by reason: truncated, bad type, unknown or expired key, replayed, wrong key, tampered; a hello before hellos are on', async () => {
