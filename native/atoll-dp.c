@@ -77,9 +77,14 @@ enum { KIND_DATA = TYPE_DATA, KIND_KEEPALIVE = TYPE_KEEPALIVE, KIND_HELLO = HELL
  * datagrams merged into it, and their plaintexts' bytes (a packet not merged: 1 and its length). */
 #define RESULT_INTS 7
 #define IP4 20
+#define TCP_FIN 0x01
+#define TCP_SYN 0x02
+#define TCP_RST 0x04
 #define TCP_PSH 0x08
+#define TCP_ACK 0x10
+#define TCP_CWR 0x80
 /* TCP flags that never merge: FIN, SYN, RST, URG, ECE, CWR. */
-#define TCP_NO_MERGE (0x01 | 0x02 | 0x04 | 0x20 | 0x40 | 0x80)
+#define TCP_NO_MERGE (TCP_FIN | TCP_SYN | TCP_RST | 0x20 | 0x40 | TCP_CWR)
 #define MAX_IP 65535
 
 static uint32_t rd32(const uint8_t *b) { return ((uint32_t)b[0] << 24) | ((uint32_t)b[1] << 16) | ((uint32_t)b[2] << 8) | b[3]; }
@@ -599,25 +604,31 @@ static size_t segment_size(const struct msghdr *m, size_t len) {
 
 /* ---- merging TCP segments back into superpackets (the receiving half of atoll_dp_send's segmentation) ---- */
 
-/* The TCP facts of a segment that may merge. */
+/* The TCP facts of a segment. */
 typedef struct {
   uint32_t thl, seq, payload, flags;
 } segment;
 
-/* Whether packet p (virtio header first, len bytes) may merge: IPv4 without options or fragments, not GSO, TCP with a
- * payload and no flag that never merges. */
-static int mergeable(const uint8_t *p, size_t len, segment *s) {
+/* Whether packet p (virtio header first, len bytes) is one TCP segment in IPv4 without options or fragments (its
+ * IP length all of len); its facts into s. */
+static int tcp4(const uint8_t *p, size_t len, segment *s) {
   const uint8_t *ip = p + VNET, *tcp = ip + IP4;
-  if (len < VNET + IP4 + 20 || ip[0] != 0x45 || ip[9] != 6 || p[1] != 0) return 0;
+  if (len < VNET + IP4 + 20 || ip[0] != 0x45 || ip[9] != 6) return 0;
   if ((ip[6] & 0x3f) != 0 || ip[7] != 0) return 0; /* MF or a fragment offset */
   uint32_t total = ((uint32_t)ip[2] << 8) | ip[3];
   if (total != len - VNET) return 0;
   s->thl = (uint32_t)(tcp[12] >> 4) * 4;
+  if (s->thl < 20 || total < IP4 + s->thl) return 0;
   s->flags = tcp[13];
-  if (s->thl < 20 || total <= IP4 + s->thl || (s->flags & TCP_NO_MERGE)) return 0;
   s->payload = total - IP4 - s->thl;
   s->seq = rd32(tcp + 4);
   return 1;
+}
+
+/* Whether packet p (virtio header first, len bytes) may merge: a TCP segment (tcp4), not GSO, with a payload and no
+ * flag that never merges. */
+static int mergeable(const uint8_t *p, size_t len, segment *s) {
+  return p[1] == 0 && tcp4(p, len, s) && s->payload > 0 && !(s->flags & TCP_NO_MERGE);
 }
 
 /*
@@ -832,27 +843,17 @@ static int queue_one(sender *s, seal_key *k, const struct sockaddr_in *dst, int 
 
 #define VIRTIO_NET_HDR_F_NEEDS_CSUM 1
 #define VIRTIO_NET_HDR_GSO_TCPV4 1
-#define TCP_FIN 0x01
-#define TCP_SYN 0x02
-#define TCP_RST 0x04
-#define TCP_PSH 0x08
-#define TCP_ACK 0x10
-#define TCP_CWR 0x80
 
 /*
- * Whether pkt (virtio header first, len bytes) is a TCP/IPv4 acknowledgement without data whose SACK blocks report
- * new data held beyond a hole: not a duplicate SACK (RFC 2883: a first block below the acknowledgement or inside the
- * second), which a sender must not be told twice. See atoll_dp_send.
+ * Whether pkt (virtio header first, len bytes) is a TCP segment (tcp4) without data, an acknowledgement whose SACK
+ * blocks report new data held beyond a hole: not a duplicate SACK (RFC 2883: a first block below the acknowledgement
+ * or inside the second), which a sender must not be told twice. See atoll_dp_send.
  */
 static int sack_ack(const uint8_t *pkt, uint32_t len) {
-  if (len < VNET + 40) return 0;
-  const uint8_t *ip = pkt + VNET;
-  uint32_t ihl = (ip[0] & 15u) * 4, total = ((uint32_t)ip[2] << 8) | ip[3];
-  if (ip[0] >> 4 != 4 || ip[9] != 6 || ihl < 20 || total != len - VNET || total < ihl + 20) return 0;
-  if ((ip[6] & 0x3f) != 0 || ip[7] != 0) return 0; /* MF or a fragment offset */
-  const uint8_t *tcp = ip + ihl;
-  uint32_t thl = (tcp[12] >> 4) * 4u;
-  if (thl < 20 || total != ihl + thl || (tcp[13] & (TCP_ACK | TCP_SYN | TCP_FIN | TCP_RST)) != TCP_ACK) return 0;
+  segment s;
+  if (!tcp4(pkt, len, &s) || s.payload > 0 || (s.flags & (TCP_ACK | TCP_SYN | TCP_FIN | TCP_RST)) != TCP_ACK) return 0;
+  const uint8_t *tcp = pkt + VNET + IP4;
+  uint32_t thl = s.thl;
   for (uint32_t o = 20; o < thl && tcp[o] != 0;) {
     if (tcp[o] == 1) {
       o++;
