@@ -12,8 +12,8 @@
  *         per packet for JavaScript.
  *
  * The wire format is src/core/tunnel/datagram.ts's:
- *   type (1) | 0 (3) | key id (4, BE) | counter (8, BE) | sealed payload | tag (16)
- * the first 16 bytes as additional data, the nonce 4 zero bytes and the counter.
+ *   type (1) | flags (1) | 0 (2) | key id (4, BE) | counter (8, BE) | sealed payload | tag (16)
+ * the first 16 bytes as additional data, the nonce 4 zero bytes and the counter; flags only on data (FLAG_COPY).
  *
  * libcrypto: this library links none. Its EVP calls bind, when Node loads it, to the OpenSSL inside Node, which Node
  * exports for addons (3.5 with Node 24): its AES-GCM uses VAES and AVX-512 where the CPU has them, 2.4 times faster
@@ -52,6 +52,8 @@
 #define VNET 10
 #define TYPE_DATA 1
 #define TYPE_KEEPALIVE 2
+/* Header byte 1 of a data datagram: a second copy of the datagram whose counter is one less (atoll_dp_send). */
+#define FLAG_COPY 1
 #define HELLO_TYPE 3
 /* A hello (src/core/tunnel/hello.ts): its length, its flag, where the sender's public key (SPKI DER) lies */
 #define HELLO_LEN 184
@@ -72,7 +74,7 @@
 /* Drop reasons, in the order of DROP_REASONS in src/adapters/datagram-native.ts. */
 enum { DROP_TRUNCATED, DROP_BAD_TYPE, DROP_UNKNOWN_KEY, DROP_REPLAYED, DROP_BAD_TAG, DROP_HELLO_MALFORMED, DROP_HELLO_UNKNOWN, DROPS };
 /* Result kinds (>= 0) for a datagram handed to JavaScript. */
-enum { KIND_DATA = TYPE_DATA, KIND_KEEPALIVE = TYPE_KEEPALIVE, KIND_HELLO = HELLO_TYPE };
+enum { KIND_SPARE = 0, KIND_DATA = TYPE_DATA, KIND_KEEPALIVE = TYPE_KEEPALIVE, KIND_HELLO = HELLO_TYPE };
 /* Per result: kind, peer tag, message index, offset of the plaintext (or the hello) from the ring's start, length,
  * datagrams merged into it, and their plaintexts' bytes (a packet not merged: 1 and its length). */
 #define RESULT_INTS 7
@@ -345,13 +347,17 @@ static void nonce_of(uint8_t nonce[12], uint64_t counter) {
   wr32(nonce + 8, (uint32_t)counter);
 }
 
-/* Seals the datagram at d: header written here, payload of n bytes at d + HDR (sealed in place), tag after it. */
-static int seal_at(seal_key *k, int type, uint8_t *d, int n) {
+/*
+ * Seals the datagram at d: header written here (flags in its byte 1), payload of n bytes at d + HDR (sealed in place),
+ * tag after it.
+ */
+static int seal_at(seal_key *k, int type, int flags, uint8_t *d, int n) {
   uint64_t c = k->r->counter++;
   uint8_t nonce[12];
   int outl;
   d[0] = (uint8_t)type;
-  d[1] = d[2] = d[3] = 0;
+  d[1] = (uint8_t)flags;
+  d[2] = d[3] = 0;
   wr32(d + 4, k->r->id);
   wr32(d + 8, (uint32_t)(c >> 32));
   wr32(d + 12, (uint32_t)c);
@@ -366,7 +372,7 @@ static int seal_at(seal_key *k, int type, uint8_t *d, int n) {
 /* Seals `plain` (n bytes) as one datagram into `out` (room for n + 32 bytes): for tests and the occasional one-off. */
 EXPORT int atoll_dp_seal_one(seal_key *k, int type, const uint8_t *plain, int n, uint8_t *out) {
   memmove(out + HDR, plain, (size_t)n);
-  return seal_at(k, type, out, n) == 0 ? HDR + n + TAG : -1;
+  return seal_at(k, type, 0, out, n) == 0 ? HDR + n + TAG : -1;
 }
 
 typedef struct {
@@ -567,11 +573,15 @@ static int pass_hello(key_table *t, const uint8_t *d, size_t len, int32_t *peer)
   return KIND_HELLO;
 }
 
-/* Opens one datagram d (len bytes) in place. @returns its result kind, or -1 - the drop reason. */
+/*
+ * Opens one datagram d (len bytes) in place. @returns its result kind, KIND_SPARE for an authentic copy (FLAG_COPY)
+ * whose original arrived (recorded, not handed on), or -1 - the drop reason.
+ */
 static int open_one(key_table *t, uint8_t *d, size_t len, double now, int32_t *peer) {
   if (len >= 1 && d[0] == HELLO_TYPE) return pass_hello(t, d, len, peer);
   if (len < HDR + TAG + 1) return -1 - DROP_TRUNCATED;
-  if ((d[0] != TYPE_DATA && d[0] != TYPE_KEEPALIVE) || d[1] || d[2] || d[3]) return -1 - DROP_BAD_TYPE;
+  if ((d[0] != TYPE_DATA && d[0] != TYPE_KEEPALIVE) || (d[1] & ~FLAG_COPY) || (d[1] && d[0] != TYPE_DATA) || d[2] || d[3])
+    return -1 - DROP_BAD_TYPE;
   uint64_t c = ((uint64_t)rd32(d + 8) << 32) | rd32(d + 12);
   if (c >= MAX_COUNTER) return -1 - DROP_BAD_TYPE;
   int i = find(t, rd32(d + 4));
@@ -585,9 +595,11 @@ static int open_one(key_table *t, uint8_t *d, size_t len, double now, int32_t *p
       EVP_DecryptUpdate(k->ctx, d + HDR, &outl, d + HDR, n) != 1 || EVP_CIPHER_CTX_ctrl(k->ctx, EVP_CTRL_GCM_SET_TAG, TAG, d + HDR + n) != 1 ||
       EVP_DecryptFinal_ex(k->ctx, d + HDR + n, &outl) <= 0)
     return -1 - DROP_BAD_TAG;
+  /* the original, one counter before, came (or is older than the window): this copy is not needed */
+  int spare = d[1] == FLAG_COPY && c > 0 && !window_ok(k->r, c - 1);
   window_accept(k->r, c);
   *peer = k->peer;
-  return d[0];
+  return spare ? KIND_SPARE : d[0];
 }
 
 /* The segment size UDP_GRO reported for message m, or its whole length. */
@@ -714,8 +726,8 @@ EXPORT int atoll_dp_open(key_table *t, struct mmsghdr *vec, int n, double now, i
       }
       int32_t peer = -1;
       int kind = open_one(t, d, dlen, now, &peer);
-      if (kind < 0) {
-        counts[-1 - kind]++;
+      if (kind < 0) counts[-1 - kind]++;
+      if (kind <= KIND_SPARE) {
         if (len == 0) break;
         continue;
       }
@@ -756,6 +768,18 @@ EXPORT int atoll_dp_open(key_table *t, struct mmsghdr *vec, int n, double now, i
 
 /* ---- sending ---- */
 
+/*
+ * What the sender saw of a TCP/IPv4 flow it carries: its 4-tuple (source and destination addresses, then ports, as
+ * on the wire) and the sequence number after the highest data sent. A direct-mapped table of FLOWS slots: a flow that
+ * takes another's slot starts afresh (at worst a segment of either goes once where it would have gone twice).
+ */
+#define FLOWS 256
+typedef struct {
+  uint8_t key[12];
+  uint32_t next;
+  uint8_t used;
+} flow;
+
 typedef struct {
   int fd;
   /* the run being built: its destination, bytes, datagrams, and the size of each (but a shorter last) */
@@ -764,6 +788,7 @@ typedef struct {
   /* datagrams the kernel refused (dropped), and the errno of the last refusal */
   double send_failed;
   int last_errno;
+  flow flows[FLOWS];
   uint8_t buf[GSO_MAX_BYTES];
 } sender;
 
@@ -831,12 +856,12 @@ static void commit(sender *s, uint32_t len) {
   if (len < s->stride) atoll_dp_flush(s); /* a shorter datagram ends a run */
 }
 
-/* One datagram of `type` holding plain (n bytes) to dst. -1 when libcrypto failed (nothing queued). */
-static int queue_one(sender *s, seal_key *k, const struct sockaddr_in *dst, int type, const uint8_t *plain, uint32_t n) {
+/* One datagram of `type` with `flags` holding plain (n bytes) to dst. -1 when libcrypto failed (nothing queued). */
+static int queue_one(sender *s, seal_key *k, const struct sockaddr_in *dst, int type, int flags, const uint8_t *plain, uint32_t n) {
   uint32_t len = HDR + n + TAG;
   uint8_t *d = reserve(s, dst, len);
   memcpy(d + HDR, plain, n);
-  if (seal_at(k, type, d, (int)n) != 0) return -1;
+  if (seal_at(k, type, flags, d, (int)n) != 0) return -1;
   commit(s, len);
   return 1;
 }
@@ -874,6 +899,40 @@ static int sack_ack(const uint8_t *pkt, uint32_t len) {
 }
 
 /*
+ * Records that the TCP/IPv4 flow whose IP header is ip (ihl bytes, TCP's after it) sent data [seq, end), a SYN
+ * starting it afresh. @returns whether that data began below what the flow had sent before: a retransmission.
+ */
+static int sent_tcp(sender *s, const uint8_t *ip, uint32_t ihl, uint32_t seq, uint32_t end, int syn) {
+  uint8_t key[12];
+  memcpy(key, ip + 12, 8);
+  memcpy(key + 8, ip + ihl, 4);
+  uint32_t h = 2166136261u; /* FNV-1a */
+  for (int i = 0; i < 12; i++) h = (h ^ key[i]) * 16777619u;
+  flow *f = &s->flows[h % FLOWS];
+  if (syn || !f->used || memcmp(f->key, key, sizeof key) != 0) {
+    memcpy(f->key, key, sizeof key);
+    f->used = 1;
+    f->next = end;
+    return 0;
+  }
+  int again = (int32_t)(seq - f->next) < 0;
+  if ((int32_t)(end - f->next) > 0) f->next = end;
+  return again;
+}
+
+/*
+ * Whether pkt (virtio header first, len bytes), a TCP segment (tcp4) with data, is a retransmission of its flow
+ * (sent_tcp), recording it either way. A SYN (its sequence number is the flow's first) records the flow afresh.
+ */
+static int resent(sender *s, const uint8_t *pkt, uint32_t len) {
+  segment g;
+  if (!tcp4(pkt, len, &g) || (g.flags & TCP_RST)) return 0;
+  int syn = (g.flags & TCP_SYN) != 0;
+  if (g.payload == 0 && !syn) return 0;
+  return sent_tcp(s, pkt + VNET, IP4, g.seq, g.seq + g.payload + (uint32_t)syn, syn) && !syn;
+}
+
+/*
  * Queues `pkt` (virtio-net header first, as the TUN device gives it) to addr:port (host order) in datagrams of `type`
  * under k: itself when its IP packet fits max_ip bytes, else, for a TCP/IPv4 superpacket (GSO TCPV4), its segments of
  * at most its gso_size, each with its own IPv4 header (length, id + i, checksum), TCP sequence number, flags (FIN and
@@ -881,7 +940,12 @@ static int sack_ack(const uint8_t *pkt, uint32_t len) {
  * (NEEDS_CSUM, the pseudo-header sum in the checksum field), as the kernel's own segmentation does. What does not
  * continue the run being built flushes it first; the last run stays for atoll_dp_flush. A data datagram holding an
  * acknowledgement with new SACK blocks (sack_ack) is queued twice, under two counters: one lost on a lossy path would
- * take information the sender gets nowhere else, and it would send again what had arrived.
+ * take information the sender gets nowhere else, and it would send again what had arrived. So is a segment its flow
+ * sends again (resent, a retransmission; superpackets only record what their flow sent): a retransmission lost too
+ * leaves its sender to find that out by its retransmission timer, a stall of a fifth of a second or more after which
+ * its congestion control starts low again. The second copy carries FLAG_COPY, and the receiver hands it on only when
+ * the first did not come (open_one): a receiving TCP given both would answer a duplicate SACK, which its sender reads
+ * as reordering and repairs later.
  * @returns the datagrams queued, or -1 when the datagram path cannot take it (too big and not a TCP/IPv4
  *   superpacket, segments above max_ip, or the key's counters spent): nothing queued, the run flushed (the caller
  *   sends it on a stream, after what was queued).
@@ -890,8 +954,10 @@ EXPORT int atoll_dp_send(sender *s, seal_key *k, uint32_t addr, uint32_t port, i
   struct sockaddr_in dst = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr = {.s_addr = htonl(addr)}};
   if (max_ip > GSO_MAX_BYTES - HDR - VNET - TAG) goto refuse; /* no datagram may outgrow the run's buffer */
   if (len < VNET || len - VNET <= max_ip) {
-    if (k->r->counter >= MAX_COUNTER || queue_one(s, k, &dst, type, pkt, len) < 0) goto refuse;
-    if (type == TYPE_DATA && sack_ack(pkt, len) && k->r->counter < MAX_COUNTER && queue_one(s, k, &dst, type, pkt, len) > 0) return 2;
+    if (k->r->counter >= MAX_COUNTER || queue_one(s, k, &dst, type, 0, pkt, len) < 0) goto refuse;
+    if (type == TYPE_DATA && (resent(s, pkt, len) || sack_ack(pkt, len)) && k->r->counter < MAX_COUNTER &&
+        queue_one(s, k, &dst, type, FLAG_COPY, pkt, len) > 0)
+      return 2;
     return 1;
   }
   if (len < VNET + 40 || (pkt[1] & 0x7f) != VIRTIO_NET_HDR_GSO_TCPV4) goto refuse;
@@ -931,9 +997,10 @@ EXPORT int atoll_dp_send(sender *s, seal_key *k, uint32_t addr, uint32_t port, i
     st[13] = (uint8_t)f;
     /* the pseudo-header sum, not complemented, as CHECKSUM_PARTIAL wants it */
     wr16(st + 16, fold(src + 6 + thl + n));
-    if (seal_at(k, type, d, (int)plain) != 0) goto refuse; /* only a broken libcrypto: the segments before it went */
+    if (seal_at(k, type, 0, d, (int)plain) != 0) goto refuse; /* only a broken libcrypto: the segments before it went */
     commit(s, dlen);
   }
+  if (type == TYPE_DATA) sent_tcp(s, ip, ihl, seq0, seq0 + (len - payload), 0);
   return (int)i;
 refuse:
   atoll_dp_flush(s);

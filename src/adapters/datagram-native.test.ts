@@ -275,18 +275,20 @@ describe('native datagram path (bin/libatoll-dp.so)', () => {
     const short = cut(flowPacket(2 * gso + 10, gso, 0x10, 90_000));
     const after1 = cut(flowPacket(gso, gso, 0x10, 90_000 + 2 * gso + 10));
     const single = cut(flowPacket(700, gso, 0x10, 200_000))[0]!;
-    const send = (s: DatagramSender, pkt: Uint8Array, type: DatagramType = DATAGRAM_TYPE.data) => {
-      assert.equal(s.send(k, LOOPBACK, l.rx.port, type, pkt, 1430), 1);
+    const send = (s: DatagramSender, pkt: Uint8Array, type: DatagramType = DATAGRAM_TYPE.data, copies = 1) => {
+      assert.equal(s.send(k, LOOPBACK, l.rx.port, type, pkt, 1430), copies);
       s.flush();
     };
     for (const p of [a[0]!, a[1]!, b[0]!, a[2]!, syn, ...gap]) send(l.sender, p);
-    send(l.sender, a[3]!);
+    // below what this sender sent of the flow since the SYN (the gap): retransmissions, queued twice; their second
+    // copies arrive after the first and are not handed on
+    send(l.sender, a[3]!, DATAGRAM_TYPE.data, 2);
     send(sender2, a[4]!); // the same flow, next in sequence, from another address
-    send(l.sender, a[5]!);
+    send(l.sender, a[5]!, DATAGRAM_TYPE.data, 2);
     send(l.sender, new Uint8Array([1]), DATAGRAM_TYPE.keepalive);
     for (const p of [...short, ...after1, single]) send(l.sender, p);
     l.start();
-    await until('every datagram', () => l.seen() >= 16, 5000);
+    await until('every datagram', () => l.seen() >= 18, 5000);
     assert.deepEqual(l.got.map((g) => [g.kind, g.bytes.length - 62, g.datagrams]), [
       [1, 2 * gso, 2], [1, gso, 1], [1, gso, 1], [1, 0, 1], [1, 2 * gso, 2], [1, gso, 1], [1, gso, 1], [1, gso, 1], [2, -61, 1],
       [1, 2 * gso + 10, 3], [1, gso, 1], [1, 700, 1],
@@ -296,7 +298,7 @@ describe('native datagram path (bin/libatoll-dp.so)', () => {
     assert.deepEqual(l.dropped, noDrops());
   });
 
-  test('an acknowledgement whose SACK blocks report new data goes twice; a duplicate SACK, data, a SYN or no SACK once', async () => {
+  test('an acknowledgement whose SACK blocks report new data goes twice, its copy not handed on; a duplicate SACK, data, a SYN or no SACK once', async () => {
     const l = loop({ deferred: true });
     after(() => l.close());
     const k = keyed(l);
@@ -330,9 +332,54 @@ describe('native datagram path (bin/libatoll-dp.so)', () => {
     l.start();
     await until('every datagram', () => l.seen() >= 10, 5000);
     assert.deepEqual(l.dropped, noDrops(), 'each copy under its own counter');
-    assert.deepEqual(l.got.slice(0, 2).map((g) => [g.kind, [...g.bytes]]), [[1, [...sackAck]], [1, [...sackAck]]]);
-    assert.deepEqual(l.got.slice(2, 9).map((g) => [...g.bytes]), once.map(([, pkt]) => [...pkt]));
-    assert.equal(l.got.length, 10);
+    assert.deepEqual(l.got.slice(0, 1).map((g) => [g.kind, [...g.bytes]]), [[1, [...sackAck]]], 'the copy came after the original: spared');
+    assert.deepEqual(l.got.slice(1, 8).map((g) => [...g.bytes]), once.map(([, pkt]) => [...pkt]));
+    assert.equal(l.got.length, 9);
+  });
+
+  test("a flow's retransmission goes twice (new data, a superpacket's or a new flow's after a SYN, once)", async () => {
+    const l = loop({ deferred: true, merge: false });
+    after(() => l.close());
+    const k = keyed(l);
+    const gso = 1366;
+    const sent = (pkt: Uint8Array) => l.sender.send(k, LOOPBACK, l.rx.port, DATAGRAM_TYPE.data, pkt, 1430);
+    const seg = (seq: number, n = gso) => cut(flowPacket(n, gso, 0x10, seq))[0]!;
+    const start = 1000;
+    assert.equal(sent(flowPacket(4 * gso, gso, 0x10, start)), 4, 'a superpacket: its segments once');
+    assert.equal(sent(seg(start + 2 * gso)), 2, 'one of its segments sent again');
+    assert.equal(sent(seg(start + 4 * gso)), 1, 'new data');
+    assert.equal(sent(seg(start + gso)), 2, 'below what the flow sent: a retransmission');
+    assert.equal(sent(seg(start + 4 * gso, 100)), 2, 'a tail probe sent again');
+    assert.equal(sent(seg(start + 5 * gso)), 1, 'new data again');
+    const other = cut(flowPacket(gso, gso, 0x10, start, 0x1111))[0]!;
+    assert.equal(sent(other), 1, 'another flow: its own');
+    const syn = flowPacket(0, gso, 0x02, 500);
+    syn[1] = 0;
+    assert.equal(sent(syn), 1, 'a SYN starts the flow afresh, at a lower sequence number');
+    assert.equal(sent(seg(501)), 1, "the new flow's first data");
+    assert.equal(sent(seg(501)), 2, 'and that again');
+    l.sender.flush();
+    l.start();
+    await until('every datagram', () => l.seen() >= 17, 5000);
+    assert.equal(l.got.length, 13, 'the four copies came after their originals and were not handed on');
+    assert.deepEqual(l.dropped, noDrops());
+  });
+
+  test('a copy is handed on when its original did not come; a copy flag on a keepalive or another flag is bad type', async () => {
+    const l = loop();
+    after(() => l.close());
+    const key = randomBytes(32);
+    l.table.add(9, 1, key);
+    const send = (d: Uint8Array) => assert.equal(l.sender.sendRaw(LOOPBACK, l.rx.port, d), 0);
+    send(referenceSeal(key, 1, 9, 5, packet(50, 5), 1)); // counter 4 never came
+    send(referenceSeal(key, 1, 9, 6, packet(50, 6)));
+    send(referenceSeal(key, 1, 9, 7, packet(50, 6), 1)); // the copy of 6, which came
+    send(referenceSeal(key, 2, 9, 8, new Uint8Array([1]), 1));
+    send(referenceSeal(key, 1, 9, 9, packet(50, 9), 2));
+    send(referenceSeal(key, 1, 9, 7, packet(50, 6), 1)); // the spared copy again: recorded, so replayed
+    await until('6 datagrams seen', () => l.seen() >= 6, 5000);
+    assert.deepEqual(l.got.map((g) => [g.kind, g.bytes[10]]), [[1, 5], [1, 6]]);
+    assert.deepEqual(l.dropped, { ...noDrops(), badType: 2, replayed: 1 });
   });
 
   test('bad input is dropped by reason: truncated, bad type, unknown or expired key, replayed, wrong key, tampered; a hello before hellos are on', async () => {

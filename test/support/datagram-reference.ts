@@ -1,7 +1,7 @@
 /**
  * The datagram wire format (src/core/tunnel/datagram.ts) written independently of the native code that seals and opens
  * it in the agent (native/atoll-dp.c), with node:crypto: for checking the two agree and for forging input in tests.
- *   datagram = type (1) | 0 (3) | key id (4, BE) | counter (8, BE) | AES-256-GCM(payload), the 16 header bytes as AAD | tag (16)
+ *   datagram = type (1) | flags (1) | 0 (2) | key id (4, BE) | counter (8, BE) | AES-256-GCM(payload), the 16 header bytes as AAD | tag (16)
  */
 import { createCipheriv, createDecipheriv } from 'node:crypto';
 import { DATAGRAM_HEADER, DATAGRAM_TAG } from '../../src/core/tunnel/datagram.ts';
@@ -14,10 +14,11 @@ export function referenceNonce(counter: number): Buffer {
   return nonce;
 }
 
-/** A datagram of `type` under `key` (32 bytes) with id `keyId`, counter `counter`, holding `plain`. */
-export function referenceSeal(key: Uint8Array, type: number, keyId: number, counter: number, plain: Uint8Array): Buffer {
+/** A datagram of `type` (header byte 1: `flags`) under `key` (32 bytes) with id `keyId`, counter `counter`, holding `plain`. */
+export function referenceSeal(key: Uint8Array, type: number, keyId: number, counter: number, plain: Uint8Array, flags = 0): Buffer {
   const header = Buffer.alloc(DATAGRAM_HEADER);
   header[0] = type;
+  header[1] = flags;
   header.writeUInt32BE(keyId >>> 0, 4);
   header.writeUInt32BE(Math.floor(counter / 2 ** 32), 8);
   header.writeUInt32BE(counter >>> 0, 12);

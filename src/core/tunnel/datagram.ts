@@ -5,7 +5,7 @@
  * a TCP superpacket into segments that each fit one datagram) is native/atoll-dp.c's, one implementation, tested
  * through src/adapters/datagram-native.ts against an independent one (test/support/datagram-reference.ts).
  *
- *   datagram = type (1) | 0 (3) | key id (4, big-endian) | counter (8, big-endian) | sealed payload | tag (16)
+ *   datagram = type (1) | flags (1) | 0 (2) | key id (4, big-endian) | counter (8, big-endian) | sealed payload | tag (16)
  *
  * The first 16 bytes are the AEAD's additional data; the payload is a packet as the TUN device holds it (its 10-byte
  * virtio-net header, then the IP packet), or for a keepalive one flag byte. The nonce is 4 zero bytes and the 8
