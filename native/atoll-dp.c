@@ -870,15 +870,14 @@ static int queue_one(sender *s, seal_key *k, const struct sockaddr_in *dst, int 
 #define VIRTIO_NET_HDR_GSO_TCPV4 1
 
 /*
- * Whether pkt (virtio header first, len bytes) is a TCP segment (tcp4) without data, an acknowledgement whose SACK
- * blocks report new data held beyond a hole: not a duplicate SACK (RFC 2883: a first block below the acknowledgement
- * or inside the second), which a sender must not be told twice. See atoll_dp_send.
+ * Whether pkt (virtio header first), the TCP segment s (tcp4), has no data and is an acknowledgement whose SACK blocks
+ * report new data held beyond a hole: not a duplicate SACK (RFC 2883: a first block below the acknowledgement or
+ * inside the second), which a sender must not be told twice. See atoll_dp_send.
  */
-static int sack_ack(const uint8_t *pkt, uint32_t len) {
-  segment s;
-  if (!tcp4(pkt, len, &s) || s.payload > 0 || (s.flags & (TCP_ACK | TCP_SYN | TCP_FIN | TCP_RST)) != TCP_ACK) return 0;
+static int sack_ack(const uint8_t *pkt, const segment *s) {
+  if (s->payload > 0 || (s->flags & (TCP_ACK | TCP_SYN | TCP_FIN | TCP_RST)) != TCP_ACK) return 0;
   const uint8_t *tcp = pkt + VNET + IP4;
-  uint32_t thl = s.thl;
+  uint32_t thl = s->thl;
   for (uint32_t o = 20; o < thl && tcp[o] != 0;) {
     if (tcp[o] == 1) {
       o++;
@@ -921,15 +920,14 @@ static int sent_tcp(sender *s, const uint8_t *ip, uint32_t ihl, uint32_t seq, ui
 }
 
 /*
- * Whether pkt (virtio header first, len bytes), a TCP segment (tcp4) with data, is a retransmission of its flow
- * (sent_tcp), recording it either way. A SYN (its sequence number is the flow's first) records the flow afresh.
+ * Whether pkt (virtio header first), the TCP segment g (tcp4) with data, is a retransmission of its flow (sent_tcp),
+ * recording it either way. A SYN (its sequence number is the flow's first) records the flow afresh.
  */
-static int resent(sender *s, const uint8_t *pkt, uint32_t len) {
-  segment g;
-  if (!tcp4(pkt, len, &g) || (g.flags & TCP_RST)) return 0;
-  int syn = (g.flags & TCP_SYN) != 0;
-  if (g.payload == 0 && !syn) return 0;
-  return sent_tcp(s, pkt + VNET, IP4, g.seq, g.seq + g.payload + (uint32_t)syn, syn) && !syn;
+static int resent(sender *s, const uint8_t *pkt, const segment *g) {
+  if (g->flags & TCP_RST) return 0;
+  int syn = (g->flags & TCP_SYN) != 0;
+  if (g->payload == 0 && !syn) return 0;
+  return sent_tcp(s, pkt + VNET, IP4, g->seq, g->seq + g->payload + (uint32_t)syn, syn) && !syn;
 }
 
 /*
@@ -955,9 +953,9 @@ EXPORT int atoll_dp_send(sender *s, seal_key *k, uint32_t addr, uint32_t port, i
   if (max_ip > GSO_MAX_BYTES - HDR - VNET - TAG) goto refuse; /* no datagram may outgrow the run's buffer */
   if (len < VNET || len - VNET <= max_ip) {
     if (k->r->counter >= MAX_COUNTER || queue_one(s, k, &dst, type, 0, pkt, len) < 0) goto refuse;
-    if (type == TYPE_DATA && (resent(s, pkt, len) || sack_ack(pkt, len)) && k->r->counter < MAX_COUNTER &&
-        queue_one(s, k, &dst, type, FLAG_COPY, pkt, len) > 0)
-      return 2;
+    segment g;
+    int twice = type == TYPE_DATA && tcp4(pkt, len, &g) && (resent(s, pkt, &g) || sack_ack(pkt, &g));
+    if (twice && k->r->counter < MAX_COUNTER && queue_one(s, k, &dst, type, FLAG_COPY, pkt, len) > 0) return 2;
     return 1;
   }
   if (len < VNET + 40 || (pkt[1] & 0x7f) != VIRTIO_NET_HDR_GSO_TCPV4) goto refuse;
