@@ -60,6 +60,19 @@ function keyed(l: ReturnType<typeof loop>): SealKey {
   return k;
 }
 
+/**
+ * A loop whose table holds a key (id 9, peer tag 1), and `send` for datagrams made elsewhere (test/support/
+ * datagram-reference.ts) to its receiving socket, as they come; closed after the test.
+ */
+function forging() {
+  const l = loop();
+  after(() => l.close());
+  const key = randomBytes(32);
+  l.table.add(9, 1, key);
+  const send = (d: Uint8Array) => assert.equal(l.sender.sendRaw(LOOPBACK, l.rx.port, d), 0);
+  return { l, key, send };
+}
+
 /** A packet as the TUN device gives it: a virtio header (no GSO) and `n` bytes of IP packet. */
 function packet(n: number, fill: number): Uint8Array {
   return new Uint8Array(10 + n).fill(fill, 10);
@@ -366,11 +379,7 @@ describe('native datagram path (bin/libatoll-dp.so)', () => {
   });
 
   test('a copy is handed on when its original did not come; a copy flag on a keepalive or another flag is bad type', async () => {
-    const l = loop();
-    after(() => l.close());
-    const key = randomBytes(32);
-    l.table.add(9, 1, key);
-    const send = (d: Uint8Array) => assert.equal(l.sender.sendRaw(LOOPBACK, l.rx.port, d), 0);
+    const { l, key, send } = forging();
     send(referenceSeal(key, 1, 9, 5, packet(50, 5), 1)); // counter 4 never came
     send(referenceSeal(key, 1, 9, 6, packet(50, 6)));
     send(referenceSeal(key, 1, 9, 7, packet(50, 6), 1)); // the copy of 6, which came
@@ -383,11 +392,7 @@ describe('native datagram path (bin/libatoll-dp.so)', () => {
   });
 
   test('bad input is dropped by reason: truncated, bad type, unknown or expired key, replayed, wrong key, tampered; a hello before hellos are on', async () => {
-    const l = loop();
-    after(() => l.close());
-    const key = randomBytes(32);
-    l.table.add(9, 1, key);
-    const send = (d: Uint8Array) => assert.equal(l.sender.sendRaw(LOOPBACK, l.rx.port, d), 0);
+    const { l, key, send } = forging();
     const good = referenceSeal(key, 1, 9, 100, packet(50, 1));
     send(Object.assign(randomBytes(DATAGRAM_HEADER + DATAGRAM_TAG), { 0: 1 }));
     send(Object.assign(Buffer.from(good), { 0: 7 }));
