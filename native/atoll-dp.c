@@ -698,11 +698,11 @@ static void finish(held *h, int32_t *results) {
 /*
  * Opens the n messages of a recvmmsg vector `vec` (each one datagram or a UDP_GRO run, cut by its segment size), in
  * place. Writes RESULT_INTS ints per packet handed on (authentic data and keepalives, and the hellos of peers' keys,
- * unopened: see pass_hello) into `results` (room for max_results), and adds to counts[0..DROPS) the drops by reason
- * and to counts[DROPS] the datagrams seen. With `merge`, consecutive TCP segments of one flow in data datagrams from
- * one peer and source address are handed on as one superpacket; anything else between them ends it. Offsets count
- * from `vec`: the ring is one block (src/adapters/udp-batch.ts). @returns the results written; datagrams beyond
- * max_results are counted as truncated.
+ * unopened: see pass_hello) into `results` (room for max_results), and adds to counts[0..DROPS) the drops by reason,
+ * to counts[DROPS] the datagrams seen and to counts[DROPS + 1] the copies set aside because their original came.
+ * With `merge`, consecutive TCP segments of one flow in data datagrams from one peer and source address are handed on
+ * as one superpacket; anything else between them ends it. Offsets count from `vec`: the ring is one block
+ * (src/adapters/udp-batch.ts). @returns the results written; datagrams beyond max_results are counted as truncated.
  */
 EXPORT int atoll_dp_open(key_table *t, struct mmsghdr *vec, int n, double now, int merge, int32_t *results, int max_results, uint32_t *counts) {
   int r = 0;
@@ -727,6 +727,7 @@ EXPORT int atoll_dp_open(key_table *t, struct mmsghdr *vec, int n, double now, i
       int32_t peer = -1;
       int kind = open_one(t, d, dlen, now, &peer);
       if (kind < 0) counts[-1 - kind]++;
+      if (kind == KIND_SPARE) counts[DROPS + 1]++;
       if (kind <= KIND_SPARE) {
         if (len == 0) break;
         continue;
@@ -788,6 +789,8 @@ typedef struct {
   /* datagrams the kernel refused (dropped), and the errno of the last refusal */
   double send_failed;
   int last_errno;
+  /* second copies queued (FLAG_COPY, see atoll_dp_send) */
+  double copies;
   flow flows[FLOWS];
   uint8_t buf[GSO_MAX_BYTES];
 } sender;
@@ -827,12 +830,17 @@ EXPORT void atoll_dp_flush(sender *s) {
   s->bytes = s->count = 0;
 }
 
-/* Takes the failure counters: out[0] datagrams dropped since the last call, out[1] the last errno (0: none since). */
+/*
+ * Takes the counters: out[0] datagrams dropped since the last call, out[1] the last errno (0: none since), out[2] the
+ * second copies queued since the last call.
+ */
 EXPORT void atoll_dp_sender_take(sender *s, double *out) {
   out[0] = s->send_failed;
   out[1] = s->last_errno;
+  out[2] = s->copies;
   s->send_failed = 0;
   s->last_errno = 0;
+  s->copies = 0;
 }
 
 /*
@@ -955,7 +963,10 @@ EXPORT int atoll_dp_send(sender *s, seal_key *k, uint32_t addr, uint32_t port, i
     if (k->r->counter >= MAX_COUNTER || queue_one(s, k, &dst, type, 0, pkt, len) < 0) goto refuse;
     segment g;
     int twice = type == TYPE_DATA && tcp4(pkt, len, &g) && (resent(s, pkt, &g) || sack_ack(pkt, &g));
-    if (twice && k->r->counter < MAX_COUNTER && queue_one(s, k, &dst, type, FLAG_COPY, pkt, len) > 0) return 2;
+    if (twice && k->r->counter < MAX_COUNTER && queue_one(s, k, &dst, type, FLAG_COPY, pkt, len) > 0) {
+      s->copies++;
+      return 2;
+    }
     return 1;
   }
   if (len < VNET + 40 || (pkt[1] & 0x7f) != VIRTIO_NET_HDR_GSO_TCPV4) goto refuse;

@@ -30,9 +30,11 @@ function loop(opts: { merge?: boolean; deferred?: boolean } = {}) {
   const got: { kind: number; peer: number; bytes: Uint8Array; datagrams: number; plain: number }[] = [];
   const dropped = noDrops();
   let seen = 0;
+  let spared = 0;
   const start = () => rx.start((n) => {
     const r = table.open(rx.ring, n, 1000, dropped, opts.merge ?? true);
     seen += r.seen;
+    spared += r.spared;
     for (let i = 0; i < r.handed; i++) {
       const d = table.result(i);
       got.push({ kind: d.kind, peer: d.peer, bytes: rx.ringBytes.slice(d.offset, d.offset + d.length), datagrams: d.datagrams, plain: d.bytes });
@@ -41,7 +43,7 @@ function loop(opts: { merge?: boolean; deferred?: boolean } = {}) {
   if (!opts.deferred) start();
   tx.start(() => {});
   return {
-    table, rx, sender, got, dropped, seen: () => seen, start,
+    table, rx, sender, got, dropped, seen: () => seen, spared: () => spared, start,
     close() {
       sender.free();
       tx.close();
@@ -185,7 +187,7 @@ describe('native datagram path (bin/libatoll-dp.so)', () => {
     const k = keyed(l);
     const lengths = [1200, 1200, 1200, 1200, 700];
     lengths.forEach((n, i) => assert.equal(l.sender.send(k, LOOPBACK, l.rx.port, DATAGRAM_TYPE.data, packet(n, i + 1), 1430), 1));
-    assert.deepEqual(l.sender.flush(), { failed: 0, errno: 0 });
+    assert.deepEqual(l.sender.flush(), { failed: 0, errno: 0, copies: 0 });
     await until('5 datagrams', () => l.got.length >= 5, 5000);
     assert.deepEqual(l.got.map((g) => g.bytes.length - 10), lengths);
     assert.ok(l.got.every((g, i) => g.peer === 5 && g.bytes.subarray(10).every((b) => b === i + 1)));
@@ -341,10 +343,12 @@ describe('native datagram path (bin/libatoll-dp.so)', () => {
     assert.equal(l.sender.send(k, LOOPBACK, l.rx.port, DATAGRAM_TYPE.data, sackAck, 1430), 2, 'a SACK acknowledgement');
     for (const [what, pkt] of once) assert.equal(l.sender.send(k, LOOPBACK, l.rx.port, DATAGRAM_TYPE.data, pkt, 1430), 1, what);
     assert.equal(l.sender.send(k, LOOPBACK, l.rx.port, DATAGRAM_TYPE.keepalive, sackAck, 1430), 1, 'a keepalive');
-    l.sender.flush();
+    assert.equal(l.sender.flush().copies, 1, 'one copy queued');
+    assert.equal(l.sender.flush().copies, 0, 'and taken');
     l.start();
     await until('every datagram', () => l.seen() >= 10, 5000);
     assert.deepEqual(l.dropped, noDrops(), 'each copy under its own counter');
+    assert.equal(l.spared(), 1, 'the copy set aside');
     assert.deepEqual(l.got.slice(0, 1).map((g) => [g.kind, [...g.bytes]]), [[1, [...sackAck]]], 'the copy came after the original: spared');
     assert.deepEqual(l.got.slice(1, 8).map((g) => [...g.bytes]), once.map(([, pkt]) => [...pkt]));
     assert.equal(l.got.length, 9);
@@ -371,10 +375,11 @@ describe('native datagram path (bin/libatoll-dp.so)', () => {
     assert.equal(sent(syn), 1, 'a SYN starts the flow afresh, at a lower sequence number');
     assert.equal(sent(seg(501)), 1, "the new flow's first data");
     assert.equal(sent(seg(501)), 2, 'and that again');
-    l.sender.flush();
+    assert.equal(l.sender.flush().copies, 4);
     l.start();
     await until('every datagram', () => l.seen() >= 17, 5000);
     assert.equal(l.got.length, 13, 'the four copies came after their originals and were not handed on');
+    assert.equal(l.spared(), 4);
     assert.deepEqual(l.dropped, noDrops());
   });
 
@@ -389,6 +394,7 @@ describe('native datagram path (bin/libatoll-dp.so)', () => {
     await until('6 datagrams seen', () => l.seen() >= 6, 5000);
     assert.deepEqual(l.got.map((g) => [g.kind, g.bytes[10]]), [[1, 5], [1, 6]]);
     assert.deepEqual(l.dropped, { ...noDrops(), badType: 2, replayed: 1 });
+    assert.equal(l.spared(), 1, 'the copy of 6 only: the copy of 5 was handed on, the one of 7 again replayed');
   });
 
   test('bad input is dropped by reason: truncated, bad type, unknown or expired key, replayed, wrong key, tampered; a hello before hellos are on', async () => {

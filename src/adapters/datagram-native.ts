@@ -236,7 +236,8 @@ export interface OpenedDatagram {
 export class OpenKeyTable {
   /** Per datagram handed on: kind, peer tag, message, offset, length (valid until the next {@link open}). */
   readonly results = new Int32Array(MAX_RESULTS * RESULT_INTS);
-  readonly #counts = new Uint32Array(DROP_REASONS.length + 1);
+  /** The drops by reason, then the datagrams seen, then the copies set aside (native/atoll-dp.c, atoll_dp_open). */
+  readonly #counts = new Uint32Array(DROP_REASONS.length + 2);
   #t: Ptr;
   readonly #l: Lib;
 
@@ -313,14 +314,14 @@ export class OpenKeyTable {
    * Opens the `n` messages of the recvmmsg vector at `ring` (src/adapters/udp-batch.ts) in place, at time `now`;
    * with `merge`, consecutive TCP segments of one flow from one peer and address come back merged into a superpacket
    * for the TUN device (native/atoll-dp.c). Adds the drops by reason to `dropped`. @returns the packets handed on, in
-   * {@link results}, and the datagrams seen.
+   * {@link results}, the datagrams seen, and the copies set aside (authentic copies whose original had come).
    */
-  open(ring: Ptr, n: number, now: number, dropped: Record<DatagramDrop | HelloDrop, number>, merge = true): { handed: number; seen: number } {
+  open(ring: Ptr, n: number, now: number, dropped: Record<DatagramDrop | HelloDrop, number>, merge = true): { handed: number; seen: number; spared: number } {
     const counts = this.#counts;
     counts.fill(0);
     const handed = this.#l.open(this.#table, ring, n, now, merge ? 1 : 0, this.results, MAX_RESULTS, counts);
     for (let i = 0; i < DROP_REASONS.length; i++) if (counts[i]! > 0) dropped[DROP_REASONS[i]!] += counts[i]!;
-    return { handed, seen: counts[DROP_REASONS.length]! };
+    return { handed, seen: counts[DROP_REASONS.length]!, spared: counts[DROP_REASONS.length + 1]! };
   }
 
   /** Result `i` of the last {@link open}, as an object (tests; the hot path reads {@link results}). */
@@ -345,7 +346,7 @@ export class OpenKeyTable {
 export class DatagramSender {
   readonly #l: Lib;
   #s: Ptr;
-  readonly #taken = new Float64Array(2);
+  readonly #taken = new Float64Array(3);
 
   constructor(fd: number) {
     this.#l = load();
@@ -372,12 +373,15 @@ export class DatagramSender {
     return this.#l.sendRaw(this.#sender, addr, port, buf, buf.length);
   }
 
-  /** Sends what is queued. @returns the datagrams the kernel refused since the last call, and the last errno (0: none). */
-  flush(): { failed: number; errno: number } {
-    if (this.#s === null) return { failed: 0, errno: 0 };
+  /**
+   * Sends what is queued. @returns the datagrams the kernel refused since the last call, the last errno (0: none), and
+   * the second copies queued since the last call (retransmissions and SACK acknowledgements, see atoll_dp_send).
+   */
+  flush(): { failed: number; errno: number; copies: number } {
+    if (this.#s === null) return { failed: 0, errno: 0, copies: 0 };
     this.#l.flush(this.#s);
     this.#l.senderTake(this.#s, this.#taken);
-    return { failed: this.#taken[0]!, errno: this.#taken[1]! };
+    return { failed: this.#taken[0]!, errno: this.#taken[1]!, copies: this.#taken[2]! };
   }
 
   /** Frees the sender (what is queued is dropped); idempotent. */

@@ -94,6 +94,12 @@ export interface DatagramPathStats {
   hellosSent: number;
   hellosReceived: number;
   helloKeys: number;
+  /**
+   * Second copies of datagrams sent (a flow's retransmissions and SACK acknowledgements go twice), and copies that
+   * came when their original had too, set aside uncounted in `received` (native/atoll-dp.c, atoll_dp_send).
+   */
+  copiesSent: number;
+  copiesSpared: number;
   readonly dropped: Record<DatagramDropReason, number>;
 }
 
@@ -216,6 +222,7 @@ export interface DatagramPeerStatus {
 export class DatagramPath {
   readonly stats: DatagramPathStats = {
     sent: 0, received: 0, keepalivesSent: 0, keepalivesReceived: 0, fallbacks: 0, endpointMoves: 0, lastSendErrno: 0, hellosSent: 0, hellosReceived: 0, helloKeys: 0,
+    copiesSent: 0, copiesSpared: 0,
     dropped: {
       truncated: 0, badType: 0, unknownKey: 0, replayed: 0, badTag: 0, unknownAddress: 0, badPayload: 0, sendFailed: 0,
       helloMalformed: 0, helloUnknownPeer: 0, helloBadSignature: 0, helloReplayed: 0, helloLimited: 0,
@@ -708,8 +715,9 @@ export class DatagramPath {
   flush(): void {
     const sender = this.#sender;
     if (!sender) return;
-    const { failed, errno } = sender.flush();
+    const { failed, errno, copies } = sender.flush();
     if (failed > 0) this.stats.dropped.sendFailed += failed;
+    this.stats.copiesSent += copies;
     if (errno !== 0) this.stats.lastSendErrno = errno;
   }
 
@@ -743,7 +751,8 @@ export class DatagramPath {
     const dead = this.#init.deadAfterMs ?? DEAD_AFTER_MS;
     let revived = false;
     const table = this.#table;
-    const { handed } = table.open(socket.ring, n, now, this.stats.dropped);
+    const { handed, spared } = table.open(socket.ring, n, now, this.stats.dropped);
+    this.stats.copiesSpared += spared;
     const r = table.results;
     const bytes = socket.ringBytes;
     // close() from a callback frees the ring at once: stop reading it then

@@ -42,6 +42,11 @@ export function registerAgentMetrics(m: Metrics, s: AgentMetricSources): CniObse
   m.counter('atoll_tunnel_receive_packets_total', 'Packets received from the current tunnel peers', tunnelSum((p) => p.rxPackets));
   m.counter('atoll_tunnel_dropped_packets_total', 'Packets the tunnel dropped, by reason (noPeer, noPath, badSource: a spoofed source, tunWrite)',
     () => Object.entries(s.tunnel()?.dropped ?? {}).map(([reason, n]) => [{ reason }, n] as const), ['reason']);
+  m.counter('atoll_tunnel_datagram_copies_total', 'Second copies on the datagram path: sent (retransmissions and SACK acknowledgements go twice), spared (a copy whose original came, set aside)',
+    () => {
+      const c = s.tunnel()?.udpCopies;
+      return c ? [[{ kind: 'sent' }, c.sent], [{ kind: 'spared' }, c.spared]] as const : [];
+    }, ['kind']);
   m.counter('atoll_tunnel_refused_connections_total', 'Tunnel connections refused (an unregistered key, a failed handshake)', () => s.tunnel()?.refusedConnections ?? 0);
   m.counter('atoll_tunnel_punch_attempts_total', 'Hole punching attempts to the current peers', tunnelSum((p) => p.punch?.attempts ?? 0));
   m.counter('atoll_tunnel_punch_failures_total', 'Hole punching attempts that did not get through', tunnelSum((p) => (p.punch ? p.punch.attempts - p.punch.successes : 0)));

@@ -30,9 +30,12 @@ test('atoll peers: a row per peer with path, rtt, traffic, age and punch count; 
   ]);
   assert.deepEqual(renderPeers({ role: 'cloud', peers: [], skipped: [], dropped: {} }, now).slice(1), ['(no tunnel peers)']);
   const udp = renderPeers({ role: 'edge', peers: [{ name: 'b-3', role: 'edge', mode: 'punch', path: 'udp', txBytes: 0, rxBytes: 0, txPackets: 0, rxPackets: 0, since: 0,
-    punch: { attempts: 1, successes: 0, lastError: 'timed out' }, udp: { endpoint: '198.51.100.9:8476', usable: true } }], skipped: [], dropped: { 'udp.replayed': 2 } }, now);
+    punch: { attempts: 1, successes: 0, lastError: 'timed out' }, udp: { endpoint: '198.51.100.9:8476', usable: true } }], skipped: [], dropped: { 'udp.replayed': 2 },
+    udpCopies: { sent: 12, spared: 9 } }, now);
   assert.match(udp[1]!, /^b-3\s+edge\s+udp 198\.51\.100\.9:8476\s+-/);
-  assert.deepEqual(udp.slice(2), ['dropped packets: udp.replayed 2'], 'a failed TCP punch is no news while datagrams flow');
+  assert.deepEqual(udp.slice(2), ['dropped packets: udp.replayed 2', 'datagram copies: 12 sent (retransmissions and SACKs go twice), 9 set aside (their original came)'],
+    'a failed TCP punch is no news while datagrams flow');
+  assert.deepEqual(renderPeers({ role: 'edge', peers: [], skipped: [], dropped: {}, udpCopies: { sent: 0, spared: 0 } }, now).slice(2), [], 'no copies: nothing to say');
   const rebuilding = renderPeers({ role: 'edge', peers: [{ name: 'b-4', role: 'edge', mode: 'punch', path: 'down', txBytes: 0, rxBytes: 0, txPackets: 0, rxPackets: 0, since: now - 9000,
     punch: { attempts: 1, successes: 0, lastError: 'the relay is unreachable' }, udp: { endpoint: '198.51.100.9:40123', usable: false, rebuildingSince: now - 7000 } }], skipped: [], dropped: {} }, now);
   assert.deepEqual(rebuilding.slice(2), ['b-4: rebuilding the path without the relay for 7s: hellos to 198.51.100.9:40123']);

@@ -39,6 +39,12 @@ export interface TunnelStatus {
   /** Tunnel connections refused since the agent started (a key that is not a registered peer's, a failed handshake). */
   readonly refusedConnections?: number;
   /**
+   * The datagram path's second copies since the agent started: sent (retransmissions and SACK acknowledgements of the
+   * pods' TCP flows go twice, so one loss costs no stall) and spared (copies that came when their original had too,
+   * set aside). Absent: no datagram path.
+   */
+  readonly udpCopies?: { readonly sent: number; readonly spared: number };
+  /**
    * The keeper holding the datagram path's data plane across agent restarts: its pid, and whether this agent took the
    * data plane back from its last process (or made a new one). null: the datagram path runs without one (a restart
    * interrupts it); absent: no datagram path.
@@ -107,6 +113,9 @@ export function renderPeers(st: TunnelStatus, now: number): string[] {
   const drops = Object.entries(st.dropped).filter(([, n]) => n > 0);
   if (drops.length > 0) out.push(`dropped packets: ${drops.map(([k, n]) => `${k} ${n}`).join(', ')}`);
   if (st.refusedConnections) out.push(`refused connections: ${st.refusedConnections}`);
+  if (st.udpCopies && (st.udpCopies.sent > 0 || st.udpCopies.spared > 0)) {
+    out.push(`datagram copies: ${st.udpCopies.sent} sent (retransmissions and SACKs go twice), ${st.udpCopies.spared} set aside (their original came)`);
+  }
   if (st.keeper) out.push(`data plane held by keeper ${st.keeper.pid} (${st.keeper.takenBack ? 'taken back from the last agent' : 'new with this agent'}): an agent restart loses no datagram`);
   else if (st.keeper === null) out.push('no keeper: an agent restart interrupts the datagram path (tunnel.udp.keepMs, the chart\'s agent.keeper)');
   return out;
