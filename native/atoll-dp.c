@@ -935,7 +935,7 @@ static int resent(sender *s, const uint8_t *pkt, const segment *g) {
   if (g->flags & TCP_RST) return 0;
   int syn = (g->flags & TCP_SYN) != 0;
   if (g->payload == 0 && !syn) return 0;
-  return sent_tcp(s, pkt + VNET, IP4, g->seq, g->seq + g->payload + (uint32_t)syn, syn) && !syn;
+  return sent_tcp(s, pkt + VNET, IP4, g->seq, g->seq + g->payload + (uint32_t)syn, syn);
 }
 
 /*

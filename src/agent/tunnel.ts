@@ -415,8 +415,10 @@ export class Tunnel {
       }),
       skipped: this.#plan.skipped,
       refusedConnections: this.#refused,
-      ...(this.#datagrams ? { udpCopies: { sent: this.#datagrams.stats.copiesSent, spared: this.#datagrams.stats.copiesSpared } } : {}),
-      ...(this.#datagrams ? { keeper: this.#keeper ? { pid: this.#keeper.pid, takenBack: this.#takenBack } : null } : {}),
+      ...(this.#datagrams ? {
+        udpCopies: { sent: this.#datagrams.stats.copiesSent, spared: this.#datagrams.stats.copiesSpared },
+        keeper: this.#keeper ? { pid: this.#keeper.pid, takenBack: this.#takenBack } : null,
+      } : {}),
       dropped: endpoint ? {
         noPeer: endpoint.stats.droppedNoPeer, noPath: endpoint.stats.droppedNoStream, badSource: endpoint.stats.droppedBadSource, tunWrite: endpoint.stats.droppedTunWrite,
         ...Object.fromEntries(Object.entries(this.#datagrams?.stats.dropped ?? {}).map(([reason, n]) => [`udp.${reason}`, n])),
