@@ -62,6 +62,8 @@ export class TunnelEndpoint {
   /** Each peer's streams, by kind. */
   private readonly streams: Record<StreamKind, Map<string, TunnelStream>> = { direct: new Map(), circuitIn: new Map(), circuitOut: new Map() };
   private readonly congested = new Set<TunnelStream>();
+  /** One batch's packets for each stream, gathered while the batch is routed (empty between batches). */
+  private readonly outbox = new Map<TunnelStream, { readonly entry: PeerEntry; readonly pkts: Buffer[] }>();
   private paused = false;
   private datagrams: DatagramPath | undefined;
 
@@ -173,6 +175,7 @@ export class TunnelEndpoint {
   }
 
   private fromTun(batch: Buffer[]): void {
+    const outbox = this.outbox;
     for (const pkt of batch) {
       const dst = packetDestination(pkt);
       const peer = dst === undefined ? undefined : this.routes.lookup(dst);
@@ -190,22 +193,36 @@ export class TunnelEndpoint {
         continue;
       }
       const via = this.streams.direct.get(peer) ?? this.circuitOf(peer);
-      if (!via?.send(pkt, () => this.tun.release(pkt))) {
+      if (via === undefined) {
         this.stats.droppedNoStream++;
         this.tun.release(pkt);
         continue;
       }
-      this.stats.forwardedOut++;
-      e.traffic.txPackets++;
-      e.traffic.txBytes += pkt.length;
-      if (via.congested) this.congested.add(via);
+      const out = outbox.get(via);
+      if (out) out.pkts.push(pkt);
+      else outbox.set(via, { entry: e, pkts: [pkt] });
     }
     this.datagrams?.flush();
+    for (const [via, { entry, pkts }] of outbox) this.toStream(via, entry, pkts);
+    outbox.clear();
     if (this.congested.size > 0 && !this.paused) {
       this.paused = true;
       this.stats.pauses++;
       this.tun.pause();
     }
+  }
+
+  /** Sends one batch's packets for `entry`'s peer on `via`, in one go (see {@link TunnelStream.sendAll}). */
+  private toStream(via: TunnelStream, entry: PeerEntry, pkts: Buffer[]): void {
+    if (!via.sendAll(pkts, () => { for (const p of pkts) this.tun.release(p); })) {
+      this.stats.droppedNoStream += pkts.length;
+      for (const p of pkts) this.tun.release(p);
+      return;
+    }
+    this.stats.forwardedOut += pkts.length;
+    entry.traffic.txPackets += pkts.length;
+    for (const p of pkts) entry.traffic.txBytes += p.length;
+    if (via.congested) this.congested.add(via);
   }
 
   private uncongest(stream: TunnelStream): void {

@@ -51,13 +51,25 @@ describe('pinned TLS tunnel stream', () => {
     assert.equal(server.peerPin, a.pin);
     const got: number[][] = [];
     server.on('frame', (p: Uint8Array) => got.push([p.length, p[0]!, p[p.length - 1]!]));
+    // three packets back to back in one buffer, each with its headroom (as the TUN reader leaves them), then one alone
     const sizes = [1, 1500, 65_545, 40];
-    sizes.forEach((n, i) => assert.ok(client.send(packet(n, i + 1))));
+    const slab = Buffer.alloc(3 * FRAME_HEADER + 1 + 1500 + 65_545);
+    let at = 0;
+    const pkts = sizes.slice(0, 3).map((n, i) => {
+      const p = slab.subarray(at + FRAME_HEADER, at + FRAME_HEADER + n).fill(i + 1);
+      at += FRAME_HEADER + n;
+      return p;
+    });
+    let sent = 0;
+    assert.ok(client.sendAll([...pkts, packet(40, 4)], () => sent++));
     await until('the frames to arrive', () => got.length >= sizes.length, 10_000, 5);
     assert.deepEqual(got, sizes.map((n, i) => [n, i + 1, i + 1]));
     assert.equal(client.stats.framesSent, 4);
+    assert.equal(client.stats.bytesSent, 1 + 1500 + 65_545 + 40);
+    assert.equal(sent, 1, 'the batch is reported done once');
     client.close();
-    assert.equal(client.send(packet(10, 9)), false, 'a closed stream takes nothing');
+    assert.equal(client.sendAll([packet(10, 9)], () => sent++), false, 'a closed stream takes nothing');
+    assert.equal(sent, 1);
   });
 
   test('the listener refuses a client whose key is not pinned', async () => {

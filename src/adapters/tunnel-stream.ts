@@ -181,24 +181,38 @@ export class TunnelStream extends EventEmitter {
   }
 
   /**
-   * Queues one packet. `pkt` must have {@link FRAME_HEADER} writable bytes in front of it in its buffer (the TUN
-   * reader leaves them), and must not be changed afterwards: it is written without a copy. Writes
-   * of one event-loop turn leave together. `sent` is called once the stream is done with the packet's bytes
-   * (encrypted, or the stream failed), only when this returns true.
-   * @returns false when the packet was dropped (stream dead or its queue full).
+   * Queues packets. Each must have {@link FRAME_HEADER} writable bytes in front of it in its buffer (the TUN reader
+   * leaves them), and must not be changed afterwards: it is written without a copy. Writes of one event-loop turn
+   * leave together, and packets that lie back to back in one buffer with their headroom between them (consecutive
+   * reads of the TUN device do: src/adapters/slab-pool.ts) leave as one write of their frames, so the stream's
+   * per-write work is paid per run and not per packet. `sent` is called once, when the stream is done with all of
+   * them (encrypted, or the stream failed), only when this returns true.
+   * @returns false when all were dropped (stream dead or its queue full).
    */
-  send(pkt: Buffer, sent?: () => void): boolean {
+  sendAll(pkts: readonly Buffer[], sent: () => void): boolean {
     if (this.dead) return false;
     if (this.socket.writableLength > DROP_ABOVE) {
-      this.stats.droppedQueueFull++;
+      this.stats.droppedQueueFull += pkts.length;
       return false;
     }
-    if (pkt.byteOffset < FRAME_HEADER) throw new RangeError('tunnel packet has no headroom for its frame header');
-    const frame = Buffer.from(pkt.buffer, pkt.byteOffset - FRAME_HEADER, pkt.length + FRAME_HEADER);
-    writeFrameHeader(frame, 0, pkt.length, FRAME_KIND.packet);
-    this.write(frame, sent);
-    this.stats.framesSent++;
-    this.stats.bytesSent += pkt.length;
+    let bytes: Uint8Array | undefined;
+    let start = 0;
+    let end = 0;
+    for (const pkt of pkts) {
+      const at = pkt.byteOffset - FRAME_HEADER;
+      if (at < 0) throw new RangeError('tunnel packet has no headroom for its frame header');
+      if (bytes === undefined || bytes.buffer !== pkt.buffer || at !== end) {
+        if (bytes !== undefined) this.write(Buffer.from(bytes.buffer, start, end - start));
+        bytes = new Uint8Array(pkt.buffer);
+        start = at;
+      }
+      writeFrameHeader(bytes, at, pkt.length, FRAME_KIND.packet);
+      end = pkt.byteOffset + pkt.length;
+      this.stats.framesSent++;
+      this.stats.bytesSent += pkt.length;
+    }
+    if (bytes === undefined) sent();
+    else this.write(Buffer.from(bytes.buffer, start, end - start), sent);
     return true;
   }
 

@@ -114,7 +114,7 @@ describe('relay', () => {
     streams.push(ca, cb);
     const got = new Promise<Uint8Array>((resolve) => cb.once('frame', (p: Uint8Array) => resolve(Uint8Array.from(p))));
     const pkt = Buffer.alloc(FRAME_HEADER + 60_000, 9).subarray(FRAME_HEADER);
-    assert.ok(ca.send(pkt));
+    assert.ok(ca.sendAll([pkt], () => {}));
     const arrived = await got;
     assert.equal(arrived.length, 60_000);
     assert.ok(arrived.every((x) => x === 9), 'the packet arrived unchanged');
