@@ -8,14 +8,16 @@
  * server end, which speaks second, sends a token line (32 hex digits and a newline) before anything else.
  *
  * Why not carry the packets inside the nodes' TLS streams to the relay (as Atoll first did): the relay then decrypted
- * and re-encrypted every packet and saw the pods' traffic in clear. Joined connections cost the relay one read and
- * one write per chunk and no cryptography, and the relay cannot read or alter what it carries (libp2p's circuit
- * relay makes the same choice). Only pairs the relay may connect get tokens (src/relay/relay.ts checks); a token is
- * random (128 bits), good for one connection and {@link JOIN_WITHIN_MS}. No time or byte limits once joined (the
- * circuit-relay-v2 defaults of 2 min and 128 KiB cut long flows).
+ * and re-encrypted every packet and saw the pods' traffic in clear. Joined connections cost the relay no
+ * cryptography, and the relay cannot read or alter what it carries (libp2p's circuit relay makes the same choice).
+ * They are joined in the kernel (src/adapters/splice-native.ts: splice(2) by two threads of a C library), so the
+ * bytes never enter the relay's process and no JavaScript runs per chunk. Only pairs the relay may connect get tokens
+ * (src/relay/relay.ts checks); a token is random (128 bits), good for one connection and {@link JOIN_WITHIN_MS}. No
+ * time or byte limits once joined (the circuit-relay-v2 defaults of 2 min and 128 KiB cut long flows).
  */
 import { randomBytes } from 'node:crypto';
 import { createServer, type Server, type Socket } from 'node:net';
+import { type SpliceJoin, SpliceJoins } from '../adapters/splice-native.ts';
 import type { Logger } from '../core/ports.ts';
 import { lineToken, sniToken, TLS_HANDSHAKE, TOKEN_LINE_LEN } from '../core/tunnel/circuit.ts';
 
@@ -47,15 +49,22 @@ interface Offer {
 }
 
 export class CircuitBroker {
-  readonly stats: CircuitStats = { open: 0, joined: 0, lapsed: 0, badToken: 0, bytes: 0 };
+  readonly #counts = { open: 0, joined: 0, lapsed: 0, badToken: 0 };
+  /** Bytes carried by circuits that closed. */
+  #closedBytes = 0;
   readonly #log: Logger;
   /** Offers waiting for their ends, by token. */
   readonly #offers = new Map<string, Offer>();
-  readonly #joined = new Set<Socket>();
+  readonly #joins: SpliceJoins;
   #server: Server | undefined;
 
   constructor(log: Logger) {
     this.#log = log;
+    this.#joins = new SpliceJoins((j) => this.#closed(j));
+  }
+
+  get stats(): CircuitStats {
+    return { ...this.#counts, bytes: this.#closedBytes + this.#joins.openBytes };
   }
 
   /** Listens for circuit connections. */
@@ -86,7 +95,7 @@ export class CircuitBroker {
   #lapse(offer: Offer): void {
     for (const t of offer.tokens) this.#offers.delete(t);
     for (const end of offer.ends) end?.destroy();
-    this.stats.lapsed++;
+    this.#counts.lapsed++;
     this.#log.info('circuit offer lapsed', { circuit: offer.label });
   }
 
@@ -136,7 +145,7 @@ export class CircuitBroker {
   #file(socket: Socket, token: string): void {
     const offer = token === '' ? undefined : this.#offers.get(token);
     if (!offer) {
-      this.stats.badToken++;
+      this.#counts.badToken++;
       socket.destroy();
       return;
     }
@@ -151,34 +160,28 @@ export class CircuitBroker {
 
   /** Joins two connections both ways; either one closing closes the other. */
   #join(label: string, a: Socket, b: Socket): void {
-    this.stats.open++;
-    this.stats.joined++;
-    this.#joined.add(a).add(b);
-    let closed = false;
-    const close = () => {
-      if (closed) return;
-      closed = true;
-      this.stats.open--;
-      this.#joined.delete(a);
-      this.#joined.delete(b);
+    this.#counts.joined++;
+    if (a.destroyed || b.destroyed) {
+      // an end left while it waited for the other
       a.destroy();
       b.destroy();
       this.#log.info('circuit closed', { circuit: label });
-    };
-    if (a.destroyed || b.destroyed) {
-      close(); // an end left while it waited for the other
       return;
     }
-    for (const [from, to] of [[a, b], [b, a]] as const) {
-      from.on('data', (chunk: Buffer) => {
-        this.stats.bytes += chunk.length;
-        if (!to.write(chunk)) from.pause();
-      });
-      to.on('drain', () => from.resume());
-      from.on('close', close);
-      from.on('end', close);
+    try {
+      this.#joins.join(a, b, label);
+    } catch (err) {
+      this.#log.warn('circuit failed', { circuit: label, error: err instanceof Error ? err.message : String(err) });
+      return;
     }
+    this.#counts.open++;
     this.#log.info('circuit joined', { circuit: label });
+  }
+
+  #closed(j: SpliceJoin): void {
+    this.#counts.open--;
+    this.#closedBytes += j.bytes;
+    this.#log.info('circuit closed', { circuit: j.label });
   }
 
   /** Stops listening and closes every circuit and waiting connection. */
@@ -189,7 +192,7 @@ export class CircuitBroker {
       for (const end of offer.ends) end?.destroy();
     }
     this.#offers.clear();
-    for (const s of this.#joined) s.destroy();
+    this.#joins.close();
   }
 }
 

@@ -1,0 +1,87 @@
+import { describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import { type AddressInfo, connect, createServer, type Server, type Socket } from 'node:net';
+import { type SpliceJoin, SpliceJoins } from './splice-native.ts';
+import { until } from '../../test/support/wait.ts';
+
+/** A connected pair on loopback: `outer` (ours, as a node's end) and `inner` (the relay's accepted end, paused). */
+async function pair(server: Server): Promise<{ outer: Socket; inner: Socket }> {
+  const accepted = new Promise<Socket>((resolve) => server.once('connection', (s: Socket) => {
+    s.pause();
+    resolve(s);
+  }));
+  const outer = connect((server.address() as AddressInfo).port, '127.0.0.1');
+  await new Promise((r) => outer.once('connect', r));
+  return { outer, inner: await accepted };
+}
+
+function collect(s: Socket): Buffer[] {
+  const got: Buffer[] = [];
+  s.on('data', (c: Buffer) => got.push(c));
+  return got;
+}
+
+describe('sockets joined in the kernel (the relay\'s circuits)', () => {
+  test('bytes read before the join go first, then both directions flow, are counted, and one end closing ends the other', async () => {
+    const server = createServer();
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    const done: SpliceJoin[] = [];
+    const joins = new SpliceJoins((j) => done.push(j));
+    try {
+      const x = await pair(server);
+      const y = await pair(server);
+      const toY = collect(y.outer);
+      const toX = collect(x.outer);
+      // what x sent before the join has been read by Node already (read() hands it back), as the relay's token reader leaves it
+      x.outer.write('early from x|');
+      await until('the early bytes to reach the relay end', () => x.inner.readableLength > 0, 5000, 5);
+      const j = joins.join(x.inner, y.inner, 'x<->y');
+      assert.ok(x.inner.destroyed && y.inner.destroyed, 'the sockets are handed over');
+      const big = randomBytes(4 << 20);
+      x.outer.write(big);
+      y.outer.write('back from y');
+      await until('4 MiB to cross', () => Buffer.concat(toY).length >= 13 + big.length, 10_000, 5);
+      await until('the answer to cross', () => Buffer.concat(toX).toString() === 'back from y', 10_000, 5);
+      const got = Buffer.concat(toY);
+      assert.equal(got.subarray(0, 13).toString(), 'early from x|');
+      assert.ok(got.subarray(13).equals(big), 'the stream arrives whole and in order');
+      assert.equal(j.bytes, 13 + big.length + 11);
+      assert.equal(joins.size, 1);
+      const yClosed = new Promise((r) => y.outer.once('close', r));
+      x.outer.destroy();
+      await yClosed;
+      await until('the join to be reported done', () => done.length === 1, 5000, 5);
+      assert.equal(done[0], j);
+      assert.equal(j.bytes, 13 + big.length + 11, 'a freed join keeps its count');
+      assert.equal(joins.size, 0);
+    } finally {
+      joins.close();
+      server.close();
+    }
+  });
+
+  test('closing the joins ends the ones still running; a socket without a descriptor is refused and destroyed', async () => {
+    const server = createServer();
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    const joins = new SpliceJoins(() => assert.fail('no join ends by itself here'));
+    const x = await pair(server);
+    const y = await pair(server);
+    joins.join(x.inner, y.inner, 'x<->y');
+    const closed = Promise.all([x.outer, y.outer].map((s) => new Promise((r) => s.once('close', r).resume())));
+    joins.close();
+    await closed;
+    assert.equal(joins.size, 0);
+    const z = await pair(server);
+    const gone = await pair(server);
+    gone.inner.destroy();
+    const other = new SpliceJoins(() => {});
+    assert.throws(() => other.join(z.inner, gone.inner, 'z<->gone'), /no descriptor/);
+    assert.equal(other.size, 0);
+    other.close();
+    assert.ok(z.inner.destroyed, 'nothing is left half-joined');
+    z.outer.destroy();
+    gone.outer.destroy();
+    server.close();
+  });
+});
