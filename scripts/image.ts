@@ -61,7 +61,8 @@ try {
   copyHostBinary(realpathSync('node_modules/.bin/node'), '/opt/atoll/node');
   sh('strip', [join(app, 'node')]);
   writeFileSync(join(app, 'bin/atoll'), '#!/bin/sh\n# Atoll in its image: the bundle on the image\'s Node (see bin/atoll in the repository)\n' +
-    'MALLOC_ARENA_MAX="${MALLOC_ARENA_MAX:-2}" UV_THREADPOOL_SIZE="${UV_THREADPOOL_SIZE:-32}" exec /opt/atoll/node --max-semi-space-size=1 --expose-gc /opt/atoll/build/current/atoll.js "$@"\n', { mode: 0o755 });
+    'agent_flags=""\nif [ "$1" = agent ]; then agent_flags="${ATOLL_AGENT_NODE_FLAGS---jitless}"; fi\n' +
+    'MALLOC_ARENA_MAX="${MALLOC_ARENA_MAX:-2}" UV_THREADPOOL_SIZE="${UV_THREADPOOL_SIZE:-32}" exec /opt/atoll/node $agent_flags --max-semi-space-size=1 --expose-gc /opt/atoll/build/current/atoll.js "$@"\n', { mode: 0o755 });
   // the tools it runs, and busybox for sh and cp
   for (const tool of ['ip', 'bridge', 'nft', 'openssl']) copyHostBinary(sh('sh', ['-c', `command -v ${tool}`]), `/usr/sbin/${tool}`);
   // openssl reads its configuration at start and fails without it (the agent's tunnel certificate)

@@ -165,6 +165,11 @@ describe('concurrent ADDs', { skip }, () => {
         const threads = Number(/^Threads:\s+(\d+)$/m.exec(readFileSync(`/proc/${agent.pid}/status`, 'utf8'))?.[1]);
         assert.ok(threads > 32, `the agent runs ${threads} threads, fewer than its thread pool should have`);
       }
+      // bin/atoll runs an agent without V8's compilers, unless told otherwise (docs/architecture.md, "Memory")
+      if (process.env.ATOLL_AGENT_NODE_FLAGS === undefined) {
+        const argv = readFileSync(`/proc/${agent.pid}/cmdline`, 'utf8').split('\0');
+        assert.ok(argv.includes('--jitless'), `the agent runs as ${argv.join(' ')}`);
+      }
     } finally {
       await agent.cleanup();
     }
