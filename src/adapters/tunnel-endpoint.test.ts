@@ -44,12 +44,12 @@ class FakeTun {
 
 class FakeStream extends EventEmitter {
   readonly sent: number[] = [];
-  /** The `sent` callbacks of queued packets, called by the test when the "write" completes. */
+  /** The `sent` callbacks of queued batches, called by the test when the "write" completes. */
   readonly pending: (() => void)[] = [];
   alive = true;
   congested = false;
-  send(p: Buffer, sent: () => void): boolean {
-    this.sent.push(p[VNET_HDR_LEN + 19] as number);
+  sendAll(pkts: readonly Buffer[], sent: () => void): boolean {
+    for (const p of pkts) this.sent.push(p[VNET_HDR_LEN + 19] as number);
     if (this.alive) this.pending.push(sent);
     return this.alive;
   }
@@ -72,13 +72,14 @@ test('tunnel endpoint: the direct stream first, else a circuit through the relay
   assert.equal(endpoint.pathOf('b-1'), 'relayed');
   assert.equal(endpoint.pathOf('cloud-1'), 'down');
 
-  const first = [packet('10.100.0.2', '10.100.2.7'), packet('10.100.0.2', '10.100.1.8'), packet('10.100.0.2', '192.0.2.9')];
+  const first = [packet('10.100.0.2', '10.100.2.7'), packet('10.100.0.2', '10.100.1.8'), packet('10.100.0.2', '192.0.2.9'), packet('10.100.0.2', '10.100.2.8')];
   tun.onBatch(first);
-  assert.deepEqual(circuit.sent, [7]);
+  assert.deepEqual(circuit.sent, [7, 8]);
+  assert.equal(circuit.pending.length, 1, 'a batch\'s packets for one stream go in one call');
   assert.deepEqual([endpoint.stats.droppedNoStream, endpoint.stats.droppedNoPeer], [1, 1]);
   assert.deepEqual(tun.released, [first[1], first[2]], 'dropped packets go back to the TUN device at once');
   circuit.pending.splice(0).forEach((sent) => sent());
-  assert.deepEqual(tun.released, [first[1], first[2], first[0]], 'a sent packet goes back when its stream is done with it');
+  assert.deepEqual(tun.released, [first[1], first[2], first[0], first[3]], 'sent packets go back when their stream is done with them');
 
   const direct = new FakeStream();
   endpoint.attach('b-1', direct as unknown as TunnelStream);
@@ -88,14 +89,14 @@ test('tunnel endpoint: the direct stream first, else a circuit through the relay
   direct.close();
   assert.equal(endpoint.pathOf('b-1'), 'relayed', 'back to the circuit when it breaks');
   tun.onBatch([packet('10.100.0.2', '10.100.2.10')]);
-  assert.deepEqual(circuit.sent, [7, 10]);
+  assert.deepEqual(circuit.sent, [7, 8, 10]);
 
   // from the circuit: only sources in b-1's blocks
   circuit.emit('frame', packet('10.100.2.5', '10.100.0.2'));
   circuit.emit('frame', packet('10.100.1.5', '10.100.0.2')); // cloud-1's address: spoofed
   assert.equal(tun.written.length, 1);
   assert.equal(endpoint.stats.droppedBadSource, 1);
-  assert.deepEqual(endpoint.trafficOf('b-1'), { txPackets: 3, txBytes: 90, rxPackets: 1, rxBytes: 30 });
+  assert.deepEqual(endpoint.trafficOf('b-1'), { txPackets: 4, txBytes: 120, rxPackets: 1, rxBytes: 30 });
 
   const theirs = new FakeStream();
   endpoint.attach('b-1', theirs as unknown as TunnelStream, 'circuitOut');
