@@ -14,15 +14,11 @@
  * {@link nativeCryptoOrigin} says which object the EVP calls bind to. Every object here lives outside the JavaScript
  * heap and needs its `free()`, which also cleanses the key.
  */
-import { join } from 'node:path';
-import koffi from 'koffi';
 import { atollError } from '../core/errors.ts';
 import type { DatagramDrop, DatagramType } from '../core/tunnel/datagram.ts';
 import type { HelloDrop } from '../core/tunnel/hello.ts';
-import { installRoot } from './install-root.ts';
+import { openNativeLibrary } from './native-library.ts';
 
-/** Where the set-up puts the library, under the install root (the checkout, or /opt/atoll in the image). */
-export const NATIVE_LIBRARY = 'bin/libatoll-dp.so';
 /** The drops the C side counts, in the order of its enum. */
 const DROP_REASONS: readonly (DatagramDrop | HelloDrop)[] = ['truncated', 'badType', 'unknownKey', 'replayed', 'badTag', 'helloMalformed', 'helloUnknownPeer'];
 /** Bytes of a pin's SHA-256, as the C side compares them. */
@@ -77,14 +73,8 @@ let lib: Lib | undefined;
 
 function load(): Lib {
   if (lib) return lib;
-  const path = join(installRoot(), NATIVE_LIBRARY);
-  let l: ReturnType<typeof koffi.load>;
-  try {
-    l = koffi.load(path);
-  } catch (cause) {
-    throw atollError('KERNEL_OP_FAILED', `the datagram path needs ${path}, which did not load (it binds to the OpenSSL inside Node: a Node 22 or later built with OpenSSL 3)`,
-      'run the set-up (make setup builds it) and the project\'s Node, or turn tunnel.udp off', cause);
-  }
+  const l = openNativeLibrary('the datagram path', 'run the set-up (make setup builds it) and the project\'s Node, or turn tunnel.udp off',
+    ' (it binds to the OpenSSL inside Node: a Node 22 or later built with OpenSSL 3)');
   lib = {
     sealKeyNew: l.func('void *atoll_dp_seal_key_new(const uint8_t *key, uint32_t id)') as Lib['sealKeyNew'],
     sealKeyCounter: l.func('double atoll_dp_seal_key_counter(void *k)') as Lib['sealKeyCounter'],

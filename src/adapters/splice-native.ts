@@ -5,7 +5,7 @@
  * JavaScript per chunk.
  *
  * Why: joined in JavaScript (a `data` event per chunk, a fresh Buffer each, written to the other socket), the relay
- * took about 40 % of a core for one relayed flow of 4 Gbit/s and held 147 MiB at its peak (bench/README.md), on a
+ * took 40 to 50 % of a core for one relayed flow of 4 Gbit/s and held 147 MiB at its peak (bench/README.md), on a
  * machine where the two agents and the pods share the same cores.
  *
  * A join takes over both sockets: what Node had read from them already goes on first, the library works on
@@ -14,11 +14,9 @@
  * notify pipe, read here, and `onDone` gets the join.
  */
 import { Socket } from 'node:net';
-import { join as joinPath } from 'node:path';
 import koffi from 'koffi';
 import { atollError } from '../core/errors.ts';
-import { NATIVE_LIBRARY } from './datagram-native.ts';
-import { installRoot } from './install-root.ts';
+import { openNativeLibrary } from './native-library.ts';
 
 type Ptr = unknown;
 interface Lib {
@@ -34,13 +32,7 @@ let lib: Lib | undefined;
 
 function load(): Lib {
   if (lib) return lib;
-  const path = joinPath(installRoot(), NATIVE_LIBRARY);
-  let l: ReturnType<typeof koffi.load>;
-  try {
-    l = koffi.load(path);
-  } catch (cause) {
-    throw atollError('KERNEL_OP_FAILED', `the relay's circuits need ${path}, which did not load`, 'run the set-up (make setup builds it) and the project\'s Node', cause);
-  }
+  const l = openNativeLibrary('the relay\'s circuits', 'run the set-up (make setup builds it) and the project\'s Node');
   lib = {
     join: l.func('void *atoll_splice_join(int a, int b, int notify, const uint8_t *earlyA, uint32_t lenA, const uint8_t *earlyB, uint32_t lenB)') as Lib['join'],
     bytes: l.func('double atoll_splice_bytes(void *j)') as Lib['bytes'],
