@@ -107,7 +107,7 @@ const USAGE = `usage: node bench/kubelet.ts [options]
                        set) on containerd 2.x, whose kubelet relists a pod on demand after the sync that started it
   --containerd V       with --kubernetes 1.37: 2 (default, containerd v2.2.9) or 1.6 (Debian's, as with 1.34: to
                        tell the kubelet's change from containerd's)
-  --logs DIR           copy the kubelet's and containerd's logs into DIR before the cleanup removes them`;
+  --logs DIR           copy the kubelet's, containerd's and the agent's logs into DIR before the cleanup removes them`;
 
 function parseOptions(argv: readonly string[]): Options {
   const values = parseBenchArgs(argv, USAGE, {
@@ -869,7 +869,7 @@ async function main(): Promise<number> {
     fx.relists?.read(); // the relists after the last pod's, before cleanup removes the log
     if (opts.logs !== undefined) {
       mkdirSync(opts.logs, { recursive: true });
-      for (const [from, to] of [[fx.kubelet?.logPath, 'kubelet.log'], [fx.ctd?.logPath, 'containerd.log']] as const) {
+      for (const [from, to] of [[fx.kubelet?.logPath, 'kubelet.log'], [fx.ctd?.logPath, 'containerd.log'], [fx.agent?.logPath, 'agent.log']] as const) {
         if (from !== undefined && existsSync(from)) copyFileSync(from, join(opts.logs, to));
       }
     }
