@@ -49,7 +49,7 @@ interface Offer {
 }
 
 export class CircuitBroker {
-  readonly #counts = { open: 0, joined: 0, lapsed: 0, badToken: 0 };
+  readonly #counts = { joined: 0, lapsed: 0, badToken: 0 };
   /** Bytes carried by circuits that closed. */
   #closedBytes = 0;
   readonly #log: Logger;
@@ -64,7 +64,7 @@ export class CircuitBroker {
   }
 
   get stats(): CircuitStats {
-    return { ...this.#counts, bytes: this.#closedBytes + this.#joins.openBytes };
+    return { ...this.#counts, open: this.#joins.size, bytes: this.#closedBytes + this.#joins.openBytes };
   }
 
   /** Listens for circuit connections. */
@@ -174,12 +174,10 @@ export class CircuitBroker {
       this.#log.warn('circuit failed', { circuit: label, error: err instanceof Error ? err.message : String(err) });
       return;
     }
-    this.#counts.open++;
     this.#log.info('circuit joined', { circuit: label });
   }
 
   #closed(j: SpliceJoin): void {
-    this.#counts.open--;
     this.#closedBytes += j.bytes;
     this.#log.info('circuit closed', { circuit: j.label });
   }
