@@ -1,6 +1,7 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import { type AddressInfo, connect, createServer, type Server, type Socket } from 'node:net';
 import { type SpliceJoin, SpliceJoins } from './splice-native.ts';
 import { until } from '../../test/support/wait.ts';
@@ -83,5 +84,47 @@ describe('sockets joined in the kernel (the relay\'s circuits)', () => {
     z.outer.destroy();
     gone.outer.destroy();
     server.close();
+  });
+
+  test('200 circuits at once, one of them stalled by a reader that never reads: the others all cross whole, on a fixed number of threads', async () => {
+    const server = createServer();
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    const joins = new SpliceJoins(() => {});
+    const threads = () => Number(/^Threads:\s+(\d+)/m.exec(readFileSync('/proc/self/status', 'utf8'))?.[1]);
+    const opened: Socket[] = [];
+    let flooding: NodeJS.Timeout | undefined;
+    try {
+      // the stalled circuit first, so that the round robin puts others on its thread: its far end is never read
+      const sx = await pair(server);
+      const sy = await pair(server);
+      opened.push(sx.outer, sy.outer);
+      joins.join(sx.inner, sy.inner, 'stalled');
+      const flood = randomBytes(1 << 20);
+      flooding = setInterval(() => { if (sx.outer.writableLength < 8 << 20) sx.outer.write(flood); }, 2);
+      const before = threads();
+      const circuits: { x: Socket; y: Socket; toX: Buffer[]; toY: Buffer[]; up: Buffer; down: Buffer }[] = [];
+      for (let i = 0; i < 200; i++) {
+        const x = await pair(server);
+        const y = await pair(server);
+        opened.push(x.outer, y.outer);
+        joins.join(x.inner, y.inner, `c${i}`);
+        circuits.push({ x: x.outer, y: y.outer, toX: collect(x.outer), toY: collect(y.outer), up: randomBytes(64 << 10), down: randomBytes(16 << 10) });
+      }
+      assert.ok(threads() - before <= 8, `joining 200 circuits started ${threads() - before} threads`);
+      for (const c of circuits) {
+        c.x.write(c.up);
+        c.y.write(c.down);
+      }
+      await until('every circuit\'s bytes to cross', () => circuits.every((c) => Buffer.concat(c.toY).length === c.up.length && Buffer.concat(c.toX).length === c.down.length), 20_000, 10);
+      for (const c of circuits) {
+        assert.ok(Buffer.concat(c.toY).equals(c.up) && Buffer.concat(c.toX).equals(c.down), 'each stream arrives whole and in order');
+      }
+      assert.equal(joins.size, 201);
+    } finally {
+      clearInterval(flooding);
+      joins.close();
+      for (const s of opened) s.destroy();
+      server.close();
+    }
   });
 });

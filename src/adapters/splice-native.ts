@@ -1,8 +1,9 @@
 /**
  * Pairs of TCP sockets joined in the kernel (native/atoll-splice.c, built by the set-up into bin/libatoll-dp.so and
- * called through koffi): the relay's circuits (src/relay/circuits.ts). Each join is two threads of the library that
- * splice(2) each direction through a pipe, so the relay neither copies the bytes into its process nor runs any
- * JavaScript per chunk.
+ * called through koffi): the relay's circuits (src/relay/circuits.ts). The library's worker threads (one per CPU, at
+ * most 8, shared by every join) splice(2) each direction through a pipe as epoll says its sockets are ready, so the
+ * relay neither copies the bytes into its process nor runs any JavaScript per chunk, and its thread count does not
+ * grow with its circuits.
  *
  * Why: joined in JavaScript (a `data` event per chunk, a fresh Buffer each, written to the other socket), the relay
  * took 40 to 50 % of a core for one relayed flow of 4 Gbit/s and held 147 MiB at its peak (bench/README.md), on a
@@ -66,7 +67,7 @@ export class SpliceJoin {
     return this.#handle === null || this.#lib.done(this.#handle) === 1;
   }
 
-  /** Ends the join if it still runs and frees it (its threads joined, its descriptors closed); idempotent. */
+  /** Ends the join if it still runs and frees it (once its worker dropped it; its descriptors closed); idempotent. */
   free(): void {
     if (this.#handle === null) return;
     this.#freedBytes = this.#lib.free(this.#handle);

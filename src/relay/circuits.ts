@@ -10,7 +10,7 @@
  * Why not carry the packets inside the nodes' TLS streams to the relay (as Atoll first did): the relay then decrypted
  * and re-encrypted every packet and saw the pods' traffic in clear. Joined connections cost the relay no
  * cryptography, and the relay cannot read or alter what it carries (libp2p's circuit relay makes the same choice).
- * They are joined in the kernel (src/adapters/splice-native.ts: splice(2) by two threads of a C library), so the
+ * They are joined in the kernel (src/adapters/splice-native.ts: splice(2) by a C library's epoll threads), so the
  * bytes never enter the relay's process and no JavaScript runs per chunk. Only pairs the relay may connect get tokens
  * (src/relay/relay.ts checks); a token is random (128 bits), good for one connection and {@link JOIN_WITHIN_MS}. No
  * time or byte limits once joined (the circuit-relay-v2 defaults of 2 min and 128 KiB cut long flows).
