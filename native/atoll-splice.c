@@ -6,8 +6,9 @@
  *
  * Who moves the bytes: a few worker threads (one per online CPU, at most MAX_WORKERS), started on the first join and
  * shared by every join of the process. Each has an epoll set; a join belongs to one worker (round robin), which
- * watches both its sockets edge-triggered and, on any event, moves each direction until it would block: a socket
- * with nothing to read (its EPOLLIN edge comes back) or a socket that takes no more (its EPOLLOUT edge). A direction
+ * watches both its sockets edge-triggered. A socket that became readable moves the direction that reads it, one that
+ * became writable the direction that writes to it, until it would block: a socket with nothing to read (its EPOLLIN
+ * edge comes back) or a socket that takes no more (its EPOLLOUT edge). A direction
  * that moved TURN_BYTES in one turn yields, so one busy circuit cannot starve the others of its worker. The thread
  * count stays fixed however many circuits there are (two threads per circuit before: a relay with thousands of
  * circuits hit the pod's PID limit, and every blocked thread held a stack).
@@ -136,10 +137,11 @@ static int advance(join *j, way *d) {
   }
 }
 
-/* One turn of a join: both directions; queued again when one had more to move. */
-static void turn(worker *w, join *j) {
+/* One turn of a join: the directions in `ways` (bit i: way i); queued again when one had more to move. */
+static void turn(worker *w, join *j, unsigned ways) {
   int more = 0;
   for (int i = 0; i < 2; i++) {
+    if (!(ways & (1u << i))) continue;
     int r = advance(j, &j->ways[i]);
     if (r < 0) {
       end(w, j);
@@ -163,8 +165,12 @@ static void turn(worker *w, join *j) {
 static void settle(worker *w) {
   pthread_mutex_lock(&w->mu);
   for (join *j = w->adds; j; j = j->next_add) {
-    struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, .data.ptr = j};
-    if (epoll_ctl(w->ep, EPOLL_CTL_ADD, j->fds[0], &ev) < 0 || epoll_ctl(w->ep, EPOLL_CTL_ADD, j->fds[1], &ev) < 0) end(w, j);
+    int ok = 1;
+    for (uintptr_t i = 0; ok && i < 2; i++) {
+      struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, .data.u64 = (uintptr_t)j | i};
+      ok = epoll_ctl(w->ep, EPOLL_CTL_ADD, j->fds[i], &ev) == 0;
+    }
+    if (!ok) end(w, j);
   }
   w->adds = NULL;
   if (w->stops) {
@@ -195,20 +201,25 @@ static void *work(void *arg) {
   for (;;) {
     int n = epoll_wait(w->ep, ev, MAX_EVENTS, w->ready ? 0 : -1);
     for (int i = 0; i < n; i++) {
-      join *j = ev[i].data.ptr;
+      join *j = (join *)(uintptr_t)(ev[i].data.u64 & ~(uint64_t)1);
       if (!j) {
         uint64_t count;
         while (read(w->wake, &count, sizeof count) < 0 && errno == EINTR) {}
-      } else if (!j->ended) {
-        turn(w, j);
+        continue;
       }
+      if (j->ended) continue;
+      /* socket `side` readable: the way that reads it; writable: the way that writes to it */
+      unsigned side = (unsigned)(ev[i].data.u64 & 1), e = ev[i].events, ways = 0;
+      if (e & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) ways |= 1u << side;
+      if (e & (EPOLLOUT | EPOLLHUP | EPOLLERR)) ways |= 1u << (1 - side);
+      turn(w, j, ways);
     }
     join *r = w->ready;
     w->ready = NULL;
     while (r) {
       join *next = r->next_ready;
       r->queued = 0;
-      if (!r->ended) turn(w, r);
+      if (!r->ended) turn(w, r, 3);
       r = next;
     }
     settle(w);
@@ -231,7 +242,7 @@ static void start(void) {
     worker *w = &workers[n_workers];
     w->ep = epoll_create1(EPOLL_CLOEXEC);
     w->wake = w->ep < 0 ? -1 : eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
+    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = 0};
     int err = w->wake < 0 || epoll_ctl(w->ep, EPOLL_CTL_ADD, w->wake, &ev) < 0 ? errno : 0;
     if (!err) {
       pthread_mutex_init(&w->mu, NULL);
