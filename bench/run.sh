@@ -9,6 +9,8 @@
 #                                        VXLAN, unshaped and on shaped uplinks; the agents' CPU and RSS under load
 #   sh bench/run.sh kubelet [options]    pods through a real kubelet on one node: create-to-Running and a Deployment
 #                                        0 -> 30 Ready, Atoll's CNI against bridge + host-local; the agent's idle RSS
+#   sh bench/run.sh circuits [options]   the relay's circuits at scale: 1000 open, 16 busy, joined in the kernel against
+#                                        Node's stream piping; threads, memory and CPU per Gbit/s (no root needed)
 # Options pass through (--smoke, --json FILE, ...; --help lists them).
 set -eu
 cd "$(dirname "$0")/.."
@@ -17,6 +19,7 @@ case "${1:-}" in
   overlay) shift; exec node_modules/.bin/node bench/overlay.ts "$@" ;;
   tunnel) shift; exec node_modules/.bin/node bench/tunnel.ts "$@" ;;
   kubelet) shift; exec node_modules/.bin/node bench/kubelet.ts "$@" ;;
+  circuits) shift; exec node_modules/.bin/node bench/circuits.ts "$@" ;;
   cni) shift ;;
 esac
 exec node_modules/.bin/node bench/cni-latency.ts "$@"
