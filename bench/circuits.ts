@@ -138,12 +138,19 @@ function sample(pid: number): Proc {
   };
 }
 
+/** The kernel's slab memory, system-wide (KiB): sockets, pipes' slot arrays and the like. */
+function slabKiB(): number {
+  return Number(/^Slab:\s+(\d+)/m.exec(readFileSync('/proc/meminfo', 'utf8'))?.[1]);
+}
+
 interface RunResult {
   readonly side: Side;
   readonly rep: number;
   readonly base: Proc;
   readonly idle: Proc;
   readonly busy: Proc;
+  /** Slab growth from before the first circuit to the idle sample (KiB), system-wide: both ends' sockets too. */
+  readonly slabKiB: number;
   readonly gbps: number;
   /** The relay's CPU over the timed part, % of one core. */
   readonly cpuPct: number;
@@ -187,6 +194,7 @@ async function once(o: Options, side: Side, rep: number, live: Set<ChildProcess>
   try {
     await sleep(500);
     const base = sample(pid);
+    const slab0 = slabKiB();
     const circuits: { a: Socket; b: Socket; got: number }[] = [];
     const openUs: number[] = [];
     for (let i = 0; i < o.circuits; i++) {
@@ -205,6 +213,7 @@ async function once(o: Options, side: Side, rep: number, live: Set<ChildProcess>
     }
     await sleep(2000);
     const idle = sample(pid);
+    const slab = slabKiB() - slab0;
     const chunk = Buffer.alloc(1 << 20, 7);
     const busy = circuits.slice(0, o.busy);
     let sending = true;
@@ -236,6 +245,7 @@ async function once(o: Options, side: Side, rep: number, live: Set<ChildProcess>
       base,
       idle,
       busy: after,
+      slabKiB: slab,
       gbps: ((got1 - got0) * 8) / elapsedS / 1e9,
       cpuPct: ((after.cpuS - cpu0) / elapsedS) * 100,
       driverPct: ((driver.user + driver.system) / 1e6 / elapsedS) * 100,
@@ -253,6 +263,7 @@ async function once(o: Options, side: Side, rep: number, live: Set<ChildProcess>
 interface Summary {
   readonly threadsAdded: number;
   readonly rssPerCircuitKiB: number;
+  readonly slabPerCircuitKiB: number;
   readonly idleRssMiB: number;
   readonly peakRssMiB: number;
   readonly gbps: number;
@@ -268,6 +279,7 @@ function summarize(rs: readonly RunResult[], circuits: number): Summary {
   return {
     threadsAdded: Math.max(...rs.map((r) => r.idle.threads - r.base.threads)),
     rssPerCircuitKiB: m((r) => (r.idle.rssKiB - r.base.rssKiB) / circuits),
+    slabPerCircuitKiB: m((r) => r.slabKiB / circuits),
     idleRssMiB: m((r) => r.idle.rssKiB / 1024),
     peakRssMiB: m((r) => r.busy.hwmKiB / 1024),
     gbps: m((r) => r.gbps),
@@ -300,6 +312,7 @@ async function main(): Promise<number> {
     row(`threads added by ${o.circuits} circuits (max)`, (x) => x.threadsAdded, 0),
     row('idle VmRSS (MiB)', (x) => x.idleRssMiB),
     row('VmRSS per circuit (KiB)', (x) => x.rssPerCircuitKiB, 2),
+    row('kernel slab per circuit, system-wide (KiB)', (x) => x.slabPerCircuitKiB, 2),
     row(`throughput, ${o.busy} flows (Gbit/s)`, (x) => x.gbps, 2),
     row('relay CPU (% of a core)', (x) => x.cpuPct),
     row('relay CPU per Gbit/s (% of a core)', (x) => x.cpuPerGbps, 2),

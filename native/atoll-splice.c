@@ -5,13 +5,13 @@
  * user space and JavaScript does nothing per chunk.
  *
  * Who moves the bytes: a few worker threads (one per online CPU, at most MAX_WORKERS), started on the first join and
- * shared by every join of the process. Each has an epoll set; a join belongs to one worker (round robin), which
- * watches both its sockets edge-triggered. A socket that became readable moves the direction that reads it, one that
- * became writable the direction that writes to it, until it would block: a socket with nothing to read (its EPOLLIN
- * edge comes back) or a socket that takes no more (its EPOLLOUT edge). A direction
- * that moved TURN_BYTES in one turn yields, so one busy circuit cannot starve the others of its worker. The thread
- * count stays fixed however many circuits there are (two threads per circuit before: a relay with thousands of
- * circuits hit the pod's PID limit, and every blocked thread held a stack).
+ * shared by every join of the process. Each has an epoll set; a join belongs to one worker (round robin), which watches
+ * both its sockets edge-triggered. A socket that became readable moves the direction that reads it, one that became
+ * writable the direction that writes to it, until it would block: a socket with nothing to read (its EPOLLIN edge comes
+ * back) or a socket that takes no more (its EPOLLOUT edge). A direction that moved TURN_BYTES in one turn yields, so
+ * one busy circuit cannot starve the others of its worker. The thread count stays fixed however many circuits there are
+ * (two threads per circuit before: a relay with thousands of circuits hit the pod's PID limit, and every blocked thread
+ * held a stack).
  *
  * A join works on duplicates of the two descriptors it is given (the caller closes its own); the sockets stay
  * non-blocking, as Node made them. Bytes the caller had read already go first. When either direction ends (end of
@@ -38,8 +38,13 @@
 #include <unistd.h>
 
 #define EXPORT __attribute__((visibility("default")))
-/* Each direction's pipe: 1 MiB (the default fs.pipe-max-size) moves a TCP receive queue's worth per call. */
+/*
+ * Each direction's pipe starts at the kernel's default (64 KiB: 16 slots) and grows to 1 MiB (the default
+ * fs.pipe-max-size: a TCP receive queue's worth per call) once one read brings GROW_AT: a 1 MiB pipe's 256 slots
+ * take 16 KiB of kernel memory (charged to the relay's cgroup) even while idle, and most circuits carry little.
+ */
 #define PIPE_BYTES (1 << 20)
+#define GROW_AT (32 * 1024)
 /* A direction that moved this much in one turn lets the worker's other joins go first. */
 #define TURN_BYTES (4 << 20)
 #define MAX_WORKERS 8
@@ -55,6 +60,7 @@ typedef struct {
   size_t pending; /* bytes in the pipe not yet passed on to `to` */
   uint8_t *early;
   size_t early_len, early_off;
+  int grown; /* the pipe is PIPE_BYTES (or tried to be) */
 } way;
 
 struct join {
@@ -134,6 +140,10 @@ static int advance(join *j, way *d) {
     if (n < 0 && errno == EAGAIN) return 0;
     if (n <= 0) return -1;
     d->pending = (size_t)n;
+    if (!d->grown && (size_t)n >= GROW_AT) {
+      d->grown = 1;
+      (void)fcntl(d->pipe[1], F_SETPIPE_SZ, PIPE_BYTES); /* best effort: a 64 KiB pipe works too, in more calls */
+    }
   }
 }
 
@@ -296,7 +306,6 @@ EXPORT void *atoll_splice_join(int a, int b, int notify, const uint8_t *early_a,
     int fl = fcntl(d->from, F_GETFL);
     ok = fl >= 0 && fcntl(d->from, F_SETFL, fl | O_NONBLOCK) == 0 && pipe2(d->pipe, O_CLOEXEC | O_NONBLOCK) == 0;
     if (!ok) break;
-    (void)fcntl(d->pipe[1], F_SETPIPE_SZ, PIPE_BYTES); /* best effort: a 64 KiB pipe works too, in more calls */
     if (len[i] > 0) {
       d->early = malloc(len[i]);
       ok = d->early != NULL;

@@ -1,8 +1,9 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import { type AddressInfo, connect, createServer, type Server, type Socket } from 'node:net';
+import koffi from 'koffi';
 import { type SpliceJoin, SpliceJoins } from './splice-native.ts';
 import { until } from '../../test/support/wait.ts';
 
@@ -84,6 +85,42 @@ describe('sockets joined in the kernel (the relay\'s circuits)', () => {
     z.outer.destroy();
     gone.outer.destroy();
     server.close();
+  });
+
+  test('each direction\'s pipe starts at 64 KiB and grows to 1 MiB only once that direction carries bulk', async () => {
+    const server = createServer();
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    const fcntl = koffi.load('libc.so.6').func('int fcntl(int fd, int cmd, int arg)') as (fd: number, cmd: number, arg: number) => number;
+    const F_GETPIPE_SZ = 1032;
+    const pipes = () => new Set(readdirSync('/proc/self/fd').filter((fd) => {
+      try {
+        return readlinkSync(`/proc/self/fd/${fd}`).startsWith('pipe:');
+      } catch {
+        return false;
+      }
+    }).map(Number));
+    const joins = new SpliceJoins(() => {});
+    try {
+      const x = await pair(server);
+      const y = await pair(server);
+      const toY = collect(y.outer);
+      const before = pipes();
+      joins.join(x.inner, y.inner, 'x<->y');
+      const ours = [...pipes()].filter((fd) => !before.has(fd));
+      assert.equal(ours.length, 4, 'two pipes, both ends');
+      const sizes = () => ours.map((fd) => fcntl(fd, F_GETPIPE_SZ, 0)).sort((a, b) => a - b);
+      assert.deepEqual(sizes(), [65536, 65536, 65536, 65536]);
+      y.outer.write('a keepalive');
+      const big = randomBytes(4 << 20);
+      x.outer.write(big);
+      await until('4 MiB to cross', () => Buffer.concat(toY).length >= big.length, 10_000, 5);
+      assert.deepEqual(sizes(), [65536, 65536, 1 << 20, 1 << 20], 'x -> y grew; y -> x, which carried 11 bytes, did not');
+      x.outer.destroy();
+      y.outer.destroy();
+    } finally {
+      joins.close();
+      server.close();
+    }
   });
 
   test('200 circuits at once, one of them stalled by a reader that never reads: the others all cross whole, on a fixed number of threads', async () => {
