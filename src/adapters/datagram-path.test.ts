@@ -228,3 +228,73 @@ describe('datagram path with a kept region', () => {
     assert.deepEqual(described().map((p) => [p.id, p.usable]), [['b', true]]);
   });
 });
+
+describe('keepalives: one byte, but one in FULL_KEEPALIVE_EVERY padded to the full size', () => {
+  test('an idle path sends mostly one-byte keepalives; a path that drops full-size datagrams falls back after the full ones\' interval, not the dead one, and comes back', async () => {
+    const a = credentials('node-a');
+    const b = credentials('node-b');
+    // a middlebox on loopback between the two: each end's udp-key names its port, so every datagram goes through it,
+    // and it drops those longer than `limit` (a path with a smaller MTU that sends no ICMP back)
+    const box = createSocket('udp4');
+    await new Promise<void>((r) => box.bind(0, '127.0.0.1', () => r()));
+    const boxPort = box.address().port;
+    const real: { a?: number; b?: number } = {};
+    let limit = Infinity;
+    let lengths: number[] = [];
+    box.on('message', (msg, from) => {
+      const to = from.port === real.a ? real.b : from.port === real.b ? real.a : undefined;
+      if (to === undefined) return;
+      lengths.push(msg.length);
+      if (msg.length <= limit) box.send(msg, to, '127.0.0.1');
+    });
+    const stream = (me: 'a' | 'b', deliver: (m: UdpKeyMessage | UdpKeyAck) => void) => ({
+      alive: true, silentMs: 0, remote: { host: '127.0.0.1', port: 1 },
+      exportKeyingMaterial: (n: number) => Buffer.alloc(n, 7),
+      sendControl: (m: ControlMessage) => {
+        if (m.t === 'udp-key') {
+          real[me] = m.port;
+          setImmediate(() => deliver({ ...m, port: boxPort }));
+        } else if (m.t === 'udp-key-ack') {
+          setImmediate(() => deliver(m));
+        }
+      },
+    }) as unknown as TunnelStream;
+    const atA: TunnelStream = stream('a', (m) => pb.onControl('a', atB, m));
+    const atB: TunnelStream = stream('b', (m) => pa.onControl('b', atA, m));
+    // 50 ms ticks: a full-size keepalive every 500 ms per end, a path dead after 300 ms of silence or 3 s without a
+    // full-size one
+    const init = { host: '127.0.0.1', port: 0, underlayMtu: 1500, keepaliveMs: 50, deadAfterMs: 300 };
+    const pa = new DatagramPath({ streamOf: () => atA, publicHost: () => '', onPacket: () => {} }, init);
+    const pb = new DatagramPath({ streamOf: () => atB, publicHost: () => '', onPacket: () => {} }, init);
+    after(() => {
+      pa.close();
+      pb.close();
+      box.close();
+    });
+    await pa.start();
+    await pb.start();
+    pa.setPeers([{ id: 'b', pin: b.pin }]);
+    pb.setPeers([{ id: 'a', pin: a.pin }]);
+    pa.offerKey('b', atA);
+    pb.offerKey('a', atB);
+    await until('the path to be usable both ways, through the middlebox', () => pa.usable('b') && pb.usable('a'), 10_000, 5);
+
+    lengths = [];
+    await new Promise((r) => setTimeout(r, 1000));
+    const full = lengths.filter((n) => n > 1000).length;
+    assert.ok(lengths.length >= 30, `keepalives seen: ${lengths.length}`);
+    assert.ok(full >= 2 && full <= lengths.length / 5, `${full} of ${lengths.length} keepalives were full-size`);
+    assert.ok(lengths.every((n) => n > 1000 || n < 64), `lengths: ${[...new Set(lengths)].join(', ')}`);
+
+    limit = 200;
+    const cut = performance.now();
+    await new Promise((r) => setTimeout(r, 900));
+    assert.ok(pa.usable('b') && pb.usable('a'), 'the one-byte keepalives still cross: three dead intervals later the path holds');
+    await until('the path to fall back on both ends', () => !pa.usable('b') && !pb.usable('a'), 10_000, 10);
+    const fell = performance.now() - cut;
+    assert.ok(fell >= 2500 && fell < 4500, `fell back after ${fell.toFixed(0)} ms (full-size keepalives due every 500, given up after 3000)`);
+
+    limit = Infinity;
+    await until('the path to come back', () => pa.usable('b') && pb.usable('a'), 5000, 10);
+  });
+});

@@ -12,10 +12,14 @@
  * {@link OLD_KEY_GRACE_MS} for the datagrams in flight. A restarted peer has no keys: a new stream brings new ones.
  *
  * Addresses and liveness: `udp-key` says where the peer wants datagrams (its public address as the relay observed it,
- * or the address of the stream, and its UDP port). Every second each end sends a keepalive, padded to the full
- * datagram size, with a flag saying whether it heard the other lately; a peer's path is usable only while both hold
- * (we hear it, it hears us), so a path that drops full-size datagrams (UDP blocked, a smaller path MTU, a NAT mapping
- * gone) falls back to the streams within {@link DEAD_AFTER_MS}. An authentic keepalive from a new address moves the
+ * or the address of the stream, and its UDP port). Every second each end sends a keepalive with a flag saying whether
+ * it heard the other lately; a peer's path is usable only while both hold (we hear it, it hears us), so a path that
+ * drops our datagrams (UDP blocked, a NAT mapping gone) falls back to the streams within {@link DEAD_AFTER_MS}. A
+ * keepalive is one byte, but every {@link FULL_KEEPALIVE_EVERY}th per peer (and every one while the path is not
+ * usable) is padded to the full datagram size, and "heard" counts only while a full one came within
+ * {@link FULL_KEEPALIVE_EVERY} times the dead interval: a path that drops full-size datagrams (a smaller path MTU)
+ * falls back too, within 30 s. Padding every keepalive cost about 1.5 kB/s per peer and direction on an idle path
+ * (130 MB a day), on edge links that are often metered; now it is about 0.2 kB/s. An authentic keepalive from a new address moves the
  * peer there (a NAT rebinding, or a port the NAT did not preserve); an authentic data datagram from anywhere but the
  * peer's address is dropped. Sending both ways at once opens both NATs: this is the hole punching.
  *
@@ -51,6 +55,8 @@ import { steadyClock } from './timers.ts';
 /** The TLS exporter label datagram keys are derived from. */
 export const DATAGRAM_EXPORTER_LABEL = 'EXPORTER-atoll-datagram-v1';
 const KEEPALIVE_MS = 1000;
+/** A usable path's keepalives are padded to the full datagram size one tick in this many (per peer, staggered). */
+export const FULL_KEEPALIVE_EVERY = 10;
 /** A peer's datagram path is given up after this long without an authentic keepalive saying it hears us. */
 export const DEAD_AFTER_MS = 3000;
 /** Receiving keys kept per peer at most. */
@@ -83,6 +89,8 @@ export interface DatagramPathStats {
   sent: number;
   received: number;
   keepalivesSent: number;
+  /** Of which padded to the full datagram size. */
+  fullKeepalivesSent: number;
   keepalivesReceived: number;
   /** Packets the datagram path could not take (no usable path, or too big and not splittable): the streams carried them. */
   fallbacks: number;
@@ -193,8 +201,12 @@ interface PeerState {
   announced: { host: string; port: number } | undefined;
   send: SendKey | undefined;
   pending: { readonly id: number; readonly key: SealKey; readonly at: number } | undefined;
-  /** When an authentic datagram from the peer last came, and when one said it hears us (steadyClock()). */
+  /**
+   * When an authentic datagram from the peer last came, when a full-size keepalive did, and when one said it hears us
+   * (steadyClock()).
+   */
   lastHeard: number;
+  heardFull: number;
   heardByPeer: number;
   /** Its receiving keys' ids, oldest first. */
   readonly recvIds: number[];
@@ -221,7 +233,7 @@ export interface DatagramPeerStatus {
 
 export class DatagramPath {
   readonly stats: DatagramPathStats = {
-    sent: 0, received: 0, keepalivesSent: 0, keepalivesReceived: 0, fallbacks: 0, endpointMoves: 0, lastSendErrno: 0, hellosSent: 0, hellosReceived: 0, helloKeys: 0,
+    sent: 0, received: 0, keepalivesSent: 0, fullKeepalivesSent: 0, keepalivesReceived: 0, fallbacks: 0, endpointMoves: 0, lastSendErrno: 0, hellosSent: 0, hellosReceived: 0, helloKeys: 0,
     copiesSent: 0, copiesSpared: 0,
     dropped: {
       truncated: 0, badType: 0, unknownKey: 0, replayed: 0, badTag: 0, unknownAddress: 0, badPayload: 0, sendFailed: 0,
@@ -257,6 +269,8 @@ export class DatagramPath {
   #restored = 0;
   /** The usable peers at the last description of the kept region. */
   #describedUsable = '';
+  /** Keepalive ticks so far: which peers' keepalives this tick pads. */
+  #ticks = 0;
 
   constructor(components: DatagramPathComponents, init: DatagramPathInit) {
     this.#c = components;
@@ -374,6 +388,7 @@ export class DatagramPath {
       }
       if (k.usable && p.send) {
         p.lastHeard = now;
+        p.heardFull = now;
         p.heardByPeer = now;
       }
     }
@@ -421,7 +436,7 @@ export class DatagramPath {
   #newPeer(id: string, pin: string, endpoint: Endpoint | undefined): PeerState {
     const mem: DatagramPeerMemory | undefined = this.#state?.peers[id]?.pin === pin ? this.#state.peers[id] : undefined;
     const p: PeerState = {
-      id, tag: this.#nextTag++, endpoint: endpoint ?? parseEndpoint(mem?.endpoint), announced: undefined, send: undefined, pending: undefined, lastHeard: -Infinity, heardByPeer: -Infinity, recvIds: [],
+      id, tag: this.#nextTag++, endpoint: endpoint ?? parseEndpoint(mem?.endpoint), announced: undefined, send: undefined, pending: undefined, lastHeard: -Infinity, heardFull: -Infinity, heardByPeer: -Infinity, recvIds: [],
       pin, seenGeneration: mem?.seenGeneration ?? -1, theirEph: undefined, myEph: undefined, myEphUsedWith: undefined,
       rebuildingSince: undefined, rebuildStartedAt: 0, nextHelloAt: 0, lastAnswerAt: -Infinity,
     };
@@ -579,8 +594,9 @@ export class DatagramPath {
       this.#c.log?.info('datagram keys agreed by hellos', { peer: peerId, endpoint: `${from.address}:${from.port}`, rebuildingForMs: p.rebuildingSince === undefined ? 0 : Date.now() - p.rebuildingSince });
     }
     if (v.derive) {
-      // it echoed our key: it hears us, and we hear it
+      // it echoed our key: it hears us, and we hear it (the full-size keepalives confirm the path's MTU later)
       p.lastHeard = now;
+      p.heardFull = now;
       p.heardByPeer = now;
     }
     if (v.answer && now - p.lastAnswerAt >= HELLO_ANSWER_MIN_MS) {
@@ -688,7 +704,13 @@ export class DatagramPath {
 
   #usable(p: PeerState, now: number): boolean {
     const dead = this.#init.deadAfterMs ?? DEAD_AFTER_MS;
-    return p.send !== undefined && p.endpoint !== undefined && now - p.heardByPeer < dead && now - p.lastHeard < dead;
+    return p.send !== undefined && p.endpoint !== undefined && now - p.heardByPeer < dead && this.#hears(p, now);
+  }
+
+  /** We hear `p`: an authentic datagram lately, and a full-size keepalive within {@link FULL_KEEPALIVE_EVERY} dead intervals. */
+  #hears(p: PeerState, now: number): boolean {
+    const dead = this.#init.deadAfterMs ?? DEAD_AFTER_MS;
+    return now - p.lastHeard < dead && now - p.heardFull < dead * FULL_KEEPALIVE_EVERY;
   }
 
   /**
@@ -781,8 +803,11 @@ export class DatagramPath {
           this.#describe();
         }
         const hearsUs = (bytes[off]! & KEEPALIVE_HEARS_YOU) !== 0;
-        revived ||= now - p.lastHeard >= dead || (hearsUs && now - p.heardByPeer >= dead);
+        // padded (an older agent pads every one): it tells the path takes full-size datagrams
+        const full = len > 1;
+        revived ||= !this.#hears(p, now) || (hearsUs && now - p.heardByPeer >= dead);
         p.lastHeard = now;
+        if (full) p.heardFull = now;
         if (hearsUs) p.heardByPeer = now;
         continue;
       }
@@ -801,7 +826,6 @@ export class DatagramPath {
   /** Every second: keepalives, key rotation, offers that went unanswered, expired receiving keys. */
   #tick(): void {
     const now = steadyClock();
-    const dead = this.#init.deadAfterMs ?? DEAD_AFTER_MS;
     const limits = this.#init.rekey ?? { packets: REKEY_AFTER_PACKETS, ms: REKEY_AFTER_MS };
     for (const [id, p] of this.#peers) {
       const offerStale = !p.pending || now - p.pending.at > OFFER_TIMEOUT_MS;
@@ -815,11 +839,16 @@ export class DatagramPath {
         if (stream) this.offerKey(id, stream);
       }
       if (p.send && p.endpoint) {
-        this.#keepalive[0] = now - p.lastHeard < dead ? KEEPALIVE_HEARS_YOU : 0;
-        if (this.#queue(p, DATAGRAM_TYPE.keepalive, this.#keepalive) > 0) this.stats.keepalivesSent++;
+        this.#keepalive[0] = this.#hears(p, now) ? KEEPALIVE_HEARS_YOU : 0;
+        const full = !this.#usable(p, now) || (this.#ticks + p.tag) % FULL_KEEPALIVE_EVERY === 0;
+        if (this.#queue(p, DATAGRAM_TYPE.keepalive, full ? this.#keepalive : this.#keepalive.subarray(0, 1)) > 0) {
+          this.stats.keepalivesSent++;
+          if (full) this.stats.fullKeepalivesSent++;
+        }
         this.flush();
       }
     }
+    this.#ticks++;
     for (const [id, k] of [...this.#recv]) if (k.expiresAt < now) this.#dropRecv(id, true);
     if (this.#init.kept && this.#usableSet(now) !== this.#describedUsable) this.#describe();
     this.#remember();
