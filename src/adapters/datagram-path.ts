@@ -15,13 +15,13 @@
  * or the address of the stream, and its UDP port). Every second each end sends a keepalive with a flag saying whether
  * it heard the other lately; a peer's path is usable only while both hold (we hear it, it hears us), so a path that
  * drops our datagrams (UDP blocked, a NAT mapping gone) falls back to the streams within {@link DEAD_AFTER_MS}. A
- * keepalive is one byte, but every {@link FULL_KEEPALIVE_EVERY}th per peer (and every one while the path is not
- * usable) is padded to the full datagram size, and "heard" counts only while a full one came within
- * {@link FULL_KEEPALIVE_EVERY} times the dead interval: a path that drops full-size datagrams (a smaller path MTU)
- * falls back too, within 30 s. Padding every keepalive cost about 1.5 kB/s per peer and direction on an idle path
- * (130 MB a day), on edge links that are often metered; now it is about 0.2 kB/s. An authentic keepalive from a new address moves the
- * peer there (a NAT rebinding, or a port the NAT did not preserve); an authentic data datagram from anywhere but the
- * peer's address is dropped. Sending both ways at once opens both NATs: this is the hole punching.
+ * keepalive is one byte, but every {@link FULL_KEEPALIVE_EVERY}th per peer (and every one while the path is not usable)
+ * is padded to the full datagram size, and "heard" counts only while a full one came within ten dead intervals: a path
+ * that drops full-size datagrams (a smaller path MTU) falls back too, within 30 s. Padding every keepalive cost about
+ * 1.5 kB/s per peer and direction on an idle path (130 MB a day), on edge links that are often metered; now it is about
+ * 0.2 kB/s. An authentic keepalive from a new address moves the peer there (a NAT rebinding, or a port the NAT did not
+ * preserve); an authentic data datagram from anywhere but the peer's address is dropped. Sending both ways at once
+ * opens both NATs: this is the hole punching.
  *
  * Bad input is dropped before any answer and counted by reason: too short, not our type, an unknown or expired key,
  * a counter seen before (replay window), a tag that does not verify. Nothing received is ever answered.
@@ -89,8 +89,6 @@ export interface DatagramPathStats {
   sent: number;
   received: number;
   keepalivesSent: number;
-  /** Of which padded to the full datagram size. */
-  fullKeepalivesSent: number;
   keepalivesReceived: number;
   /** Packets the datagram path could not take (no usable path, or too big and not splittable): the streams carried them. */
   fallbacks: number;
@@ -233,7 +231,7 @@ export interface DatagramPeerStatus {
 
 export class DatagramPath {
   readonly stats: DatagramPathStats = {
-    sent: 0, received: 0, keepalivesSent: 0, fullKeepalivesSent: 0, keepalivesReceived: 0, fallbacks: 0, endpointMoves: 0, lastSendErrno: 0, hellosSent: 0, hellosReceived: 0, helloKeys: 0,
+    sent: 0, received: 0, keepalivesSent: 0, keepalivesReceived: 0, fallbacks: 0, endpointMoves: 0, lastSendErrno: 0, hellosSent: 0, hellosReceived: 0, helloKeys: 0,
     copiesSent: 0, copiesSpared: 0,
     dropped: {
       truncated: 0, badType: 0, unknownKey: 0, replayed: 0, badTag: 0, unknownAddress: 0, badPayload: 0, sendFailed: 0,
@@ -841,10 +839,7 @@ export class DatagramPath {
       if (p.send && p.endpoint) {
         this.#keepalive[0] = this.#hears(p, now) ? KEEPALIVE_HEARS_YOU : 0;
         const full = !this.#usable(p, now) || (this.#ticks + p.tag) % FULL_KEEPALIVE_EVERY === 0;
-        if (this.#queue(p, DATAGRAM_TYPE.keepalive, full ? this.#keepalive : this.#keepalive.subarray(0, 1)) > 0) {
-          this.stats.keepalivesSent++;
-          if (full) this.stats.fullKeepalivesSent++;
-        }
+        if (this.#queue(p, DATAGRAM_TYPE.keepalive, full ? this.#keepalive : this.#keepalive.subarray(0, 1)) > 0) this.stats.keepalivesSent++;
         this.flush();
       }
     }
