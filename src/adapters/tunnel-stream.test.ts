@@ -123,6 +123,35 @@ describe('pinned TLS tunnel stream', () => {
     await assert.rejects(punchTunnel({ ...common, localPort: await freePort(), peerPin: a.pin }), /is not the pinned/);
   });
 
+  test('an idle stream stays alive on each end\'s own pings: one in ten asks for a pong, the round trip', async () => {
+    const accepted: TunnelStream[] = [];
+    // 20 ms pings, dead after 150 ms of silence: without its own pings (or the peer's) a stream dies within the test
+    const streamOptions = { keepaliveMs: 20, deadAfterMs: 150 };
+    const l = await listenTunnel({ host: '127.0.0.1', port: 0, credentials: b, acceptPin: () => true, onStream: (st) => accepted.push(st), streamOptions });
+    servers.push(l.server);
+    const st = await dialTunnel({ host: '127.0.0.1', port: l.port, credentials: a, peerPin: b.pin, streamOptions });
+    try {
+      await until('the listener to accept the stream', () => accepted.length > 0, 10_000, 5);
+      const peer = accepted[0] as TunnelStream;
+      const sent: string[] = [];
+      const send = peer.sendControl.bind(peer);
+      peer.sendControl = (m: ControlMessage) => {
+        sent.push(m.t === 'ping' && m.quiet ? 'quiet ping' : m.t);
+        return send(m);
+      };
+      await new Promise((r) => setTimeout(r, 600));
+      assert.ok(st.alive && peer.alive, 'both ends alive after 4 dead intervals');
+      assert.ok(st.rttMs !== undefined, 'the first ping asked for a pong');
+      const count = (t: string) => sent.filter((x) => x === t).length;
+      assert.ok(count('quiet ping') >= 15, `quiet pings sent: ${count('quiet ping')}`);
+      assert.ok(count('ping') >= 1 && count('ping') <= count('quiet ping') / 5, `pings asking for a pong: ${count('ping')} of ${sent.length}`);
+      assert.ok(count('pong') >= 1 && count('pong') <= count('quiet ping') / 5, `pongs sent: ${count('pong')} (the other end's pings: about as many as ours)`);
+    } finally {
+      st.close();
+      for (const x of accepted) x.close();
+    }
+  });
+
   test('hole punching gives up at its deadline when nobody answers', async () => {
     const t0 = performance.now();
     await assert.rejects(punchTunnel({ host: '127.0.0.1', port: await freePort(), localPort: await freePort(), credentials: a, peerPin: b.pin, tlsRole: 'client', deadlineMs: 600 }), /failed within 600 ms/);

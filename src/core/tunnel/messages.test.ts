@@ -10,6 +10,7 @@ const bytes = (v: unknown) => (v instanceof Uint8Array ? v : new TextEncoder().e
 /** Every kind, well formed, on the channel it travels on. */
 const VALID: readonly [MessageChannel, TunnelMessage][] = [
   ['control', { t: 'ping', at: 1234.5 }],
+  ['control', { t: 'ping', at: 1234.5, quiet: true }],
   ['control', { t: 'pong', at: 0 }],
   ['control', { t: 'hello' }],
   ['control', { t: 'observed', host: '203.0.113.7', port: 40_001, circuitPort: 7443 }],
@@ -66,6 +67,7 @@ describe('decodeTunnelMessage', () => {
 
   test('missing or malformed fields, each named', () => {
     rejects('control', { t: 'ping' }, /"ping" message has no at/);
+    rejects('control', { t: 'ping', at: 1, quiet: 1 }, /quiet 1, not true or false/);
     rejects('control', { t: 'pong', at: '5' }, /at "5", not a finite number/);
     rejects('control', { t: 'observed', host: '203.0.113.7', port: 70_000, circuitPort: 1 }, /port 70000, not a port/);
     rejects('control', { t: 'observed', host: 1, port: 1.5 }, /host 1, not a string, port 1.5, not a port .*, no circuitPort/);

@@ -19,8 +19,11 @@
  */
 import { AtollError, atollError } from '../errors.ts';
 
-/** Keepalive, sent every second on every stream; `at` is the sender's monotonic clock in ms. */
-export interface PingMessage { readonly t: 'ping'; readonly at: number }
+/**
+ * Keepalive, sent every second on every stream; `at` is the sender's monotonic clock in ms. `quiet`: not to be
+ * answered (each end's own pings keep the stream alive; one in ten asks for a pong, for the round trip).
+ */
+export interface PingMessage { readonly t: 'ping'; readonly at: number; readonly quiet?: true }
 /** The answer to a ping, echoing its `at`: the round trip. */
 export interface PongMessage { readonly t: 'pong'; readonly at: number }
 /** Agent -> relay: this stream is the node's relay stream (not a short connection that only observes its address). */
@@ -93,6 +96,7 @@ export function decodeTunnelMessage<C extends MessageChannel>(payload: Uint8Arra
 function controlMessage(t: string, f: Fields): ControlMessage | undefined {
   switch (t) {
     case 'ping':
+      return f.flag('quiet') ? { t, at: f.number('at'), quiet: true } : { t, at: f.number('at') };
     case 'pong':
       return { t, at: f.number('at') };
     case 'hello':
@@ -137,6 +141,11 @@ class Fields {
 
   number(key: string): number {
     return this.#check(key, 'a finite number', (v) => typeof v === 'number' && Number.isFinite(v)) as number;
+  }
+
+  /** An optional boolean: true only when present and true. */
+  flag(key: string): boolean {
+    return this.#check(key, 'true or false', (v) => v === undefined || typeof v === 'boolean') === true;
   }
 
   u32(key: string): number {
