@@ -7,6 +7,13 @@ import koffi from 'koffi';
 import { type SpliceJoin, SpliceJoins } from './splice-native.ts';
 import { until } from '../../test/support/wait.ts';
 
+/** A TCP server listening on loopback (its connections are the relay's ends in these tests). */
+async function listening(): Promise<Server> {
+  const server = createServer();
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  return server;
+}
+
 /** A connected pair on loopback: `outer` (ours, as a node's end) and `inner` (the relay's accepted end, paused). */
 async function pair(server: Server): Promise<{ outer: Socket; inner: Socket }> {
   const accepted = new Promise<Socket>((resolve) => server.once('connection', (s: Socket) => {
@@ -26,8 +33,7 @@ function collect(s: Socket): Buffer[] {
 
 describe('sockets joined in the kernel (the relay\'s circuits)', () => {
   test('bytes read before the join go first, then both directions flow, are counted, and one end closing ends the other', async () => {
-    const server = createServer();
-    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    const server = await listening();
     const done: SpliceJoin[] = [];
     const joins = new SpliceJoins((j) => done.push(j));
     try {
@@ -64,8 +70,7 @@ describe('sockets joined in the kernel (the relay\'s circuits)', () => {
   });
 
   test('closing the joins ends the ones still running; a socket without a descriptor is refused and destroyed', async () => {
-    const server = createServer();
-    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    const server = await listening();
     const joins = new SpliceJoins(() => assert.fail('no join ends by itself here'));
     const x = await pair(server);
     const y = await pair(server);
@@ -88,8 +93,7 @@ describe('sockets joined in the kernel (the relay\'s circuits)', () => {
   });
 
   test('each direction\'s pipe starts at 64 KiB and grows to 1 MiB only once that direction carries bulk', async () => {
-    const server = createServer();
-    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    const server = await listening();
     const fcntl = koffi.load('libc.so.6').func('int fcntl(int fd, int cmd, int arg)') as (fd: number, cmd: number, arg: number) => number;
     const F_GETPIPE_SZ = 1032;
     const pipes = () => new Set(readdirSync('/proc/self/fd').filter((fd) => {
@@ -124,8 +128,7 @@ describe('sockets joined in the kernel (the relay\'s circuits)', () => {
   });
 
   test('200 circuits at once, one of them stalled by a reader that never reads: the others all cross whole, on a fixed number of threads', async () => {
-    const server = createServer();
-    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    const server = await listening();
     const joins = new SpliceJoins(() => {});
     const threads = () => Number(/^Threads:\s+(\d+)/m.exec(readFileSync('/proc/self/status', 'utf8'))?.[1]);
     const opened: Socket[] = [];
