@@ -332,5 +332,12 @@ async function main(): Promise<number> {
 }
 
 const serveAt = process.argv.indexOf('--serve');
-if (serveAt >= 0) serve(process.argv[serveAt + 1] === 'ours' ? 'ours' : 'reference');
-else runBench(main);
+if (serveAt < 0) runBench(main);
+else {
+  const side = process.argv[serveAt + 1];
+  if (side !== 'ours' && side !== 'reference') {
+    process.stderr.write(`bench/circuits.ts: --serve takes ours or reference, got ${JSON.stringify(side)}\n`);
+    process.exit(2);
+  }
+  serve(side);
+}
