@@ -60,8 +60,10 @@ the verdict and the faults).
                 adds the faults through Kubernetes: statefulset-recreate, crash-offline (a pod's sandbox killed
                 while its site is cut off), agent-roll (the DaemonSets rolled to image tag <version>-b, built with
                 \`node scripts/image.ts --tag <version>-b\`), node-delete (the last node of the first edge site
-                switched off and \`kubectl delete node\`: its blocks released); controller-kill, relay-kill, agent-restart,
-                offline-restart, node-reboot and the cut-off-site faults are skipped. Needs containerd and \`make image\`.
+                switched off and \`kubectl delete node\`: its blocks released); controller-kill, relay-kill, agent-restart
+                and offline-restart kill the chart's container (SIGKILL in the node's containerd; its kubelet starts it
+                again; offline-restart scales the controller to 0 meanwhile), offline-restart-all the site's agent
+                containers; clock-jump and node-reboot are skipped. Needs containerd and \`make image\`.
 
 flags for up and run:
 ${LAB_FLAGS_HELP}`;

@@ -18,7 +18,7 @@ import {
   type PingReply, peerCutRuleset, planFault, sampleStats, type SampleStats, uplinkCutRuleset, uplinkRestoreRuleset,
 } from '../core/lab/faults.ts';
 import { NODE_DEVICES } from '../core/lab/plan.ts';
-import { LAB_NODE_DELETE_GRACE_SECONDS } from '../core/lab/kubernetes.ts';
+import { LAB_NODE_DELETE_GRACE_SECONDS, labChartEndpoints } from '../core/lab/kubernetes.ts';
 import { removeContainerdLeftovers } from '../adapters/containerd/containerd.ts';
 import { verdictOf } from '../core/lab/report.ts';
 import { NFT_TABLE } from '../core/overlay/nft.ts';
@@ -27,7 +27,9 @@ import { readTunnelStatus, statusSocketOf } from '../adapters/status-socket.ts';
 import { renderPeers } from '../core/tunnel/status.ts';
 import { Nft } from '../adapters/nft.ts';
 import { Child } from '../adapters/child-process.ts';
-import { ATOLL_ROLL_TAG, checkService, crashSandbox, exposePod, KubePods, type LabKubernetes, podIps, recreateStatefulPod, rollAgents } from './lab-kube.ts';
+import {
+  ATOLL_ROLL_TAG, type AtollComponent, checkService, type ContainerRestart, crashSandbox, exposePod, killAtollContainer, KubePods, type LabKubernetes, nodesRunning, podIps, recreateStatefulPod, rollAgents, scaleController,
+} from './lab-kube.ts';
 import { ProbeClient } from './probe.ts';
 import { ServiceProcess } from './service-process.ts';
 import { LIBFAKETIME, PROJECT_NODE } from './agent-process.ts';
@@ -298,6 +300,27 @@ async function restartAgent(lab: RunningLab, node: string, beforeStart?: () => P
   await starting;
 }
 
+/**
+ * `--kubernetes`: kills the chart's `component` container on each of `nodes` (default: every node running one) at
+ * once and waits until each is running and ready again (src/lab/lab-kube.ts killAtollContainer).
+ */
+async function killAtollContainers(lab: RunningLab, component: AtollComponent, nodes?: readonly string[]): Promise<ContainerRestart[]> {
+  const { containerds } = kubeOf(lab);
+  const names = nodes ?? await nodesRunning(containerds, component);
+  if (names.length === 0) throw new Error(`no node runs the chart's ${component}`);
+  return Promise.all(names.map((name) => {
+    const n = lab.plan.nodes.find((x) => x.name === name);
+    if (!n) throw new Error(`unknown node ${name}`);
+    return killAtollContainer(containerds, n, component);
+  }));
+}
+
+/** {@link killAtollContainers}, told as one line for the fault's facts. */
+async function killChartContainers(lab: RunningLab, component: AtollComponent, nodes?: readonly string[]): Promise<string> {
+  const restarts = await killAtollContainers(lab, component, nodes);
+  return `${component} container killed (SIGKILL) on ${restarts.map((r) => r.node).join(', ')}; running and ready again after ${restarts.map((r) => `${((r.toMs - r.fromMs) / 1000).toFixed(1)} s`).join(', ')}`;
+}
+
 /** The Kubernetes of a `--kubernetes` lab and its nodes' containerds, for the faults through it. */
 function kubeOf(lab: RunningLab): { kube: LabKubernetes; containerds: KubePods['containerds'] } {
   if (!lab.kubernetes || !(lab.podRuntime instanceof KubePods)) throw new Error('this fault goes through Kubernetes (--kubernetes)');
@@ -506,20 +529,32 @@ async function runFault(lab: RunningLab, target: LabFaultTarget, say: (l: string
     const tFault = performance.now();
     switch (target.kind) {
       case 'controller-kill':
-        await restartService(lab, 'controller', notes);
+      case 'relay-kill': {
+        const component = target.kind === 'controller-kill' ? 'controller' : 'relay';
+        if (lab.kubernetes) facts.push(await killChartContainers(lab, component));
+        else await restartService(lab, component, notes);
         break;
-      case 'relay-kill':
-        await restartService(lab, 'relay', notes);
-        break;
+      }
       case 'direct-path-cut':
         cut = target.site;
         await nft.apply(peerCutRuleset(target.peerAddress), { netns: nsPath(routerOf(lab, cut)) });
         await sleep(HOLD_MS['direct-path-cut']);
         break;
       case 'agent-restart':
-        await restartAgent(lab, target.node, () => sleep(HOLD_MS['agent-restart']));
+        if (lab.kubernetes) facts.push(await killChartContainers(lab, 'agent', [target.node]));
+        else await restartAgent(lab, target.node, () => sleep(HOLD_MS['agent-restart']));
         break;
       case 'offline-restart':
+        if (lab.kubernetes) {
+          const kube = kubeOf(lab);
+          const replicas = labChartEndpoints(lab.plan).controllers.length;
+          await scaleController(kube.kube, 0);
+          facts.push(`controller scaled to 0 replicas; ${await killChartContainers(lab, 'agent', [target.node])}`);
+          healAt = performance.now();
+          if (!(await waitUntil(() => pingers.every((p) => p.healthy(healAt)), RECOVERY_TIMEOUT_MS))) notes.push('the restarted agent did not rebuild its paths while the controller had no replica');
+          await scaleController(kube.kube, replicas);
+          break;
+        }
         await restartService(lab, 'controller', notes, async () => {
           await restartAgent(lab, target.node, () => sleep(HOLD_MS['offline-restart']));
           // the heal is the agent's start: its samples must answer again while the controller is still down
@@ -583,6 +618,13 @@ async function runFault(lab: RunningLab, target: LabFaultTarget, say: (l: string
         await cutFromCloud(lab, cut, target.cloud);
         for (const [i, node] of target.nodes.entries()) {
           await sleep(HOLD_MS['offline-restart-all']);
+          if (lab.kubernetes) {
+            // a kubelet starts a killed container again at once (its first crash): no agent is held down to watch
+            const [r] = await killAtollContainers(lab, 'agent', [node]);
+            if (r) windows.push({ fromMs: r.fromMs, toMs: r.toMs + RESTART_GRACE_MS, label: `${node}'s restart` });
+            facts.push(`${node}'s agent container killed offline, running and ready again after ${r ? ((r.toMs - r.fromMs) / 1000).toFixed(1) : '?'} s`);
+            continue;
+          }
           const killedAt = performance.now();
           // the first agent stays down past its peers' 3 s deadline: they must show it being rebuilt (`atoll peers`)
           await restartAgent(lab, node, i > 0 ? undefined : async () => {

@@ -25,7 +25,7 @@ import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { atollError } from '../core/errors.ts';
 import {
-  type AgentRestart, agentRestarts, type AtollPodSighting, ATOLL_POD_WATCH_TEMPLATE, LAB_ATOLL_NAMESPACE, LAB_CRASH_LABEL, LAB_CRASH_SERVICE, LAB_ETCD_PORTS, LAB_KUBE_API_PORT, LAB_KUBE_NAMESPACE, LAB_SERVICE_CIDR, LAB_SERVICE_LABEL, LAB_SERVICE_NAME, LAB_WORKLOAD_LABEL, LAB_WORKLOADS,
+  type AgentRestart, agentRestarts, type AtollPodSighting, ATOLL_POD_WATCH_TEMPLATE, LAB_ATOLL_NAMESPACE, LAB_CRASH_LABEL, LAB_CRASH_SERVICE, LAB_ETCD_PORTS, LAB_KUBE_API_PORT, LAB_KUBE_NAMESPACE, LAB_OPS_PORTS, LAB_SERVICE_CIDR, LAB_SERVICE_LABEL, LAB_SERVICE_NAME, LAB_WORKLOAD_LABEL, LAB_WORKLOADS,
   labChartValues, labCrashServiceObject, labAdminNodeLabels, labNodeLabels, labPodObject, labServiceBackends, labServiceObject, labWorkloadObjects, parseAtollPodLine,
 } from '../core/lab/kubernetes.ts';
 import { CLOUD_SITE } from '../core/lab/spec.ts';
@@ -476,6 +476,80 @@ export async function crashSandbox(containerds: ReadonlyMap<string, Containerd>,
     }
     if (Date.now() > deadline) throw atollError('LAB_STEP_FAILED', `the kubelet of ${current.node} did not restart pod ${current.name} within ${POD_RUNNING_TIMEOUT_MS / 1000} s`, `read ${current.node}'s kubelet log`);
     await sleep(200);
+  }
+}
+
+/** The chart's components a fault can kill in their container (each container is named after its component). */
+export type AtollComponent = keyof typeof LAB_OPS_PORTS;
+
+/** How long a killed container of the chart's gets to be running and ready again (a kubelet's crash back-off reaches 20 s on the third kill). */
+const CONTAINER_RESTART_TIMEOUT_MS = 60_000;
+
+/** One kill of a chart's container: when it was sent, and when its successor answered ready (performance.now()). */
+export interface ContainerRestart {
+  readonly node: string;
+  readonly fromMs: number;
+  readonly toMs: number;
+}
+
+/** The chart's container labels of `component`, as the kubelet sets them on its containers. */
+const containerLabels = (component: AtollComponent) => ({ 'io.kubernetes.pod.namespace': LAB_ATOLL_NAMESPACE, 'io.kubernetes.container.name': component });
+
+/** The nodes whose containerd runs a `component` container of the chart's now. */
+export async function nodesRunning(containerds: ReadonlyMap<string, Containerd>, component: AtollComponent): Promise<string[]> {
+  const found = await Promise.all([...containerds].map(async ([node, ctd]) => ((await ctd.cri.listContainers(containerLabels(component))).some((c) => c.state === 'CONTAINER_RUNNING') ? [node] : [])));
+  return found.flat();
+}
+
+/**
+ * Kills (SIGKILL) the running `component` container of the chart's pod on `node`, in that node's containerd, as a
+ * crash would; then waits until its kubelet has started another one and it answers `/readyz` with 200 on the node's
+ * address. It reads the node only (its containerd, and the probe from inside its namespace), so it works while the
+ * node's site is cut off from the API server.
+ * @throws AtollError LAB_STEP_FAILED when no such container runs there, or none is ready again in time.
+ */
+export async function killAtollContainer(containerds: ReadonlyMap<string, Containerd>, node: LabNode, component: AtollComponent): Promise<ContainerRestart> {
+  const ctd = containerds.get(node.name);
+  if (!ctd) throw new Error(`node ${node.name} has no containerd`);
+  const running = async () => (await ctd.cri.listContainers(containerLabels(component))).filter((c) => c.state === 'CONTAINER_RUNNING');
+  const [victim, ...more] = await running();
+  if (!victim || more.length > 0) {
+    throw atollError('LAB_STEP_FAILED', `node ${node.name} runs ${more.length + (victim ? 1 : 0)} ${component} containers of the chart, not one`, `ctr -a ${ctd.socket} -n k8s.io containers ls`);
+  }
+  const fromMs = performance.now();
+  await killTask(ctd, victim.id);
+  const url = `http://${node.underlay}:${LAB_OPS_PORTS[component]}/readyz`;
+  const ready = () => exec('curl', ['-s', '-m', '1', '-o', '/dev/null', '-w', '%{http_code}', url], { netns: join(NETNS_DIR, node.netns) }).then((r) => r.stdout.trim() === '200', () => false);
+  const deadline = Date.now() + CONTAINER_RESTART_TIMEOUT_MS;
+  for (;;) {
+    // the old process answers until the kill lands: only a successor's answer counts
+    if ((await running()).some((c) => c.id !== victim.id) && await ready()) return { node: node.name, fromMs, toMs: performance.now() };
+    if (Date.now() > deadline) {
+      throw atollError('LAB_STEP_FAILED', `the ${component} container killed on ${node.name} was not running and ready again within ${CONTAINER_RESTART_TIMEOUT_MS / 1000} s`, `read ${node.name}'s kubelet log, and the ${component}'s in its pod logs`);
+    }
+    await sleep(100);
+  }
+}
+
+/** The chart's controller Deployment. */
+const CONTROLLER_DEPLOYMENT = 'atoll-controller';
+
+/**
+ * Scales the chart's controller Deployment to `replicas` (`kubectl scale`) and waits until it has that many pods, every
+ * one Ready, and no other (a replica that is stopping still counts).
+ * @throws AtollError LAB_STEP_FAILED when it does not get there within the chart's start-up bound.
+ */
+export async function scaleController(kube: LabKubernetes, replicas: number): Promise<void> {
+  await kube.kubectl(['scale', '-n', LAB_ATOLL_NAMESPACE, `deployment/${CONTROLLER_DEPLOYMENT}`, `--replicas=${replicas}`]);
+  const deadline = Date.now() + ATOLL_READY_TIMEOUT_MS;
+  for (;;) {
+    const pods = (await atollPods(kube)).filter((p) => p.metadata.labels?.['app.kubernetes.io/component'] === 'controller');
+    if (pods.length === replicas && pods.every(podReady)) return;
+    if (Date.now() > deadline) {
+      throw atollError('LAB_STEP_FAILED', `the controller did not get to ${replicas} Ready replicas within ${ATOLL_READY_TIMEOUT_MS / 1000} s (${pods.length} pods, ${pods.filter(podReady).length} Ready)`,
+        `kubectl get pods -n ${LAB_ATOLL_NAMESPACE} -l app.kubernetes.io/component=controller`);
+    }
+    await sleep(250);
   }
 }
 

@@ -61,13 +61,13 @@ function run(args: readonly string[], timeoutMs: number): Promise<{ code: number
 const skip = rootSkipReason() || (hasContainerd ? false : 'needs containerd, runc, busybox-static and the CNI loopback plugin')
   || (existsSync(atollImageTarball(ATOLL_IMAGE_TAG)) ? false : `needs the image ${atollImageTarball(ATOLL_IMAGE_TAG)} (make image)`);
 
-test('atoll lab run --kubernetes: nodes registered with their labels, Atoll installed through its chart, pods through the API, matrix, pod-recreate, Service, workloads; nothing left', { skip, timeout: 400_000 }, async () => {
+test('atoll lab run --kubernetes: nodes registered with their labels, Atoll installed through its chart, pods through the API, matrix, pod-recreate, agent-restart, Service, workloads; nothing left', { skip, timeout: 400_000 }, async () => {
   const tmp = mkdtempSync(join(tmpdir(), 'atoll-labk8s-'));
   const started = Date.now();
   try {
     const json = join(tmp, 'report.json');
     const { out } = await run(['lab', 'run', '--kubernetes', '--cloud-nodes', '1', '--edge-sites', '1', '--nodes-per-site', '1', '--pods-per-node', '1',
-      '--faults', 'pod-recreate', '--json', json], 360_000);
+      '--faults', 'pod-recreate,agent-restart', '--json', json], 360_000);
     assert.ok(existsSync(json), `no report; output:\n${out}`);
     const report = JSON.parse(readFileSync(json, 'utf8')) as Report;
 
@@ -94,10 +94,14 @@ test('atoll lab run --kubernetes: nodes registered with their labels, Atoll inst
     assert.deepEqual(report.processes.filter((p) => /^(agent|controller|relay)\b/.test(p.role)), [], 'no Atoll process of the lab\'s own');
 
     assert.ok(report.verdict.ok && report.verdict.working === 2, `matrix:\n${out}`);
-    assert.equal(report.faults[0]?.kind, 'pod-recreate');
-    assert.ok(report.faults[0]?.ok, `pod-recreate:\n${out}`);
+    assert.deepEqual(report.faults.map((f) => f.kind), ['agent-restart', 'pod-recreate'], 'the faults in their order');
+    // the edge agent's container killed: its kubelet starts it again, and its keeper holds the datagram path meanwhile
+    const [restart, recreate] = report.faults;
+    assert.ok(restart?.ok && restart.lossPct === 0, `agent-restart:\n${out}`);
+    assert.match(restart.facts?.[0] ?? '', /^agent container killed \(SIGKILL\) on a-1; running and ready again after \d+\.\d s$/);
+    assert.ok(recreate?.ok, `pod-recreate:\n${out}`);
     // the workloads' pods (2 + 2) joined the lab's 2 and the 2 nodes as the Service's clients for the faults
-    assert.deepEqual(report.faults[0]?.service, { answered: 8, of: 8 }, 'the Service answered every pod and node after the fault');
+    for (const f of report.faults) assert.deepEqual(f.service, { answered: 8, of: 8 }, `the Service answered every pod and node after ${f.kind}`);
 
     assert.deepEqual(report.service.backends, ['a-1-p1']);
     for (const from of ['cloud-1-p1', 'a-1-p1', 'node cloud-1', 'node a-1']) assert.ok(report.service.probes.find((p) => p.from === from)?.ok, `Service from ${from}:\n${out}`);

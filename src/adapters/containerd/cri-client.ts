@@ -2,8 +2,9 @@
  * A small promise-based client for the CRI RuntimeService (runtime.v1), as the kubelet uses it for pod sandboxes.
  *
  * Why: end-to-end tests of the CNI plugin must be driven the way Kubernetes drives it, i.e. by a container runtime
- * that received RunPodSandbox/StopPodSandbox/RemovePodSandbox over CRI. Only the sandbox RPCs are covered; the
- * wire messages live in `cri-api.proto` beside this file (a field-number-exact subset of k8s.io/cri-api).
+ * that received RunPodSandbox/StopPodSandbox/RemovePodSandbox over CRI. The sandbox RPCs are covered, and
+ * ListContainers (to find a kubelet's container on a node whose API server is out of reach); the wire messages live
+ * in `cri-api.proto` beside this file (a field-number-exact subset of k8s.io/cri-api).
  */
 import { join } from 'node:path';
 import { installRoot } from '../install-root.ts';
@@ -68,6 +69,21 @@ export interface PodSandboxSummary {
   state: PodSandboxState;
 }
 
+/** CRI container states, as the proto enum names them. */
+export type ContainerState = 'CONTAINER_CREATED' | 'CONTAINER_RUNNING' | 'CONTAINER_EXITED' | 'CONTAINER_UNKNOWN';
+
+/** One row of ListContainers. */
+export interface ContainerSummary {
+  id: string;
+  podSandboxId: string;
+  /** The container's name in its pod (the kubelet's `io.kubernetes.container.name`). */
+  name: string;
+  /** How often the kubelet started this container of the pod before: 0 for the first. */
+  attempt: number;
+  state: ContainerState;
+  labels: Record<string, string>;
+}
+
 /** Runtime identity, from the Version RPC. */
 export interface RuntimeVersion {
   runtimeName: string;
@@ -89,6 +105,8 @@ export interface CriClient {
   removePodSandbox(id: string): Promise<void>;
   /** All sandboxes the runtime knows, in any state. */
   listPodSandbox(): Promise<PodSandboxSummary[]>;
+  /** The containers whose labels include all of `labels` (every container when empty), in any state. */
+  listContainers(labels?: Readonly<Record<string, string>>): Promise<ContainerSummary[]>;
   /** Closes the gRPC channel; later calls reject. */
   close(): void;
 }
@@ -110,7 +128,7 @@ export interface CriClientInit {
 
 type Message = Record<string, unknown>;
 type UnaryDefinition = grpc.MethodDefinition<Message, Message>;
-type RpcName = 'Version' | 'RunPodSandbox' | 'PodSandboxStatus' | 'StopPodSandbox' | 'RemovePodSandbox' | 'ListPodSandbox';
+type RpcName = 'Version' | 'RunPodSandbox' | 'PodSandboxStatus' | 'StopPodSandbox' | 'RemovePodSandbox' | 'ListPodSandbox' | 'ListContainers';
 
 let cachedDefinitions: Record<RpcName, UnaryDefinition> | undefined;
 
@@ -196,6 +214,19 @@ function summary(item: Message): PodSandboxSummary {
   };
 }
 
+/** Converts one ListContainers item into a summary row. */
+function containerSummary(item: Message): ContainerSummary {
+  const meta = item['metadata'] as { name: string; attempt: number };
+  return {
+    id: item['id'] as string,
+    podSandboxId: item['podSandboxId'] as string,
+    name: meta.name,
+    attempt: meta.attempt,
+    state: item['state'] as ContainerState,
+    labels: (item['labels'] ?? {}) as Record<string, string>,
+  };
+}
+
 /**
  * Opens a CRI RuntimeService client on a unix socket. The channel connects lazily, so this never fails on a
  * socket that is not up yet; the first call does (use `version()` to probe readiness).
@@ -247,6 +278,10 @@ export function connectCri(init: CriClientInit): CriClient {
     async listPodSandbox() {
       const r = await call('ListPodSandbox', {});
       return ((r['items'] ?? []) as Message[]).map(summary);
+    },
+    async listContainers(labels = {}) {
+      const r = await call('ListContainers', { filter: { labelSelector: labels } });
+      return ((r['containers'] ?? []) as Message[]).map(containerSummary);
     },
     close() {
       client.close();

@@ -6,7 +6,7 @@ import { DEFAULT_LAB_SPEC, type LabSpec } from './spec.ts';
 
 const plan = (spec: LabSpec) => planLab({ spec, runId: '0abc', dir: '/run/atoll-lab/0abc', bootstrapToken: 'bootstrap-token-0123456789', adminToken: 'admin-token-0123456789', relayToken: 'relay-token-0123456789' });
 /** The target `planFault` gives for `kind`, narrowed to that kind; fails the test when the fault is skipped. */
-function targetOf<K extends LabFaultKind>(p: ReturnType<typeof plan>, kind: K, pods?: 'cri' | 'direct'): LabFaultTargetOf<K> {
+function targetOf<K extends LabFaultKind>(p: ReturnType<typeof plan>, kind: K, pods?: 'cri' | 'direct' | 'kubernetes'): LabFaultTargetOf<K> {
   const t = planFault(p, kind, pods);
   if ('skipped' in t || t.kind !== kind) assert.fail(`${kind}: expected a target, got ${JSON.stringify(t)}`);
   return t as LabFaultTargetOf<K>;
@@ -111,13 +111,17 @@ test('with --kubernetes, pod-recreate goes through the API and node-reboot is sk
   assert.ok('skipped' in reboot && reboot.skipped.includes('kubelet'));
 });
 
-test('with --kubernetes, the faults that kill the lab\'s own controller, relay or agent processes are skipped (the chart\'s pods run them)', () => {
+test('with --kubernetes, the faults that kill the controller, the relay or an agent kill the chart\'s container, which its kubelet starts again', () => {
   const p = plan(DEFAULT_LAB_SPEC);
   for (const kind of ['controller-kill', 'relay-kill', 'agent-restart', 'offline-restart'] as const) {
-    const f = planFault(p, kind, 'kubernetes');
-    assert.ok('skipped' in f && f.skipped.includes('chart'), kind);
-    assert.ok(!('skipped' in planFault(p, kind, 'cri')), `${kind} runs without --kubernetes`);
+    const k8s = planFault(p, kind, 'kubernetes');
+    const own = planFault(p, kind, 'cri');
+    assert.ok(!('skipped' in k8s) && !('skipped' in own), kind);
+    assert.match(k8s.description, /container/, kind);
+    assert.doesNotMatch(own.description, /container/, kind);
+    assert.deepEqual([k8s.samples, k8s.lossless, k8s.strict], [own.samples, own.lossless, own.strict], `${kind}: the same samples and expectations either way`);
   }
+  assert.match(targetOf(p, 'offline-restart', 'kubernetes').description, /scaled to 0/);
   for (const kind of ['direct-path-cut', 'uplink-cut', 'uplink-flap'] as const) assert.ok(!('skipped' in planFault(p, kind, 'kubernetes')), kind);
 });
 
@@ -179,7 +183,12 @@ test('the faults of a site cut off from the cloud (#16): its hole-punched pairs 
   const moved = targetOf(p, 'readdress-offline');
   assert.deepEqual(moved.moves, [{ site: 'a', from: '198.51.100.11/24', to: '198.51.100.111/24' }, { site: 'b', from: '198.51.100.12/24', to: '198.51.100.112/24' }]);
   assert.deepEqual([moved.watcher, moved.watched], ['b-1', 'a-1']);
-  assert.ok('skipped' in planFault(p, 'nat-reboot-offline', 'kubernetes'));
+  for (const kind of ['offline-restart-all', 'nat-reboot-offline', 'readdress-offline'] as const) {
+    assert.deepEqual(targetOf(p, kind, 'kubernetes').samples, targetOf(p, kind).samples, `${kind} with --kubernetes: the same samples`);
+  }
+  assert.match(targetOf(p, 'offline-restart-all', 'kubernetes').description, /its container, by its kubelet without the API/);
+  const jump = planFault(p, 'clock-jump', 'kubernetes');
+  assert.ok('skipped' in jump && jump.skipped.includes('libfaketime'), 'the image has no libfaketime');
   assert.match(peerCutRuleset(all.cloud, 'cut off from the cloud'), /ip saddr 198\.51\.100\.2 drop\n {4}ip daddr 198\.51\.100\.2 drop\n {4}ip saddr 192\.0\.2\.0\/24 drop/);
 });
 

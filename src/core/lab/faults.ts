@@ -124,9 +124,6 @@ export interface LabWorkloadPod {
   readonly workload: 'deployment' | 'statefulset';
 }
 
-/** Faults that kill and start the lab's own controller, relay or agent processes. */
-const PROCESS_FAULTS: readonly LabFaultKind[] = ['controller-kill', 'relay-kill', 'agent-restart', 'offline-restart'];
-
 /**
  * The target of `kind` in `plan`, or the reason it cannot run there (e.g. an uplink fault without edge sites).
  * Deterministic: the first edge site, its first node and that node's first pod.
@@ -156,14 +153,15 @@ export function planFault(plan: LabPlan, kind: LabFaultKind, pods: 'cri' | 'dire
   const sameSitePod = node ? plan.nodes.filter((n) => n.site === node.site && n.name !== node.name).flatMap((n) => podsOf(n.name))[0] : undefined;
   const sitePods = edgeNodes.map((n) => podsOf(n.name)[0]);
   if (pods !== 'kubernetes' && LAB_KUBERNETES_FAULTS.includes(kind)) return { kind, skipped: 'it goes through Kubernetes (--kubernetes)' };
-  if (pods === 'kubernetes' && PROCESS_FAULTS.includes(kind)) {
-    return { kind, skipped: 'with --kubernetes the chart\'s pods run the controller, the relay and the agents: this fault kills the lab\'s own processes (its Kubernetes form is not built yet)' };
-  }
+  // with --kubernetes the chart's pods run the controller, the relay and the agents: a kill is their container's, and
+  // its kubelet starts it again
+  const k8s = pods === 'kubernetes';
   switch (kind) {
     case 'controller-kill': {
       const firstOfEach = plan.spec.edges.map((e) => plan.pods.find((p) => plan.nodes.find((n) => n.name === p.node)?.site === e.name)?.name);
       const samples = pairs([...firstOfEach.map((p) => [cloudPod, p] as const), ...firstOfEach.map((p) => [p, cloudPod] as const), [nodePods[0], sameSitePod]]);
-      return { kind, description: 'controller killed (SIGKILL), restarted after a pause', samples, flows: samples.slice(0, 1), lossless: true };
+      const description = k8s ? 'every controller replica\'s container killed (SIGKILL); their kubelets start them again' : 'controller killed (SIGKILL), restarted after a pause';
+      return { kind, description, samples, flows: samples.slice(0, 1), lossless: true };
     }
     case 'relay-kill': {
       const byPath = (path: LabPath) => plan.pods.flatMap((a) => plan.pods.filter((b) => b.node !== a.node && expectedPath(plan, a.node, b.node) === path).map((b) => [a.name, b.name] as const));
@@ -172,7 +170,8 @@ export function planFault(plan: LabPlan, kind: LabFaultKind, pods: 'cri' | 'dire
       if (!punched && !relayed) return { kind, skipped: 'no edge <-> edge pair: nothing uses the relay' };
       const list = [punched, relayed].filter((p): p is readonly [string, string] => p !== undefined);
       const samples = pairs(list.flatMap(([a, b]) => [[a, b], [b, a]] as const));
-      return { kind, description: 'relay killed (SIGKILL), restarted after a pause: hole-punched pairs must not notice, relayed pairs must come back', lossless: false,
+      const killed = k8s ? 'relay\'s container killed (SIGKILL), started again by its kubelet' : 'relay killed (SIGKILL), restarted after a pause';
+      return { kind, description: `${killed}: hole-punched pairs must not notice, relayed pairs must come back`, lossless: false,
         samples, flows: pairs(list) };
     }
     case 'direct-path-cut': {
@@ -195,14 +194,18 @@ export function planFault(plan: LabPlan, kind: LabFaultKind, pods: 'cri' | 'dire
       // lose a packet; over the streams alone (UDP off or blocked) the tunnel pairs lose the restart's gap
       const kept = labUsesUdp(plan.spec) && !udpBlockedAt(plan, node.name) && (cloudPod === undefined || !udpBlockedAt(plan, nodeOf(cloudPod) ?? ''));
       return { kind, node: node.name, lossless: false, flows: [], samples, ...(kept ? { strict: { lossFree: samples } } : {}),
-        description: `agent of ${node.name} killed (SIGKILL) and started again${kept ? ': its keeper holds the tunnel\'s data plane meanwhile, so no sample may lose a packet' : ''}` };
+        description: `${k8s ? `agent container of ${node.name} killed (SIGKILL) and started again by its kubelet` : `agent of ${node.name} killed (SIGKILL) and started again`}`
+          + `${kept ? ': its keeper holds the tunnel\'s data plane meanwhile, so no sample may lose a packet' : ''}` };
     }
     case 'offline-restart': {
       if (!node) return { kind, skipped: 'no node' };
       // its tunnel pairs of every kind: to the cloud, hole-punched, relayed (whichever the lab has)
       const firstTo = (path: LabPath) => plan.pods.find((p) => p.node !== node.name && expectedPath(plan, node.name, p.node) === path)?.name;
       const peers = [cloudPod, firstTo('tunnel hole-punched'), firstTo('tunnel relayed'), sameSitePod];
-      return { kind, node: node.name, description: `controller stopped; while it is down the agent of ${node.name} is killed and started again, and must rebuild its tunnels from its local state; then the controller comes back`,
+      const description = k8s
+        ? `controller Deployment scaled to 0; while it has no replica the agent container of ${node.name} is killed and started again by its kubelet, and must rebuild its tunnels from its local state; then the controller is scaled back`
+        : `controller stopped; while it is down the agent of ${node.name} is killed and started again, and must rebuild its tunnels from its local state; then the controller comes back`;
+      return { kind, node: node.name, description,
         lossless: false, flows: [], samples: pairs(peers.map((p) => [nodePods[0], p] as const)) };
     }
     case 'pod-recreate': {
@@ -279,7 +282,7 @@ export function planFault(plan: LabPlan, kind: LabFaultKind, pods: 'cri' | 'dire
  */
 function planOfflineEdgeFault(plan: LabPlan, kind: LabFaultKind, pods: 'cri' | 'direct' | 'kubernetes',
   pairs: (list: readonly (readonly [string | undefined, string | undefined])[]) => LabPodPair[]): LabFaultTarget | LabFaultSkipped {
-  if (pods === 'kubernetes') return { kind, skipped: 'with --kubernetes the chart\'s pods run the agents: this fault restarts or re-clocks the lab\'s own agent processes' };
+  if (pods === 'kubernetes' && kind === 'clock-jump') return { kind, skipped: 'with --kubernetes the agents run from the image, which has no libfaketime: their clocks cannot be moved' };
   if (!labUsesUdp(plan.spec)) return { kind, skipped: 'it needs the datagram path (not --no-udp): TCP streams between edge sites are rebuilt only through the relay' };
   const site = plan.spec.edges[0]?.name;
   const siteNodes = plan.nodes.filter((n) => n.site === site).map((n) => n.name);
@@ -297,7 +300,8 @@ function planOfflineEdgeFault(plan: LabPlan, kind: LabFaultKind, pods: 'cri' | '
   switch (kind) {
     case 'offline-restart-all':
       return { kind, site, cloud, nodes: siteNodes, watcher: punched[0]![1].node, samples, flows: [], lossless: false, strict: { lossFree },
-        description: `${cut}; each agent of ${site} (${siteNodes.join(', ')}) killed and started again in turn (the first after 4 s down); edge-to-edge pairs may lose only inside each restart and 1 s after it, VXLAN pairs nothing` };
+        description: `${cut}; each agent of ${site} (${siteNodes.join(', ')}) killed and started again in turn `
+          + `${pods === 'kubernetes' ? '(its container, by its kubelet without the API)' : '(the first after 4 s down)'}; edge-to-edge pairs may lose only inside each restart and 1 s after it, VXLAN pairs nothing` };
     case 'readdress-offline': {
       const moves = plan.spec.edges.map((e) => ({ site: e.name, from: routerAddress(plan, e.name) })).filter((m): m is { site: string; from: string } => m.from !== undefined)
         .map((m) => ({ site: m.site, from: `${m.from}/24`, to: `${movedAddress(m.from)}/24` }));

@@ -37,7 +37,7 @@ test('the Kubernetes view in one line: Nodes Ready, Pods Running, the Service\'s
     /, Service 10\.96\.0\.9:7777 \(endpoints b-1-p1, b-2-p1\) answered 1\/1$/);
 });
 
-test('the chart\'s values for the lab: its pod range, the controller on every cloud node\'s address, the relay on the first', () => {
+test('the chart\'s values for the lab: its pod range, the controller on every cloud node\'s address, the relay on the first, the operations ports its faults probe', () => {
   const nodes = [
     { name: 'cloud-1', site: 'cloud', community: '', underlay: '192.0.2.11' }, { name: 'cloud-2', site: 'cloud', community: '', underlay: '192.0.2.12' },
     { name: 'a-1', site: 'a', community: 'edge', underlay: '10.0.1.11' }, { name: 'b-1', site: 'b', community: 'edge', underlay: '10.0.2.11' },
@@ -46,6 +46,7 @@ test('the chart\'s values for the lab: its pod range, the controller on every cl
     image: { tag: '0.1.0' }, clusterCidrs: ['10.100.0.0/16'], blockBits: 26, community: 'edge',
     controller: { replicas: 2, urls: ['https://192.0.2.11:7443', 'https://192.0.2.12:7443'], nodeDeleteGraceSeconds: 10 },
     relay: { address: '192.0.2.11:8476', nodeSelector: { 'kubernetes.io/hostname': 'cloud-1' } },
+    metrics: { agentPort: 9470, controllerPort: 9471, relayPort: 9472 },
   });
   const mixed = nodes.map((n) => (n.name === 'b-1' ? { ...n, community: 'other' } : n));
   assert.equal(labChartValues({ nodes: mixed, spec: {} }, '0.1.0').community, '', 'sites of different communities: the Node labels say it');

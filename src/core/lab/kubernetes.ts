@@ -131,9 +131,16 @@ export function labChartValues(plan: Pick<LabPlan, 'nodes'> & { readonly spec: P
     community: communities.length === 1 ? communities[0] : '',
     controller: { replicas: controllers.length, urls: controllers.map((a) => `https://${a}`), nodeDeleteGraceSeconds: LAB_NODE_DELETE_GRACE_SECONDS },
     relay: { address: relay.address, nodeSelector: { 'kubernetes.io/hostname': relay.node } },
+    metrics: { agentPort: LAB_OPS_PORTS.agent, controllerPort: LAB_OPS_PORTS.controller, relayPort: LAB_OPS_PORTS.relay },
     ...(labUsesUdp(plan.spec) ? {} : { agent: { udp: false } }),
   };
 }
+
+/**
+ * The operations port of each of the chart's components (`/readyz`, on the node's address: every Atoll pod runs on
+ * the host network); the lab sets them and its faults probe them.
+ */
+export const LAB_OPS_PORTS = Object.freeze({ agent: 9470, controller: 9471, relay: 9472 });
 
 /**
  * Where the chart's pods listen in the lab (host network): a controller replica on every cloud node, the relay on
