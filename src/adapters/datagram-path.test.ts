@@ -25,6 +25,9 @@ function packet(n: number, fill: number): Uint8Array {
   return new Uint8Array(10 + n).fill(fill, 10);
 }
 
+/** The datagram path's last resort in the loopback tests: a peer silent for longer gets nothing. */
+const LAST_RESORT_TEST_MS = 2500;
+
 describe('datagram path on loopback', () => {
   const a = credentials('node-a');
   const b = credentials('node-b');
@@ -47,7 +50,7 @@ describe('datagram path on loopback', () => {
     streams.push(sa, sb);
     const make = (me: 'a' | 'b', stream: TunnelStream) => new DatagramPath(
       { streamOf: () => stream, publicHost: () => '', onPacket: (_peer, pkt) => got[me]!.push(pkt.slice()) },
-      { host: '127.0.0.1', port: 0, underlayMtu: 1500, keepaliveMs: 100, deadAfterMs: 1000, rekey: { packets: 300, ms: 60_000 } },
+      { host: '127.0.0.1', port: 0, underlayMtu: 1500, keepaliveMs: 100, deadAfterMs: 1000, lastResortMs: LAST_RESORT_TEST_MS, rekey: { packets: 300, ms: 60_000 } },
     );
     pa = make('a', sa);
     pb = make('b', sb);
@@ -125,6 +128,42 @@ describe('datagram path on loopback', () => {
     await new Promise((r) => setTimeout(r, 300));
     assert.deepEqual(answers, [], 'something was answered');
     assert.equal(pb.usable('a'), true, 'bad input does not disturb the path');
+  });
+
+  test('a peer gone silent: send leaves its packets to the streams; sendAnyway still sends them (its keeper may be queueing them) until the last resort runs out', async () => {
+    // b's agent goes; a socket bound on its port stands for its keeper's, which queues what comes
+    const port = pb.port;
+    pb.close();
+    const goneAt = performance.now();
+    // the descriptor closes once the pool thread that waits on it wakes
+    const bound = async () => {
+      for (;;) {
+        const sock = createSocket('udp4');
+        const err = await new Promise<Error | undefined>((r) => {
+          sock.once('error', r);
+          sock.bind(port, '127.0.0.1', () => r(undefined));
+        });
+        if (!err) return sock;
+        sock.close();
+        if (performance.now() - goneAt > 2000) throw err;
+        await new Promise((r) => setTimeout(r, 20));
+      }
+    };
+    const kept = await bound();
+    after(() => kept.close());
+    const queued: Buffer[] = [];
+    kept.on('message', (m) => queued.push(m));
+    await until('the path to b to turn unusable', () => !pa.usable('b'), 3000, 10);
+    assert.equal(pa.send('b', packet(100, 1)), false, 'not usable: the streams would carry it');
+    assert.equal(pa.sendAnyway('b', packet(100, 2)), true, 'nothing else reaches b: it goes all the same');
+    pa.flush();
+    await until('the datagram to reach b\'s socket', () => queued.some((m) => m[0] === DATAGRAM_TYPE.data), 3000, 10);
+    const data = queued.filter((m) => m[0] === DATAGRAM_TYPE.data);
+    assert.deepEqual(data.map((m) => m.length), [16 + 10 + 100 + 16], 'one datagram: its header, the packet as the TUN device gave it (virtio header first) sealed, the tag');
+    assert.equal(pa.stats.sentAnyway, 1);
+    await new Promise((r) => setTimeout(r, Math.max(0, LAST_RESORT_TEST_MS - (performance.now() - goneAt)) + 100));
+    assert.equal(pa.sendAnyway('b', packet(100, 3)), false, 'not heard for longer than the last resort: dropped');
+    assert.equal(pa.stats.sentAnyway, 1);
   });
 });
 

@@ -59,6 +59,13 @@ const KEEPALIVE_MS = 1000;
 export const FULL_KEEPALIVE_EVERY = 10;
 /** A peer's datagram path is given up after this long without an authentic keepalive saying it hears us. */
 export const DEAD_AFTER_MS = 3000;
+/**
+ * A peer nothing else reaches (no stream, no circuit) still gets datagrams on a path that is not usable for this long
+ * after its last authentic datagram: its agent may be restarting while its keeper holds the socket, whose queue keeps
+ * them for the next process (a kubelet's crash back-off keeps an agent down for 10 s and more, past {@link
+ * DEAD_AFTER_MS}). The keeper's grace by default (`tunnel.udp.keepMs`): after it there is no socket to queue them.
+ */
+export const LAST_RESORT_MS = 60_000;
 /** Receiving keys kept per peer at most. */
 const MAX_RECV_KEYS = 3;
 /** An offered key not acknowledged within this long is offered again (a new id). */
@@ -90,8 +97,13 @@ export interface DatagramPathStats {
   received: number;
   keepalivesSent: number;
   keepalivesReceived: number;
-  /** Packets the datagram path could not take (no usable path, or too big and not splittable): the streams carried them. */
+  /**
+   * Packets the datagram path could not take (no usable path, or too big and not splittable): the streams carried them,
+   * or with no stream {@link DatagramPath.sendAnyway} may have sent them all the same (`sentAnyway`).
+   */
   fallbacks: number;
+  /** Datagrams sent on a path that was not usable, as nothing else reached their peer ({@link DatagramPath.sendAnyway}). */
+  sentAnyway: number;
   /** Authentic keepalives from a new address of their peer: the peer's address moved there. */
   endpointMoves: number;
   /** The errno of the last failed send (0: none). */
@@ -133,6 +145,8 @@ export interface DatagramPathInit {
   readonly underlayMtu: number;
   readonly keepaliveMs?: number;
   readonly deadAfterMs?: number;
+  /** {@link LAST_RESORT_MS}, for tests. */
+  readonly lastResortMs?: number;
   readonly rekey?: { readonly packets: number; readonly ms: number };
   /** The node's tunnel key (PEM): with it and a state store, the hellos rebuild paths without a stream. */
   readonly identityKeyPem?: string;
@@ -231,7 +245,7 @@ export interface DatagramPeerStatus {
 
 export class DatagramPath {
   readonly stats: DatagramPathStats = {
-    sent: 0, received: 0, keepalivesSent: 0, keepalivesReceived: 0, fallbacks: 0, endpointMoves: 0, lastSendErrno: 0, hellosSent: 0, hellosReceived: 0, helloKeys: 0,
+    sent: 0, received: 0, keepalivesSent: 0, keepalivesReceived: 0, fallbacks: 0, sentAnyway: 0, endpointMoves: 0, lastSendErrno: 0, hellosSent: 0, hellosReceived: 0, helloKeys: 0,
     copiesSent: 0, copiesSpared: 0,
     dropped: {
       truncated: 0, badType: 0, unknownKey: 0, replayed: 0, badTag: 0, unknownAddress: 0, badPayload: 0, sendFailed: 0,
@@ -728,6 +742,24 @@ export class DatagramPath {
       return false;
     }
     this.stats.sent += n;
+    return true;
+  }
+
+  /**
+   * Queues `pkt` for `peerId` on a path that is not usable, when nothing else reaches the peer (the caller has no
+   * stream or circuit to it): its agent may be restarting, its keeper's socket queueing what comes until the next
+   * process reads it, which then answers with its keepalives and makes the path usable again. Only with the peer's key
+   * and address, and within {@link LAST_RESORT_MS} of the last authentic datagram from it; packets to a peer that moved
+   * or went are lost, as they would be without it. Leaves with the next {@link flush}, like {@link send}'s.
+   * @returns false when it was not queued: the caller drops the packet.
+   */
+  sendAnyway(peerId: string, pkt: Uint8Array): boolean {
+    const p = this.#peers.get(peerId);
+    if (!p || steadyClock() - p.lastHeard >= (this.#init.lastResortMs ?? LAST_RESORT_MS)) return false;
+    const n = this.#queue(p, DATAGRAM_TYPE.data, pkt);
+    if (n < 0) return false;
+    this.stats.sent += n;
+    this.stats.sentAnyway += n;
     return true;
   }
 

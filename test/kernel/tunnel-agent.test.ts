@@ -165,6 +165,36 @@ describe('cross-site tunnel in the agent: edge dials cloud', { skip: rootSkipRea
     }
   });
 
+  test('an agent down for longer than its peer\'s 3 s deadline (a kubelet\'s crash back-off) loses no ping either: with no stream to it, the peer sends on the datagram path all the same, into the keeper\'s socket', async () => {
+    const [c, e] = pods as [Pod, Pod];
+    const pathOf = async (a: TestAgent, peer: string) => (await readTunnelStatus(statusSocketOf(a.socket)).catch(() => null))?.peers.find((p) => p.name === peer)?.path;
+    await until('both ends on the datagram path', async () => (await pathOf(edgeNode, 'tc1')) === 'udp' && (await pathOf(cloudNode, 'te1')) === 'udp', 20_000)
+      .catch((err: Error) => assert.fail(`${err.message}\n${diag()}`));
+    // 80 pings at 100 ms from the cloud pod to the edge pod; the edge agent down 5 s in the middle of them
+    // (-W, not -w: with a deadline ping sends on until it has 80 answers)
+    const ping = spawn('ip', ['netns', 'exec', nsName(c), 'ping', '-n', '-i', '0.1', '-c', '80', '-W', '10', e.ip], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    ping.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    const done = new Promise<number | null>((r) => ping.on('close', r));
+    await new Promise((r) => setTimeout(r, 1000));
+    await edgeNode.stop('SIGKILL');
+    await new Promise((r) => setTimeout(r, 5000));
+    const seen = await pathOf(cloudNode, 'te1');
+    await edgeNode.start();
+    await done;
+    assert.notEqual(seen, 'udp', `the cloud gave the path up while the edge agent was down 5 s\n${diag()}`);
+    const counts = /(\d+) packets transmitted, (\d+) received/.exec(out);
+    const received = Number(counts?.[2] ?? -1);
+    assert.equal(Number(counts?.[1] ?? -1), 80, out);
+    if (received !== 80) {
+      const answered = new Set([...out.matchAll(/icmp_seq=(\d+)/g)].map((m) => Number(m[1])));
+      const lost = Array.from({ length: 80 }, (_, i) => i + 1).filter((i) => !answered.has(i));
+      assert.fail(`${80 - received} of 80 pings lost across the edge agent's 5 s away; lost icmp_seq ${lost.join(',')}\n${out.split('\n').slice(-4).join('\n')}\n${diag()}`);
+    }
+    await until('the edge agent back on the datagram path', async () => (await pathOf(edgeNode, 'tc1')) === 'udp' && (await pathOf(cloudNode, 'te1')) === 'udp', 10_000);
+    process.stdout.write(`# agent down 5 s (the cloud's view of its path meanwhile: ${seen}): 80 of 80 pings (100 ms apart) answered; ${/rtt .*/.exec(out)?.[0] ?? ''}\n`);
+  });
+
   test('the keeper gives the data plane up when asked (the node goes): the TUN device goes with it', async () => {
     await edgeNode.stop('SIGKILL');
     assert.ok(sh('ip', ['-n', edgeNode.netns, 'link', 'show', 'atoll.tun']).includes('atoll.tun'), 'the device outlives the agent');
