@@ -130,7 +130,7 @@ describe('datagram path on loopback', () => {
     assert.equal(pb.usable('a'), true, 'bad input does not disturb the path');
   });
 
-  test('a peer gone silent: send leaves its packets to the streams; sendAnyway still sends them (its keeper may be queueing them) until the last resort runs out', async () => {
+  test('a peer gone silent: send leaves its packets to the streams; without a stream that lives, sendAnyway still sends them (its keeper may be queueing them) until the last resort runs out', async () => {
     // b's agent goes; a socket bound on its port stands for its keeper's, which queues what comes
     const port = pb.port;
     pb.close();
@@ -161,9 +161,13 @@ describe('datagram path on loopback', () => {
     const data = queued.filter((m) => m[0] === DATAGRAM_TYPE.data);
     assert.deepEqual(data.map((m) => m.length), [16 + 10 + 100 + 16], 'one datagram: its header, the packet as the TUN device gave it (virtio header first) sealed, the tag');
     assert.equal(pa.stats.sentAnyway, 1);
+    assert.equal(pa.sendAnyway('b', packet(100, 4), { silentMs: 0 }), false, 'a stream that lives carries it');
+    assert.equal(pa.sendAnyway('b', packet(100, 5), { silentMs: 1000 }), true, 'one silent for a dead interval does not: it goes all the same');
+    pa.flush();
+    assert.equal(pa.stats.sentAnyway, 2);
     await new Promise((r) => setTimeout(r, Math.max(0, LAST_RESORT_TEST_MS - (performance.now() - goneAt)) + 100));
     assert.equal(pa.sendAnyway('b', packet(100, 3)), false, 'not heard for longer than the last resort: dropped');
-    assert.equal(pa.stats.sentAnyway, 1);
+    assert.equal(pa.stats.sentAnyway, 2);
   });
 });
 

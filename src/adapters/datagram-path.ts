@@ -746,16 +746,19 @@ export class DatagramPath {
   }
 
   /**
-   * Queues `pkt` for `peerId` on a path that is not usable, when nothing else reaches the peer (the caller has no
-   * stream or circuit to it): its agent may be restarting, its keeper's socket queueing what comes until the next
-   * process reads it, which then answers with its keepalives and makes the path usable again. Only with the peer's key
-   * and address, and within {@link LAST_RESORT_MS} of the last authentic datagram from it; packets to a peer that moved
-   * or went are lost, as they would be without it. Leaves with the next {@link flush}, like {@link send}'s.
-   * @returns false when it was not queued: the caller drops the packet.
+   * Queues `pkt` for `peerId` on a path that is not usable, when nothing else reaches the peer: the caller has no
+   * stream or circuit to it (`stream` undefined), or only one silent for a dead interval (a circuit whose relay cannot
+   * see that the peer's end went: its site cut off from the relay). The peer's agent may be restarting, its keeper's
+   * socket queueing what comes until the next process reads it, which then answers with its keepalives and makes the
+   * path usable again. Only with the peer's key and address, and within {@link LAST_RESORT_MS} of the last authentic
+   * datagram from it; packets to a peer that moved or went are lost, as they would be without it. Leaves with the next
+   * {@link flush}, like {@link send}'s.
+   * @returns false when it was not queued: the caller sends the packet on `stream`, or drops it without one.
    */
-  sendAnyway(peerId: string, pkt: Uint8Array): boolean {
+  sendAnyway(peerId: string, pkt: Uint8Array, stream?: Pick<TunnelStream, 'silentMs'>): boolean {
     const p = this.#peers.get(peerId);
-    if (!p || steadyClock() - p.lastHeard >= (this.#init.lastResortMs ?? LAST_RESORT_MS)) return false;
+    const now = steadyClock();
+    if (!p || (stream !== undefined && stream.silentMs < (this.#init.deadAfterMs ?? DEAD_AFTER_MS)) || now - p.lastHeard >= (this.#init.lastResortMs ?? LAST_RESORT_MS)) return false;
     const n = this.#queue(p, DATAGRAM_TYPE.data, pkt);
     if (n < 0) return false;
     this.stats.sent += n;

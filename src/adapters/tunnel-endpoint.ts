@@ -13,8 +13,8 @@
  * peer's blocks.
  * With a datagram path (src/adapters/datagram-path.ts, {@link TunnelEndpoint.useDatagrams}) packets take it first
  * whenever it is usable for their peer, again packet by packet: a flow moves between datagrams, the direct stream
- * and the relay as paths come and go. A peer that no stream or circuit reaches gets datagrams all the same for a while
- * after it was last heard (its agent may be restarting behind its keeper: {@link DatagramPath.sendAnyway}). Packets
+ * and the relay as paths come and go. A peer that no stream or circuit reaches (or only a silent one) gets datagrams
+ * all the same for a while after it was last heard (its agent may be restarting behind its keeper: {@link DatagramPath.sendAnyway}). Packets
  * arriving as datagrams pass the same source check.
  * Backpressure: while any stream is over its high-water mark the TUN device is not read, so the kernel's TUN queue
  * fills and the senders' TCP slows down instead of the agent buffering without bound.
@@ -187,11 +187,11 @@ export class TunnelEndpoint {
         this.tun.release(pkt);
         continue;
       }
-      // the datagram path while usable, else a stream or circuit; with neither, the datagram path all the same: the
-      // peer's agent may be restarting, its keeper's socket queueing the datagrams for the next process
+      // the datagram path while usable, else a stream or circuit; with neither, or only a silent one, the datagram path
+      // all the same: the peer's agent may be restarting, its keeper's socket queueing the datagrams for the next process
       const datagram = this.datagrams?.send(peer, pkt) === true;
       const via = datagram ? undefined : this.streams.direct.get(peer) ?? this.circuitOf(peer);
-      if (datagram || (via === undefined && this.datagrams?.sendAnyway(peer, pkt))) {
+      if (datagram || this.datagrams?.sendAnyway(peer, pkt, via)) {
         this.tun.release(pkt); // the datagrams hold copies
         this.stats.forwardedOut++;
         e.traffic.txPackets++;
