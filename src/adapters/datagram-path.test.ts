@@ -234,15 +234,17 @@ describe('datagram keys agreed by hellos', () => {
 });
 
 describe('datagram path with a kept region', () => {
+  const a = credentials('node-a');
+  const b = credentials('node-b');
+  // each end's stream hands its control messages to the other end; both export the same keying material
+  const stream = (deliver: (m: UdpKeyMessage | UdpKeyAck) => void) => ({
+    alive: true, silentMs: 0, remote: { host: '127.0.0.1', port: 1 },
+    exportKeyingMaterial: (n: number) => Buffer.alloc(n, 7),
+    sendControl: (m: ControlMessage) => (m.t === 'udp-key' || m.t === 'udp-key-ack') && setImmediate(() => deliver(m)),
+  }) as unknown as TunnelStream;
+  const described = () => (JSON.parse(Buffer.from(KeptRegion.read(64 * 1024) ?? []).toString()) as { peers: { id: string; usable: boolean; heard?: number }[] }).peers;
+
   test('the description turns usable with the path, not at the next tick: an agent killed in between takes back a usable path', async () => {
-    const a = credentials('node-a');
-    const b = credentials('node-b');
-    // each end's stream hands its control messages to the other end; both export the same keying material
-    const stream = (deliver: (m: UdpKeyMessage | UdpKeyAck) => void) => ({
-      alive: true, silentMs: 0, remote: { host: '127.0.0.1', port: 1 },
-      exportKeyingMaterial: (n: number) => Buffer.alloc(n, 7),
-      sendControl: (m: ControlMessage) => (m.t === 'udp-key' || m.t === 'udp-key-ack') && setImmediate(() => deliver(m)),
-    }) as unknown as TunnelStream;
     // a (kept) keeps alive once a second, b ten times as often: a turns usable when b's keepalive answering a's first
     // one comes, about 0.9 s before a's next tick
     const atA: TunnelStream = stream((m) => pb.onControl('a', atB, m));
@@ -266,9 +268,46 @@ describe('datagram path with a kept region', () => {
     pb.offerKey('a', atB);
     pa.run();
     pb.run();
-    const described = () => (JSON.parse(Buffer.from(KeptRegion.read(64 * 1024) ?? []).toString()) as { peers: { id: string; usable: boolean }[] }).peers;
     await until('a\'s path to b to turn usable', () => pa.usable('b'), 10_000, 2);
     assert.deepEqual(described().map((p) => [p.id, p.usable]), [['b', true]]);
+  });
+
+  test('a path that was not usable when the agent went is taken back with when its peer was last heard: the next process still sends to it when nothing else does', async () => {
+    const atA: TunnelStream = stream((m) => pb.onControl('a', atB, m));
+    const atB: TunnelStream = stream((m) => pa.onControl('b', atA, m));
+    const fd = KeptRegion.create(16, 64 * 1024);
+    const init = { host: '127.0.0.1', port: 0, underlayMtu: 1500, keepaliveMs: 100, deadAfterMs: 500 };
+    const pa = new DatagramPath({ streamOf: () => atA, publicHost: () => '', onPacket: () => {} }, { ...init, kept: true });
+    const pb = new DatagramPath({ streamOf: () => atB, publicHost: () => '', onPacket: () => {} }, init);
+    const restarted: DatagramPath[] = [];
+    after(() => {
+      for (const d of restarted) d.close();
+      pb.close();
+      KeptRegion.detach();
+      closeSync(fd);
+    });
+    pa.bind();
+    pb.bind();
+    pa.setPeers([{ id: 'b', pin: b.pin }]);
+    pb.setPeers([{ id: 'a', pin: a.pin }]);
+    pa.offerKey('b', atA);
+    pb.offerKey('a', atB);
+    pa.run();
+    pb.run();
+    await until('the path to turn usable both ways', () => pa.usable('b') && pb.usable('a'), 10_000, 5);
+    pb.close();
+    const goneAt = Date.now();
+    await until('a\'s path to b to be given up, and described so', () => !pa.usable('b') && described()[0]?.usable === false, 5000, 10);
+    const heard = described()[0]?.heard ?? 0;
+    assert.ok(heard > goneAt - 1000 && heard <= goneAt, `last heard ${goneAt - heard} ms before b went`);
+    // the agent goes, leaving its keys and the description to its next process
+    await pa.closeKeeping();
+    const next = new DatagramPath({ streamOf: () => undefined, publicHost: () => '', onPacket: () => {} }, { ...init, kept: true });
+    restarted.push(next);
+    next.bind();
+    assert.equal(next.restored, 1);
+    assert.equal(next.usable('b'), false, 'taken back as not usable');
+    assert.equal(next.sendAnyway('b', packet(100, 1)), true, 'but heard lately: nothing else reaching b, it goes all the same');
   });
 });
 

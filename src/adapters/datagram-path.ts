@@ -171,6 +171,11 @@ interface KeptPeer {
   readonly announced?: { readonly host: string; readonly port: number };
   /** The path was usable at the last description: the restarted agent takes it as still usable. */
   readonly usable: boolean;
+  /**
+   * When the last authentic datagram from the peer came, as of the last description: a path that was not usable then is
+   * taken back with it, so the restarted agent still sends to a peer nothing else reaches ({@link DatagramPath.sendAnyway}).
+   */
+  readonly heard?: number;
   readonly send?: { readonly slot: number; readonly id: number; readonly createdAt: number };
   readonly pending?: { readonly slot: number; readonly id: number; readonly at: number };
   readonly recv: readonly { readonly slot: number; readonly id: number; readonly expiresAt: number | null }[];
@@ -402,6 +407,8 @@ export class DatagramPath {
         p.lastHeard = now;
         p.heardFull = now;
         p.heardByPeer = now;
+      } else if (k.heard !== undefined) {
+        p.lastHeard = now - Math.max(0, wall - k.heard);
       }
     }
     const swept = KeptRegion.sweep(slots);
@@ -425,6 +432,7 @@ export class DatagramPath {
       const recv = p.recvIds.map((id) => ({ slot: this.#table.slot(id), id, expiresAt: wallOf(this.#recv.get(id)?.expiresAt ?? Infinity, now, wall) }));
       peers.push({
         id: p.id, pin: p.pin, usable: this.#usable(p, now),
+        ...(p.lastHeard > -Infinity ? { heard: wall - (now - p.lastHeard) } : {}),
         ...(p.endpoint ? { endpoint: `${p.endpoint.host}:${p.endpoint.port}` } : {}),
         ...(p.announced ? { announced: p.announced } : {}),
         ...(p.send && p.send.key.slot >= 0 ? { send: { slot: p.send.key.slot, id: p.send.id, createdAt: wall - (now - p.send.createdAt) } } : {}),
