@@ -619,10 +619,12 @@ async function runFault(lab: RunningLab, target: LabFaultTarget, say: (l: string
         for (const [i, node] of target.nodes.entries()) {
           await sleep(HOLD_MS['offline-restart-all']);
           if (lab.kubernetes) {
-            // a kubelet starts a killed container again at once (its first crash): no agent is held down to watch
-            const [r] = await killAtollContainers(lab, 'agent', [node]);
-            if (r) windows.push({ fromMs: r.fromMs, toMs: r.toMs + RESTART_GRACE_MS, label: `${node}'s restart` });
-            facts.push(`${node}'s agent container killed offline, running and ready again after ${r ? ((r.toMs - r.fromMs) / 1000).toFixed(1) : '?'} s`);
+            // its kubelet starts the container again when it will (at once after a first crash, later after its back-off):
+            // no agent is held down for the watch
+            for (const r of await killAtollContainers(lab, 'agent', [node])) {
+              windows.push({ fromMs: r.fromMs, toMs: r.toMs + RESTART_GRACE_MS, label: `${node}'s restart` });
+              facts.push(`${node}'s agent container killed offline, running and ready again after ${((r.toMs - r.fromMs) / 1000).toFixed(1)} s`);
+            }
             continue;
           }
           const killedAt = performance.now();
