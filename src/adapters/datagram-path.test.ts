@@ -7,7 +7,7 @@ import type { Server } from 'node:tls';
 import { DATAGRAM_TYPE } from '../core/tunnel/datagram.ts';
 import type { ControlMessage, UdpKeyAck, UdpKeyMessage } from '../core/tunnel/messages.ts';
 import { KeptRegion } from './datagram-native.ts';
-import { DatagramPath, deriveDatagramKey } from './datagram-path.ts';
+import { DatagramPath, type DatagramPathInit, deriveDatagramKey } from './datagram-path.ts';
 import { selfSignedTunnelCert, spkiPin } from './pki.ts';
 import { dialTunnel, listenTunnel } from './tunnel-dial.ts';
 import type { TunnelStream } from './tunnel-stream.ts';
@@ -243,16 +243,28 @@ describe('datagram path with a kept region', () => {
     sendControl: (m: ControlMessage) => (m.t === 'udp-key' || m.t === 'udp-key-ack') && setImmediate(() => deliver(m)),
   }) as unknown as TunnelStream;
   const described = () => (JSON.parse(Buffer.from(KeptRegion.read(64 * 1024) ?? []).toString()) as { peers: { id: string; usable: boolean; heard?: number }[] }).peers;
+  /** Paths a and b, their streams handing each other the control messages, bound, keyed and running. */
+  const pair = (initA: DatagramPathInit, initB: DatagramPathInit) => {
+    const atA: TunnelStream = stream((m) => pb.onControl('a', atB, m));
+    const atB: TunnelStream = stream((m) => pa.onControl('b', atA, m));
+    const pa = new DatagramPath({ streamOf: () => atA, publicHost: () => '', onPacket: () => {} }, initA);
+    const pb = new DatagramPath({ streamOf: () => atB, publicHost: () => '', onPacket: () => {} }, initB);
+    pa.bind();
+    pb.bind();
+    pa.setPeers([{ id: 'b', pin: b.pin }]);
+    pb.setPeers([{ id: 'a', pin: a.pin }]);
+    pa.offerKey('b', atA);
+    pb.offerKey('a', atB);
+    pa.run();
+    pb.run();
+    return { pa, pb };
+  };
 
   test('the description turns usable with the path, not at the next tick: an agent killed in between takes back a usable path', async () => {
     // a (kept) keeps alive once a second, b ten times as often: a turns usable when b's keepalive answering a's first
     // one comes, about 0.9 s before a's next tick
-    const atA: TunnelStream = stream((m) => pb.onControl('a', atB, m));
-    const atB: TunnelStream = stream((m) => pa.onControl('b', atA, m));
     const fd = KeptRegion.create(16, 64 * 1024);
-    const pa = new DatagramPath({ streamOf: () => atA, publicHost: () => '', onPacket: () => {} },
-      { host: '127.0.0.1', port: 0, underlayMtu: 1500, keepaliveMs: 1000, deadAfterMs: 3000, kept: true });
-    const pb = new DatagramPath({ streamOf: () => atB, publicHost: () => '', onPacket: () => {} },
+    const { pa, pb } = pair({ host: '127.0.0.1', port: 0, underlayMtu: 1500, keepaliveMs: 1000, deadAfterMs: 3000, kept: true },
       { host: '127.0.0.1', port: 0, underlayMtu: 1500, keepaliveMs: 100, deadAfterMs: 3000 });
     after(() => {
       pa.close();
@@ -260,25 +272,14 @@ describe('datagram path with a kept region', () => {
       KeptRegion.detach(); // after the keys in its slots were freed
       closeSync(fd);
     });
-    pa.bind();
-    pb.bind();
-    pa.setPeers([{ id: 'b', pin: b.pin }]);
-    pb.setPeers([{ id: 'a', pin: a.pin }]);
-    pa.offerKey('b', atA);
-    pb.offerKey('a', atB);
-    pa.run();
-    pb.run();
     await until('a\'s path to b to turn usable', () => pa.usable('b'), 10_000, 2);
     assert.deepEqual(described().map((p) => [p.id, p.usable]), [['b', true]]);
   });
 
   test('a path that was not usable when the agent went is taken back with when its peer was last heard: the next process still sends to it when nothing else does', async () => {
-    const atA: TunnelStream = stream((m) => pb.onControl('a', atB, m));
-    const atB: TunnelStream = stream((m) => pa.onControl('b', atA, m));
     const fd = KeptRegion.create(16, 64 * 1024);
     const init = { host: '127.0.0.1', port: 0, underlayMtu: 1500, keepaliveMs: 100, deadAfterMs: 500 };
-    const pa = new DatagramPath({ streamOf: () => atA, publicHost: () => '', onPacket: () => {} }, { ...init, kept: true });
-    const pb = new DatagramPath({ streamOf: () => atB, publicHost: () => '', onPacket: () => {} }, init);
+    const { pa, pb } = pair({ ...init, kept: true }, init);
     const restarted: DatagramPath[] = [];
     after(() => {
       for (const d of restarted) d.close();
@@ -286,14 +287,6 @@ describe('datagram path with a kept region', () => {
       KeptRegion.detach();
       closeSync(fd);
     });
-    pa.bind();
-    pb.bind();
-    pa.setPeers([{ id: 'b', pin: b.pin }]);
-    pb.setPeers([{ id: 'a', pin: a.pin }]);
-    pa.offerKey('b', atA);
-    pb.offerKey('a', atB);
-    pa.run();
-    pb.run();
     await until('the path to turn usable both ways', () => pa.usable('b') && pb.usable('a'), 10_000, 5);
     pb.close();
     const goneAt = Date.now();
