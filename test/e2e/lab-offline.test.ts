@@ -47,8 +47,10 @@ test('a site cut off from the cloud: its agents restarted in turn, its NAT reboo
       assert.ok(samples.every((s) => s.lostOutsideWindows === 0 && s.convergenceMs !== undefined), `${f.kind}: ${JSON.stringify(samples)}`);
       assert.equal(samples[3]?.received, samples[3]?.sent, `${f.kind}: the VXLAN pair lost nothing`);
     }
-    // the restarts did cost packets (inside their windows), and the first one was watched from the other site
-    assert.ok((restarts.lossPct ?? 0) > 0, JSON.stringify(restarts));
+    // the first restart was felt: a-1's agent down past its peers' 3 s, so its pairs' packets waited in its keeper's
+    // queues (late) or were lost, inside the window; and it was watched from the other site
+    const a1 = (restarts.samples ?? []).filter((s) => s.from === 'a-1-p1' || s.to === 'a-1-p1').slice(0, 2);
+    assert.ok(a1.some((s) => s.maxGapMs > 3000 && s.late + s.sent - s.received > 0), JSON.stringify(restarts));
     assert.match(restarts.facts?.[0] ?? '', /`atoll peers` on b-1: a-1: rebuilding the path without the relay for \d+s: hellos to 198\.51\.100\.\d+:\d+/);
     assert.ok((clock.samples ?? []).every((s) => s.received === s.sent), `the clock jump cost nothing: ${JSON.stringify(clock.samples)}`);
     assert.ok((nat.maxGapMs ?? Infinity) < 5000, JSON.stringify(nat));
