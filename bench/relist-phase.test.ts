@@ -4,17 +4,7 @@ import {
   estimateRelist, lastAtOrBefore, nextTimeAtPhase, observedPhase, phaseDifference, podRelistLine, predictedRelistBefore, relistLineTime,
   stratifiedOffsets,
 } from './relist-phase.ts';
-
-/** A deterministic [0, 1) source (mulberry32). */
-function seeded(seed: number): () => number {
-  let a = seed;
-  return () => {
-    a = (a + 0x6d2b79f5) | 0;
-    let t = Math.imul(a ^ (a >>> 15), 1 | a);
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+import { seeded } from '../test/support/seeded.ts';
 
 const close = (actual: number, expected: number, what: string) => assert.ok(Math.abs(actual - expected) < 1e-9, `${what}: ${actual} != ${expected}`);
 
