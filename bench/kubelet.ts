@@ -978,14 +978,16 @@ async function main(): Promise<number> {
       + '(about 8 ms with v1.34, where that relist reports Running)',
     '',
   ];
-  const startLines = pods.length === 0 ? [] : [
+  const startLines = pods.length === 0 && opts.replicas === 0 ? [] : [
     'Where the start goes (containerd\'s log; the plugin\'s ADD is inside RunPodSandbox, the kubelet\'s PLEG is not in any of these)',
     ...SIDES.flatMap((side) => {
       const mine = timelines.filter((t) => t.side === side);
       return [
-        `  ${side}, single pods: RunPodSandbox (network namespace, loopback, the plugin's ADD, pause container) ${spreadMean(mine.map((t) => t.sandboxRunMs))}`,
-        `  ${side}, single pods: creation to sandbox ready ${spread(mine.map((t) => t.sandboxReadyMs))}; to container started ${spread(mine.map((t) => t.containerStartedMs))}`,
-        `  ${side}, Deployments' pods: RunPodSandbox ${spreadMean(sandboxRuns(ctdSteps, `d-${side === 'ours' ? 'o' : 'r'}`))}`,
+        ...(mine.length === 0 ? [] : [
+          `  ${side}, single pods: RunPodSandbox (network namespace, loopback, the plugin's ADD, pause container) ${spreadMean(mine.map((t) => t.sandboxRunMs))}`,
+          `  ${side}, single pods: creation to sandbox ready ${spread(mine.map((t) => t.sandboxReadyMs))}; to container started ${spread(mine.map((t) => t.containerStartedMs))}`,
+        ]),
+        ...(opts.replicas === 0 ? [] : [`  ${side}, Deployments' pods: RunPodSandbox ${spreadMean(sandboxRuns(ctdSteps, `d-${side === 'ours' ? 'o' : 'r'}`))}`]),
       ];
     }),
     '',
