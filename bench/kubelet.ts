@@ -689,7 +689,6 @@ function mean(xs: readonly (number | undefined)[]): number {
   return d.reduce((a, b) => a + b, 0) / d.length;
 }
 
-/** Nearest-rank percentile. */
 interface Target {
   readonly what: string;
   readonly ours: number;
