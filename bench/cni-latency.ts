@@ -20,7 +20,7 @@ import { setImmediate as nextTurn, setTimeout as sleep } from 'node:timers/promi
 import { inNetns } from '../src/adapters/netns.ts';
 import { TestAgent } from '../test/support/agent.ts';
 import { addNetns, delNetns, isRoot, leftoverNetns, RUN_PREFIX } from '../test/support/netns.ts';
-import { cleanUpOnExit, exitStatus, fmt, intOption, parseBenchArgs, removeRunTempDirs, runBench, table } from './common.ts';
+import { cleanUpOnExit, exitStatus, fmt, intOption, nearestRank, parseBenchArgs, removeRunTempDirs, runBench, table } from './common.ts';
 
 const GNU_TIME = '/usr/bin/time';
 const REF_DIR = '/usr/lib/cni';
@@ -468,8 +468,7 @@ function summarize(xs: readonly number[]): Summary {
   const s = [...xs].sort((a, b) => a - b);
   const n = s.length;
   if (n === 0) return { n, p50: NaN, p99: NaN, mean: NaN, min: NaN, max: NaN };
-  const pct = (p: number) => s[Math.max(0, Math.ceil((p / 100) * n) - 1)] as number;
-  return { n, p50: pct(50), p99: pct(99), mean: s.reduce((a, b) => a + b, 0) / n, min: s[0] as number, max: s[n - 1] as number };
+  return { n, p50: nearestRank(s, 50), p99: nearestRank(s, 99), mean: s.reduce((a, b) => a + b, 0) / n, min: s[0] as number, max: s[n - 1] as number };
 }
 
 interface Target {

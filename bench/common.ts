@@ -52,6 +52,12 @@ export function median(xs: readonly number[]): number {
   return s.length % 2 === 1 ? (s[m] as number) : ((s[m - 1] as number) + (s[m] as number)) / 2;
 }
 
+/** The nearest-rank percentile p (0 < p <= 100) of xs: the smallest sample whose rank covers p percent; NaN for none. */
+export function nearestRank(xs: readonly number[], p: number): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length === 0 ? NaN : (s[Math.max(0, Math.ceil((p / 100) * s.length) - 1)] as number);
+}
+
 /** `x` with `digits` decimals, or `-` when it is not a finite number. */
 export const fmt = (x: number, digits = 1): string => (Number.isFinite(x) ? x.toFixed(digits) : '-');
 

@@ -26,7 +26,7 @@ import { type EtcdCluster, etcdSkipReason, startEtcdCluster } from '../test/supp
 import { type ControlPlane, startControlPlane } from '../test/support/kube.ts';
 import { simulateJoins, type SimulationReport } from '../test/support/join-simulator.ts';
 import { delNetns, isRoot, leftoverNetns, RUN_PREFIX } from '../test/support/netns.ts';
-import { intOption, median, parseBenchArgs, removeRunTempDirs } from './common.ts';
+import { intOption, median, nearestRank, parseBenchArgs, removeRunTempDirs } from './common.ts';
 import { freePort } from '../test/support/ports.ts';
 
 const BOOTSTRAP_TOKEN = 'atoll-bench-bootstrap-0123456789';
@@ -403,12 +403,6 @@ async function agentMemory(fx: Fixture, opts: Options, withController: boolean):
 // ---------------------------------------------------------------------------------------------------------------
 // Statistics and the report
 
-/** Nearest-rank percentile. */
-function pct(xs: readonly number[], q: number): number {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.min(s.length - 1, Math.max(0, Math.ceil(q * s.length) - 1))] ?? NaN;
-}
-
 function table(head: readonly string[], rows: readonly (readonly string[])[]): string {
   const widths = head.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
   const line = (r: readonly string[]) => r.map((c, i) => (i === 0 ? c.padEnd(widths[i] ?? 0) : c.padStart(widths[i] ?? 0))).join('  ');
@@ -423,8 +417,8 @@ function throughputTable(runs: readonly ThroughputRun[], stores: readonly StoreK
     const mine = runs.filter((r) => r.store === s);
     const joins = mine.flatMap((r) => r.joinRequestMs);
     const reports = mine.flatMap((r) => r.reportRequestMs);
-    return [STORE_LABEL[s], f0(median(mine.map((r) => r.registrationsPerS))), f0(median(joins)), f0(pct(joins, 0.99)),
-      f0(median(mine.map((r) => r.allocationsPerS))), f0(median(reports)), f0(pct(reports, 0.99)), mib(median(mine.map((r) => r.controllerHwmKiB)))];
+    return [STORE_LABEL[s], f0(median(mine.map((r) => r.registrationsPerS))), f0(median(joins)), f0(nearestRank(joins, 99)),
+      f0(median(mine.map((r) => r.allocationsPerS))), f0(median(reports)), f0(nearestRank(reports, 99)), mib(median(mine.map((r) => r.controllerHwmKiB)))];
   });
   return table(['store', 'registrations/s', 'join p50 ms', 'join p99 ms', 'allocations/s', 'alloc p50 ms', 'alloc p99 ms', 'ctl VmHWM MiB'], rows);
 }

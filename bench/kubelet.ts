@@ -52,9 +52,9 @@ import { startKubelet, type Kubelet } from '../src/adapters/kube/kubelet.ts';
 import { TestAgent } from '../test/support/agent.ts';
 import { kubeBinDir, startControlPlane, type ControlPlane } from '../test/support/kube.ts';
 import { isRoot, leftoverNetns, RUN_PREFIX } from '../test/support/netns.ts';
-import { cleanUpOnExit, exitStatus, fmt, intOption, median, parseBenchArgs, removeRunTempDirs, runBench, spawnBounded, table } from './common.ts';
+import { cleanUpOnExit, exitStatus, fmt, intOption, median, nearestRank as pct, parseBenchArgs, removeRunTempDirs, runBench, spawnBounded, table } from './common.ts';
 import { catchingRelist, type CatchingRelist, containerdPodSteps, type ContainerdPodSteps } from './pod-timeline.ts';
-import { bootstrapRatio, nearestRank as pct, type RatioInterval } from './ratio-interval.ts';
+import { bootstrapRatio, type RatioInterval } from './ratio-interval.ts';
 import {
   estimateRelist, lastAtOrBefore, nextTimeAtPhase, observedPhase, phaseDifference, podRelistLine, predictedRelistBefore, EVENTED_CACHE_TICK_MS,
   type RelistEstimate, relistLineTime, stratifiedOffsets,

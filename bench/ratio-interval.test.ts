@@ -1,6 +1,7 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { bootstrapRatio, nearestRank } from './ratio-interval.ts';
+import { nearestRank } from './common.ts';
+import { bootstrapRatio } from './ratio-interval.ts';
 import { seeded } from '../test/support/seeded.ts';
 
 /** n samples spread evenly over [from, to) plus a seeded jitter of +-jitter. */

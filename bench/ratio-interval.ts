@@ -8,12 +8,7 @@
  * with replacement, as independent draws; samples taken at stratified phases vary less than that, so the interval is
  * wider than the run's true uncertainty, never narrower. It informs; the targets stay the point estimates.
  */
-
-/** The nearest-rank percentile p (0 < p <= 100) of xs; NaN for none. */
-export function nearestRank(xs: readonly number[], p: number): number {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length === 0 ? NaN : (s[Math.max(0, Math.ceil((p / 100) * s.length) - 1)] as number);
-}
+import { nearestRank } from './common.ts';
 
 export interface RatioInterval {
   /** The ratio of the two sides' statistics on the samples as taken. */
