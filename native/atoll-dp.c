@@ -703,11 +703,18 @@ static void finish(held *h, int32_t *results) {
  * With `merge`, consecutive TCP segments of one flow in data datagrams from one peer and source address are handed on
  * as one superpacket; anything else between them ends it. Offsets count from `vec`: the ring is one block
  * (src/adapters/udp-batch.ts). @returns the results written; datagrams beyond max_results are counted as truncated.
+ *
+ * It starts at message at[0], byte at[1] of it, and stops right after handing on a hello, leaving in `at` where to go
+ * on (at[0] == n: the vector is done). A hello may bring the key of the datagrams behind it (the peer that answered
+ * our hello seals under the keys it agreed at once): the caller adds that key, then opens the rest, in the order they
+ * came. Opened in one pass, they were dropped as of an unknown key (a packet lost at an agent's restart).
  */
-EXPORT int atoll_dp_open(key_table *t, struct mmsghdr *vec, int n, double now, int merge, int32_t *results, int max_results, uint32_t *counts) {
+EXPORT int atoll_dp_open(key_table *t, struct mmsghdr *vec, int n, double now, int merge, int32_t *results, int max_results, uint32_t *counts, int32_t at[2]) {
   int r = 0;
   held h = {.res = -1};
-  for (int i = 0; i < n; i++) {
+  size_t first = at[1] > 0 ? (size_t)at[1] : 0;
+  at[1] = 0;
+  for (int i = at[0]; i < n; i++, first = 0) {
     struct msghdr *m = &vec[i].msg_hdr;
     const struct sockaddr_in *from = m->msg_name;
     uint32_t addr = from ? from->sin_addr.s_addr : 0, port = from ? from->sin_port : 0;
@@ -715,7 +722,7 @@ EXPORT int atoll_dp_open(key_table *t, struct mmsghdr *vec, int n, double now, i
     size_t len = vec[i].msg_len;
     size_t seg = segment_size(m, len);
     if (seg == 0) seg = len ? len : 1;
-    for (size_t off = 0; off < len || (len == 0 && off == 0); off += seg) {
+    for (size_t off = first; off < len || (len == 0 && off == 0); off += seg) {
       size_t dlen = off + seg <= len ? seg : len - off;
       uint8_t *d = buf + off;
       counts[DROPS]++;
@@ -760,9 +767,16 @@ EXPORT int atoll_dp_open(key_table *t, struct mmsghdr *vec, int n, double now, i
       if (tcp && !(s.flags & TCP_PSH))
         h = (held){.p = p, .res = r, .peer = peer, .addr = addr, .port = port, .len = plen, .segments = 1, .mss = s.payload, .thl = s.thl, .next_seq = s.seq + s.payload};
       r++;
+      if (kind == KIND_HELLO) {
+        size_t next = off + seg;
+        at[0] = next < len ? i : i + 1;
+        at[1] = next < len ? (int32_t)next : 0;
+        return r;
+      }
       if (len == 0) break;
     }
   }
+  at[0] = n;
   finish(&h, results);
   return r;
 }

@@ -58,7 +58,7 @@ interface Lib {
   keeperQuit: (c: number) => void;
   keeperHold: (c: number, fds: Int32Array, n: number) => number;
   windowTest: (t: Ptr, id: number, counter: number, accept: number) => number;
-  open: (t: Ptr, vec: Ptr, n: number, now: number, merge: number, results: Int32Array, max: number, counts: Uint32Array) => number;
+  open: (t: Ptr, vec: Ptr, n: number, now: number, merge: number, results: Int32Array, max: number, counts: Uint32Array, at: Int32Array) => number;
   senderNew: (fd: number) => Ptr;
   senderFree: (s: Ptr) => void;
   senderTake: (s: Ptr, out: Float64Array) => void;
@@ -104,7 +104,7 @@ function load(): Lib {
     keeperQuit: l.func('void atoll_dp_keeper_quit(int c)') as Lib['keeperQuit'],
     keeperHold: l.func('int atoll_dp_keeper_hold(int c, const int32_t *fds, int n)') as Lib['keeperHold'],
     windowTest: l.func('int atoll_dp_window_test(void *t, uint32_t id, double counter, int accept)') as Lib['windowTest'],
-    open: l.func('int atoll_dp_open(void *t, void *vec, int n, double now, int merge, int32_t *results, int max, uint32_t *counts)') as Lib['open'],
+    open: l.func('int atoll_dp_open(void *t, void *vec, int n, double now, int merge, int32_t *results, int max, uint32_t *counts, int32_t *at)') as Lib['open'],
     senderNew: l.func('void *atoll_dp_sender_new(int fd)') as Lib['senderNew'],
     senderFree: l.func('void atoll_dp_sender_free(void *s)') as Lib['senderFree'],
     senderTake: l.func('void atoll_dp_sender_take(void *s, double *out)') as Lib['senderTake'],
@@ -228,6 +228,8 @@ export class OpenKeyTable {
   readonly results = new Int32Array(MAX_RESULTS * RESULT_INTS);
   /** The drops by reason, then the datagrams seen, then the copies set aside (native/atoll-dp.c, atoll_dp_open). */
   readonly #counts = new Uint32Array(DROP_REASONS.length + 2);
+  /** Where {@link open} goes on in its ring: a message, and a byte in it (a run of datagrams the kernel merged). */
+  readonly #at = new Int32Array(2);
   #t: Ptr;
   readonly #l: Lib;
 
@@ -303,15 +305,18 @@ export class OpenKeyTable {
   /**
    * Opens the `n` messages of the recvmmsg vector at `ring` (src/adapters/udp-batch.ts) in place, at time `now`;
    * with `merge`, consecutive TCP segments of one flow from one peer and address come back merged into a superpacket
-   * for the TUN device (native/atoll-dp.c). Adds the drops by reason to `dropped`. @returns the packets handed on, in
-   * {@link results}, the datagrams seen, and the copies set aside (authentic copies whose original had come).
+   * for the TUN device (native/atoll-dp.c). Adds the drops by reason to `dropped`. It stops right after a hello, whose
+   * handling may add the key of the datagrams behind it: call again with `more` until `done` to open the rest, in the
+   * order they came. @returns the packets handed on, in {@link results}, the datagrams seen, the copies set aside
+   * (authentic copies whose original had come), and whether the ring is done.
    */
-  open(ring: Ptr, n: number, now: number, dropped: Record<DatagramDrop | HelloDrop, number>, merge = true): { handed: number; seen: number; spared: number } {
+  open(ring: Ptr, n: number, now: number, dropped: Record<DatagramDrop | HelloDrop, number>, merge = true, more = false): { handed: number; seen: number; spared: number; done: boolean } {
     const counts = this.#counts;
     counts.fill(0);
-    const handed = this.#l.open(this.#table, ring, n, now, merge ? 1 : 0, this.results, MAX_RESULTS, counts);
+    if (!more) this.#at.fill(0);
+    const handed = this.#l.open(this.#table, ring, n, now, merge ? 1 : 0, this.results, MAX_RESULTS, counts, this.#at);
     for (let i = 0; i < DROP_REASONS.length; i++) if (counts[i]! > 0) dropped[DROP_REASONS[i]!] += counts[i]!;
-    return { handed, seen: counts[DROP_REASONS.length]!, spared: counts[DROP_REASONS.length + 1]! };
+    return { handed, seen: counts[DROP_REASONS.length]!, spared: counts[DROP_REASONS.length + 1]!, done: this.#at[0]! >= n };
   }
 
   /** Result `i` of the last {@link open}, as an object (tests; the hot path reads {@link results}). */

@@ -814,11 +814,22 @@ export class DatagramPath {
     const dead = this.#init.deadAfterMs ?? DEAD_AFTER_MS;
     let revived = false;
     const table = this.#table;
-    const { handed, spared } = table.open(socket.ring, n, now, this.stats.dropped);
-    this.stats.copiesSpared += spared;
-    const r = table.results;
-    const bytes = socket.ringBytes;
+    // a hello ends each pass: the keys it agrees open the datagrams behind it (the peer seals under them at once)
     // close() from a callback frees the ring at once: stop reading it then
+    for (let more = false, done = false; !done && !socket.closed; more = true) {
+      const opened = table.open(socket.ring, n, now, this.stats.dropped, true, more);
+      done = opened.done;
+      this.stats.copiesSpared += opened.spared;
+      revived = this.#handOn(socket, opened.handed, now, dead) || revived;
+    }
+    if (revived && this.#init.kept && this.#usableSet(now) !== this.#describedUsable) this.#describe();
+  }
+
+  /** The `handed` results of the last open, in order. @returns whether a peer was heard from after a silence. */
+  #handOn(socket: UdpBatchSocket, handed: number, now: number, dead: number): boolean {
+    let revived = false;
+    const r = this.#table.results;
+    const bytes = socket.ringBytes;
     for (let i = 0, o = 0; i < handed && !socket.closed; i++, o += RESULT_INTS) {
       const kind = r[o]!;
       const msg = r[o + 2]!;
@@ -861,7 +872,7 @@ export class DatagramPath {
       this.stats.received += datagrams;
       this.#c.onPacket(p.id, bytes.subarray(off, off + len), datagrams, r[o + 6]!);
     }
-    if (revived && this.#init.kept && this.#usableSet(now) !== this.#describedUsable) this.#describe();
+    return revived;
   }
 
   /** Every second: keepalives, key rotation, offers that went unanswered, expired receiving keys. */

@@ -189,7 +189,8 @@ describe('cross-site tunnel in the agent: edge dials cloud', { skip: rootSkipRea
     if (received !== 80) {
       const answered = new Set([...out.matchAll(/icmp_seq=(\d+)/g)].map((m) => Number(m[1])));
       const lost = Array.from({ length: 80 }, (_, i) => i + 1).filter((i) => !answered.has(i));
-      assert.fail(`${80 - received} of 80 pings lost across the edge agent's 5 s away; lost icmp_seq ${lost.join(',')}\n${out.split('\n').slice(-4).join('\n')}\n${diag()}`);
+      const drops = await Promise.all([cloudNode, edgeNode].map(async (a) => JSON.stringify((await readTunnelStatus(statusSocketOf(a.socket)).catch(() => null))?.dropped)));
+      assert.fail(`${80 - received} of 80 pings lost across the edge agent's 5 s away; lost icmp_seq ${lost.join(',')}; drops cloud ${drops[0]} edge ${drops[1]}\n${out.split('\n').slice(-4).join('\n')}\n${diag()}`);
     }
     await until('the edge agent back on the datagram path', async () => (await pathOf(edgeNode, 'tc1')) === 'udp' && (await pathOf(cloudNode, 'te1')) === 'udp', 10_000);
     process.stdout.write(`# agent down 5 s (the cloud's view of its path meanwhile: ${seen}): 80 of 80 pings (100 ms apart) answered; ${/rtt .*/.exec(out)?.[0] ?? ''}\n`);
