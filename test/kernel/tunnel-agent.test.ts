@@ -19,6 +19,7 @@ import { selfSignedTunnelCert, spkiPin } from '../../src/adapters/pki.ts';
 import { keeperSocketOf, stopKeeper, takeHeld, release } from '../../src/adapters/keeper.ts';
 import { readTunnelStatus, statusSocketOf } from '../../src/adapters/status-socket.ts';
 import { until } from '../support/wait.ts';
+import { startCpuHog } from '../support/cpu-hog.ts';
 
 const PORT = 18475;
 
@@ -143,12 +144,15 @@ describe('cross-site tunnel in the agent: edge dials cloud', { skip: rootSkipRea
       const done = new Promise<number | null>((r) => ping.on('close', r));
       await new Promise((r) => setTimeout(r, 500));
       const logBefore = readFileSync(edgeNode.logPath, 'utf8').length;
+      // on a busy node, as a node restarts its agent when it is busy (a roll, a crash loop): every core spinning
+      const hog = await startCpuHog(20_000);
       const t0 = performance.now();
       const stoppedAt = Date.now();
       await edgeNode.stop(signal);
       await edgeNode.start();
       const restartMs = Math.round(performance.now() - t0);
       await done;
+      await hog.stop();
       const received = Number(/(\d+) received/.exec(out)?.[1] ?? -1);
       const log = readFileSync(edgeNode.logPath, 'utf8').slice(logBefore);
       assert.match(log, /"takenBack":true/, `${signal}: the restarted agent took the data plane back\n${log}`);
@@ -161,7 +165,7 @@ describe('cross-site tunnel in the agent: edge dials cloud', { skip: rootSkipRea
       }
       await until('the edge agent back on the datagram path', async () => (await pathOf(edgeNode, 'tc1')) === 'udp', 5000);
       assert.deepEqual((await readTunnelStatus(statusSocketOf(edgeNode.socket)))?.keeper, { pid: keeper.pid, takenBack: true }, '`atoll peers` says who holds it');
-      process.stdout.write(`# agent stopped (${signal}) and started again in ${restartMs} ms: 300 of 300 pings (10 ms apart) answered; ${/rtt .*/.exec(out)?.[0] ?? ''}\n`);
+      process.stdout.write(`# agent stopped (${signal}) and started again in ${restartMs} ms, every core busy: 300 of 300 pings (10 ms apart) answered; ${/rtt .*/.exec(out)?.[0] ?? ''}\n`);
     }
   });
 
@@ -177,11 +181,13 @@ describe('cross-site tunnel in the agent: edge dials cloud', { skip: rootSkipRea
     ping.stdout.on('data', (d: Buffer) => (out += d.toString()));
     const done = new Promise<number | null>((r) => ping.on('close', r));
     await new Promise((r) => setTimeout(r, 1000));
+    const hog = await startCpuHog(30_000);
     await edgeNode.stop('SIGKILL');
     await new Promise((r) => setTimeout(r, 5000));
     const seen = await pathOf(cloudNode, 'te1');
     await edgeNode.start();
     await done;
+    await hog.stop();
     assert.notEqual(seen, 'udp', `the cloud gave the path up while the edge agent was down 5 s\n${diag()}`);
     const counts = /(\d+) packets transmitted, (\d+) received/.exec(out);
     const received = Number(counts?.[2] ?? -1);
@@ -193,7 +199,7 @@ describe('cross-site tunnel in the agent: edge dials cloud', { skip: rootSkipRea
       assert.fail(`${80 - received} of 80 pings lost across the edge agent's 5 s away; lost icmp_seq ${lost.join(',')}; drops cloud ${drops[0]} edge ${drops[1]}\n${out.split('\n').slice(-4).join('\n')}\n${diag()}`);
     }
     await until('the edge agent back on the datagram path', async () => (await pathOf(edgeNode, 'tc1')) === 'udp' && (await pathOf(cloudNode, 'te1')) === 'udp', 10_000);
-    process.stdout.write(`# agent down 5 s (the cloud's view of its path meanwhile: ${seen}): 80 of 80 pings (100 ms apart) answered; ${/rtt .*/.exec(out)?.[0] ?? ''}\n`);
+    process.stdout.write(`# agent down 5 s, every core busy (the cloud's view of its path meanwhile: ${seen}): 80 of 80 pings (100 ms apart) answered; ${/rtt .*/.exec(out)?.[0] ?? ''}\n`);
   });
 
   test('the keeper gives the data plane up when asked (the node goes): the TUN device goes with it', async () => {
