@@ -36,6 +36,7 @@
 #include <netinet/in.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
+#include <poll.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1076,6 +1077,21 @@ EXPORT int atoll_dp_keeper_hold(int c, const int32_t *fds, int n) {
   int out[FD_PASSING_MAX];
   for (int i = 0; i < n; i++) out[i] = fds[i];
   return send_fds(c, &msg, sizeof msg, out, n);
+}
+
+/*
+ * Whether the keeper on connection c is still there: 0 once the connection ended (the keeper exited: asked to, killed,
+ * or taken over by a standing keeper, which then holds the data plane but knows of no agent). A keeper sends nothing
+ * after its greeting, so readable means ended.
+ */
+EXPORT int atoll_dp_keeper_alive(int c) {
+  struct pollfd p = {.fd = c, .events = POLLIN};
+  if (poll(&p, 1, 0) < 0) return errno == EINTR;
+  if (p.revents & (POLLHUP | POLLERR | POLLNVAL)) return 0;
+  if (!(p.revents & POLLIN)) return 1;
+  char b;
+  ssize_t got = recv(c, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+  return got > 0 || (got < 0 && (errno == EAGAIN || errno == EINTR));
 }
 
 /* Asks the keeper on connection c to let go of what it holds (a keeper the agent started exits then), and closes c. */

@@ -57,6 +57,7 @@ interface Lib {
   keeperConnect: (path: string, fds: Int32Array, max: number, info: Int32Array) => number;
   keeperQuit: (c: number) => void;
   keeperHold: (c: number, fds: Int32Array, n: number) => number;
+  keeperAlive: (c: number) => number;
   windowTest: (t: Ptr, id: number, counter: number, accept: number) => number;
   open: (t: Ptr, vec: Ptr, n: number, now: number, merge: number, results: Int32Array, max: number, counts: Uint32Array, at: Int32Array) => number;
   senderNew: (fd: number) => Ptr;
@@ -103,6 +104,7 @@ function load(): Lib {
     keeperConnect: l.func('int atoll_dp_keeper_connect(const char *path, int32_t *fds, int max, int32_t *info)') as Lib['keeperConnect'],
     keeperQuit: l.func('void atoll_dp_keeper_quit(int c)') as Lib['keeperQuit'],
     keeperHold: l.func('int atoll_dp_keeper_hold(int c, const int32_t *fds, int n)') as Lib['keeperHold'],
+    keeperAlive: l.func('int atoll_dp_keeper_alive(int c)') as Lib['keeperAlive'],
     windowTest: l.func('int atoll_dp_window_test(void *t, uint32_t id, double counter, int accept)') as Lib['windowTest'],
     open: l.func('int atoll_dp_open(void *t, void *vec, int n, double now, int merge, int32_t *results, int max, uint32_t *counts, int32_t *at)') as Lib['open'],
     senderNew: l.func('void *atoll_dp_sender_new(int fd)') as Lib['senderNew'],
@@ -442,6 +444,11 @@ export function keeperConnect(path: string): { connection: number; pid: number; 
 /** Asks the keeper on `connection` to let go of what it holds (one the agent started exits then), and closes the connection. */
 export function keeperQuit(connection: number): void {
   load().keeperQuit(connection);
+}
+
+/** Whether the keeper on `connection` is still there (false once it exited or was taken over). */
+export function keeperAlive(connection: number): boolean {
+  return load().keeperAlive(connection) === 1;
 }
 
 /** Hands `fds` to the keeper on `connection`, which holds them instead of what it held. @returns 0 or the errno. */

@@ -8,10 +8,10 @@
  * grace time.
  */
 import { spawn } from 'node:child_process';
-import { closeSync, existsSync } from 'node:fs';
+import { closeSync, existsSync, fstatSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { keeperConnect, keeperHold, keeperQuit } from './datagram-native.ts';
+import { keeperAlive, keeperConnect, keeperHold, keeperQuit } from './datagram-native.ts';
 import { installRoot } from './install-root.ts';
 
 /** The keeper program, under the install root (the checkout, or /opt/atoll in the image). */
@@ -72,6 +72,38 @@ export async function startKeeper(socketPath: string, fds: readonly number[], gr
 export function handTo(held: Held, fds: readonly number[]): string | undefined {
   const errno = keeperHold(held.connection, fds);
   return errno === 0 ? undefined : `sending the descriptors to keeper ${held.pid} failed: errno ${errno}`;
+}
+
+/** Whether the keeper of `held` is still there: false once it exited (asked to, killed, or taken over). */
+export function keeperLives(held: Held): boolean {
+  return keeperAlive(held.connection);
+}
+
+/** Whether descriptors `a` and `b` are the same open file (a socket, a memfd; any two TUN descriptors match). */
+function sameFile(a: number, b: number | undefined): boolean {
+  if (b === undefined) return false;
+  const [x, y] = [fstatSync(a), fstatSync(b)];
+  return x.ino === y.ino && x.dev === y.dev;
+}
+
+/**
+ * Connects to the keeper listening at `socketPath` for the data plane this process holds (`fds`: the TUN device, the
+ * socket, the kept region), after the keeper it was connected to went. One that holds these same files (a standing
+ * keeper took over the keeper the agent started) is only connected to; one that holds nothing or other files (a
+ * keeper started again, empty) is handed `fds`. Either way it now knows an agent lives, so its grace does not run out.
+ * @returns its connection (`fds` stay ours), or undefined with why (none answers there, or the hand-over failed).
+ */
+export function reattach(socketPath: string, fds: readonly number[]): { held?: Held; handed?: boolean; why?: string } {
+  const found = takeHeld(socketPath);
+  if (!found) return { why: `no keeper answers at ${socketPath}` };
+  const same = found.fds.length === fds.length && found.fds.every((fd, i) => sameFile(fd, fds[i]));
+  for (const fd of found.fds) closeSync(fd);
+  const held: Held = { fds: [], pid: found.pid, connection: found.connection };
+  if (same) return { held, handed: false };
+  const why = handTo(held, fds);
+  if (why === undefined) return { held, handed: true };
+  closeSync(found.connection);
+  return { why };
 }
 
 /** Closes what `held` brought (descriptors and connection), leaving the keeper as it is. */

@@ -33,7 +33,7 @@ import { DatagramPath, KEPT_META_BYTES, KEPT_SLOTS, SOCKET_BUFFER_BYTES } from '
 import { type DatagramLocalState, DatagramStateFile, EMPTY_DATAGRAM_STATE } from '../adapters/datagram-state-file.ts';
 import type { IpRoute2 } from '../adapters/iproute2.ts';
 import { keeperQuit, KeptRegion } from '../adapters/datagram-native.ts';
-import { handTo, type Held, release, startKeeper, takeHeld } from '../adapters/keeper.ts';
+import { handTo, type Held, keeperLives, reattach, release, startKeeper, takeHeld } from '../adapters/keeper.ts';
 import { adoptTun, openTun, type TunDevice } from '../adapters/tun.ts';
 import { UdpBatchSocket } from '../adapters/udp-batch.ts';
 import { type StreamKind, TunnelEndpoint } from '../adapters/tunnel-endpoint.ts';
@@ -84,7 +84,14 @@ interface TakenBack {
   readonly tun: TunDevice;
   readonly socket: UdpBatchSocket;
   readonly held: Held;
+  /** The kept region's memfd (attached; kept open to hand it to another keeper). */
+  readonly keptFd: number;
 }
+
+/** How often the agent checks that the keeper holding its data plane is still the one it is connected to. */
+const KEEPER_WATCH_MS = 1000;
+/** Checks in a row with no keeper answering at the socket before the agent starts one of its own. */
+const KEEPER_MISSES_BEFORE_OWN = 3;
 
 /** A running per-peer loop: what it was started for, and how to stop it. */
 interface PeerLoop {
@@ -110,6 +117,11 @@ export class Tunnel {
   #datagrams: DatagramPath | undefined;
   /** The keeper's connection (it tells the keeper an agent lives), while one holds the data plane. */
   #keeper: Held | undefined;
+  /** What a keeper is to hold (the TUN device, the socket, the kept region's memfd), with a keeper configured. */
+  #dataPlaneFds: readonly number[] | undefined;
+  #keeperWatch: NodeJS.Timeout | undefined;
+  #keeperWatching = false;
+  #keeperMisses = 0;
   /** Whether the TUN device and the socket are read (from the first {@link sync} on). */
   #running = false;
   /** Whether the data plane was taken back from the agent's last process. */
@@ -151,7 +163,7 @@ export class Tunnel {
     const back = found.back;
     this.#takenBack = back !== undefined;
     // a new kept region when there is to be a keeper and none handed one back
-    const keptFd = udp?.keeper && !back ? this.#newKeptRegion() : undefined;
+    const keptFd = udp?.keeper ? back?.keptFd ?? this.#newKeptRegion() : undefined;
     const tun = back?.tun ?? openTun({ name: device, mtu });
     const endpoint = new TunnelEndpoint(tun, []);
     this.#endpoint = endpoint;
@@ -165,9 +177,13 @@ export class Tunnel {
         throw err;
       }
       endpoint.useDatagrams(this.#datagrams);
-      if (udp.keeper) {
-        const fds = [tun.fd, this.#datagrams.socketFd];
-        this.#keeper = back?.held ?? (found.standing ? this.#handTo(found.standing, fds, keptFd) : await this.#startKeeper(udp.keeper, fds, keptFd));
+      if (udp.keeper && keptFd !== undefined) {
+        const fds = [tun.fd, this.#datagrams.socketFd, keptFd];
+        this.#dataPlaneFds = fds;
+        this.#keeper = back?.held ?? (found.standing ? this.#handTo(found.standing, fds) : await this.#startKeeper(udp.keeper, fds));
+        if (this.#keeper) this.#watchKeeper(udp.keeper);
+      } else if (found.standing) {
+        closeSync(found.standing.connection); // no kept region to hand it (logged): nothing is kept
       }
     }
     if (role === 'cloud') {
@@ -237,8 +253,7 @@ export class Tunnel {
       tun.close();
       return giveUp(`its socket is bound to port ${socket.port}, the configuration says ${this.#init.udp?.port}`);
     }
-    closeSync(keptFd); // the mapping stays
-    return { back: { tun, socket, held: { fds: [], pid: held.pid, connection: held.connection } } };
+    return { back: { tun, socket, held: { fds: [], pid: held.pid, connection: held.connection }, keptFd } };
   }
 
   /** A new kept region, attached; undefined (no keeping) when the memfd cannot be made. */
@@ -251,23 +266,62 @@ export class Tunnel {
     }
   }
 
-  /** Hands the TUN device and the socket (`fds`) and the kept region to a standing keeper; a failure costs only the keeping. */
-  #handTo(standing: Held, fds: readonly number[], keptFd: number | undefined): Held | undefined {
-    const why = keptFd === undefined ? 'no kept region' : handTo(standing, [...fds, keptFd]);
-    if (keptFd !== undefined) closeSync(keptFd); // the mapping stays
+  /** Hands the TUN device, the socket and the kept region (`fds`) to a standing keeper; a failure costs only the keeping. */
+  #handTo(standing: Held, fds: readonly number[]): Held | undefined {
+    const why = handTo(standing, fds);
     if (why === undefined) return standing;
     closeSync(standing.connection);
     this.#c.log.warn('the standing keeper took no data plane: an agent restart interrupts the datagram path', { why, keeper: standing.pid });
     return undefined;
   }
 
-  /** Starts a keeper holding the TUN device and the socket (`fds`) and the kept region; a failure costs only the keeping. */
-  async #startKeeper(keeper: { socketPath: string; graceMs: number }, fds: readonly number[], keptFd: number | undefined): Promise<Held | undefined> {
-    if (keptFd === undefined) return undefined;
-    const { held, why } = await startKeeper(keeper.socketPath, [...fds, keptFd], keeper.graceMs);
-    closeSync(keptFd); // the mapping stays
+  /** Starts a keeper holding the TUN device, the socket and the kept region (`fds`); a failure costs only the keeping. */
+  async #startKeeper(keeper: { socketPath: string; graceMs: number }, fds: readonly number[]): Promise<Held | undefined> {
+    const { held, why } = await startKeeper(keeper.socketPath, fds, keeper.graceMs);
     if (!held) this.#c.log.warn('no keeper for the data plane: an agent restart interrupts the datagram path', { why });
     return held;
+  }
+
+  /**
+   * Keeps the data plane held by a keeper this process is connected to: a keeper counts its time without an agent by
+   * its connections, and lets go at its grace. Ours ends when the keeper went: on Kubernetes the chart's standing
+   * keeper, come up after the agent, took over the keeper the agent started (which then exits), or the keeper's pod
+   * was deleted and started again, empty. Either way the data plane lives on in this process alone, and the keeper
+   * that holds it (or none) lets go before the next restart: that restart lost every packet of its gap (the first
+   * Kubernetes lab runs, on a node whose agent came up first). So, every second, a keeper that went is replaced by the
+   * one listening now (connected to; handed the data plane when it holds another or none) and, when none answers for
+   * {@link KEEPER_MISSES_BEFORE_OWN} checks, by one of the agent's own.
+   */
+  #watchKeeper(keeper: { socketPath: string; graceMs: number }): void {
+    this.#keeperWatch = setInterval(() => {
+      if (this.#keeperWatching) return;
+      this.#keeperWatching = true;
+      void this.#checkKeeper(keeper).finally(() => (this.#keeperWatching = false));
+    }, KEEPER_WATCH_MS);
+    this.#keeperWatch.unref();
+  }
+
+  async #checkKeeper(keeper: { socketPath: string; graceMs: number }): Promise<void> {
+    const fds = this.#dataPlaneFds;
+    if (!fds || (this.#keeper && keeperLives(this.#keeper))) return;
+    if (this.#keeper) {
+      this.#c.log.info('the keeper holding the data plane went: finding the one listening now', { keeper: this.#keeper.pid });
+      closeSync(this.#keeper.connection);
+      this.#keeper = undefined;
+    }
+    const { held, handed, why } = reattach(keeper.socketPath, fds);
+    if (held) {
+      this.#keeper = held;
+      this.#keeperMisses = 0;
+      this.#c.log.info('the keeper holds the data plane again', { keeper: held.pid, handed });
+      return;
+    }
+    if (++this.#keeperMisses < KEEPER_MISSES_BEFORE_OWN) return;
+    this.#keeperMisses = 0;
+    this.#c.log.warn('no keeper answers: starting one', { why });
+    const own = await this.#startKeeper(keeper, fds);
+    if (this.#dataPlaneFds === fds) this.#keeper = own;
+    else if (own) closeSync(own.connection); // stopped meanwhile
   }
 
   /**
@@ -429,6 +483,7 @@ export class Tunnel {
   /** Stops dialling, punching and listening, closes every stream and the TUN device (its routes go with it). */
   async stop(): Promise<void> {
     this.#abort.abort();
+    clearInterval(this.#keeperWatch);
     for (const loops of [this.#dialers, this.#punchers, this.#circuitKeepers]) {
       for (const d of loops.values()) d.abort.abort();
       loops.clear();
@@ -444,6 +499,9 @@ export class Tunnel {
     this.#endpoint = undefined;
     if (this.#keeper) closeSync(this.#keeper.connection);
     this.#keeper = undefined;
+    const kept = this.#dataPlaneFds?.[2];
+    this.#dataPlaneFds = undefined;
+    if (kept !== undefined) closeSync(kept);
   }
 }
 

@@ -16,7 +16,8 @@ import { type ControllerProc, TestCloud } from '../support/cloud.ts';
 import { leftoverNetns, rootSkipReason, RUN_PREFIX, sh } from '../support/netns.ts';
 import { PROJECT_NODE } from '../../src/lab/agent-process.ts';
 import { selfSignedTunnelCert, spkiPin } from '../../src/adapters/pki.ts';
-import { keeperSocketOf, stopKeeper, takeHeld, release } from '../../src/adapters/keeper.ts';
+import { KEEPER_PROGRAM, keeperSocketOf, stopKeeper, takeHeld, release } from '../../src/adapters/keeper.ts';
+import { installRoot } from '../../src/adapters/install-root.ts';
 import { readTunnelStatus, statusSocketOf } from '../../src/adapters/status-socket.ts';
 import { until } from '../support/wait.ts';
 import { startCpuHog } from '../support/cpu-hog.ts';
@@ -200,6 +201,50 @@ describe('cross-site tunnel in the agent: edge dials cloud', { skip: rootSkipRea
     }
     await until('the edge agent back on the datagram path', async () => (await pathOf(edgeNode, 'tc1')) === 'udp' && (await pathOf(cloudNode, 'te1')) === 'udp', 10_000);
     process.stdout.write(`# agent down 5 s, every core busy (the cloud's view of its path meanwhile: ${seen}): 80 of 80 pings (100 ms apart) answered; ${/rtt .*/.exec(out)?.[0] ?? ''}\n`);
+  });
+
+  test('a standing keeper that comes up after the agent takes over the keeper the agent started; the agent connects to it, so it holds the data plane past its grace and the next restart loses nothing', async () => {
+    // on Kubernetes the chart's keeper DaemonSet may start after the agent's: it takes over the keeper the agent
+    // started, which exits; a keeper counts its time without an agent by its connections
+    const [c, e] = pods as [Pod, Pod];
+    const socket = keeperSocketOf(edgeNode.dataDir);
+    const own = takeHeld(socket);
+    assert.ok(own && own.fds.length === 3, `the edge agent runs a keeper of its own\n${diag()}`);
+    release(own);
+    const graceMs = 5000;
+    const standing = spawn(join(installRoot(), KEEPER_PROGRAM), [socket, '0', String(graceMs)], { detached: true, stdio: 'ignore' });
+    try {
+      await until('the agent\'s own keeper to go', () => !existsSync(`/proc/${own.pid}`), 5000);
+      await new Promise((r) => setTimeout(r, graceMs + 2000));
+      const now = takeHeld(socket);
+      assert.ok(now, 'the standing keeper answers');
+      const holds = now.fds.length;
+      release(now);
+      assert.equal(now.pid, standing.pid);
+      assert.equal(holds, 3, `the standing keeper still holds the data plane ${graceMs + 2000} ms after taking it over (grace ${graceMs} ms)\n${readFileSync(edgeNode.logPath, 'utf8').split('\n').slice(-8).join('\n')}`);
+      const ping = spawn('ip', ['netns', 'exec', nsName(c), 'ping', '-n', '-i', '0.01', '-c', '200', '-W', '3', e.ip], { stdio: ['ignore', 'pipe', 'pipe'] });
+      let out = '';
+      ping.stdout.on('data', (d: Buffer) => (out += d.toString()));
+      const done = new Promise<number | null>((r) => ping.on('close', r));
+      await new Promise((r) => setTimeout(r, 300));
+      const logBefore = readFileSync(edgeNode.logPath, 'utf8').length;
+      await edgeNode.stop('SIGKILL');
+      await edgeNode.start();
+      await done;
+      const log = readFileSync(edgeNode.logPath, 'utf8').slice(logBefore);
+      assert.match(log, new RegExp(`"takenBack":true,"keeper":${standing.pid}`), `the restarted agent took the data plane back from the standing keeper\n${log}`);
+      assert.match(out, / 200 received/, `200 pings at 10 ms across the restart\n${out.split('\n').slice(-4).join('\n')}\n${diag()}`);
+      process.stdout.write(`# a standing keeper took over the agent's own, held the data plane past its ${graceMs} ms grace, and the next restart lost 0 of 200 pings\n`);
+      // the standing keeper goes (its pod deleted, say): the agent finds none and starts one of its own again
+      standing.kill('SIGTERM');
+      await until('the agent to start a keeper of its own again', () => {
+        const h = takeHeld(socket);
+        if (h) release(h);
+        return h !== undefined && h.pid !== standing.pid && h.fds.length === 3;
+      }, 10_000).catch((err: Error) => assert.fail(`${err.message}\n${readFileSync(edgeNode.logPath, 'utf8').split('\n').slice(-8).join('\n')}`));
+    } finally {
+      standing.kill('SIGKILL');
+    }
   });
 
   test('the keeper gives the data plane up when asked (the node goes): the TUN device goes with it', async () => {
