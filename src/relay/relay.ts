@@ -19,6 +19,7 @@
 import { join } from 'node:path';
 import type { Server } from 'node:tls';
 import type { Logger } from '../core/ports.ts';
+import { asAtollError } from '../core/errors.ts';
 import { peerIdOfPin, pinOfPeerId } from '../core/tunnel/frame.ts';
 import { relayAllows, type RelayMember, relayMembers } from '../core/tunnel/plan.ts';
 import type { NodeRecord } from '../core/cluster/model.ts';
@@ -252,7 +253,8 @@ export class Relay {
         }
       } catch (err) {
         if (signal.aborted) return;
-        this.#log.warn('controller watch failed; the relay keeps its saved registry and retries', { err: err instanceof Error ? err.message : String(err), retryInMs: backoff.delayMs });
+        const e = asAtollError(err);
+        this.#log.warn('controller watch failed; the relay keeps its saved registry and retries', { err: e.message, code: e.code, retryInMs: backoff.delayMs });
       }
       await backoff.wait(signal);
     }
