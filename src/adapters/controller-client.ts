@@ -11,6 +11,7 @@ import { AtollError, atollError, ERROR_CATALOGUE, type ErrorCode } from '../core
 import type { NodeRecord, NodeFields, NodeUsage } from '../core/cluster/model.ts';
 import { type NodeIdentity, signRequest } from './node-identity.ts';
 import { compareText } from '../core/order.ts';
+import { decodeWatchLine, type WatchLine } from '../config/watch-line.ts';
 
 export interface ControllerClientInit {
   readonly urls: readonly string[];
@@ -23,11 +24,7 @@ export interface ControllerClientInit {
   readonly timeoutMs?: number;
 }
 
-export type WatchLine =
-  | { type: 'snapshot'; revision: number; nodes: NodeRecord[] }
-  | { type: 'put'; node: NodeRecord; revision: number }
-  | { type: 'delete'; name: string; revision: number }
-  | { type: 'ping' };
+export type { WatchLine };
 
 /** The node list after a watch line (a snapshot replaces it; a put or delete changes one node), sorted by name. */
 export function applyWatchLine(nodes: readonly NodeRecord[], line: Exclude<WatchLine, { type: 'ping' }>): NodeRecord[] {
@@ -175,10 +172,17 @@ export class ControllerClient {
           idle = setTimeout(() => req.destroy(new Error('watch stream idle')), idleMs);
           buf += d;
           let nl: number;
-          while ((nl = buf.indexOf('\n')) >= 0) {
-            const text = buf.slice(0, nl);
-            buf = buf.slice(nl + 1);
-            if (text) onLine(JSON.parse(text) as WatchLine);
+          try {
+            while ((nl = buf.indexOf('\n')) >= 0) {
+              const text = buf.slice(0, nl);
+              buf = buf.slice(nl + 1);
+              if (text) onLine(decodeWatchLine(text, base));
+            }
+          } catch (err) {
+            // a bad line (CONTROLLER_WATCH_INVALID) or a failing handler ends this watch; the caller watches again
+            clearTimeout(idle);
+            reject(err);
+            req.destroy();
           }
         });
         res.on('end', () => {

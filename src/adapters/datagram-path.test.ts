@@ -373,3 +373,61 @@ describe('keepalives: one byte, but one in FULL_KEEPALIVE_EVERY padded to the fu
     await until('the path to come back', () => pa.usable('b') && pb.usable('a'), 5000, 10);
   });
 });
+
+describe('keepalive echoes: the datagram path\'s round trip', () => {
+  test('one keepalive in ECHO_EVERY asks for an echo; the answer gives the round trip through a delaying middlebox, and follows it', async () => {
+    const a = credentials('node-a');
+    const b = credentials('node-b');
+    // a middlebox on loopback that holds every datagram `delayMs` before passing it on
+    const box = createSocket('udp4');
+    await new Promise<void>((r) => box.bind(0, '127.0.0.1', () => r()));
+    const boxPort = box.address().port;
+    const real: { a?: number; b?: number } = {};
+    let delayMs = 40;
+    let closed = false;
+    box.on('message', (msg, from) => {
+      const to = from.port === real.a ? real.b : from.port === real.b ? real.a : undefined;
+      if (to !== undefined) setTimeout(() => closed || box.send(msg, to, '127.0.0.1'), delayMs);
+    });
+    const stream = (me: 'a' | 'b', deliver: (m: UdpKeyMessage | UdpKeyAck) => void) => ({
+      alive: true, silentMs: 0, remote: { host: '127.0.0.1', port: 1 },
+      exportKeyingMaterial: (n: number) => Buffer.alloc(n, 7),
+      sendControl: (m: ControlMessage) => {
+        if (m.t === 'udp-key') {
+          real[me] = m.port;
+          setImmediate(() => deliver({ ...m, port: boxPort }));
+        } else if (m.t === 'udp-key-ack') {
+          setImmediate(() => deliver(m));
+        }
+      },
+    }) as unknown as TunnelStream;
+    const atA: TunnelStream = stream('a', (m) => pb.onControl('a', atB, m));
+    const atB: TunnelStream = stream('b', (m) => pa.onControl('b', atA, m));
+    // 30 ms ticks: an echo every 300 ms per end
+    const init = { host: '127.0.0.1', port: 0, underlayMtu: 1500, keepaliveMs: 30, deadAfterMs: 1000 };
+    const pa = new DatagramPath({ streamOf: () => atA, publicHost: () => '', onPacket: () => {} }, init);
+    const pb = new DatagramPath({ streamOf: () => atB, publicHost: () => '', onPacket: () => {} }, init);
+    after(() => {
+      pa.close();
+      pb.close();
+      closed = true;
+      box.close();
+    });
+    await pa.start();
+    await pb.start();
+    pa.setPeers([{ id: 'b', pin: b.pin }]);
+    pb.setPeers([{ id: 'a', pin: a.pin }]);
+    assert.equal(pa.statusOf('b')?.rttMs, undefined, 'no round trip before an echo came back');
+    pa.offerKey('b', atA);
+    pb.offerKey('a', atB);
+    await until('the path to be usable both ways, through the middlebox', () => pa.usable('b') && pb.usable('a'), 10_000, 5);
+    await until('both ends to have a round trip', () => pa.statusOf('b')?.rttMs !== undefined && pb.statusOf('a')?.rttMs !== undefined, 5000, 10);
+    for (const rtt of [pa.statusOf('b')?.rttMs, pb.statusOf('a')?.rttMs] as number[]) {
+      assert.ok(rtt >= 2 * 40 - 2 && rtt < 2 * 40 + 150, `round trip ${rtt} ms through a middlebox holding each datagram 40 ms`);
+    }
+    delayMs = 5;
+    await until('the round trip to follow the shorter delay', () => (pa.statusOf('b')?.rttMs ?? Infinity) < 40, 5000, 10);
+    assert.ok((pa.statusOf('b')?.rttMs as number) >= 2 * 5 - 2);
+    assert.ok(pa.usable('b') && pb.usable('a'), 'the echoes leave the path as it was');
+  });
+});

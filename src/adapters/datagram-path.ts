@@ -19,7 +19,9 @@
  * is padded to the full datagram size, and "heard" counts only while a full one came within ten dead intervals: a path
  * that drops full-size datagrams (a smaller path MTU) falls back too, within 30 s. Padding every keepalive cost about
  * 1.5 kB/s per peer and direction on an idle path (130 MB a day), on edge links that are often metered; now it is about
- * 0.2 kB/s. An authentic keepalive from a new address moves the peer there (a NAT rebinding, or a port the NAT did not
+ * 0.2 kB/s. One keepalive in {@link ECHO_EVERY} per peer asks for an echo, which the peer answers at once with a
+ * one-byte keepalive: the path's round trip (`atoll peers`; an agent from before does not answer, and shows none).
+ * An authentic keepalive from a new address moves the peer there (a NAT rebinding, or a port the NAT did not
  * preserve); an authentic data datagram from anywhere but the peer's address is dropped. Sending both ways at once
  * opens both NATs: this is the hole punching.
  *
@@ -39,7 +41,8 @@
  */
 import { hkdfSync, randomBytes } from 'node:crypto';
 import {
-  DATAGRAM_TYPE, type DatagramDrop, innerMtu, KEEPALIVE_HEARS_YOU, MAX_COUNTER, OLD_KEY_GRACE_MS, REKEY_AFTER_MS, REKEY_AFTER_PACKETS, rekeyDue,
+  DATAGRAM_TYPE, type DatagramDrop, ECHO_EVERY, echoReplyFlags, innerMtu, KEEPALIVE_ECHO_ODD, KEEPALIVE_ECHO_REPLY, KEEPALIVE_ECHO_REQUEST, KEEPALIVE_HEARS_YOU,
+  MAX_COUNTER, OLD_KEY_GRACE_MS, REKEY_AFTER_MS, REKEY_AFTER_PACKETS, rekeyDue,
 } from '../core/tunnel/datagram.ts';
 import { equalBytes, HELLO_TYPE, type HelloDrop, judgeHello, parseHello } from '../core/tunnel/hello.ts';
 import type { UdpKeyAck, UdpKeyMessage } from '../core/tunnel/messages.ts';
@@ -225,6 +228,11 @@ interface PeerState {
   lastHeard: number;
   heardFull: number;
   heardByPeer: number;
+  /** The echo request awaiting its answer: when it went (steadyClock()) and its ECHO_ODD bit; how many went. */
+  echo: { readonly at: number; readonly odd: boolean } | undefined;
+  echoes: number;
+  /** The last echo's round trip, ms. */
+  rttMs: number | undefined;
   /** Its receiving keys' ids, oldest first. */
   readonly recvIds: number[];
   readonly pin: string;
@@ -246,6 +254,8 @@ export interface DatagramPeerStatus {
   readonly endpoint: string | undefined;
   /** Since when (ms since the epoch) hellos are rebuilding the path, with no stream and no relay to help. */
   readonly rebuildingSince?: number;
+  /** The round trip of the last echo answered (ms); absent until one was (a peer from before never answers). */
+  readonly rttMs?: number;
 }
 
 export class DatagramPath {
@@ -270,6 +280,8 @@ export class DatagramPath {
   /** The largest IP packet one datagram carries. */
   readonly #maxIp: number;
   readonly #keepalive: Uint8Array;
+  /** An echo's answer: a one-byte keepalive. */
+  readonly #echoReply = new Uint8Array(1);
   #timer: NodeJS.Timeout | undefined;
   #helloTimer: NodeJS.Timeout | undefined;
   readonly #hello: HelloCrypto | undefined;
@@ -456,7 +468,7 @@ export class DatagramPath {
   #newPeer(id: string, pin: string, endpoint: Endpoint | undefined): PeerState {
     const mem: DatagramPeerMemory | undefined = this.#state?.peers[id]?.pin === pin ? this.#state.peers[id] : undefined;
     const p: PeerState = {
-      id, tag: this.#nextTag++, endpoint: endpoint ?? parseEndpoint(mem?.endpoint), announced: undefined, send: undefined, pending: undefined, lastHeard: -Infinity, heardFull: -Infinity, heardByPeer: -Infinity, recvIds: [],
+      id, tag: this.#nextTag++, endpoint: endpoint ?? parseEndpoint(mem?.endpoint), announced: undefined, send: undefined, pending: undefined, lastHeard: -Infinity, heardFull: -Infinity, heardByPeer: -Infinity, echo: undefined, echoes: 0, rttMs: undefined, recvIds: [],
       pin, seenGeneration: mem?.seenGeneration ?? -1, theirEph: undefined, myEph: undefined, myEphUsedWith: undefined,
       rebuildingSince: undefined, rebuildStartedAt: 0, nextHelloAt: 0, lastAnswerAt: -Infinity,
     };
@@ -828,6 +840,7 @@ export class DatagramPath {
   /** The `handed` results of the last open, in order. @returns whether a peer was heard from after a silence. */
   #handOn(socket: UdpBatchSocket, handed: number, now: number, dead: number): boolean {
     let revived = false;
+    let answered = false;
     const r = this.#table.results;
     const bytes = socket.ringBytes;
     for (let i = 0, o = 0; i < handed && !socket.closed; i++, o += RESULT_INTS) {
@@ -854,13 +867,25 @@ export class DatagramPath {
           this.stats.endpointMoves++;
           this.#describe();
         }
-        const hearsUs = (bytes[off]! & KEEPALIVE_HEARS_YOU) !== 0;
+        const flags = bytes[off]!;
+        const hearsUs = (flags & KEEPALIVE_HEARS_YOU) !== 0;
         // padded (an older agent pads every one): it tells the path takes full-size datagrams
         const full = len > 1;
         revived ||= !this.#hears(p, now) || (hearsUs && now - p.heardByPeer >= dead);
         p.lastHeard = now;
         if (full) p.heardFull = now;
         if (hearsUs) p.heardByPeer = now;
+        if ((flags & KEEPALIVE_ECHO_REPLY) !== 0 && p.echo && p.echo.odd === ((flags & KEEPALIVE_ECHO_ODD) !== 0)) {
+          p.rttMs = Math.max(0, now - p.echo.at);
+          p.echo = undefined;
+        }
+        if ((flags & KEEPALIVE_ECHO_REQUEST) !== 0) {
+          this.#echoReply[0] = echoReplyFlags(flags, this.#hears(p, now));
+          if (this.#queue(p, DATAGRAM_TYPE.keepalive, this.#echoReply) > 0) {
+            this.stats.keepalivesSent++;
+            answered = true;
+          }
+        }
         continue;
       }
       if (!known) {
@@ -872,6 +897,7 @@ export class DatagramPath {
       this.stats.received += datagrams;
       this.#c.onPacket(p.id, bytes.subarray(off, off + len), datagrams, r[o + 6]!);
     }
+    if (answered) this.flush();
     return revived;
   }
 
@@ -891,9 +917,19 @@ export class DatagramPath {
         if (stream) this.offerKey(id, stream);
       }
       if (p.send && p.endpoint) {
-        this.#keepalive[0] = this.#hears(p, now) ? KEEPALIVE_HEARS_YOU : 0;
+        // the echo goes on a one-byte keepalive of a usable path (half a round of ticks from the padded one)
+        const echo = (this.#ticks + p.tag) % ECHO_EVERY === ECHO_EVERY >> 1;
+        const odd = p.echoes % 2 === 1;
+        this.#keepalive[0] = (this.#hears(p, now) ? KEEPALIVE_HEARS_YOU : 0) | (echo ? KEEPALIVE_ECHO_REQUEST | (odd ? KEEPALIVE_ECHO_ODD : 0) : 0);
         const full = !this.#usable(p, now) || (this.#ticks + p.tag) % FULL_KEEPALIVE_EVERY === 0;
-        if (this.#queue(p, DATAGRAM_TYPE.keepalive, full ? this.#keepalive : this.#keepalive.subarray(0, 1)) > 0) this.stats.keepalivesSent++;
+        const at = steadyClock();
+        if (this.#queue(p, DATAGRAM_TYPE.keepalive, full ? this.#keepalive : this.#keepalive.subarray(0, 1)) > 0) {
+          this.stats.keepalivesSent++;
+          if (echo) {
+            p.echo = { at, odd };
+            p.echoes++;
+          }
+        }
         this.flush();
       }
     }
@@ -922,6 +958,7 @@ export class DatagramPath {
     return {
       usable: this.#usable(p, steadyClock()), endpoint: p.endpoint ? `${p.endpoint.host}:${p.endpoint.port}` : undefined,
       ...(p.rebuildingSince !== undefined ? { rebuildingSince: p.rebuildingSince } : {}),
+      ...(p.rttMs !== undefined ? { rttMs: p.rttMs } : {}),
     };
   }
 

@@ -6,6 +6,7 @@
  * pinned (the initiator as TLS client). A failed punch (symmetric NAT) is retried with backoff up to
  * {@link PUNCH_RETRY_MAX_MS}; the circuits carry the pair meanwhile (src/agent/tunnel-circuits.ts).
  */
+import { AtollError } from '../core/errors.ts';
 import type { Logger } from '../core/ports.ts';
 import { Backoff } from '../core/retry.ts';
 import type { TunnelPeerPlan } from '../core/tunnel/plan.ts';
@@ -102,7 +103,9 @@ export class Puncher {
         await this.#punchTo(peer, { host: ack.host, port: ack.port }, me.localPort, 'client', signal);
       } catch (err) {
         const message = err instanceof Error ? err.message : String(err);
-        if (message !== st.lastError) this.#c.log.info('hole punching failed; the relay carries the traffic meanwhile', { peer: peer.name, err: message, retryInMs: backoff.delayMs });
+        if (message !== st.lastError) {
+          this.#c.log.info('hole punching failed; the relay carries the traffic meanwhile', { peer: peer.name, err: message, ...(err instanceof AtollError ? { code: err.code } : {}), retryInMs: backoff.delayMs });
+        }
         st.lastError = message;
         await backoff.wait(signal);
       }

@@ -5,6 +5,7 @@
  * local port (a short second connection the relay answers with `observed`). Requests carry a nonce and are answered
  * within {@link ASK_TIMEOUT_MS} or fail.
  */
+import { type AtollError, atollError } from '../core/errors.ts';
 import type { Logger } from '../core/ports.ts';
 import { peerIdOfPin, pinOfPeerId } from '../core/tunnel/frame.ts';
 import type { CircuitReady, CircuitRefused, ControlMessage, PeerMessage, PunchAck, PunchRequest } from '../core/tunnel/messages.ts';
@@ -87,6 +88,11 @@ export class RelayControl {
     return { address: `${host}:${port}`, connected: this.#stream?.alive ?? false, rttMs: this.#stream?.rttMs };
   }
 
+  /** The relay's host:port, for messages. */
+  get #relayAddress(): string {
+    return `${this.#init.relay.host}:${this.#init.relay.port}`;
+  }
+
   /** Keeps the control stream to the relay up until `signal` aborts (reconnecting with backoff up to 5 s). */
   run(signal: AbortSignal): Promise<void> {
     const { relay, credentials } = this.#init;
@@ -123,13 +129,15 @@ export class RelayControl {
 
   /** Asks the relay, on `stream`, for a circuit to the peer `toPin`. @throws when the relay does not answer in time. */
   askCircuit(stream: TunnelStream, toPin: string): Promise<CircuitReady | CircuitRefused> {
-    return this.#ask(this.#circuitAnswers, (n) => stream.sendControl({ t: 'circuit', to: toPin, n }), 'the relay did not answer the circuit request within 5 s');
+    return this.#ask(this.#circuitAnswers, (n) => stream.sendControl({ t: 'circuit', to: toPin, n }), () => atollError('TUNNEL_UNREACHABLE',
+      `the relay ${this.#relayAddress} did not answer the circuit request within ${ASK_TIMEOUT_MS / 1000} s`, 'the agent asks again with backoff; check that the relay runs and is not overloaded'));
   }
 
   /** Sends our public address to the peer `peerPin` through the relay, on `stream`. @throws when it does not answer in time. */
   askPunch(stream: TunnelStream, peerPin: string, me: Observed): Promise<PunchAck> {
     return this.#ask(this.#punchAnswers, (n) => stream.sendRelayedControl(peerIdOfPin(peerPin), { t: 'punch', n, host: me.host, port: me.port }),
-      'the peer did not answer the punch request through the relay within 5 s');
+      () => atollError('TUNNEL_PUNCH_FAILED', `the peer ${peerPin} did not answer the punch request through the relay within ${ASK_TIMEOUT_MS / 1000} s`,
+        'the relay carries the pair meanwhile and punching is retried with backoff; check that the peer\'s agent runs and is connected to the relay'));
   }
 
   /** Answers the punch request `n` of the peer `peerPin` with our public address (dropped while the stream is down). */
@@ -142,17 +150,18 @@ export class RelayControl {
    * @throws when the relay has not said its circuit port yet, or as joinCircuit does.
    */
   joinCircuit(token: string, peerPin: string, tlsRole: 'client' | 'server', signal?: AbortSignal): Promise<TunnelStream> {
+    // cannot happen: callers check circuitsReady first, and the circuit port, once the relay said it, is kept
     if (this.#circuitPort === undefined) return Promise.reject(new Error('the relay has not said its circuit port yet'));
     return joinCircuit({ host: this.#init.relay.host, port: this.#circuitPort, token, credentials: this.#init.credentials, peerPin, tlsRole, ...(signal ? { signal } : {}) });
   }
 
   /** Sends a request with a fresh nonce `n` (`send`) and waits (bounded) for the answer in `answers` carrying that nonce. */
-  #ask<A>(answers: Map<string, (msg: A) => void>, send: (n: string) => void, timeoutText: string): Promise<A> {
+  #ask<A>(answers: Map<string, (msg: A) => void>, send: (n: string) => void, timedOut: () => AtollError): Promise<A> {
     const n = Math.random().toString(16).slice(2, 14);
     const answered = new Promise<A>((resolve, reject) => {
       const t = setTimeout(() => {
         answers.delete(n);
-        reject(new Error(timeoutText));
+        reject(timedOut());
       }, ASK_TIMEOUT_MS);
       answers.set(n, (m) => {
         clearTimeout(t);
@@ -177,13 +186,17 @@ export class RelayControl {
         const stream = await dialTunnel({ host: relay.host, port: relay.port, credentials, peerPin: relay.pin, timeoutMs: 3000, localPort });
         try {
           const msg = await new Promise<ControlMessage>((resolve, reject) => {
-            const t = setTimeout(() => reject(new Error('the relay did not say our address within 3 s')), 3000);
+            const t = setTimeout(() => reject(atollError('TUNNEL_UNREACHABLE', `the relay ${this.#relayAddress} did not say our address within 3 s`,
+              'hole punching is retried with backoff (the relay carries the pair meanwhile); check that the relay runs')), 3000);
             stream.once('control', (m: ControlMessage) => {
               clearTimeout(t);
               resolve(m);
             });
           });
-          if (msg.t !== 'observed') throw new Error(`the relay answered ${msg.t}, not observed`);
+          if (msg.t !== 'observed') {
+            throw atollError('TUNNEL_MESSAGE_INVALID', `the relay ${this.#relayAddress} answered a new connection with ${msg.t}, not observed`,
+              'run the same Atoll version on the agents and the relay');
+          }
           return { localPort, host: msg.host, port: msg.port };
         } finally {
           stream.close();

@@ -4,6 +4,7 @@
  * joined as the TLS server, and we send on it. Ours is kept while the pair has no direct stream and closed a little
  * after a direct stream took over; a failed one is asked for again with backoff.
  */
+import { AtollError, atollError } from '../core/errors.ts';
 import type { Logger } from '../core/ports.ts';
 import { Backoff, pollUntil } from '../core/retry.ts';
 import type { TunnelPeerPlan } from '../core/tunnel/plan.ts';
@@ -65,7 +66,10 @@ export class TunnelCircuits {
       }
       try {
         const answer = await relay.askCircuit(stream, peer.pin);
-        if (answer.t === 'circuit-refused') throw new Error(`the relay refused the circuit: ${answer.reason}`);
+        if (answer.t === 'circuit-refused') {
+          throw atollError('TUNNEL_UNREACHABLE', `the relay refused a circuit to ${peer.name}: ${answer.reason}`,
+            'the relay joins only pairs it may connect (one community, or a cloud node) whose ends are both on it: check the peer\'s agent runs and the nodes\' community labels');
+        }
         const circuit = await relay.joinCircuit(answer.token, peer.pin, 'client', signal);
         if (signal.aborted) {
           circuit.close();
@@ -82,7 +86,9 @@ export class TunnelCircuits {
       } catch (err) {
         if (signal.aborted) return; // stopped mid-join: not a failure
         const message = err instanceof Error ? err.message : String(err);
-        if (message !== lastError) this.#c.log.warn('circuit through the relay failed; retrying with backoff', { peer: peer.name, err: message, retryInMs: backoff.delayMs });
+        if (message !== lastError) {
+          this.#c.log.warn('circuit through the relay failed; retrying with backoff', { peer: peer.name, err: message, ...(err instanceof AtollError ? { code: err.code } : {}), retryInMs: backoff.delayMs });
+        }
         lastError = message;
         await backoff.wait(signal);
       }

@@ -460,7 +460,8 @@ export class Tunnel {
         const punch = relay?.puncher.stateOf(p.name);
         return {
           name: p.name, role: p.role, mode: p.mode, path,
-          rttMs: (path === 'direct' ? endpoint?.streamOf(p.name) : endpoint?.circuitOf(p.name))?.rttMs,
+          // udp: the datagram path's keepalive echoes; otherwise the stream's pings
+          rttMs: path === 'udp' ? udp?.rttMs : (path === 'direct' ? endpoint?.streamOf(p.name) : endpoint?.circuitOf(p.name))?.rttMs,
           txBytes: t?.txBytes ?? 0, rxBytes: t?.rxBytes ?? 0, txPackets: t?.txPackets ?? 0, rxPackets: t?.rxPackets ?? 0,
           since: this.#pathSince.get(p.name)?.since ?? 0,
           ...(punch ? { punch: { ...punch } } : {}),

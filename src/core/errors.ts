@@ -59,6 +59,7 @@ export const ERROR_CATALOGUE = {
   CONTROLLER_UNREACHABLE: { cni: CniCode.generic, summary: 'the agent could not reach any controller' },
   NODE_IDENTITY_INVALID: { cni: CniCode.generic, summary: "the node's identity key file is unreadable, corrupt or not an ed25519 key" },
   PKI_FAILED: { cni: CniCode.generic, summary: "the controller's CA or server certificate could not be read or created" },
+  CONTROLLER_WATCH_INVALID: { cni: CniCode.generic, summary: "a line of the controller's watch stream is not JSON or not a watch line (the watch is ended and resumed)" },
   CONTROLLER_UNTRUSTED: { cni: CniCode.generic, summary: "the controller's TLS certificates do not match the pinned CA hash" },
   TUNNEL_UNREACHABLE: { cni: CniCode.generic, summary: 'a tunnel peer or the relay could not be reached, or its TLS handshake did not finish' },
   TUNNEL_PEER_UNTRUSTED: { cni: CniCode.generic, summary: "a tunnel peer or the relay presented a key that is not the pinned one" },

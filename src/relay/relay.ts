@@ -19,6 +19,7 @@
 import { join } from 'node:path';
 import type { Server } from 'node:tls';
 import type { Logger } from '../core/ports.ts';
+import { AtollError, atollError } from '../core/errors.ts';
 import { peerIdOfPin, pinOfPeerId } from '../core/tunnel/frame.ts';
 import { relayAllows, type RelayMember, relayMembers } from '../core/tunnel/plan.ts';
 import type { NodeRecord } from '../core/cluster/model.ts';
@@ -156,7 +157,10 @@ export class Relay {
   #setMembers(): void {
     this.#members = new Map(relayMembers(this.#nodes).map((m) => [m.pin, m]));
     for (const [pin, s] of this.#sessions) {
-      if (!this.#members.has(pin)) s.stream.close(new Error('no longer a registered node'));
+      if (!this.#members.has(pin)) {
+        s.stream.close(atollError('NODE_NOT_REGISTERED', `node ${s.member.name} is no longer registered with the controller under the key it connected with`,
+          'the relay let it go; join the node again if it belongs to the cluster'));
+      }
     }
   }
 
@@ -182,7 +186,7 @@ export class Relay {
       if (this.#sessions.get(member.pin)?.stream !== stream) return;
       this.#sessions.delete(member.pin);
       this.stats.connected = this.#sessions.size;
-      this.#log.info('node left the relay', { node: member.name, ...(err ? { err: err.message } : {}) });
+      this.#log.info('node left the relay', { node: member.name, ...(err ? { err: err.message } : {}), ...(err instanceof AtollError ? { code: err.code } : {}) });
     });
   }
 
@@ -252,7 +256,9 @@ export class Relay {
         }
       } catch (err) {
         if (signal.aborted) return;
-        this.#log.warn('controller watch failed; the relay keeps its saved registry and retries', { err: err instanceof Error ? err.message : String(err), retryInMs: backoff.delayMs });
+        this.#log.warn('controller watch failed; the relay keeps its saved registry and retries', {
+          err: err instanceof Error ? err.message : String(err), ...(err instanceof AtollError ? { code: err.code } : {}), retryInMs: backoff.delayMs,
+        });
       }
       await backoff.wait(signal);
     }

@@ -2,11 +2,13 @@
  * The agent's controller client against a real controller API (in process, embedded store, TLS on 127.0.0.1),
  * through a TCP relay of the test's that counts connections: a node's requests share one kept-alive connection
  * instead of a TLS handshake each (every agent reports its usage every few seconds), and closing the client lets
- * it go.
+ * it go. A fake controller (HTTPS on 127.0.0.1 with the real one's certificates) serves a watch stream with a bad line:
+ * the agent's controller link logs a coded error, watches again and takes the good state.
  */
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer as createHttpsServer } from 'node:https';
 import { connect, createServer, type Server, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -14,9 +16,14 @@ import { parseControllerConfig } from '../../src/config/controller-config.ts';
 import { jsonLogger } from '../../src/adapters/json-logger.ts';
 import { ControllerClient } from '../../src/adapters/controller-client.ts';
 import { Controller } from '../../src/controller/controller.ts';
+import { ControllerLink } from '../../src/agent/controller-link.ts';
+import { ClusterStateFile } from '../../src/adapters/cluster-state-file.ts';
+import { ensureControllerPki } from '../../src/adapters/pki.ts';
+import type { NodeRecord } from '../../src/core/cluster/model.ts';
 import { memoryIdentity } from '../support/join-simulator.ts';
 import { RUN_PREFIX } from '../support/netns.ts';
 import { freePort } from '../support/ports.ts';
+import { until } from '../support/wait.ts';
 
 const TOKEN = 'atoll-client-bootstrap-0123456789';
 const dir = mkdtempSync(join(tmpdir(), `${RUN_PREFIX}client-`));
@@ -85,5 +92,65 @@ test('a report after an idle pause longer than Node\'s default keep-alive (5 s) 
     assert.equal(accepted.length - before, 1, `the join and the report opened ${accepted.length - before} connections`);
   } finally {
     client.close();
+  }
+});
+
+/** A node record as the controller sends it. */
+function record(name: string, blocks: string[]): NodeRecord {
+  return {
+    name, identity: 'aWQ=', site: 'edge-1', community: '', addresses: ['198.51.100.20'], observedAddress: '198.51.100.20', vtepMac: '02:00:00:00:00:14',
+    tunnelKey: '', agentVersion: 'test', annotations: {}, blocks, registeredAt: 1, updatedAt: 1,
+  };
+}
+
+test('a watch line that is not JSON, or not a watch line, ends the watch with CONTROLLER_WATCH_INVALID; the link watches again and takes the good state', async () => {
+  const pki = await ensureControllerPki(join(dir, 'data', 'pki'), { hosts: ['127.0.0.1'] });
+  const line = (v: unknown) => JSON.stringify(v) + '\n';
+  const bad = line({ type: 'snapshot', revision: 7, nodes: [record('peer-bad', ['10.100.9.0/26'])] });
+  // each watch the link opens gets the next of these; the first two start with a bad line and carry on with lines
+  // that must not be applied, and stay open (the client ends them, not the server)
+  const streams = [
+    'not json {\n' + bad,
+    line({ type: 'put', revision: 3, node: { ...record('peer-x', []), blocks: 'nope' } }) + bad,
+    line({ type: 'snapshot', revision: 5, nodes: [record('peer-good', ['10.100.1.0/26'])] }) + line({ type: 'ping' }),
+  ];
+  const watches: string[] = [];
+  const server = createHttpsServer({ cert: pki.certChainPem, key: pki.keyPem }, (req, res) => {
+    req.resume();
+    if (req.url?.startsWith('/v1/watch')) {
+      watches.push(req.url);
+      res.writeHead(200, { 'content-type': 'application/x-ndjson' });
+      res.write(streams[Math.min(watches.length, streams.length) - 1]);
+      return; // left open
+    }
+    res.writeHead(200, { 'content-type': 'application/json' });
+    res.end(JSON.stringify(req.url === '/v1/join' ? { node: record('client-n3', ['10.100.2.0/26']), blocks: ['10.100.2.0/26'] } : { blocks: ['10.100.2.0/26'] }));
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const url = `https://127.0.0.1:${(server.address() as { port: number }).port}`;
+  const caPath = join(dir, 'link-ca.crt');
+  writeFileSync(caPath, pki.caPem);
+  const warnings: Record<string, unknown>[] = [];
+  const log = jsonLogger({ level: 'warn', write: (l) => warnings.push(JSON.parse(l) as Record<string, unknown>) });
+  const seen: string[][] = [];
+  const link = new ControllerLink({
+    log, clock: Date.now, identity: memoryIdentity(), stateFile: new ClusterStateFile(join(dir, 'link-state.json')),
+    onBlocks: async () => {}, usage: () => ({ capacity: 62, allocated: 0, reserved: 0, free: 62 }), onPeers: (peers) => seen.push(peers.map((p) => p.name)),
+  }, { urls: [url], token: TOKEN, caCertHash: pki.caHash, caPath, nodeName: 'client-n3', fields: { site: 'edge-1', community: '', addresses: [], vtepMac: '', tunnelKey: '', agentVersion: 'test' }, usagePeriodMs: 60_000, retryMinMs: 20, retryMaxMs: 50 });
+  try {
+    link.start();
+    await until('the link to take the good snapshot', () => link.peers.some((p) => p.name === 'peer-good'), 10_000, 20);
+    assert.deepEqual(link.peers.map((p) => p.name), ['peer-good']);
+    assert.equal(link.state.revision, 5);
+    assert.deepEqual(seen, [['peer-good']], 'nothing after a bad line was applied');
+    assert.deepEqual(watches, ['/v1/watch?after=0', '/v1/watch?after=0', '/v1/watch?after=0']);
+    const codes = warnings.map((w) => w.code);
+    assert.deepEqual(codes, ['CONTROLLER_WATCH_INVALID', 'CONTROLLER_WATCH_INVALID'], JSON.stringify(warnings));
+    assert.match(String(warnings[0]?.err), /not JSON: "not json \{"/);
+    assert.match(String(warnings[1]?.err), /not a watch line \(node\.blocks: [^;]*\): /);
+  } finally {
+    await link.stop();
+    server.closeAllConnections();
+    server.close();
   }
 });

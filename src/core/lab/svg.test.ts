@@ -100,6 +100,31 @@ test('svg: one line per node pair, styled by path kind; hole-punched pairs as so
   assert.match(svg, />tunnel hole-punched \([^<]*\): 32 cells, 32 ok; median ping 0\.10 ms<\/text>/);
 });
 
+/** The legend's line of path kind `kind`: its label (what carries the pairs) and its counts. */
+const legendLine = (svg: string, kind: LabPath) => new RegExp(`>(${kind} \\([^<]*\\))(?:: [^<]*)?</text>`).exec(svg)?.[1];
+
+test('svg legend: direct and hole-punched pairs say what carries them, as the plan has it (datagram path on, off, or UDP blocked at a site)', () => {
+  const on = renderLabSvg(defaultInput(cellsOf(defaultPlan)));
+  assert.equal(legendLine(on, 'tunnel hole-punched'), 'tunnel hole-punched (edge &lt;-&gt; edge, directly through both NATs in UDP datagrams)');
+  assert.equal(legendLine(on, 'tunnel direct'), 'tunnel direct (cloud &lt;-&gt; edge, through the NAT in UDP datagrams)');
+  assert.equal(legendLine(on, 'tunnel relayed'), 'tunnel relayed (edge &lt;-&gt; edge through the relay: a symmetric NAT on the way)');
+  assert.doesNotMatch(on, /stream/, 'no pair of the default lab is on a stream');
+  assert.equal(legendLine(renderLabSvg(defaultInput()), 'tunnel hole-punched'), 'tunnel hole-punched (edge &lt;-&gt; edge, directly through both NATs in UDP datagrams)', 'lab up: from the sites');
+
+  const off = plan({ ...DEFAULT_LAB_SPEC, tunnelUdp: false });
+  const streams = renderLabSvg(labSvgInputOf(off, podsOf(off), cellsOf(off)));
+  assert.equal(legendLine(streams, 'tunnel hole-punched'), 'tunnel hole-punched (edge &lt;-&gt; edge, directly through both NATs in a TLS stream)');
+  assert.equal(legendLine(streams, 'tunnel direct'), 'tunnel direct (cloud &lt;-&gt; edge, through the NAT in a TLS stream)');
+
+  const blocked = plan({ ...DEFAULT_LAB_SPEC, edges: DEFAULT_LAB_SPEC.edges.map((e) => (e.name === 'b' ? { ...e, udpBlocked: true } : e)) });
+  const mixed = renderLabSvg(labSvgInputOf(blocked, podsOf(blocked), cellsOf(blocked)));
+  assert.equal(legendLine(mixed, 'tunnel hole-punched'), 'tunnel hole-punched (edge &lt;-&gt; edge, directly through both NATs in a TLS stream)', 'every a <-> b pair has b on the way');
+  assert.equal(legendLine(mixed, 'tunnel direct'), 'tunnel direct (cloud &lt;-&gt; edge, through the NAT in UDP datagrams, or a TLS stream where UDP is blocked)', 'a in datagrams, b on streams');
+
+  const { tunnelUdp: _, ...unknown } = defaultInput(cellsOf(defaultPlan));
+  assert.equal(legendLine(renderLabSvg(unknown), 'tunnel hole-punched'), 'tunnel hole-punched (edge &lt;-&gt; edge, directly through both NATs)', 'not known: not said');
+});
+
 test('svg: with a symmetric NAT, relayed pairs go from the relay through both routers; not-allowed pairs are faint grey dots', () => {
   const p = symmetricPlan('direct');
   const svg = renderLabSvg(labSvgInputOf(p, podsOf(p), cellsOf(p)));

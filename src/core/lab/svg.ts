@@ -9,15 +9,16 @@
  *
  * Paths are drawn between nodes, one line per node pair (both directions and all pod pairs aggregated): same-site
  * pairs as arcs below the nodes, cloud <-> edge through the edge's router, relayed pairs (a symmetric NAT on the way)
- * from the relay in the cloud site down through both edge routers, hole-punched pairs (a direct stream between the
- * edges) as arcs below the edge sites. A pair with a failed cell is solid red, drawn over the others; a pair that is
+ * from the relay in the cloud site down through both edge routers, hole-punched pairs (directly between the edges,
+ * in UDP datagrams or, where UDP is off or blocked, a TLS stream: the legend says which) as arcs below the edge
+ * sites. A pair with a failed cell is solid red, drawn over the others; a pair that is
  * not allowed is a faint grey dotted arc. Bigger labs (more than {@link NODE_LINK_LIMITS}) degrade: edge sites wrap
  * into rows, each row on its own wan line; cloud <-> edge is the line from the wan to each edge router (per site pair,
  * red when a cell failed); the rest is summed up as text in each site, with a red line between the routers of edge
  * site pairs that failed. Nodes with many pods show them as dots, names in tooltips.
  */
 import { labChartEndpoints } from './kubernetes.ts';
-import { describeLabSpec } from './spec.ts';
+import { describeLabSpec, labUsesUdp } from './spec.ts';
 import type { LabPlan } from './plan.ts';
 import { escapeXml, fit, n, text, textWidth } from './svg/draw.ts';
 import { linkGeometry } from './svg/geometry.ts';
@@ -58,6 +59,7 @@ export function labSvgInputOf(plan: LabPlan, pods: readonly { readonly name: str
     const routerAddress = routerOf(site);
     return {
       name: site, cloud: edge === undefined, ...(edge ? { community: edge.community, nat: edge.nat } : {}), ...(routerAddress ? { routerAddress } : {}),
+      ...(edge?.udpBlocked ? { udpBlocked: true } : {}),
       nodes: plan.nodes.filter((n) => n.site === site).map((n) => ({
         name: n.name, address: n.underlay,
         pods: [
@@ -77,6 +79,7 @@ export function labSvgInputOf(plan: LabPlan, pods: readonly { readonly name: str
     runId: plan.runId, description: description.join('; '),
     controller: chart ? chart.controllers.join(', ') : plan.controller.url.replace(/^https:\/\//, ''),
     relay: { address: chart ? `${chart.relay.address} (${chart.relay.node})` : `${plan.relay.address}:${plan.relay.port}` }, sites, ...(cells ? { cells } : {}),
+    tunnelUdp: labUsesUdp(plan.spec),
   };
 }
 

@@ -71,7 +71,7 @@ export function renderStatus(st: AgentStatus): string[] {
   }
   if (st.tunnel) {
     const n = countPeerPaths(st.tunnel.peers);
-    out.push(`tunnel    ${st.tunnel.peers.length} peers: ${n.direct} direct, ${n['hole-punched']} hole-punched, ${n.relayed} relayed, ${n.down} down${st.tunnel.skipped.length ? `; ${st.tunnel.skipped.length} without a path` : ''}`);
+    out.push(`tunnel    ${st.tunnel.peers.length} peers: ${n.udp} udp, ${n.direct} direct, ${n['hole-punched']} hole-punched, ${n.relayed} relayed, ${n.down} down${st.tunnel.skipped.length ? `; ${st.tunnel.skipped.length} without a path` : ''}`);
     if (st.tunnel.relay) out.push(`relay     ${st.tunnel.relay.address} ${st.tunnel.relay.connected ? 'connected' : 'NOT connected'}`);
   } else out.push('tunnel    off');
   const versions = new Map<string, number>();

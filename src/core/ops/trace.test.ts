@@ -76,8 +76,15 @@ test('renderStatus: link, blocks, peers by path, versions', () => {
   const text = renderStatus(status({ controller: { state: 'offline', lastError: 'connect ECONNREFUSED', offlineSince: 1_030_000 } })).join('\n');
   assert.match(text, /controller OFFLINE for 30s: connect ECONNREFUSED \(working from saved state\)/);
   assert.match(text, /addresses 2 in use, 1 reserved, 59 free of 62; sticky re-uses 1/);
-  assert.match(text, /tunnel {4}4 peers: 1 direct, 1 hole-punched, 1 relayed, 1 down; 1 without a path/);
+  assert.match(text, /tunnel {4}4 peers: 0 udp, 1 direct, 1 hole-punched, 1 relayed, 1 down; 1 without a path/);
   assert.match(text, /cluster {3}9 nodes; agent versions 0\.1\.0 x9/);
+});
+
+test('renderStatus: peers on the datagram path count as udp, dialled or punched', () => {
+  const st = status();
+  const peers = [peer('cloud-1', 'dial', 'udp', { role: 'cloud' }), peer('b-1', 'punch', 'udp'), peer('c-1', 'punch', 'udp'), peer('d-1', 'punch', 'down')];
+  const text = renderStatus({ ...st, tunnel: { ...st.tunnel!, peers, skipped: [] } }).join('\n');
+  assert.match(text, /^tunnel {4}4 peers: 3 udp, 0 direct, 0 hole-punched, 0 relayed, 1 down$/m);
 });
 
 test('trace with the controller\'s view: agreement, or an agent that is behind', () => {

@@ -33,6 +33,23 @@ export const MAX_COUNTER = 2 ** 48;
 
 /** Keepalive flag: the sender has heard an authentic datagram from us lately (our datagrams reach it). */
 export const KEEPALIVE_HEARS_YOU = 1;
+/**
+ * Keepalive flags for the path's round trip (`atoll peers`): a keepalive with ECHO_REQUEST asks the peer to answer at
+ * once with a one-byte keepalive carrying ECHO_REPLY, and ECHO_ODD as the request had it (so a late answer to the
+ * request before is not taken for this one's). Agents from before these flags read only {@link KEEPALIVE_HEARS_YOU}
+ * and never answer: their peers show no round trip, and nothing else changes. The flags are in the sealed payload: only
+ * the pair's key holders set or see them, and the replay window keeps a request from being answered twice.
+ */
+export const KEEPALIVE_ECHO_REQUEST = 2;
+export const KEEPALIVE_ECHO_REPLY = 4;
+export const KEEPALIVE_ECHO_ODD = 8;
+/** One keepalive in this many per peer asks for an echo (as one stream ping in ten asks for a pong). */
+export const ECHO_EVERY = 10;
+
+/** The flag byte of the keepalive that answers one whose flag byte was `request`. */
+export function echoReplyFlags(request: number, hearsYou: boolean): number {
+  return (hearsYou ? KEEPALIVE_HEARS_YOU : 0) | KEEPALIVE_ECHO_REPLY | (request & KEEPALIVE_ECHO_ODD);
+}
 
 /** The largest inner IP packet one datagram carries on an underlay of `underlayMtu`, never fragmented. */
 export function innerMtu(underlayMtu: number): number {

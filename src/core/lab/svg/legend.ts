@@ -6,9 +6,9 @@ import { text } from './draw.ts';
 import type { LabSvgGeometry } from './geometry.ts';
 import { type LabSvgLayout, MARGIN } from './layout.ts';
 import { aggregateLinks, cellsWithinNodes, type LabSvgCell, type LabSvgInput, verdictCounts } from './model.ts';
-import { FAIL_COLOR, OK_POD, PATH_STYLE } from './style.ts';
+import { FAIL_COLOR, OK_POD, PATH_STYLE, pathLabel, type TunnelCarrier } from './style.ts';
 import { type CellVerdict, formatMs, median, PATH_ORDER } from '../report.ts';
-import { expectationOf } from '../plan.ts';
+import { expectationOf, type LabPath } from '../plan.ts';
 
 /**
  * E.g. `116/116 cells ok, 0 FAIL, 16 blocked as expected`, as the terminal counts: ok of the cells that should work,
@@ -25,6 +25,19 @@ export function verdictLine(cells: readonly LabSvgCell[]): string {
 function legendStats(of: readonly LabSvgCell[]): string {
   const m = median(of.flatMap((c) => (c.verdict === 'ok' && c.ping?.rttMs !== undefined ? [c.ping.rttMs] : [])));
   return `${[`${of.length} cells`, ...verdictCounts(of)].join(', ')}${m !== undefined ? `; median ping ${formatMs(m)} ms` : ''}`;
+}
+
+/**
+ * What carries the tunnel pairs of path kind `p` (only direct and hole-punched pairs differ): with the datagram path
+ * on, UDP datagrams unless a node of the pair is in a site that blocks UDP, then its TLS stream. The pairs are those
+ * of `of` (the cells of `p`), or before the checks every edge site's. Empty when `input` does not say.
+ */
+function carriersOf(input: LabSvgInput, p: LabPath, of: readonly LabSvgCell[]): Set<TunnelCarrier> {
+  if ((p !== 'tunnel direct' && p !== 'tunnel hole-punched') || input.tunnelUdp === undefined) return new Set();
+  if (!input.tunnelUdp) return new Set(['stream']);
+  const blocked = new Set(input.sites.filter((s) => s.udpBlocked).flatMap((s) => s.nodes.map((x) => x.name)));
+  if (input.cells) return new Set(of.map((c) => (blocked.has(c.fromNode) || blocked.has(c.toNode) ? 'stream' : 'udp')));
+  return new Set(input.sites.filter((s) => !s.cloud).map((s) => (s.udpBlocked ? 'stream' : 'udp')));
 }
 
 /** The legend and the failed pairs, below `geometry`'s lowest point; `bottom` is the baseline of its last line. */
@@ -44,7 +57,7 @@ export function drawLegend(input: LabSvgInput, layout: LabSvgLayout, geometry: L
     } else {
       legend.push(`<line class="legend ${p.replace(/ /g, '-')}" x1="${MARGIN}" y1="${ly - 4}" x2="${MARGIN + 40}" y2="${ly - 4}" stroke="${st.color}" stroke-width="2"${st.dash ? ` stroke-dasharray="${st.dash}"` : ''}/>`);
     }
-    legend.push(text(MARGIN + 50, ly, `${st.label}${stats}`, { size: 11, fill: present.has(p) || !cells ? '#212121' : '#9e9e9e' }));
+    legend.push(text(MARGIN + 50, ly, `${pathLabel(p, carriersOf(input, p, of))}${stats}`, { size: 11, fill: present.has(p) || !cells ? '#212121' : '#9e9e9e' }));
   }
   ly += 22;
   legend.push(`<line x1="${MARGIN}" y1="${ly - 4}" x2="${MARGIN + 40}" y2="${ly - 4}" stroke="${FAIL_COLOR}" stroke-width="3"/>`,

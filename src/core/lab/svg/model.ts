@@ -27,6 +27,8 @@ export interface LabSvgSite {
   readonly nat?: NatType;
   /** The edge router's public address. */
   readonly routerAddress?: string;
+  /** The edge router drops UDP (`--block-udp`): the site's tunnels keep to their TLS streams. */
+  readonly udpBlocked?: boolean;
   readonly nodes: readonly LabSvgNode[];
 }
 
@@ -45,6 +47,11 @@ export interface LabSvgInput {
   readonly sites: readonly LabSvgSite[];
   /** The connectivity matrix; without it the picture is the topology only. */
   readonly cells?: readonly LabSvgCell[];
+  /**
+   * Whether the agents' tunnels use the datagram path (`tunnel.udp`): direct and hole-punched pairs are then carried in
+   * UDP datagrams (but those of sites that block UDP), else in TLS streams. Absent: not known, the legend does not say.
+   */
+  readonly tunnelUdp?: boolean;
 }
 
 /** Up to these sizes every node pair gets its own line; beyond them lines are drawn per site pair. */

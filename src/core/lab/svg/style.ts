@@ -15,10 +15,24 @@ export const PATH_STYLE: Readonly<Record<LabPath, { readonly color: string; read
   vxlan: { color: '#1565c0', dash: '', label: 'VXLAN (same site)' },
   'direct route': { color: '#00897b', dash: '', label: 'direct route (same site)' },
   'tunnel direct': { color: '#6a1b9a', dash: '', label: 'tunnel direct (cloud <-> edge, through the NAT)' },
-  'tunnel hole-punched': { color: '#ef6c00', dash: '', label: 'tunnel hole-punched (edge <-> edge, a direct stream through both NATs)' },
+  'tunnel hole-punched': { color: '#ef6c00', dash: '', label: 'tunnel hole-punched (edge <-> edge, directly through both NATs)' },
   'tunnel relayed': { color: '#ad1457', dash: '10 3 2 3', label: 'tunnel relayed (edge <-> edge through the relay: a symmetric NAT on the way)' },
   'not allowed': { color: '#9e9e9e', dash: '1 4', label: 'not allowed (no common community)' },
 });
+
+/** What carries a tunnel pair's packets: UDP datagrams (the datagram path) or a TLS stream. */
+export type TunnelCarrier = 'udp' | 'stream';
+
+/**
+ * The legend's label of path kind `p`: {@link PATH_STYLE}'s, and for direct and hole-punched tunnel pairs what carries
+ * them (`carriers`, the carriers of the pairs drawn; empty: not known, not said). Relayed pairs are always streams.
+ */
+export function pathLabel(p: LabPath, carriers: ReadonlySet<TunnelCarrier>): string {
+  const label = PATH_STYLE[p].label;
+  if ((p !== 'tunnel direct' && p !== 'tunnel hole-punched') || carriers.size === 0) return label;
+  const how = carriers.size > 1 ? 'in UDP datagrams, or a TLS stream where UDP is blocked' : carriers.has('udp') ? 'in UDP datagrams' : 'in a TLS stream';
+  return `${label.slice(0, -1)} ${how})`;
+}
 export const FAIL_COLOR = '#d32f2f';
 export const OK_POD = '#43a047';
 const IDLE_POD = '#9e9e9e';
