@@ -48,6 +48,11 @@ export default tseslint.config(
     rules: { 'no-restricted-imports': ['error', { paths: processes, patterns: layer('cni', 'agent', 'controller', 'relay', 'cli') }] },
   },
   {
+    // the lab's own adapters start processes (containerd, the Kubernetes binaries, CNI invocation)
+    files: ['src/lab/io/**/*.ts'],
+    rules: { 'no-restricted-imports': ['error', { paths: processes.filter((p) => p.name === 'koffi'), patterns: layer('cni', 'agent', 'controller', 'relay', 'cli') }] },
+  },
+  {
     // the CLI wires: besides core, config and adapters it imports only the entry points it starts
     files: ['src/cli/**/*.ts'],
     rules: {

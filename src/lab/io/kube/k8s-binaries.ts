@@ -4,8 +4,8 @@
  * time (tens of minutes on 2 cores) into a cache outside the checkout. ATOLL_K8S_BIN overrides it.
  */
 import { join } from 'node:path';
-import { exec } from '../exec.ts';
-import { installRoot } from '../install-root.ts';
+import { exec } from '../../../adapters/exec.ts';
+import { installRoot } from '../../../adapters/install-root.ts';
 
 /** @throws Error naming the script's failure (no Go toolchain, a failed build). */
 export async function kubeBinaries(): Promise<string> {

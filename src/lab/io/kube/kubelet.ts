@@ -1,5 +1,5 @@
 /**
- * A real kubelet (v1.34) beside a node's private containerd 1.6 (src/adapters/containerd/containerd.ts), for the
+ * A real kubelet (v1.34) beside a node's private containerd 1.6 (src/lab/io/containerd/containerd.ts), for the
  * lab's Kubernetes mode and its end-to-end test.
  *
  * Why this shape (measured on the test machines: cgroup v1 hybrid layout, PID 1 not systemd, no swap):
@@ -23,7 +23,7 @@ import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Child, logTail } from '../child-process.ts';
 import { renderTokenKubeconfig } from './token-kubeconfig.ts';
-import { exec } from '../exec.ts';
+import { exec } from '../../../adapters/exec.ts';
 
 /** The slice of a running containerd the kubelet needs. */
 export interface KubeletRuntime {

@@ -5,7 +5,7 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { exec } from '../exec.ts';
+import { exec } from '../../../adapters/exec.ts';
 
 /** Options of {@link helmTemplate}. */
 export interface HelmTemplateInit {

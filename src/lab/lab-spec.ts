@@ -4,9 +4,9 @@
  * the core's limits and frozen.
  */
 import * as z from 'zod/mini';
-import { describeIssues, readJsonFile } from './json-file.ts';
+import { describeIssues, readJsonFile } from '../config/json-file.ts';
 import { atollError } from '../core/errors.ts';
-import { DEFAULT_LAB_SPEC, type EdgeSiteSpec, edgeSiteName, type LabSpec, labSpecProblems, type NatType } from '../core/lab/spec.ts';
+import { DEFAULT_LAB_SPEC, type EdgeSiteSpec, edgeSiteName, type LabSpec, labSpecProblems, type NatType } from './plan/spec.ts';
 
 const natType = z.enum(['endpoint-independent', 'symmetric']);
 

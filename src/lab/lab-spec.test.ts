@@ -4,7 +4,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { labPodsFromFlag, labSpecFromFlags, labSpecSchema } from './lab-spec.ts';
-import { DEFAULT_LAB_SPEC, labUsesUdp } from '../core/lab/spec.ts';
+import { DEFAULT_LAB_SPEC, labUsesUdp } from './plan/spec.ts';
 import { AtollError } from '../core/errors.ts';
 
 test('no flags: the default spec', () => {

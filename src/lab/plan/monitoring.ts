@@ -1,11 +1,11 @@
 /**
  * `atoll lab run --prometheus`: a real Prometheus in the controller's namespace scrapes every agent, the controller
- * and the relay over the lab's monitoring network (src/core/lab/plan.ts `LAB_MONITOR`), and the lab checks its PromQL
+ * and the relay over the lab's monitoring network (src/lab/plan/plan.ts `LAB_MONITOR`), and the lab checks its PromQL
  * answers against what the plan knows. Pure: the Prometheus configuration, the queries and what each should answer.
  */
 import { CLOUD_SITE, labUsesUdp } from './spec.ts';
 import { expectedPath, LAB_MONITOR, type LabPlan, udpBlockedAt } from './plan.ts';
-import { PEER_PATH_KINDS, type PeerPathKind } from '../tunnel/status.ts';
+import { PEER_PATH_KINDS, type PeerPathKind } from '../../core/tunnel/status.ts';
 
 /** Where the lab's Prometheus listens, inside the controller's namespace (loopback only). */
 export const LAB_PROMETHEUS_LISTEN = '127.0.0.1:9090';

@@ -2,8 +2,8 @@
  * The one wrapper around `tc`: qdisc changes go through `tc -batch -` (one process for many lines), in a network
  * namespace when asked. Only the lab uses it, for the delay and rate of edge uplinks.
  */
-import { atollError } from '../core/errors.ts';
-import { type Exec, exec as realExec } from './exec.ts';
+import { atollError } from '../../core/errors.ts';
+import { type Exec, exec as realExec } from '../../adapters/exec.ts';
 
 export class Tc {
   readonly #exec: Exec;

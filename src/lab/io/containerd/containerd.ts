@@ -26,8 +26,8 @@ import { closeSync, existsSync, openSync } from 'node:fs';
 import { mkdir, readFile, readdir, readlink, rmdir, writeFile } from 'node:fs/promises';
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
-import { pollUntil } from '../../core/retry.ts';
-import { sleep, wallClock } from '../timers.ts';
+import { pollUntil } from '../../../core/retry.ts';
+import { sleep, wallClock } from '../../../adapters/timers.ts';
 import { connectCri, type CriClient } from './cri-client.ts';
 import { buildPauseImage, PAUSE_IMAGE_REF } from './pause-image.ts';
 

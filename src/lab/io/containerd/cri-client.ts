@@ -7,12 +7,12 @@
  * in `cri-api.proto` beside this file (a field-number-exact subset of k8s.io/cri-api).
  */
 import { join } from 'node:path';
-import { installRoot } from '../install-root.ts';
+import { installRoot } from '../../../adapters/install-root.ts';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 
 /** The proto file with the CRI subset, next to this module. */
-export const CRI_PROTO_PATH = join(installRoot(), 'src', 'adapters', 'containerd', 'cri-api.proto');
+export const CRI_PROTO_PATH = join(installRoot(), 'src', 'lab', 'io', 'containerd', 'cri-api.proto');
 
 /** Default deadline for one CRI call; RunPodSandbox includes the CNI ADD, so it is generous. */
 export const DEFAULT_CRI_DEADLINE_MS = 60_000;

@@ -1,9 +1,9 @@
 /**
  * The lab's Kubernetes mode (`atoll lab up|run --kubernetes`) as data: where the control plane listens in the cloud,
  * the labels each node's kubelet registers its Node with, and the Pod object of each lab pod. Pure; src/lab starts
- * the processes (src/adapters/kube/control-plane.ts, src/adapters/kube/kubelet.ts).
+ * the processes (src/lab/io/kube/control-plane.ts, src/lab/io/kube/kubelet.ts).
  */
-import { LABEL_COMMUNITY, LABEL_KUBEEDGE_EDGE, LABEL_OPENYURT_EDGE, LABEL_SITE } from '../kube/placement.ts';
+import { LABEL_COMMUNITY, LABEL_KUBEEDGE_EDGE, LABEL_OPENYURT_EDGE, LABEL_SITE } from '../../core/kube/placement.ts';
 import { LAB_BLOCK_BITS, LAB_CLUSTER_CIDR, LAB_CONTROLLER_PORT, LAB_POD_NAMESPACE, LAB_RELAY_PORT, type LabNode, type LabPlan, type LabPod } from './plan.ts';
 import { CLOUD_SITE, type LabSpec, labUsesUdp } from './spec.ts';
 

@@ -1,6 +1,6 @@
 /**
  * What `atoll lab` builds, as data: a cloud site with public addresses and edge sites behind NAT routers, their
- * sizes and conditions. Pure. `src/config/lab-spec.ts` turns flags or a JSON file into a {@link LabSpec};
+ * sizes and conditions. Pure. `src/lab/lab-spec.ts` turns flags or a JSON file into a {@link LabSpec};
  * `./plan.ts` turns a spec into namespaces, links, addresses, rules and agent configurations.
  */
 

@@ -6,8 +6,8 @@
  */
 import { readdirSync, readFileSync, readlinkSync, statSync } from 'node:fs';
 import { join } from 'node:path';
-import { pollUntil } from '../core/retry.ts';
-import { sleep, wallClock } from './timers.ts';
+import { pollUntil } from '../../core/retry.ts';
+import { sleep, wallClock } from '../../adapters/timers.ts';
 
 /** Where `ip netns add` keeps named network namespaces. */
 export const NETNS_DIR = '/var/run/netns';

@@ -7,7 +7,7 @@
  */
 import { copyFile, mkdir, symlink } from 'node:fs/promises';
 import { join } from 'node:path';
-import { packImage } from './image-archive.ts';
+import { packImage } from '../../../adapters/containerd/image-archive.ts';
 
 /** Image reference the harness configures as containerd's `sandbox_image`. */
 export const PAUSE_IMAGE_REF = 'localhost/atoll-pause:test';
@@ -48,7 +48,7 @@ export async function buildPauseImage(dir: string): Promise<string> {
   const rootfs = join(dir, 'rootfs');
   await writeRootfs(rootfs);
   const tarball = join(dir, 'atoll-pause.tar');
-  await packImage({ rootfs, work: join(dir, 'image'), out: tarball, ref: PAUSE_IMAGE_REF, createdBy: 'atoll src/adapters/containerd/pause-image.ts',
+  await packImage({ rootfs, work: join(dir, 'image'), out: tarball, ref: PAUSE_IMAGE_REF, createdBy: 'atoll src/lab/io/containerd/pause-image.ts',
     config: { Entrypoint: ['/bin/sleep'], Cmd: ['1000000'], Env: ['PATH=/bin'], WorkingDir: '/' } });
   return tarball;
 }
