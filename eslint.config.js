@@ -60,7 +60,7 @@ const layers = {
 };
 
 const nodeBuiltins = { group: ['node:*'], message: 'src/core and src/lab/plan are pure: no node: imports (put I/O in src/adapters or src/lab/io).' };
-const koffi = { name: 'koffi', message: 'only src/adapters calls the kernel through FFI (netlink.ts, netns.ts, tun.ts).' };
+const koffi = { name: 'koffi', message: 'only src/adapters calls the kernel through FFI (src/adapters/kernel: netlink.ts, netns.ts; src/adapters/tunnel: tun.ts, udp-batch.ts, ...).' };
 // Only src/adapters starts processes (and src/lab/io, the lab's own adapters) or loads koffi (one wrapper per kernel
 // tool). test/, bench/ and scripts/ are harnesses outside the layers: they start agents, etcd and iperf3 themselves.
 const processes = [

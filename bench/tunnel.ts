@@ -38,7 +38,7 @@ import { cpus, loadavg, release, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { LAB_STATE_DIR } from '../src/lab/io/lab-state.ts';
-import { statusSocketOf } from '../src/adapters/status-socket.ts';
+import { statusSocketOf } from '../src/adapters/ops/status-socket.ts';
 import type { TunnelStatus } from '../src/core/tunnel/status.ts';
 import { isRoot } from '../test/support/netns.ts';
 import { until } from '../test/support/wait.ts';

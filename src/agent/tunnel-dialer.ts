@@ -6,9 +6,9 @@
 import type { Logger } from '../core/ports.ts';
 import { Backoff, type BackoffInit } from '../core/retry.ts';
 import { sleep } from '../adapters/timers.ts';
-import type { TunnelCredentials } from '../adapters/tunnel-credentials.ts';
-import { dialTunnel } from '../adapters/tunnel-dial.ts';
-import type { TunnelStream } from '../adapters/tunnel-stream.ts';
+import type { TunnelCredentials } from '../adapters/tunnel/tunnel-credentials.ts';
+import { dialTunnel } from '../adapters/tunnel/tunnel-dial.ts';
+import type { TunnelStream } from '../adapters/tunnel/tunnel-stream.ts';
 
 /** A stream that lived this long resets the dial backoff. */
 const STABLE_STREAM_MS = 5000;

@@ -8,7 +8,7 @@
  * Safety: everything happens inside the run's namespaces; processes are stopped by PID (the ones the lab started);
  * every wait is bounded; a fault that throws still restores the uplink it cut.
  */
-import { keeperSocketOf, stopKeeper } from '../adapters/keeper.ts';
+import { keeperSocketOf, stopKeeper } from '../adapters/tunnel/keeper.ts';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -22,10 +22,10 @@ import { LAB_NODE_DELETE_GRACE_SECONDS, labChartEndpoints } from './plan/kuberne
 import { removeContainerdLeftovers } from './io/containerd/containerd.ts';
 import { verdictOf } from './plan/report.ts';
 import { NFT_TABLE } from '../core/overlay/nft.ts';
-import { IpRoute2 } from '../adapters/iproute2.ts';
-import { readTunnelStatus, statusSocketOf } from '../adapters/status-socket.ts';
+import { IpRoute2 } from '../adapters/kernel/iproute2.ts';
+import { readTunnelStatus, statusSocketOf } from '../adapters/ops/status-socket.ts';
 import { renderPeers } from '../core/tunnel/status.ts';
-import { Nft } from '../adapters/nft.ts';
+import { Nft } from '../adapters/kernel/nft.ts';
 import { Child } from './io/child-process.ts';
 import {
   ATOLL_ROLL_TAG, type AtollComponent, checkService, type ContainerRestart, crashSandbox, exposePod, killAtollContainer, KubePods, type LabKubernetes, nodesRunning, podIps, recreateStatefulPod, rollAgents, scaleController,

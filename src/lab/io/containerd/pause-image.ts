@@ -7,7 +7,7 @@
  */
 import { copyFile, mkdir, symlink } from 'node:fs/promises';
 import { join } from 'node:path';
-import { packImage } from '../../../adapters/containerd/image-archive.ts';
+import { packImage } from '../../../adapters/image/image-archive.ts';
 
 /** Image reference the harness configures as containerd's `sandbox_image`. */
 export const PAUSE_IMAGE_REF = 'localhost/atoll-pause:test';
