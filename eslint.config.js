@@ -60,7 +60,7 @@ const layers = {
 };
 
 const nodeBuiltins = { group: ['node:*'], message: 'src/core and src/lab/plan are pure: no node: imports (put I/O in src/adapters or src/lab/io).' };
-const koffi = { name: 'koffi', message: 'only src/adapters calls the kernel through FFI (src/adapters/kernel: netlink.ts, netns.ts; src/adapters/tunnel: tun.ts, udp-batch.ts, ...).' };
+const koffi = { name: 'koffi', message: 'only src/adapters calls the kernel through FFI (libc through src/adapters/kernel/libc.ts; bin/libatoll-dp.so through src/adapters/tunnel/native-library.ts).' };
 // Only src/adapters starts processes (and src/lab/io, the lab's own adapters) or loads koffi (one wrapper per kernel
 // tool). test/, bench/ and scripts/ are harnesses outside the layers: they start agents, etcd and iperf3 themselves.
 const processes = [
@@ -68,6 +68,18 @@ const processes = [
   { name: 'child_process', message: 'only src/adapters starts processes: call an adapter (exec.ts, iproute2.ts, ...; the lab: src/lab/io/child-process.ts).' },
   koffi,
 ];
+
+// libc is opened in one module, which declares every call into it (typed); a `load` of libc anywhere else fails
+const libcLoad = {
+  selector: "CallExpression:matches([callee.property.name='load'], [callee.name='load']):matches([arguments.0.value=/libc/], [arguments.0.quasis.0.value.raw=/libc/])",
+  message: 'libc is opened only in src/adapters/kernel/libc.ts: declare the call there (typed) and import it.',
+};
+// an ESM import of either module makes Node read every export of it, lazy getters included: http's WebSocket loads
+// undici and http2 (13 MB of RSS), util's setTraceSigInt worker_threads (docs/architecture.md, "Memory")
+const httpUtil = {
+  selector: "ImportDeclaration[importKind='value'][source.value=/^node:(http|util)$/]",
+  message: "read node:http and node:util with process.getBuiltinModule('node:http') (types by `import type`): their ESM facade loads undici, http2 and worker_threads.",
+};
 
 export default tseslint.config(
   { ignores: ['node_modules/**', 'bin/**', 'build/**'] },
@@ -94,15 +106,8 @@ export default tseslint.config(
     ignores: ['**/*.test.ts'],
     rules: { 'no-restricted-imports': ['error', { paths: processes, patterns: [nodeBuiltins] }] },
   },
-  {
-    // an ESM import of either module makes Node read every export of it, lazy getters included: http's WebSocket
-    // loads undici and http2 (13 MB of RSS), util's setTraceSigInt worker_threads (docs/architecture.md, "Memory")
-    files: ['src/**/*.ts'],
-    rules: {
-      'no-restricted-syntax': ['error', {
-        selector: "ImportDeclaration[importKind='value'][source.value=/^node:(http|util)$/]",
-        message: "read node:http and node:util with process.getBuiltinModule('node:http') (types by `import type`): their ESM facade loads undici, http2 and worker_threads.",
-      }],
-    },
-  },
+  // no-restricted-syntax likewise: the last of these that matches a file decides
+  { files: ['**/*.ts'], rules: { 'no-restricted-syntax': ['error', libcLoad] } },
+  { files: ['src/**/*.ts'], rules: { 'no-restricted-syntax': ['error', httpUtil, libcLoad] } },
+  { files: ['src/adapters/kernel/libc.ts'], rules: { 'no-restricted-syntax': ['error', httpUtil] } },
 );

@@ -34,6 +34,7 @@ import {
   NLM_F_ACK, NLM_F_DUMP_INTR, NLMSG_DONE, NLMSG_ERROR, type NlMessage, type NlRequest, type RouteInfo, RTM_DELLINK,
 } from '../../core/net/netlink-codec.ts';
 import { errnoText } from './errno.ts';
+import { netlinkCalls } from './libc.ts';
 
 /**
  * Each send that waits in the kernel holds one libuv pool thread. With the default 4, a burst of 30 DELs deletes
@@ -78,40 +79,9 @@ const DUMP_RECV_TIMEOUT_US = 5_000_000;
 /** Interrupted dumps (the objects changed while listed) are taken again this many times, then reported. */
 const DUMP_TRIES = 4;
 
-type Callback<T> = (err: unknown, res: T) => void;
-interface AsyncFn<A extends unknown[], R> {
-  (...args: A): R;
-  async: (...args: [...A, Callback<R>]) => void;
-}
-
-interface Libc {
-  socket: AsyncFn<[number, number, number], number>;
-  bind: AsyncFn<[number, Buffer, number], number>;
-  setsockopt: AsyncFn<[number, number, number, Buffer, number], number>;
-  send: AsyncFn<[number, Uint8Array, number, number], number>;
-  recv: AsyncFn<[number, Buffer, number, number], number>;
-  close: AsyncFn<[number], number>;
-}
-
-let libc: Libc | undefined;
-
-function load(): Libc {
-  if (libc) return libc;
-  const lib = koffi.load('libc.so.6');
-  libc = {
-    socket: lib.func('int socket(int domain, int type, int protocol)') as Libc['socket'],
-    bind: lib.func('int bind(int fd, const void *addr, uint32_t len)') as Libc['bind'],
-    setsockopt: lib.func('int setsockopt(int fd, int level, int optname, const void *optval, uint32_t optlen)') as Libc['setsockopt'],
-    send: lib.func('intptr_t send(int fd, const void *buf, size_t len, int flags)') as Libc['send'],
-    recv: lib.func('intptr_t recv(int fd, _Out_ void *buf, size_t len, int flags)') as Libc['recv'],
-    close: lib.func('int close(int fd)') as Libc['close'],
-  };
-  return libc;
-}
-
 /** Loads libc's socket calls; call once at start-up so the first CNI request pays nothing for it. */
 export function initNetlink(): void {
-  load();
+  netlinkCalls();
 }
 
 /** The outcome of one request of an exchange. */
@@ -156,7 +126,7 @@ export class RtnlSocket {
    * @throws AtollError KERNEL_OP_FAILED with the errno.
    */
   static open(where = "the agent's namespace", protocol = NETLINK_ROUTE): RtnlSocket {
-    const c = load();
+    const c = netlinkCalls();
     const fd = c.socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, protocol);
     if (fd < 0) throw atollError('KERNEL_OP_FAILED', `netlink: opening a netlink socket (protocol ${protocol}) in ${where} failed: ${errnoText(koffi.errno())}`);
     const one = Buffer.alloc(4);
@@ -171,7 +141,7 @@ export class RtnlSocket {
   close(): void {
     if (this.#closed) return;
     this.#closed = true;
-    load().close(this.#fd);
+    netlinkCalls().close(this.#fd);
   }
 
   /**
@@ -271,7 +241,7 @@ export class RtnlSocket {
       const timeout = Buffer.alloc(16); // struct timeval
       timeout.writeBigInt64LE(BigInt(Math.floor(DUMP_RECV_TIMEOUT_US / 1e6)), 0);
       timeout.writeBigInt64LE(BigInt(DUMP_RECV_TIMEOUT_US % 1e6), 8);
-      load().setsockopt(this.#fd, SOL_SOCKET, SO_RCVTIMEO, timeout, timeout.length);
+      netlinkCalls().setsockopt(this.#fd, SOL_SOCKET, SO_RCVTIMEO, timeout, timeout.length);
       this.#bounded = true;
     }
     if (this.#seq + 1 >= 0x7fffffff) this.#seq = 1;
@@ -282,7 +252,7 @@ export class RtnlSocket {
     let interrupted = false;
     for (;;) {
       const n = await new Promise<number>((resolve, reject) => {
-        load().recv.async(this.#fd, rx, rx.length, MSG_TRUNC, (err, r) => (err ? reject(err as Error) : resolve(r < 0 ? -koffi.errno() : r)));
+        netlinkCalls().recv.async(this.#fd, rx, rx.length, MSG_TRUNC, (err, r) => (err ? reject(err as Error) : resolve(r < 0 ? -koffi.errno() : r)));
       });
       if (n === -EINTR) continue;
       if (n < 0) {
@@ -344,7 +314,7 @@ export class RtnlSocket {
   /** `send()` on a pool thread; resolves with its return value (negative errno on failure). */
   #send(bytes: Uint8Array): Promise<number> {
     return new Promise((resolve, reject) => {
-      load().send.async(this.#fd, bytes, bytes.length, 0, (err, n) => {
+      netlinkCalls().send.async(this.#fd, bytes, bytes.length, 0, (err, n) => {
         if (err) reject(err as Error);
         else resolve(n < 0 ? -koffi.errno() : n);
       });
@@ -353,7 +323,7 @@ export class RtnlSocket {
 
   /** Every message queued on the socket, read with non-blocking `recv()` until there is none. */
   #drain(): NlMessage[] {
-    const c = load();
+    const c = netlinkCalls();
     const out: NlMessage[] = [];
     for (;;) {
       const n = c.recv(this.#fd, drainBuffer, drainBuffer.length, MSG_DONTWAIT);
@@ -398,7 +368,7 @@ export class LinkWatch {
    * @throws AtollError KERNEL_OP_FAILED with the errno.
    */
   static open(where = "the agent's namespace"): LinkWatch {
-    const c = load();
+    const c = netlinkCalls();
     const fd = c.socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
     if (fd < 0) throw atollError('KERNEL_OP_FAILED', `netlink: opening a link watch in ${where} failed: ${errnoText(koffi.errno())}`);
     const addr = Buffer.alloc(12); // sockaddr_nl: family, pad, port ID 0 (the kernel picks), groups
@@ -442,12 +412,12 @@ export class LinkWatch {
     if (this.#closed) return;
     this.#closed = true;
     this.#waiters.clear();
-    if (!this.#reading) load().close(this.#fd);
+    if (!this.#reading) netlinkCalls().close(this.#fd);
   }
 
   async #read(): Promise<void> {
     this.#reading = true;
-    const c = load();
+    const c = netlinkCalls();
     try {
       while (!this.#closed && this.#waiters.size > 0) {
         const n = await new Promise<number>((resolve, reject) => {

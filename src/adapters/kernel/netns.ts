@@ -8,18 +8,11 @@
  * This saves the 1 to 13 ms of `nsenter` or of moving links between namespaces (moving a link costs about 13 ms).
  */
 import { closeSync, openSync } from 'node:fs';
-import koffi from 'koffi';
+import { setnsCall } from './libc.ts';
 
 const CLONE_NEWNET = 0x40000000;
 
-type SetnsFn = (fd: number, nstype: number) => number;
-let setnsFn: SetnsFn | undefined;
 let hostFd: number | undefined;
-
-function setns(): SetnsFn {
-  setnsFn ??= koffi.load('libc.so.6').func('int setns(int fd, int nstype)') as SetnsFn;
-  return setnsFn;
-}
 
 /** Opens a handle on the agent's own network namespace, once. Call at start-up, before any switch. */
 function hostNamespace(): number {
@@ -36,11 +29,11 @@ export function inNetns<T>(nsPath: string, fn: () => T): T {
   const back = hostNamespace();
   const fd = openSync(nsPath, 'r');
   try {
-    if (setns()(fd, CLONE_NEWNET) !== 0) throw new Error(`setns into ${nsPath} failed: is it a network namespace?`);
+    if (setnsCall()(fd, CLONE_NEWNET) !== 0) throw new Error(`setns into ${nsPath} failed: is it a network namespace?`);
     try {
       return fn();
     } finally {
-      if (setns()(back, CLONE_NEWNET) !== 0) {
+      if (setnsCall()(back, CLONE_NEWNET) !== 0) {
         process.stderr.write(`atoll: could not return to the host network namespace after entering ${nsPath}\n`);
         process.abort();
       }
@@ -53,5 +46,5 @@ export function inNetns<T>(nsPath: string, fn: () => T): T {
 /** Prepares the namespace handles; call once at start-up so the first CNI request pays nothing for it. */
 export function initNetns(): void {
   hostNamespace();
-  setns();
+  setnsCall();
 }

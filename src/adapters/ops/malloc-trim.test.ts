@@ -1,16 +1,13 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
-import koffi from 'koffi';
+import { testCalls } from '../kernel/libc.ts';
 import { trimMalloc } from './malloc-trim.ts';
 
 const rssAnonKiB = () => Number(/RssAnon:\s+(\d+)/.exec(readFileSync('/proc/self/status', 'utf8'))?.[1]);
 
 test('trimMalloc gives the free pages inside the C heap back: 32 MiB freed below live blocks stay resident until it runs', () => {
-  const libc = koffi.load('libc.so.6');
-  const malloc = libc.func('void *malloc(size_t n)');
-  const free = libc.func('void free(void *p)');
-  const memset = libc.func('void *memset(void *p, int c, size_t n)');
+  const { malloc, free, memset } = testCalls();
   const SIZE = 32 * 1024; // under glibc's mmap threshold: from the heap
   const blocks = Array.from({ length: 2048 }, () => {
     const p = malloc(SIZE);

@@ -3,7 +3,7 @@
  * of a heap; what a process frees below it (OpenSSL's buffers, libuv's requests, koffi's calls) stays resident until
  * a trim. The agent trims after each resync (docs/architecture.md, "Memory").
  */
-import koffi from 'koffi';
+import { mallocTrimCall } from '../kernel/libc.ts';
 
 let trim: ((pad: number) => number) | undefined | null;
 
@@ -11,7 +11,7 @@ let trim: ((pad: number) => number) | undefined | null;
 export function trimMalloc(): void {
   if (trim === undefined) {
     try {
-      trim = koffi.load('libc.so.6').func('int malloc_trim(size_t pad)') as (pad: number) => number;
+      trim = mallocTrimCall();
     } catch {
       trim = null;
     }

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import { type AddressInfo, connect, createServer, type Server, type Socket } from 'node:net';
-import koffi from 'koffi';
+import { testCalls } from '../kernel/libc.ts';
 import { type SpliceJoin, SpliceJoins } from './splice-native.ts';
 import { until } from '../../../test/support/wait.ts';
 
@@ -94,7 +94,7 @@ describe('sockets joined in the kernel (the relay\'s circuits)', () => {
 
   test('each direction\'s pipe starts at 64 KiB and grows to 1 MiB only once that direction carries bulk', async () => {
     const server = await listening();
-    const fcntl = koffi.load('libc.so.6').func('int fcntl(int fd, int cmd, int arg)') as (fd: number, cmd: number, arg: number) => number;
+    const { fcntl } = testCalls();
     const F_GETPIPE_SZ = 1032;
     const pipes = () => new Set(readdirSync('/proc/self/fd').filter((fd) => {
       try {

@@ -25,6 +25,7 @@ import { ipSync } from '../kernel/iproute2.ts';
 import { inNetns } from '../kernel/netns.ts';
 import { SlabPool } from './slab-pool.ts';
 import { errnoText } from '../kernel/errno.ts';
+import { type TunCalls, tunCalls } from '../kernel/libc.ts';
 
 const O_RDWR = 2;
 const O_NONBLOCK = 0o4000;
@@ -50,31 +51,6 @@ export const TUN_GSO_MAX_SIZE = 65_536;
 export const TUN_READ_SIZE = TUN_GSO_MAX_SIZE + 10;
 /** At most this many packets are drained per wake-up, so one busy device cannot starve the event loop. */
 const MAX_BATCH = 256;
-interface Libc {
-  open: (path: string, flags: number) => number;
-  ioctlPtr: (fd: number, req: number, arg: Buffer) => number;
-  ioctlVal: (fd: number, req: number, arg: number) => number;
-  read: (fd: number, buf: Uint8Array, len: number) => number;
-  write: (fd: number, buf: Uint8Array, len: number) => number;
-  close: (fd: number) => number;
-}
-
-let libc: Libc | undefined;
-
-function load(): Libc {
-  if (libc) return libc;
-  const lib = koffi.load('libc.so.6');
-  libc = {
-    open: lib.func('int open(const char *path, int flags)') as Libc['open'],
-    ioctlPtr: lib.func('ioctl', 'int', ['int', 'unsigned long', 'void *']) as Libc['ioctlPtr'],
-    ioctlVal: lib.func('ioctl', 'int', ['int', 'unsigned long', 'unsigned long']) as Libc['ioctlVal'],
-    read: lib.func('intptr_t read(int fd, _Out_ void *buf, size_t len)') as Libc['read'],
-    write: lib.func('intptr_t write(int fd, const void *buf, size_t len)') as Libc['write'],
-    close: lib.func('int close(int fd)') as Libc['close'],
-  };
-  return libc;
-}
-
 function tunError(name: string, what: string, errno: number): Error {
   return Object.assign(atollError('KERNEL_OP_FAILED', `TUN device ${name}: ${what} failed: ${errnoText(errno)}`,
     'run as root with /dev/net/tun present (modprobe tun); check `ip -d link show` for a foreign device of that name'), { errno });
@@ -108,7 +84,7 @@ export class TunDevice {
   readonly name: string;
   readonly fd: number;
   readonly stats: TunStats = { packetsRead: 0, bytesRead: 0, packetsWritten: 0, bytesWritten: 0, writeErrors: 0, lastWriteErrno: 0 };
-  private readonly lib: Libc;
+  private readonly lib: TunCalls;
   private watcher: Socket | undefined;
   /** Packets are read into its slabs, reused once their packets were released. */
   private readonly pool = new SlabPool();
@@ -117,7 +93,7 @@ export class TunDevice {
   constructor(name: string, fd: number) {
     this.name = name;
     this.fd = fd;
-    this.lib = load();
+    this.lib = tunCalls();
   }
 
   /**
@@ -240,7 +216,7 @@ export function openTun(opts: OpenTunOptions): TunDevice {
   if (Buffer.byteLength(name) >= IFNAMSIZ || name.length === 0) {
     throw atollError('KERNEL_OP_FAILED', `TUN device name ${JSON.stringify(name)} is empty or longer than 15 bytes`, 'pick a shorter name');
   }
-  const lib = load();
+  const lib = tunCalls();
   const create = (): number => {
     const fd = lib.open('/dev/net/tun', O_RDWR | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) throw tunError(name, 'opening /dev/net/tun', koffi.errno());
@@ -269,7 +245,7 @@ function bringUp(opts: OpenTunOptions, fd: number): TunDevice {
     if (opts.mtu !== undefined) set.push('mtu', String(opts.mtu));
     ipSync([...set, 'up'], `TUN device ${opts.name}`, { netns: opts.netns });
   } catch (err) {
-    load().close(fd);
+    tunCalls().close(fd);
     throw err;
   }
   return new TunDevice(opts.name, fd);
@@ -281,7 +257,7 @@ function bringUp(opts: OpenTunOptions, fd: number): TunDevice {
  * is not attached to that device with the virtio-net header (the device was deleted meanwhile, or another one).
  */
 export function adoptTun(fd: number, opts: OpenTunOptions): TunDevice | undefined {
-  const lib = load();
+  const lib = tunCalls();
   const ifr = Buffer.alloc(IFREQ_SIZE);
   const attached = lib.ioctlPtr(fd, TUNGETIFF, ifr) === 0;
   const name = ifr.subarray(0, IFNAMSIZ).toString('utf8').replace(/\0.*$/s, '');

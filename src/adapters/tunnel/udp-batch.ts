@@ -37,6 +37,7 @@
 import koffi from 'koffi';
 import { atollError } from '../../core/errors.ts';
 import { errnoText } from '../kernel/errno.ts';
+import { type UdpCalls, udpCalls } from '../kernel/libc.ts';
 
 const AF_INET = 2;
 const SOCK_DGRAM = 2;
@@ -99,50 +100,13 @@ export interface UdpBatchStats {
   receiveErrors: number;
 }
 
-interface Libc {
-  malloc: (n: number) => unknown;
-  free: (p: unknown) => void;
-  socket: (domain: number, type: number, protocol: number) => number;
-  setsockopt: (fd: number, level: number, name: number, value: Int32Array, len: number) => number;
-  bind: (fd: number, addr: Uint8Array, len: number) => number;
-  getsockname: (fd: number, addr: Uint8Array, len: Int32Array) => number;
-  sendto: (fd: number, buf: Uint8Array, len: number, flags: number, addr: Uint8Array, addrLen: number) => number;
-  recvmmsg: (fd: number, vec: unknown, vlen: number, flags: number, timeout: null) => number;
-  usleep: { async: (us: number, cb: (err: unknown, rc: number) => void) => void };
-  poll: { async: (fds: unknown, n: number, timeout: number, cb: (err: unknown, rc: number) => void) => void };
-  shutdown: (fd: number, how: number) => number;
-  close: (fd: number) => number;
-}
-
-let libc: Libc | undefined;
-
-function load(): Libc {
-  if (libc) return libc;
-  const lib = koffi.load('libc.so.6');
-  libc = {
-    malloc: lib.func('void *malloc(size_t n)') as Libc['malloc'],
-    free: lib.func('void free(void *p)') as Libc['free'],
-    socket: lib.func('int socket(int domain, int type, int protocol)') as Libc['socket'],
-    setsockopt: lib.func('int setsockopt(int fd, int level, int name, const int *value, int len)') as Libc['setsockopt'],
-    bind: lib.func('int bind(int fd, const uint8_t *addr, int len)') as Libc['bind'],
-    getsockname: lib.func('int getsockname(int fd, _Out_ uint8_t *addr, _Inout_ int *len)') as Libc['getsockname'],
-    sendto: lib.func('intptr_t sendto(int fd, const uint8_t *buf, size_t len, int flags, const uint8_t *addr, int addrlen)') as Libc['sendto'],
-    recvmmsg: lib.func('int recvmmsg(int fd, void *vec, unsigned int vlen, int flags, void *timeout)') as Libc['recvmmsg'],
-    usleep: lib.func('int usleep(unsigned int us)') as unknown as Libc['usleep'],
-    poll: lib.func('int poll(void *fds, unsigned long nfds, int timeout)') as unknown as Libc['poll'],
-    shutdown: lib.func('int shutdown(int fd, int how)') as Libc['shutdown'],
-    close: lib.func('int close(int fd)') as Libc['close'],
-  };
-  return libc;
-}
-
 /** The `recvmmsg` vector in malloc'd memory (the kernel writes into it from a pool thread: it must not move). */
 class Ring {
   readonly mem: unknown;
   readonly #bytes: Uint8Array;
   readonly #view: DataView;
 
-  constructor(c: Libc) {
+  constructor(c: UdpCalls) {
     this.mem = c.malloc(RING_BYTES);
     if (!this.mem) throw atollError('KERNEL_OP_FAILED', `malloc of ${RING_BYTES} bytes for the UDP receive ring failed`, 'give the agent more memory');
     this.#bytes = new Uint8Array(koffi.view(this.mem, RING_BYTES));
@@ -215,7 +179,7 @@ export class UdpBatchSocket {
   /** The bound port. */
   readonly port: number;
   readonly stats: UdpBatchStats = { batches: 0, buffers: 0, waits: 0, receiveErrors: 0 };
-  readonly #c: Libc;
+  readonly #c: UdpCalls;
   readonly #ring: Ring;
   readonly #sources = new SourceCache();
   #onMessages: ((n: number) => void) | undefined;
@@ -239,7 +203,7 @@ export class UdpBatchSocket {
    *   a socket option the datagram path needs is refused or `adopted` is not a bound IPv4 UDP socket.
    */
   constructor(init: UdpBatchSocketInit, adopted?: number) {
-    const c = load();
+    const c = udpCalls();
     this.#c = c;
     const fd = adopted ?? c.socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     if (fd < 0) throw atollError('KERNEL_OP_FAILED', `socket(AF_INET, SOCK_DGRAM) for the tunnel's UDP port failed: ${errnoText(koffi.errno())}`, 'check the agent\'s limits (ulimit -n)');
