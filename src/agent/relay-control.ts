@@ -11,7 +11,7 @@ import type { CircuitReady, CircuitRefused, ControlMessage, PeerMessage, PunchAc
 import type { TunnelCredentials } from '../adapters/tunnel/tunnel-credentials.ts';
 import { dialTunnel, joinCircuit } from '../adapters/tunnel/tunnel-dial.ts';
 import type { TunnelStream } from '../adapters/tunnel/tunnel-stream.ts';
-import { keepDialled } from './tunnel-dialer.ts';
+import { keepDialled } from './keep-dialled.ts';
 
 /** A request to the relay or, through it, to a peer is answered within this long, or it failed. */
 const ASK_TIMEOUT_MS = 5000;

@@ -11,7 +11,7 @@ import { monotonicClock, sleep } from '../adapters/timers.ts';
 import type { StreamKind } from '../adapters/tunnel/tunnel-endpoint.ts';
 import type { TunnelStream } from '../adapters/tunnel/tunnel-stream.ts';
 import type { RelayControl } from './relay-control.ts';
-import { untilClosed } from './tunnel-dialer.ts';
+import { untilClosed } from './keep-dialled.ts';
 
 /** A circuit that failed is asked for again after this long, doubling up to CIRCUIT_RETRY_MAX_MS. */
 const CIRCUIT_RETRY_MIN_MS = 250;

@@ -1,7 +1,7 @@
 /**
  * The agent's cross-site tunnel, wired together: the TUN device, the tunnel endpoint (packets to and from peers'
  * streams, with the source check), the routes of the peers' blocks into the TUN device (tunnel-routes.ts), and the
- * streams: an edge node dials every cloud peer (reconnecting with backoff, tunnel-dialer.ts), a cloud node listens
+ * streams: an edge node dials every cloud peer (reconnecting with backoff, keep-dialled.ts), a cloud node listens
  * and accepts only peers whose key matches a registered peer's `tunnelKey`; edge peers of one community reach each
  * other through the relay (relay-control.ts): in circuits (tunnel-circuits.ts) until and whenever they have a
  * hole-punched direct stream (punch.ts). What to do comes from the pure plan (src/core/tunnel/plan.ts) on every peer
@@ -43,7 +43,7 @@ import type { TunnelStream } from '../adapters/tunnel/tunnel-stream.ts';
 import { Puncher } from './punch.ts';
 import { type RelayAddress, RelayControl } from './relay-control.ts';
 import { TunnelCircuits } from './tunnel-circuits.ts';
-import { keepDialled } from './tunnel-dialer.ts';
+import { keepDialled } from './keep-dialled.ts';
 import { syncTunnelRoutes } from './tunnel-routes.ts';
 
 export interface TunnelComponents {

@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { handleCni } from './handler.ts';
+import { handleCni } from './cni-handler.ts';
 import type { PodNetworkPort } from '../core/cni-spec/ports.ts';
 import { atollError } from '../core/errors.ts';
 
