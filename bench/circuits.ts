@@ -1,6 +1,6 @@
 /**
  * The relay's circuits at scale, side by side in one run: many TCP pairs joined by a relay process, on loopback.
- *   ours       the joins of src/adapters/splice-native.ts (the relay's own: splice(2) on the library's epoll threads);
+ *   ours       the joins of src/adapters/tunnel/splice-native.ts (the relay's own: splice(2) on the library's epoll threads);
  *   reference  Node's stream piping, `a.pipe(b)` and `b.pipe(a)`: the plain Node relay (how Atoll's first relay
  *              joined circuits: a `data` event, a Buffer and a write per chunk).
  *
@@ -21,7 +21,7 @@ import { type AddressInfo, connect, createServer, type Socket } from 'node:net';
 import { cpus, loadavg, release } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { SpliceJoins } from '../src/adapters/splice-native.ts';
+import { SpliceJoins } from '../src/adapters/tunnel/splice-native.ts';
 import { until } from '../test/support/wait.ts';
 import { cleanUpOnExit, exitStatus, fmt, intOption, median, parseBenchArgs, runBench, table } from './common.ts';
 

@@ -17,7 +17,7 @@ import { closeSync, copyFileSync, existsSync, mkdtempSync, openSync, readFileSyn
 import { cpus, loadavg, release, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setImmediate as nextTurn, setTimeout as sleep } from 'node:timers/promises';
-import { inNetns } from '../src/adapters/netns.ts';
+import { inNetns } from '../src/adapters/kernel/netns.ts';
 import { TestAgent } from '../test/support/agent.ts';
 import { addNetns, delNetns, isRoot, leftoverNetns, RUN_PREFIX } from '../test/support/netns.ts';
 import { cleanUpOnExit, exitStatus, fmt, intOption, nearestRank, parseBenchArgs, removeRunTempDirs, runBench, table } from './common.ts';

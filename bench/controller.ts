@@ -18,7 +18,7 @@ import { existsSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync 
 import { cpus, loadavg, release, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { adminRequest } from '../src/adapters/controller-client.ts';
+import { adminRequest } from '../src/adapters/node/controller-client.ts';
 import { ATOLL_BIN, PROJECT_NODE } from '../src/lab/agent-process.ts';
 import { TestAgent } from '../test/support/agent.ts';
 import { type ControllerProc, TestCloud } from '../test/support/cloud.ts';

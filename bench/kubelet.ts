@@ -1,7 +1,7 @@
 /**
  * Pods through a real kubelet, Atoll's CNI against the reference, side by side in one run on ONE node:
- *   one node namespace with a private containerd 1.6 (src/adapters/containerd/containerd.ts), a real kubelet v1.34
- *   (src/adapters/kube/kubelet.ts), a kube-apiserver, controller-manager and scheduler on its loopback
+ *   one node namespace with a private containerd 1.6 (src/lab/io/containerd/containerd.ts), a real kubelet v1.34
+ *   (src/lab/io/kube/kubelet.ts), a kube-apiserver, controller-manager and scheduler on its loopback
  *   (test/support/kube.ts), and a real `atoll agent` for that node (test/support/agent.ts) whose `atoll-cni` and
  *   conflist are in the node's CNI directories;
  *   ours       the node's CNI conf dir holds Atoll's conflist (as the agent wrote it);
@@ -46,9 +46,9 @@ import { closeSync, copyFileSync, existsSync, fstatSync, mkdirSync, mkdtempSync,
 import { cpus, loadavg, release, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { startContainerd, type Containerd } from '../src/adapters/containerd/containerd.ts';
-import { PAUSE_IMAGE_REF } from '../src/adapters/containerd/pause-image.ts';
-import { startKubelet, type Kubelet } from '../src/adapters/kube/kubelet.ts';
+import { startContainerd, type Containerd } from '../src/lab/io/containerd/containerd.ts';
+import { PAUSE_IMAGE_REF } from '../src/lab/io/containerd/pause-image.ts';
+import { startKubelet, type Kubelet } from '../src/lab/io/kube/kubelet.ts';
 import { TestAgent } from '../test/support/agent.ts';
 import { kubeBinDir, startControlPlane, type ControlPlane } from '../test/support/kube.ts';
 import { isRoot, leftoverNetns, RUN_PREFIX } from '../test/support/netns.ts';

@@ -21,10 +21,10 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'no
 import { cpus, loadavg, release, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { BridgeFdb } from '../src/adapters/bridge-fdb.ts';
+import { BridgeFdb } from '../src/adapters/kernel/bridge-fdb.ts';
 import { type Exec, exec as realExec } from '../src/adapters/exec.ts';
-import { IpRoute2 } from '../src/adapters/iproute2.ts';
-import { Nft } from '../src/adapters/nft.ts';
+import { IpRoute2 } from '../src/adapters/kernel/iproute2.ts';
+import { Nft } from '../src/adapters/kernel/nft.ts';
 import { Overlay, type OverlayInit } from '../src/agent/overlay.ts';
 import type { NodeRecord } from '../src/core/cluster/model.ts';
 import { type Cidr, formatCidr, formatIpv4, parseCidr, parseIpv4 } from '../src/core/net/ipv4.ts';

@@ -37,8 +37,8 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'no
 import { cpus, loadavg, release, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { LAB_STATE_DIR } from '../src/adapters/lab-state.ts';
-import { statusSocketOf } from '../src/adapters/status-socket.ts';
+import { LAB_STATE_DIR } from '../src/lab/io/lab-state.ts';
+import { statusSocketOf } from '../src/adapters/ops/status-socket.ts';
 import type { TunnelStatus } from '../src/core/tunnel/status.ts';
 import { isRoot } from '../test/support/netns.ts';
 import { until } from '../test/support/wait.ts';

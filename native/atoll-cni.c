@@ -1,7 +1,7 @@
 /*
  * atoll-cni: the CNI executable. A deliberately tiny native shim (see docs/architecture.md, "Why the CNI
  * executable is native"): it forwards the CNI_* environment and stdin to the node agent over a unix socket and
- * prints the agent's answer. All CNI logic lives in TypeScript (src/cni/); the wire format is src/core/cni-spec/shim-protocol.ts.
+ * prints the agent's answer. All CNI logic lives in TypeScript (src/agent/cni-handler.ts); the wire format is src/core/cni-spec/shim-protocol.ts.
  *
  * The only decisions made here are what to print when the agent cannot be reached: the spec's error object with
  * code 11 (try again later), or 50 (not available) for STATUS; and VERSION, which needs no agent, is answered

@@ -5,7 +5,7 @@
  *
  * TAG is not used: the lab passes its run's directory, so that `atoll lab down` recognises the process as its own.
  *
- * `atoll lab up` splices a namespace into an edge uplink (src/core/lab/plan.ts, LabDelayLine): two bridges, each
+ * `atoll lab up` splices a namespace into an edge uplink (src/lab/plan/plan.ts, LabDelayLine): two bridges, each
  * joining one side of the link with a persistent TAP device made with vnet_hdr. This program attaches to both TAP
  * devices and moves every frame read from one to the other DELAY_MS later, in order, both directions: a wire with a
  * constant one-way delay, as netem on both ends of the link gives. Rates stay with tbf on the link's ends.

@@ -1,5 +1,5 @@
 /*
- * libatoll-dp.so: the datagram path's per-datagram work (src/adapters/datagram-native.ts loads it with koffi), so
+ * libatoll-dp.so: the datagram path's per-datagram work (src/adapters/tunnel/datagram-native.ts loads it with koffi), so
  * that JavaScript makes one call per packet sent and one per receive ring, not several per datagram.
  *
  *   send: a TUN packet (or a TCP/IPv4 superpacket: cut into segments as the kernel's own segmentation does), each
@@ -72,7 +72,7 @@
 
 #define EXPORT __attribute__((visibility("default")))
 
-/* Drop reasons, in the order of DROP_REASONS in src/adapters/datagram-native.ts. */
+/* Drop reasons, in the order of DROP_REASONS in src/adapters/tunnel/datagram-native.ts. */
 enum { DROP_TRUNCATED, DROP_BAD_TYPE, DROP_UNKNOWN_KEY, DROP_REPLAYED, DROP_BAD_TAG, DROP_HELLO_MALFORMED, DROP_HELLO_UNKNOWN, DROPS };
 /* Result kinds (>= 0) for a datagram handed to JavaScript. */
 enum { KIND_SPARE = 0, KIND_DATA = TYPE_DATA, KIND_KEEPALIVE = TYPE_KEEPALIVE, KIND_HELLO = HELLO_TYPE };
@@ -703,7 +703,7 @@ static void finish(held *h, int32_t *results) {
  * to counts[DROPS] the datagrams seen and to counts[DROPS + 1] the copies set aside because their original came.
  * With `merge`, consecutive TCP segments of one flow in data datagrams from one peer and source address are handed on
  * as one superpacket; anything else between them ends it. Offsets count from `vec`: the ring is one block
- * (src/adapters/udp-batch.ts). @returns the results written; datagrams beyond max_results are counted as truncated.
+ * (src/adapters/tunnel/udp-batch.ts). @returns the results written; datagrams beyond max_results are counted as truncated.
  *
  * It starts at message at[0], byte at[1] of it, and stops right after handing on a hello, leaving in `at` where to go
  * on (at[0] == n: the vector is done). A hello may bring the key of the datagrams behind it (the peer that answered

@@ -1,5 +1,5 @@
 /*
- * The relay's circuits joined in the kernel (src/adapters/splice-native.ts loads this, from libatoll-dp.so, with
+ * The relay's circuits joined in the kernel (src/adapters/tunnel/splice-native.ts loads this, from libatoll-dp.so, with
  * koffi): two connected TCP sockets spliced to each other both ways, each direction through a pipe of its own
  * (splice(2): the pages move from one socket's receive queue to the other's send queue), so the bytes never enter
  * user space and JavaScript does nothing per chunk.

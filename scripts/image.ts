@@ -13,7 +13,7 @@ import { chmodSync, copyFileSync, cpSync, mkdirSync, mkdtempSync, readFileSync, 
 import { tmpdir } from 'node:os';
 import { dirname, join, relative } from 'node:path';
 import { parseArgs } from 'node:util';
-import { packImage } from '../src/adapters/containerd/image-archive.ts';
+import { packImage } from '../src/adapters/image/image-archive.ts';
 
 const REPOSITORY = 'atoll.dev/atoll';
 /** Run by the image's Node in the image: loads the datagram path's library as the agent does and says which OpenSSL it binds to. */
@@ -45,7 +45,7 @@ try {
   for (const d of ['bin', 'sbin', 'usr/bin', 'usr/sbin', 'etc', 'tmp', 'run', 'var/lib', 'proc', 'sys', 'dev']) mkdirSync(join(rootfs, d), { recursive: true });
   chmodSync(join(rootfs, 'tmp'), 0o1777);
   // the program: the bundle, the packages it leaves external, atoll-cni, the tunnel's keeper (native/atoll-keeper.c), the datagram path's library (found under the
-  // install root, src/adapters/datagram-native.ts; it binds to the OpenSSL inside Node, which stripping keeps exported), package.json (its install root)
+  // install root, src/adapters/tunnel/datagram-native.ts; it binds to the OpenSSL inside Node, which stripping keeps exported), package.json (its install root)
   sh('sh', ['scripts/build.sh']);
   mkdirSync(join(app, 'bin'), { recursive: true });
   cpSync(realpathSync('build/current'), join(app, 'build/current'), { recursive: true });

@@ -37,10 +37,10 @@ for tool in atoll-cni atoll-delay atoll-keeper; do
     cc -O2 -Wall -Wextra -Werror -o "bin/$tool" "native/$tool.c"
   fi
 done
-# the datagram path's per-datagram work (src/adapters/datagram-native.ts loads it); only its own symbols exported. Its
+# the datagram path's per-datagram work (src/adapters/tunnel/datagram-native.ts loads it); only its own symbols exported. Its
 # EVP calls are left undefined and bind, when Node loads it, to the OpenSSL inside Node (3.5, exported for addons):
 # 2.4 times faster per datagram here than the system's 3.0 (docs/architecture.md); libssl-dev gives the headers.
-# The relay's circuits are joined in the same library (native/atoll-splice.c, src/adapters/splice-native.ts).
+# The relay's circuits are joined in the same library (native/atoll-splice.c, src/adapters/tunnel/splice-native.ts).
 if [ ! -f bin/libatoll-dp.so ] || [ native/atoll-dp.c -nt bin/libatoll-dp.so ] || [ native/atoll-splice.c -nt bin/libatoll-dp.so ] || [ native/keeper-protocol.h -nt bin/libatoll-dp.so ]; then
   echo "setup: building bin/libatoll-dp.so"
   cc -O2 -Wall -Wextra -Werror -shared -fPIC -fvisibility=hidden -pthread -o bin/libatoll-dp.so native/atoll-dp.c native/atoll-splice.c

@@ -68,7 +68,7 @@ test('src/core/cni-spec/shim-protocol.ts and the native shim agree on the limits
 });
 
 test('docs/operations.md lists exactly the metrics the agent, the controller and the relay register', async () => {
-  const { Metrics } = await import('../src/adapters/metrics.ts');
+  const { Metrics } = await import('../src/adapters/ops/metrics.ts');
   const { registerAgentMetrics } = await import('../src/agent/agent-metrics.ts');
   const { registerControllerMetrics } = await import('../src/controller/controller-metrics.ts');
   const { registerRelayMetrics } = await import('../src/relay/relay-metrics.ts');

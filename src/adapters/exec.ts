@@ -2,7 +2,7 @@
  * Running external tools: argument arrays only, never a shell. Optionally inside a pod network namespace.
  */
 import { spawn } from 'node:child_process';
-import { inNetns } from './netns.ts';
+import { inNetns } from './kernel/netns.ts';
 
 export interface ExecResult {
   readonly code: number;

@@ -1,7 +1,7 @@
 /**
  * The controller's TLS: its own CA, a server certificate that CA signs, and the agents' side of trusting it. Also the
  * one place that runs `openssl` and computes key pins: the tunnel's self-signed certificates and SPKI pins
- * (src/adapters/tunnel-credentials.ts) come from here too.
+ * (src/adapters/tunnel/tunnel-credentials.ts) come from here too.
  *
  * Why a private CA pinned by hash (as kubeadm's `--discovery-token-ca-cert-hash`): an agent joining over the
  * internet has no trust store that knows the controller, and copying a CA file to every edge node is the step

@@ -53,8 +53,3 @@ export const jumpFreeWallClock: Clock = () => {
   steadyClock();
   return (steady as SteadyClock).wallNow();
 };
-
-/** Clock jumps the steady clock has taken out so far, and their total in ms. */
-export function steadyClockJumps(): { jumps: number; jumpedMs: number } {
-  return { jumps: steady?.jumps ?? 0, jumpedMs: steady?.jumpedMs ?? 0 };
-}

@@ -2,7 +2,7 @@
  * The agent's metrics: what the CNI socket served, the addresses of this node, its tunnel peers and the link to the
  * controller. Everything but the CNI histogram is read from the agent's own state at scrape time.
  */
-import type { Metrics } from '../adapters/metrics.ts';
+import type { Metrics } from '../adapters/ops/metrics.ts';
 import type { IpamUsage } from '../core/ipam/sticky-pool.ts';
 import type { AllocationHow } from '../core/ipam/sticky-pool.ts';
 import { countPeerPaths, type TunnelStatus } from '../core/tunnel/status.ts';

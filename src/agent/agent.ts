@@ -10,32 +10,32 @@ import { type Cidr, formatCidr, formatIpv4, parseCidr } from '../core/net/ipv4.t
 import { preflight } from '../core/plan/preflight.ts';
 import type { Clock, Logger } from '../core/ports.ts';
 import type { AgentConfig } from '../config/agent-config.ts';
-import { buildConflist, installCni } from '../adapters/cni-install.ts';
-import { FsIpamStore } from '../adapters/ipam-store-fs.ts';
-import type { IpRoute2 } from '../adapters/iproute2.ts';
-import { initNetns } from '../adapters/netns.ts';
+import { buildConflist, installCni } from '../adapters/node/cni-install.ts';
+import { FsIpamStore } from '../adapters/node/ipam-store-fs.ts';
+import type { IpRoute2 } from '../adapters/kernel/iproute2.ts';
+import { initNetns } from '../adapters/kernel/netns.ts';
 import { installRoot } from '../adapters/install-root.ts';
-import { ClusterStateFile } from '../adapters/cluster-state-file.ts';
-import { loadOrCreateIdentity } from '../adapters/node-identity.ts';
+import { ClusterStateFile } from '../adapters/node/cluster-state-file.ts';
+import { loadOrCreateIdentity } from '../adapters/node/node-identity.ts';
 import { type CniServer, startCniServer } from './cni-server.ts';
 import { ControllerLink } from './controller-link.ts';
 import { Overlay } from './overlay.ts';
 import { flannelAnnotations } from '../core/overlay/flannel.ts';
 import { vxlanMtu } from '../core/overlay/plan.ts';
-import { BridgeFdb } from '../adapters/bridge-fdb.ts';
-import { Nft } from '../adapters/nft.ts';
-import { loadOrCreateVtepMac } from '../adapters/vtep-state.ts';
+import { BridgeFdb } from '../adapters/kernel/bridge-fdb.ts';
+import { Nft } from '../adapters/kernel/nft.ts';
+import { loadOrCreateVtepMac } from '../adapters/node/vtep-state.ts';
 import { PodNetwork } from './pod-network.ts';
 import type { Server } from 'node:http';
 import { Tunnel } from './tunnel.ts';
-import { startStatusServer, statusSocketOf } from '../adapters/status-socket.ts';
+import { startStatusServer, statusSocketOf } from '../adapters/ops/status-socket.ts';
 import { spkiPin } from '../adapters/pki.ts';
-import { loadOrCreateTunnelCredentials, type TunnelCredentials } from '../adapters/tunnel-credentials.ts';
-import { keeperSocketOf } from '../adapters/keeper.ts';
-import { trimMalloc } from '../adapters/malloc-trim.ts';
+import { loadOrCreateTunnelCredentials, type TunnelCredentials } from '../adapters/tunnel/tunnel-credentials.ts';
+import { keeperSocketOf } from '../adapters/tunnel/keeper.ts';
+import { trimMalloc } from '../adapters/ops/malloc-trim.ts';
 import { ROLE_ANNOTATION, roleOf, TUNNEL_PORT_ANNOTATION } from '../core/tunnel/plan.ts';
 import type { AgentStatus, StatusNode } from '../core/ops/agent-status.ts';
-import type { OpsServer, Readiness } from '../adapters/ops-server.ts';
+import type { OpsServer, Readiness } from '../adapters/ops/ops-server.ts';
 import type { CniObserver } from './cni-server.ts';
 
 export interface AgentComponents {
@@ -90,7 +90,7 @@ export class Agent {
     this.#c.log.info('atoll agent starting', { config: { ...cfg, controller: cfg.controller && { ...cfg.controller, token: '(redacted)' } } });
     if (cfg.metrics) {
       // loaded only when configured: prom-client stays out of the memory of a component without metrics
-      const [{ Metrics }, { startOpsServer }, { registerAgentMetrics }] = await Promise.all([import('../adapters/metrics.ts'), import('../adapters/ops-server.ts'), import('./agent-metrics.ts')]);
+      const [{ Metrics }, { startOpsServer }, { registerAgentMetrics }] = await Promise.all([import('../adapters/ops/metrics.ts'), import('../adapters/ops/ops-server.ts'), import('./agent-metrics.ts')]);
       const metrics = new Metrics();
       this.#observeCni = registerAgentMetrics(metrics, {
         clock: this.#c.clock,

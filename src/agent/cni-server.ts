@@ -7,7 +7,7 @@ import { dirname } from 'node:path';
 import type { PodNetworkPort } from '../core/cni-spec/ports.ts';
 import type { Logger } from '../core/ports.ts';
 import { MAX_STDIN_BYTES } from '../config/cni-request.ts';
-import { handleCni } from '../cni/handler.ts';
+import { handleCni } from './cni-handler.ts';
 import { decodeRequest, encodeResponse } from '../core/cni-spec/shim-protocol.ts';
 
 export interface CniServer {

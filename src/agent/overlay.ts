@@ -12,11 +12,11 @@ import { AF_BRIDGE, AF_INET, IFF_UP, NETLINK_NETFILTER, NUD_PERMANENT, RT_TABLE_
 import { renderNftRuleset } from '../core/overlay/nft.ts';
 import { diffOverlay, type DirectRouting, type NeighEntry, type OverlayPeer, type OverlayPlan, planOverlay, renderOverlayDiff, ROUTE_PROTO, type RouteEntry } from '../core/overlay/plan.ts';
 import type { Logger } from '../core/ports.ts';
-import type { BridgeFdb } from '../adapters/bridge-fdb.ts';
-import type { IpRoute2 } from '../adapters/iproute2.ts';
-import { RtnlSocket } from '../adapters/netlink.ts';
-import type { Nft } from '../adapters/nft.ts';
-import { ProbeResponder, probeDirect } from '../adapters/underlay-probe.ts';
+import type { BridgeFdb } from '../adapters/kernel/bridge-fdb.ts';
+import type { IpRoute2 } from '../adapters/kernel/iproute2.ts';
+import { RtnlSocket } from '../adapters/kernel/netlink.ts';
+import type { Nft } from '../adapters/kernel/nft.ts';
+import { ProbeResponder, probeDirect } from '../adapters/node/underlay-probe.ts';
 
 export interface OverlayComponents {
   readonly ip: IpRoute2;

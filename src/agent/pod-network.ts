@@ -3,7 +3,7 @@
  * plumbing. Every ADD step registers its undo; a failed ADD runs them in reverse, so nothing is left half-done.
  *
  * The hot path (ADD's veth, address and route; DEL's and GC's link deletions) talks rtnetlink directly
- * (adapters/netlink.ts), two batches per ADD, with every kernel wait on libuv's pool; so do the reads of the
+ * (adapters/kernel/netlink.ts), two batches per ADD, with every kernel wait on libuv's pool; so do the reads of the
  * bridge and of reconcile (dumps), which spawn `ip` only to repair; CHECK stays on `ip` (docs/architecture.md,
  * "A CNI call").
  */
@@ -17,11 +17,11 @@ import { decodeLink, IFF_UP, type LinkInfo } from '../core/net/netlink-codec.ts'
 import { bridgeMac, hostRequests, hostVethName, isHostVethName, type PodPlan, planPod, podRequests } from '../core/plan/pod-plan.ts';
 import { Mutex } from '../core/mutex.ts';
 import type { Clock, Logger } from '../core/ports.ts';
-import type { FsIpamStore } from '../adapters/ipam-store-fs.ts';
-import type { IpRoute2 } from '../adapters/iproute2.ts';
-import { initNetlink, LinkWatch, netlinkError, RtnlSocket } from '../adapters/netlink.ts';
-import { inNetns } from '../adapters/netns.ts';
-import { writeSysctl, writeSysctlHere } from '../adapters/sysctl.ts';
+import type { FsIpamStore } from '../adapters/node/ipam-store-fs.ts';
+import type { IpRoute2 } from '../adapters/kernel/iproute2.ts';
+import { initNetlink, LinkWatch, netlinkError, RtnlSocket } from '../adapters/kernel/netlink.ts';
+import { inNetns } from '../adapters/kernel/netns.ts';
+import { writeSysctl, writeSysctlHere } from '../adapters/kernel/sysctl.ts';
 
 export interface PodNetworkComponents {
   readonly ip: IpRoute2;

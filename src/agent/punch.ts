@@ -12,11 +12,11 @@ import { Backoff } from '../core/retry.ts';
 import type { TunnelPeerPlan } from '../core/tunnel/plan.ts';
 import type { PunchRequest } from '../core/tunnel/messages.ts';
 import { sleep } from '../adapters/timers.ts';
-import type { TunnelCredentials } from '../adapters/tunnel-credentials.ts';
-import { punchTunnel } from '../adapters/tunnel-dial.ts';
-import type { TunnelStream } from '../adapters/tunnel-stream.ts';
+import type { TunnelCredentials } from '../adapters/tunnel/tunnel-credentials.ts';
+import { punchTunnel } from '../adapters/tunnel/tunnel-dial.ts';
+import type { TunnelStream } from '../adapters/tunnel/tunnel-stream.ts';
 import type { RelayControl } from './relay-control.ts';
-import { untilClosed } from './tunnel-dialer.ts';
+import { untilClosed } from './keep-dialled.ts';
 
 /**
  * A punched stream is declared dead after 3 s without a byte from the peer (its keepalives come every second whatever

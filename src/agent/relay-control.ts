@@ -9,10 +9,10 @@ import { type AtollError, atollError } from '../core/errors.ts';
 import type { Logger } from '../core/ports.ts';
 import { peerIdOfPin, pinOfPeerId } from '../core/tunnel/frame.ts';
 import type { CircuitReady, CircuitRefused, ControlMessage, PeerMessage, PunchAck, PunchRequest } from '../core/tunnel/messages.ts';
-import type { TunnelCredentials } from '../adapters/tunnel-credentials.ts';
-import { dialTunnel, joinCircuit } from '../adapters/tunnel-dial.ts';
-import type { TunnelStream } from '../adapters/tunnel-stream.ts';
-import { keepDialled } from './tunnel-dialer.ts';
+import type { TunnelCredentials } from '../adapters/tunnel/tunnel-credentials.ts';
+import { dialTunnel, joinCircuit } from '../adapters/tunnel/tunnel-dial.ts';
+import type { TunnelStream } from '../adapters/tunnel/tunnel-stream.ts';
+import { keepDialled } from './keep-dialled.ts';
 
 /** A request to the relay or, through it, to a peer is answered within this long, or it failed. */
 const ASK_TIMEOUT_MS = 5000;

@@ -9,10 +9,10 @@ import type { Logger } from '../core/ports.ts';
 import { Backoff, pollUntil } from '../core/retry.ts';
 import type { TunnelPeerPlan } from '../core/tunnel/plan.ts';
 import { monotonicClock, sleep } from '../adapters/timers.ts';
-import type { StreamKind } from '../adapters/tunnel-endpoint.ts';
-import type { TunnelStream } from '../adapters/tunnel-stream.ts';
+import type { StreamKind } from '../adapters/tunnel/tunnel-endpoint.ts';
+import type { TunnelStream } from '../adapters/tunnel/tunnel-stream.ts';
 import type { RelayControl } from './relay-control.ts';
-import { untilClosed } from './tunnel-dialer.ts';
+import { untilClosed } from './keep-dialled.ts';
 
 /** A circuit that failed is asked for again after this long, doubling up to CIRCUIT_RETRY_MAX_MS. */
 const CIRCUIT_RETRY_MIN_MS = 250;

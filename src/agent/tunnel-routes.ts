@@ -8,8 +8,8 @@ import type { Logger } from '../core/ports.ts';
 import { RT_TABLE_MAIN } from '../core/net/netlink-codec.ts';
 import { ROUTE_PROTO } from '../core/overlay/plan.ts';
 import { renderTunnelRouteDiff, type TunnelPlan, tunnelRoutes } from '../core/tunnel/plan.ts';
-import type { IpRoute2 } from '../adapters/iproute2.ts';
-import { RtnlSocket } from '../adapters/netlink.ts';
+import type { IpRoute2 } from '../adapters/kernel/iproute2.ts';
+import { RtnlSocket } from '../adapters/kernel/netlink.ts';
 
 /**
  * Brings the routes on `device` in line with `plan`: adds what is missing, removes ours that are not planned; puts

@@ -1,16 +1,16 @@
 /**
  * The agent's cross-site tunnel, wired together: the TUN device, the tunnel endpoint (packets to and from peers'
  * streams, with the source check), the routes of the peers' blocks into the TUN device (tunnel-routes.ts), and the
- * streams: an edge node dials every cloud peer (reconnecting with backoff, tunnel-dialer.ts), a cloud node listens
+ * streams: an edge node dials every cloud peer (reconnecting with backoff, keep-dialled.ts), a cloud node listens
  * and accepts only peers whose key matches a registered peer's `tunnelKey`; edge peers of one community reach each
  * other through the relay (relay-control.ts): in circuits (tunnel-circuits.ts) until and whenever they have a
  * hole-punched direct stream (punch.ts). What to do comes from the pure plan (src/core/tunnel/plan.ts) on every peer
  * change and every resync; one loop runs per peer and role (dial, punch, circuit), restarted when the peer's key,
  * mode or address changes.
  *
- * With `udp`, packets take the datagram path (src/adapters/datagram-path.ts) whenever it is usable: its keys are
+ * With `udp`, packets take the datagram path (src/adapters/tunnel/datagram-path.ts) whenever it is usable: its keys are
  * offered on every stream that comes up, and the streams carry everything else. With `udp.keepMs`, the node's keeper
- * (src/adapters/keeper.ts) holds the TUN device, the UDP socket and the kept keys while the agent is away: a restarted
+ * (src/adapters/tunnel/keeper.ts) holds the TUN device, the UDP socket and the kept keys while the agent is away: a restarted
  * agent takes them back and goes on where the last one stopped, so established datagram paths lose nothing (packets
  * wait in the device's and socket's queues meanwhile). Neither the TUN device nor the socket is read before the first
  * {@link Tunnel.sync} set the peers: a packet read earlier would find no peer and be dropped.
@@ -29,21 +29,21 @@ import type { Logger } from '../core/ports.ts';
 import type { PeerPath, TunnelStatus } from '../core/tunnel/status.ts';
 import { innerMtu } from '../core/tunnel/datagram.ts';
 import type { ControlMessage } from '../core/tunnel/messages.ts';
-import { DatagramPath, KEPT_META_BYTES, KEPT_SLOTS, SOCKET_BUFFER_BYTES } from '../adapters/datagram-path.ts';
-import { type DatagramLocalState, DatagramStateFile, EMPTY_DATAGRAM_STATE } from '../adapters/datagram-state-file.ts';
-import type { IpRoute2 } from '../adapters/iproute2.ts';
-import { keeperQuit, KeptRegion } from '../adapters/datagram-native.ts';
-import { handTo, type Held, keeperLives, reattach, release, startKeeper, takeHeld } from '../adapters/keeper.ts';
-import { adoptTun, openTun, type TunDevice } from '../adapters/tun.ts';
-import { UdpBatchSocket } from '../adapters/udp-batch.ts';
-import { type StreamKind, TunnelEndpoint } from '../adapters/tunnel-endpoint.ts';
-import type { TunnelCredentials } from '../adapters/tunnel-credentials.ts';
-import { listenTunnel } from '../adapters/tunnel-dial.ts';
-import type { TunnelStream } from '../adapters/tunnel-stream.ts';
+import { DatagramPath, KEPT_META_BYTES, KEPT_SLOTS, SOCKET_BUFFER_BYTES } from '../adapters/tunnel/datagram-path.ts';
+import { type DatagramLocalState, DatagramStateFile, EMPTY_DATAGRAM_STATE } from '../adapters/tunnel/datagram-state-file.ts';
+import type { IpRoute2 } from '../adapters/kernel/iproute2.ts';
+import { keeperQuit, KeptRegion } from '../adapters/tunnel/datagram-native.ts';
+import { handTo, type Held, keeperLives, reattach, release, startKeeper, takeHeld } from '../adapters/tunnel/keeper.ts';
+import { adoptTun, openTun, type TunDevice } from '../adapters/tunnel/tun.ts';
+import { UdpBatchSocket } from '../adapters/tunnel/udp-batch.ts';
+import { type StreamKind, TunnelEndpoint } from '../adapters/tunnel/tunnel-endpoint.ts';
+import type { TunnelCredentials } from '../adapters/tunnel/tunnel-credentials.ts';
+import { listenTunnel } from '../adapters/tunnel/tunnel-dial.ts';
+import type { TunnelStream } from '../adapters/tunnel/tunnel-stream.ts';
 import { Puncher } from './punch.ts';
 import { type RelayAddress, RelayControl } from './relay-control.ts';
 import { TunnelCircuits } from './tunnel-circuits.ts';
-import { keepDialled } from './tunnel-dialer.ts';
+import { keepDialled } from './keep-dialled.ts';
 import { syncTunnelRoutes } from './tunnel-routes.ts';
 
 export interface TunnelComponents {

@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import type { NodeUsage } from '../core/cluster/model.ts';
 import type { LeaseProblem } from '../core/cluster/blocks.ts';
 import { loadControllerConfig } from '../config/controller-config.ts';
-import { adminRequest } from '../adapters/controller-client.ts';
+import { adminRequest } from '../adapters/node/controller-client.ts';
 import { parseCommand, subcommand } from './usage.ts';
 
 const CONNECTION_HELP = `  --controller-config FILE   the controller's configuration, for its URL, admin token and CA

@@ -9,7 +9,7 @@ import { randomBytes } from 'node:crypto';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ensureControllerPki, spkiPin } from '../adapters/pki.ts';
-import { loadOrCreateTunnelCredentials } from '../adapters/tunnel-credentials.ts';
+import { loadOrCreateTunnelCredentials } from '../adapters/tunnel/tunnel-credentials.ts';
 import { parseCommand, subcommand } from './usage.ts';
 
 const USAGE = `usage: atoll kubernetes secret [--namespace NAME]

@@ -3,13 +3,13 @@
  * one and the picture. (`atoll lab probe` is the lab's own helper inside each pod.)
  */
 import { existsSync, writeFileSync } from 'node:fs';
-import { LAB_FLAG_OPTIONS, LAB_FLAGS_HELP, type LabFlags, labPodsFromFlag, labSpecFromFlags } from '../config/lab-spec.ts';
-import { LAB_RUN_ID } from '../core/lab/plan.ts';
-import { type LabFaultResult, parseFaultList, renderFaults } from '../core/lab/faults.ts';
+import { LAB_FLAG_OPTIONS, LAB_FLAGS_HELP, type LabFlags, labPodsFromFlag, labSpecFromFlags } from '../lab/lab-spec.ts';
+import { LAB_RUN_ID } from '../lab/plan/plan.ts';
+import { type LabFaultResult, parseFaultList, renderFaults } from '../lab/plan/faults.ts';
 import { atollError } from '../core/errors.ts';
-import { type LabCell, renderFailures, renderMatrix, renderSummary, summarize, verdictOf } from '../core/lab/report.ts';
-import { kubernetesLine } from '../core/lab/kubernetes.ts';
-import { labSvgInputOf, renderLabSvg } from '../core/lab/svg.ts';
+import { type LabCell, renderFailures, renderMatrix, renderSummary, summarize, verdictOf } from '../lab/plan/report.ts';
+import { kubernetesLine } from '../lab/plan/kubernetes.ts';
+import { labSvgInputOf, renderLabSvg } from '../lab/plan/svg.ts';
 import { parseCommand, subcommand, UsageError } from './usage.ts';
 import type { LabTraceCheck } from '../lab/lab.ts';
 import type { LabPrometheusReport } from '../lab/prometheus.ts';

@@ -3,10 +3,10 @@
  */
 import { asAtollError } from '../core/errors.ts';
 import { loadAgentConfig } from '../config/agent-config.ts';
-import { jsonLogger } from '../adapters/json-logger.ts';
-import { IpRoute2 } from '../adapters/iproute2.ts';
+import { jsonLogger } from '../adapters/ops/json-logger.ts';
+import { IpRoute2 } from '../adapters/kernel/iproute2.ts';
 import { jumpFreeWallClock } from '../adapters/timers.ts';
-import { startIdleGc } from '../adapters/idle-gc.ts';
+import { startIdleGc } from '../adapters/ops/idle-gc.ts';
 import { Agent } from '../agent/agent.ts';
 import { parseCommand, UsageError, usageExitCode } from './usage.ts';
 

@@ -1,11 +1,11 @@
 /**
  * `atoll peers [--json] [--config FILE | --socket PATH]`: this node's tunnel peers, read from the agent's status
- * socket (src/adapters/status-socket.ts): the path each takes now (direct, relayed, down), its round trip, the traffic,
+ * socket (src/adapters/ops/status-socket.ts): the path each takes now (direct, relayed, down), its round trip, the traffic,
  * hole punching, the peers left out with why, and the tunnel's drop counters.
  */
 import { renderPeers } from '../core/tunnel/status.ts';
 import { loadAgentConfig } from '../config/agent-config.ts';
-import { readTunnelStatus, statusSocketOf } from '../adapters/status-socket.ts';
+import { readTunnelStatus, statusSocketOf } from '../adapters/ops/status-socket.ts';
 import { parseCommand } from './usage.ts';
 
 const USAGE = `usage: atoll peers [--json] [--config FILE | --socket PATH]

@@ -1,13 +1,13 @@
 /**
  * `atoll status` and `atoll trace`: what the agent on this node knows, read from its status socket
- * (src/adapters/status-socket.ts) and explained by the pure core (src/core/ops/).
+ * (src/adapters/ops/status-socket.ts) and explained by the pure core (src/core/ops/).
  */
 import { renderStatus } from '../core/ops/agent-status.ts';
 import { blockOwner, type ControllerView, renderTrace, resolvePodRef, tracePath } from '../core/ops/trace.ts';
 import { asAtollError } from '../core/errors.ts';
 import type { IpamReport } from './admin.ts';
 import { parseIpv4 } from '../core/net/ipv4.ts';
-import { readAgentStatus } from '../adapters/status-socket.ts';
+import { readAgentStatus } from '../adapters/ops/status-socket.ts';
 import { parseCommand, UsageError } from './usage.ts';
 import { SOCKET_OPTIONS, statusSocketFrom } from './peers.ts';
 

@@ -1,6 +1,6 @@
 /**
  * The `metrics` section every component's configuration shares: where its operations listener (/healthz, /readyz,
- * /metrics; src/adapters/ops-server.ts) binds. Absent: no listener.
+ * /metrics; src/adapters/ops/ops-server.ts) binds. Absent: no listener.
  */
 import * as z from 'zod/mini';
 import './json-file.ts'; // zod's English messages

@@ -23,7 +23,7 @@ import type { ClusterRegistry, NodeEvent } from '../core/cluster/registry.ts';
 import type { NodeFields } from '../core/cluster/model.ts';
 import { ReplayGuard } from '../core/cluster/signing.ts';
 import { joinRequestSchema, nodeFieldsSchema, usageReportSchema } from '../config/controller-config.ts';
-import { verifyRequest } from '../adapters/node-identity.ts';
+import { verifyRequest } from '../adapters/node/node-identity.ts';
 
 export interface Leadership {
   isLeader(): boolean;

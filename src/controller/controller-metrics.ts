@@ -2,7 +2,7 @@
  * The controller's metrics: leadership, store latency, watch clients, and the registry's census (nodes, blocks
  * leased and free), read from the store when Prometheus scrapes (one read serves every census metric of a scrape).
  */
-import type { Metrics } from '../adapters/metrics.ts';
+import type { Metrics } from '../adapters/ops/metrics.ts';
 import type { StoreObserver } from './timed-store.ts';
 
 export interface ControllerMetricSources {

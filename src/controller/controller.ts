@@ -10,14 +10,14 @@ import type { Clock, Logger } from '../core/ports.ts';
 import type { ClusterStore, LeaderElection } from '../core/cluster/store.ts';
 import { ClusterRegistry } from '../core/cluster/registry.ts';
 import type { ControllerConfig } from '../config/controller-config.ts';
-import { EmbeddedLeader, EmbeddedStore } from '../adapters/store-embedded.ts';
-import { EtcdLeader, EtcdStore } from '../adapters/store-etcd.ts';
+import { EmbeddedLeader, EmbeddedStore } from '../adapters/store/store-embedded.ts';
+import { EtcdLeader, EtcdStore } from '../adapters/store/store-etcd.ts';
 import { ensureControllerPki } from '../adapters/pki.ts';
 import { KubeClient } from '../adapters/kube/kube-client.ts';
 import { loadKubeConnection } from '../adapters/kube/kube-config.ts';
 import { ApiServer, type Leadership } from './api-server.ts';
 import { KubeNodes } from './kube-nodes.ts';
-import type { OpsServer, Readiness } from '../adapters/ops-server.ts';
+import type { OpsServer, Readiness } from '../adapters/ops/ops-server.ts';
 import { cidrSize } from '../core/net/ipv4.ts';
 import { TimedStore, type StoreObserver } from './timed-store.ts';
 
@@ -70,7 +70,7 @@ export class Controller {
     let observeStore: StoreObserver | undefined;
     if (cfg.metrics) {
       // loaded only when configured: prom-client stays out of the memory of a component without metrics
-      const [{ Metrics }, { startOpsServer }, { registerControllerMetrics }] = await Promise.all([import('../adapters/metrics.ts'), import('../adapters/ops-server.ts'), import('./controller-metrics.ts')]);
+      const [{ Metrics }, { startOpsServer }, { registerControllerMetrics }] = await Promise.all([import('../adapters/ops/metrics.ts'), import('../adapters/ops/ops-server.ts'), import('./controller-metrics.ts')]);
       const metrics = new Metrics();
       observeStore = registerControllerMetrics(metrics, {
         isLeader: () => this.#leading,
@@ -193,7 +193,7 @@ async function openStore(cfg: ControllerConfig, kube: KubeClient | undefined): P
       return { store: new EtcdStore(etcd), election: new EtcdLeader({ ...etcd, id: cfg.advertiseUrl, ttlSeconds: s.leaseTtlSeconds }) };
     }
     case 'kubernetes': {
-      const { openKubeStore } = await import('../adapters/store-kube.ts');
+      const { openKubeStore } = await import('../adapters/store/store-kube.ts');
       return openKubeStore(kube as KubeClient, { id: cfg.advertiseUrl, namespace: s.leaseNamespace, leaseName: s.leaseName, leaseDurationSeconds: s.leaseDurationSeconds });
     }
   }

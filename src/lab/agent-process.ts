@@ -6,7 +6,7 @@ import { existsSync, rmSync, writeFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import { join } from 'node:path';
 import { encodeRequest } from '../core/cni-spec/shim-protocol.ts';
-import { Child, logTail } from '../adapters/child-process.ts';
+import { Child, logTail } from './io/child-process.ts';
 import { installRoot } from '../adapters/install-root.ts';
 
 export const REPO_ROOT = installRoot();

@@ -6,9 +6,9 @@ import { existsSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync 
 import { randomBytes } from 'node:crypto';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { startContainerd, type Containerd } from '../adapters/containerd/containerd.ts';
-import { IpRoute2 } from '../adapters/iproute2.ts';
-import { NETNS_DIR } from '../adapters/processes.ts';
+import { startContainerd, type Containerd } from './io/containerd/containerd.ts';
+import { IpRoute2 } from '../adapters/kernel/iproute2.ts';
+import { NETNS_DIR } from './io/processes.ts';
 import { AgentProcess } from './agent-process.ts';
 
 const REQUIRED = [

@@ -3,12 +3,12 @@
  * uplink with an nftables table of its own, "reboots" a node (its agent killed, its devices and nft table deleted,
  * the agent started again while its site is cut off) and re-creates pods (through containerd's CRI, StopPodSandbox,
  * RemovePodSandbox and RunPodSandbox under the same name, or by CNI DEL and ADD). What hits whom and how
- * the results are judged is planned in src/core/lab/faults.ts.
+ * the results are judged is planned in src/lab/plan/faults.ts.
  *
  * Safety: everything happens inside the run's namespaces; processes are stopped by PID (the ones the lab started);
  * every wait is bounded; a fault that throws still restores the uplink it cut.
  */
-import { keeperSocketOf, stopKeeper } from '../adapters/keeper.ts';
+import { keeperSocketOf, stopKeeper } from '../adapters/tunnel/keeper.ts';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -16,17 +16,17 @@ import { asAtollError } from '../core/errors.ts';
 import {
   CLOCK_JUMP, type FlowResult, judgeFault, type LabFaultKind, type LabFaultResult, type LabFaultTarget, type LabPodPair, lostOutsideWindows, type LossWindow, windowsFor, type MatrixCount,
   type PingReply, peerCutRuleset, planFault, sampleStats, type SampleStats, uplinkCutRuleset, uplinkRestoreRuleset,
-} from '../core/lab/faults.ts';
-import { NODE_DEVICES } from '../core/lab/plan.ts';
-import { LAB_NODE_DELETE_GRACE_SECONDS, labChartEndpoints } from '../core/lab/kubernetes.ts';
-import { removeContainerdLeftovers } from '../adapters/containerd/containerd.ts';
-import { verdictOf } from '../core/lab/report.ts';
+} from './plan/faults.ts';
+import { NODE_DEVICES } from './plan/plan.ts';
+import { LAB_NODE_DELETE_GRACE_SECONDS, labChartEndpoints } from './plan/kubernetes.ts';
+import { removeContainerdLeftovers } from './io/containerd/containerd.ts';
+import { verdictOf } from './plan/report.ts';
 import { NFT_TABLE } from '../core/overlay/nft.ts';
-import { IpRoute2 } from '../adapters/iproute2.ts';
-import { readTunnelStatus, statusSocketOf } from '../adapters/status-socket.ts';
+import { IpRoute2 } from '../adapters/kernel/iproute2.ts';
+import { readTunnelStatus, statusSocketOf } from '../adapters/ops/status-socket.ts';
 import { renderPeers } from '../core/tunnel/status.ts';
-import { Nft } from '../adapters/nft.ts';
-import { Child } from '../adapters/child-process.ts';
+import { Nft } from '../adapters/kernel/nft.ts';
+import { Child } from './io/child-process.ts';
 import {
   ATOLL_ROLL_TAG, type AtollComponent, checkService, type ContainerRestart, crashSandbox, exposePod, killAtollContainer, KubePods, type LabKubernetes, nodesRunning, podIps, recreateStatefulPod, rollAgents, scaleController,
 } from './lab-kube.ts';

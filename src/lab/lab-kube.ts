@@ -6,13 +6,13 @@
  *   apiserver listens on the controller's cloud address (192.0.2.2:6443), which edge nodes reach out through their
  *   NAT as they reach the Atoll controller.
  * - Every node's kubelet runs beside the node's private containerd, in its mount and network namespaces
- *   (src/adapters/kube/kubelet.ts), registered as the Node of the plan's name with the node's underlay address and
+ *   (src/lab/io/kube/kubelet.ts), registered as the Node of the plan's name with the node's underlay address and
  *   labels for its site, community and (edge sites) role; it authenticates as `system:node:<name>` with a token.
  *   A kube-proxy (nftables mode) runs in every node's namespace.
  * - Atoll is installed as users install it ({@link installAtoll}): `make image`'s image imported into every node's
  *   containerd, `atoll kubernetes secret | kubectl apply -f -`, the chart rendered with the lab's values and applied.
  *   Its DaemonSets' pods run the agents, its Deployments the controller and the relay; each node's containerd sees
- *   that node's own directories at the manifest's hostPaths (src/core/lab/plan.ts `nodeHostDirs`), so the lab reads
+ *   that node's own directories at the manifest's hostPaths (src/lab/plan/plan.ts `nodeHostDirs`), so the lab reads
  *   the agents' state and status sockets there.
  * - Pods: a Pod per planned pod, bound to its node by `spec.nodeName`, running the test bed's image; its IP is read
  *   from the API, its network namespace from the node's containerd (the sandbox the kubelet made), so the checks and
@@ -27,20 +27,20 @@ import { atollError } from '../core/errors.ts';
 import {
   type AgentRestart, agentRestarts, type AtollPodSighting, ATOLL_POD_WATCH_TEMPLATE, LAB_ATOLL_NAMESPACE, LAB_CRASH_LABEL, LAB_CRASH_SERVICE, LAB_ETCD_PORTS, LAB_KUBE_API_PORT, LAB_KUBE_NAMESPACE, LAB_OPS_PORTS, LAB_SERVICE_CIDR, LAB_SERVICE_LABEL, LAB_SERVICE_NAME, LAB_WORKLOAD_LABEL, LAB_WORKLOADS,
   labChartValues, labCrashServiceObject, labAdminNodeLabels, labNodeLabels, labPodObject, labServiceBackends, labServiceObject, labWorkloadObjects, parseAtollPodLine,
-} from '../core/lab/kubernetes.ts';
-import { CLOUD_SITE } from '../core/lab/spec.ts';
-import type { TcpResult } from '../core/lab/report.ts';
-import { LAB_CLUSTER_CIDR, LAB_POD_NAMESPACE, type LabNode, type LabPlan, type LabPod } from '../core/lab/plan.ts';
-import { type Containerd, importImage, killTask } from '../adapters/containerd/containerd.ts';
-import { Child, logTail } from '../adapters/child-process.ts';
+} from './plan/kubernetes.ts';
+import { CLOUD_SITE } from './plan/spec.ts';
+import type { TcpResult } from './plan/report.ts';
+import { LAB_CLUSTER_CIDR, LAB_POD_NAMESPACE, type LabNode, type LabPlan, type LabPod } from './plan/plan.ts';
+import { type Containerd, importImage, killTask } from './io/containerd/containerd.ts';
+import { Child, logTail } from './io/child-process.ts';
 import { exec } from '../adapters/exec.ts';
-import { helmTemplate } from '../adapters/kube/helm.ts';
-import { PAUSE_IMAGE_REF } from '../adapters/containerd/pause-image.ts';
-import { startKubeControlPlane, type KubeControlPlane } from '../adapters/kube/control-plane.ts';
-import { kubeBinaries } from '../adapters/kube/k8s-binaries.ts';
-import { startKubeProxy, type KubeProxy } from '../adapters/kube/kube-proxy.ts';
-import { startKubelet, type Kubelet } from '../adapters/kube/kubelet.ts';
-import { NETNS_DIR } from '../adapters/processes.ts';
+import { helmTemplate } from './io/kube/helm.ts';
+import { PAUSE_IMAGE_REF } from './io/containerd/pause-image.ts';
+import { startKubeControlPlane, type KubeControlPlane } from './io/kube/control-plane.ts';
+import { kubeBinaries } from './io/kube/k8s-binaries.ts';
+import { startKubeProxy, type KubeProxy } from './io/kube/kube-proxy.ts';
+import { startKubelet, type Kubelet } from './io/kube/kubelet.ts';
+import { NETNS_DIR } from './io/processes.ts';
 import { sleep } from '../adapters/timers.ts';
 import { type CriPods, enterSandbox, type LabPodInfo, type LabPodRuntime, POD_CREATION } from './lab-pods.ts';
 import { PROBE_PORT, ProbeClient } from './probe.ts';

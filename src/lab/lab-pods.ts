@@ -1,6 +1,6 @@
 /**
  * How the lab creates its pods, behind one small interface:
- * - `cri`: as the kubelet does. A private containerd per node (src/adapters/containerd/containerd.ts: its own root,
+ * - `cri`: as the kubelet does. A private containerd per node (src/lab/io/containerd/containerd.ts: its own root,
  *   state and socket under the node's directory, running in the node's namespace, with that node's CNI bin and conf
  *   dirs, so its CNI calls reach that node's agent) and RunPodSandbox / PodSandboxStatus / StopPodSandbox /
  *   RemovePodSandbox for every pod (Kubernetes namespace `lab`, the pod's name, a fresh uid). containerd creates the
@@ -10,19 +10,19 @@
  *   namespace the plan names for the pod.
  * `auto` takes `cri` when containerd, runc and the rest are installed.
  *
- * Clean-up: every containerd is recorded in the run's state (src/adapters/lab-state.ts) as soon as it is spawned;
+ * Clean-up: every containerd is recorded in the run's state (src/lab/io/lab-state.ts) as soon as it is spawned;
  * the run's removal kills it and everything of it by PID (removeContainerdLeftovers), whatever process removes it.
  */
 import { randomUUID } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, symlinkSync } from 'node:fs';
 import { join } from 'node:path';
-import type { LabPodsChoice } from '../config/lab-spec.ts';
+import type { LabPodsChoice } from './lab-spec.ts';
 import { atollError } from '../core/errors.ts';
-import { LAB_POD_NAMESPACE, type LabNode, type LabPlan, type LabPod, nodeHostDirs } from '../core/lab/plan.ts';
-import { invokeCni } from '../adapters/cni-invoke.ts';
-import { type Containerd, type ContainerdLeftovers, startContainerd } from '../adapters/containerd/containerd.ts';
-import { buildPauseImage } from '../adapters/containerd/pause-image.ts';
-import { NETNS_DIR } from '../adapters/processes.ts';
+import { LAB_POD_NAMESPACE, type LabNode, type LabPlan, type LabPod, nodeHostDirs } from './plan/plan.ts';
+import { invokeCni } from './io/cni-invoke.ts';
+import { type Containerd, type ContainerdLeftovers, startContainerd } from './io/containerd/containerd.ts';
+import { buildPauseImage } from './io/containerd/pause-image.ts';
+import { NETNS_DIR } from './io/processes.ts';
 
 /** How a run's pods are made: `cri` and `direct` as chosen by `--pods`; `kubernetes` through the API (`--kubernetes`, on `cri`). */
 export type LabPodMode = 'cri' | 'direct' | 'kubernetes';

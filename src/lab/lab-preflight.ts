@@ -7,12 +7,12 @@
 import { accessSync, constants, existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { atollError, asAtollError } from '../core/errors.ts';
-import { type LabDelayBy, natRuleset } from '../core/lab/plan.ts';
-import type { LabSpec } from '../core/lab/spec.ts';
-import { IpRoute2 } from '../adapters/iproute2.ts';
-import { Nft } from '../adapters/nft.ts';
-import { NETNS_DIR } from '../adapters/processes.ts';
-import { Tc } from '../adapters/tc.ts';
+import { type LabDelayBy, natRuleset } from './plan/plan.ts';
+import type { LabSpec } from './plan/spec.ts';
+import { IpRoute2 } from '../adapters/kernel/iproute2.ts';
+import { Nft } from '../adapters/kernel/nft.ts';
+import { NETNS_DIR } from './io/processes.ts';
+import { Tc } from './io/tc.ts';
 import { DELAY_BIN, REPO_ROOT } from './agent-process.ts';
 
 const TOOLS = [

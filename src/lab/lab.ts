@@ -1,12 +1,12 @@
 /**
  * `atoll lab`: a whole cloud and edge cluster on one machine, for real. Builds the planned topology
- * (src/core/lab/plan.ts) from network namespaces, starts the controller and an agent per node as real processes,
+ * (src/lab/plan/plan.ts) from network namespaces, starts the controller and an agent per node as real processes,
  * creates pods through the real `atoll-cni` (by containerd's CRI when containerd is installed, else by calling it
  * directly: src/lab/lab-pods.ts), checks every pod against every other, and removes everything again.
  *
  * Safety rules this file keeps:
  * - Everything it creates is named with the run's prefix (`atl-lab-<runid>-`) and recorded in the run's state file
- *   (src/adapters/lab-state.ts) before it is created, so `atoll lab down` can remove the leftovers of a run that was
+ *   (src/lab/io/lab-state.ts) before it is created, so `atoll lab down` can remove the leftovers of a run that was
  *   killed. Traffic only flows inside the run's namespaces.
  * - Processes are stopped by PID only, and only when their command line carries the run's directory (or they live in
  *   one of the run's namespaces, or in the mount namespace or sandbox cgroup of one of the run's containerds).
@@ -22,22 +22,22 @@ import {
   agentConfigFor, classifyRoute, expectationOf, expectedPath, LAB_NETNS_PREFIX, type LabNamespace, type LabNode, labPrefix, type LabPath, type LabPlan, type LabSetupStep, relayConfigFor,
   NODE_HOST_PATHS, NODE_KUBELET_PATHS, type ObservedRoute, planLab, renderLabSetup, runIdOfNetns,
   udpBlockedAt,
-} from '../core/lab/plan.ts';
-import { judgeCell, type LabCell, type PingResult, type TcpResult } from '../core/lab/report.ts';
-import { describeLabSpec, type LabSpec, labUsesUdp } from '../core/lab/spec.ts';
-import type { LabWorkloadPod } from '../core/lab/faults.ts';
-import { removeContainerdLeftovers } from '../adapters/containerd/containerd.ts';
+} from './plan/plan.ts';
+import { judgeCell, type LabCell, type PingResult, type TcpResult } from './plan/report.ts';
+import { describeLabSpec, type LabSpec, labUsesUdp } from './plan/spec.ts';
+import type { LabWorkloadPod } from './plan/faults.ts';
+import { removeContainerdLeftovers } from './io/containerd/containerd.ts';
 import { exec } from '../adapters/exec.ts';
-import { IpRoute2 } from '../adapters/iproute2.ts';
-import { type LabState, LabStateStore } from '../adapters/lab-state.ts';
-import { Nft } from '../adapters/nft.ts';
-import { commandLine, isAlive, listNetns, NETNS_DIR, pidsInNetns, stopPid } from '../adapters/processes.ts';
-import { writeSysctl } from '../adapters/sysctl.ts';
-import { Tc } from '../adapters/tc.ts';
+import { IpRoute2 } from '../adapters/kernel/iproute2.ts';
+import { type LabState, LabStateStore } from './io/lab-state.ts';
+import { Nft } from '../adapters/kernel/nft.ts';
+import { commandLine, isAlive, listNetns, NETNS_DIR, pidsInNetns, stopPid } from './io/processes.ts';
+import { writeSysctl } from '../adapters/kernel/sysctl.ts';
+import { Tc } from './io/tc.ts';
 import { AgentProcess, DELAY_BIN, fakeClockLauncher, LIBFAKETIME } from './agent-process.ts';
 import { ServiceProcess } from './service-process.ts';
 import { choosePodMode, CriPods, DirectPods, type LabContainerdRecord, type LabPodInfo, type LabPodRuntime, type LabPodsChoice } from './lab-pods.ts';
-import { readAgentStatus, readTunnelStatus, statusSocketOf } from '../adapters/status-socket.ts';
+import { readAgentStatus, readTunnelStatus, statusSocketOf } from '../adapters/ops/status-socket.ts';
 import { type TracePath, tracePath } from '../core/ops/trace.ts';
 import type { AgentStatus } from '../core/ops/agent-status.ts';
 import type { PeerPath } from '../core/tunnel/status.ts';
@@ -434,7 +434,7 @@ async function beginRun(spec: LabSpec, opts: LabUpOptions): Promise<Build> {
   const run: ActiveRun = { store, state, say };
   runs.active = run;
   say(`atoll lab ${runId}: ${describeLabSpec(spec)}`);
-  // the clock-jump fault's site: the first edge site (src/core/lab/faults.ts), its agents under libfaketime
+  // the clock-jump fault's site: the first edge site (src/lab/plan/faults.ts), its agents under libfaketime
   const faked = opts.fakeClocks && LIBFAKETIME ? plan.nodes.filter((n) => n.site === spec.edges[0]?.name) : [];
   const clockFiles = new Map(faked.map((n) => [n.name, join(n.dir, 'faketime')]));
   return { runs, store, spec, plan, mode, why, namespaces, kubernetes: opts.kubernetes ?? false, say, timingsMs: {}, agents: new Map(), clockFiles, run, step: 'preflight' };

@@ -8,8 +8,8 @@
  */
 import { connect, createServer, type Socket } from 'node:net';
 import { createInterface } from 'node:readline';
-import type { TcpResult } from '../core/lab/report.ts';
-import { Child } from '../adapters/child-process.ts';
+import type { TcpResult } from './plan/report.ts';
+import { Child } from './io/child-process.ts';
 import { ATOLL_BIN } from './agent-process.ts';
 
 // not an ESM import, whose facade loads far more (the rule in eslint.config.js says why)

@@ -2,17 +2,17 @@
  * `atoll lab run --prometheus`: starts Debian's `prometheus` binary (not its system service) in the controller's
  * namespace with its own configuration and data directory under the run's directory, listening on that namespace's
  * loopback only, scraping every agent, the controller and the relay over the monitoring network. Then it checks the
- * PromQL answers against what the lab knows (src/core/lab/monitoring.ts), that every query of the Grafana dashboard
+ * PromQL answers against what the lab knows (src/lab/plan/monitoring.ts), that every query of the Grafana dashboard
  * (deploy/grafana/atoll.json) names a metric Prometheus scraped, and that a fault shows: the relay killed, relayed
  * peers down, then back once it restarts.
  */
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { Child, logTail } from '../adapters/child-process.ts';
+import { Child, logTail } from './io/child-process.ts';
 import { exec } from '../adapters/exec.ts';
 import { installRoot } from '../adapters/install-root.ts';
-import { healthyChecks, LAB_PROMETHEUS_LISTEN, metricNamesIn, type PromCheck, prometheusConfig, relayDownChecks } from '../core/lab/monitoring.ts';
+import { healthyChecks, LAB_PROMETHEUS_LISTEN, metricNamesIn, type PromCheck, prometheusConfig, relayDownChecks } from './plan/monitoring.ts';
 import { nsPath, recordProcess, type RunningLab } from './lab.ts';
 import { restartService } from './faults.ts';
 

@@ -6,7 +6,7 @@
  */
 import { existsSync, readFileSync, statSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { Child, logTail } from '../adapters/child-process.ts';
+import { Child, logTail } from './io/child-process.ts';
 import { ATOLL_BIN } from './agent-process.ts';
 
 export type ServiceKind = 'controller' | 'relay' | 'delay-line';

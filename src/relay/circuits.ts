@@ -4,20 +4,20 @@
  * token the relay gave them over their control streams; the relay then joins the two connections byte for byte, and
  * the nodes run TLS 1.3 end to end over the joined pair, each pinning the other's key, exactly as on a direct stream.
  * The end that runs TLS as the client presents its token as the server name (SNI) of its ClientHello, so it can let
- * Node open the connection and read into a buffer of its own (src/adapters/tunnel-stream.ts, ReadTap); the TLS
+ * Node open the connection and read into a buffer of its own (src/adapters/tunnel/tunnel-stream.ts, ReadTap); the TLS
  * server end, which speaks second, sends a token line (32 hex digits and a newline) before anything else.
  *
  * Why not carry the packets inside the nodes' TLS streams to the relay (as Atoll first did): the relay then decrypted
  * and re-encrypted every packet and saw the pods' traffic in clear. Joined connections cost the relay no
  * cryptography, and the relay cannot read or alter what it carries (libp2p's circuit relay makes the same choice).
- * They are joined in the kernel (src/adapters/splice-native.ts: splice(2) by a C library's epoll threads), so the
+ * They are joined in the kernel (src/adapters/tunnel/splice-native.ts: splice(2) by a C library's epoll threads), so the
  * bytes never enter the relay's process and no JavaScript runs per chunk. Only pairs the relay may connect get tokens
  * (src/relay/relay.ts checks); a token is random (128 bits), good for one connection and {@link JOIN_WITHIN_MS}. No
  * time or byte limits once joined (the circuit-relay-v2 defaults of 2 min and 128 KiB cut long flows).
  */
 import { randomBytes } from 'node:crypto';
 import { createServer, type Server, type Socket } from 'node:net';
-import { type SpliceJoin, SpliceJoins } from '../adapters/splice-native.ts';
+import { type SpliceJoin, SpliceJoins } from '../adapters/tunnel/splice-native.ts';
 import type { Logger } from '../core/ports.ts';
 import { lineToken, sniToken, TLS_HANDSHAKE, TOKEN_LINE_LEN } from '../core/tunnel/circuit.ts';
 

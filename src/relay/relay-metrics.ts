@@ -1,7 +1,7 @@
 /**
  * The relay's metrics, read from its counters (src/relay/relay.ts, src/relay/circuits.ts) when Prometheus scrapes.
  */
-import type { Metrics } from '../adapters/metrics.ts';
+import type { Metrics } from '../adapters/ops/metrics.ts';
 import type { RelayStats } from './relay.ts';
 import type { CircuitStats } from './circuits.ts';
 

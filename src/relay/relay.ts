@@ -1,6 +1,6 @@
 /**
  * `atoll relay`: the cloud's meeting point for edge nodes behind NAT. Each edge node keeps one pinned TLS stream to
- * it (src/adapters/tunnel-stream.ts), its control stream. Over it the relay
+ * it (src/adapters/tunnel/tunnel-stream.ts), its control stream. Over it the relay
  * - tells the node its address as seen from the internet and the circuit port (the `observed` control message, sent
  *   on every connection: a node opens a short connection from the local port it will punch from, to learn that
  *   port's public mapping);
@@ -23,18 +23,18 @@ import { AtollError, atollError } from '../core/errors.ts';
 import { peerIdOfPin, pinOfPeerId } from '../core/tunnel/frame.ts';
 import { relayAllows, type RelayMember, relayMembers } from '../core/tunnel/plan.ts';
 import type { NodeRecord } from '../core/cluster/model.ts';
-import { applyWatchLine, ControllerClient } from '../adapters/controller-client.ts';
-import { ClusterStateFile } from '../adapters/cluster-state-file.ts';
+import { applyWatchLine, ControllerClient } from '../adapters/node/controller-client.ts';
+import { ClusterStateFile } from '../adapters/node/cluster-state-file.ts';
 import { discoverPinnedCa, spkiPin } from '../adapters/pki.ts';
-import { loadOrCreateTunnelCredentials } from '../adapters/tunnel-credentials.ts';
-import { listenTunnel } from '../adapters/tunnel-dial.ts';
-import type { TunnelStream } from '../adapters/tunnel-stream.ts';
+import { loadOrCreateTunnelCredentials } from '../adapters/tunnel/tunnel-credentials.ts';
+import { listenTunnel } from '../adapters/tunnel/tunnel-dial.ts';
+import type { TunnelStream } from '../adapters/tunnel/tunnel-stream.ts';
 import type { CircuitRequest, ControlMessage } from '../core/tunnel/messages.ts';
 import { CircuitBroker, type CircuitStats } from './circuits.ts';
 import { sleep } from '../adapters/timers.ts';
 import { Backoff } from '../core/retry.ts';
 import type { RelayConfig } from '../config/relay-config.ts';
-import type { OpsServer, Readiness } from '../adapters/ops-server.ts';
+import type { OpsServer, Readiness } from '../adapters/ops/ops-server.ts';
 
 export interface RelayStats {
   /** Nodes with a control stream now. */
@@ -116,7 +116,7 @@ export class Relay {
   async start(): Promise<void> {
     if (this.#cfg.metrics) {
       // loaded only when configured: prom-client stays out of the memory of a component without metrics
-      const [{ Metrics }, { startOpsServer }, { registerRelayMetrics }] = await Promise.all([import('../adapters/metrics.ts'), import('../adapters/ops-server.ts'), import('./relay-metrics.ts')]);
+      const [{ Metrics }, { startOpsServer }, { registerRelayMetrics }] = await Promise.all([import('../adapters/ops/metrics.ts'), import('../adapters/ops/ops-server.ts'), import('./relay-metrics.ts')]);
       const metrics = new Metrics();
       registerRelayMetrics(metrics, { stats: this.stats, circuits: () => this.#circuits.stats, members: () => this.#members.size });
       this.#ops = await startOpsServer({ listen: this.#cfg.metrics.listen, registry: metrics.registry, readiness: () => this.readiness() });

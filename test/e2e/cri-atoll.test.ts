@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { existsSync, mkdirSync, readdirSync, readFileSync, symlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
-import { startContainerd, type Containerd } from '../../src/adapters/containerd/containerd.ts';
+import { startContainerd, type Containerd } from '../../src/lab/io/containerd/containerd.ts';
 import { TestAgent } from '../support/agent.ts';
 import { leftoverNetns, rootSkipReason, sh } from '../support/netns.ts';
 

@@ -13,7 +13,7 @@ import { tmpdir } from 'node:os';
 import { delimiter, join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import { promisify } from 'node:util';
-import { startContainerd, type Containerd } from '../../src/adapters/containerd/containerd.ts';
+import { startContainerd, type Containerd } from '../../src/lab/io/containerd/containerd.ts';
 
 const run = promisify(execFile);
 

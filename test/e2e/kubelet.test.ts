@@ -1,6 +1,6 @@
 /**
  * The smallest real Kubernetes node on this kind of host (cgroup v1, PID 1 not systemd, no swap): a network
- * namespace with a private containerd 1.6 and a real kubelet v1.34 (src/adapters/kube/kubelet.ts) that registers
+ * namespace with a private containerd 1.6 and a real kubelet v1.34 (src/lab/io/kube/kubelet.ts) that registers
  * with a kube-apiserver reachable from that namespace, and a Deployment's pod, placed by the real scheduler, that
  * runs the test bed's busybox image with a configMap volume (the kubelet's mount must be visible to runc), gets an address from
  * the REFERENCE bridge plugin and answers ping. Needs root, containerd and the Kubernetes binaries; skips otherwise.
@@ -12,9 +12,9 @@ import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { startContainerd, type Containerd } from '../../src/adapters/containerd/containerd.ts';
-import { PAUSE_IMAGE_REF } from '../../src/adapters/containerd/pause-image.ts';
-import { startKubelet, type Kubelet } from '../../src/adapters/kube/kubelet.ts';
+import { startContainerd, type Containerd } from '../../src/lab/io/containerd/containerd.ts';
+import { PAUSE_IMAGE_REF } from '../../src/lab/io/containerd/pause-image.ts';
+import { startKubelet, type Kubelet } from '../../src/lab/io/kube/kubelet.ts';
 import { kubeBinDir, startControlPlane, type ControlPlane } from '../support/kube.ts';
 
 const NODE = 'kt-node';

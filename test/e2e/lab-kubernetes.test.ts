@@ -19,7 +19,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ATOLL_BIN } from '../../src/lab/agent-process.ts';
 import { ATOLL_IMAGE_TAG, atollImageTarball } from '../../src/lab/lab-kube.ts';
-import type { LabFaultResult } from '../../src/core/lab/faults.ts';
+import type { LabFaultResult } from '../../src/lab/plan/faults.ts';
 import type { KubernetesView, ServiceCheck } from '../../src/lab/lab-kube.ts';
 import type { LabPodInfo } from '../../src/lab/lab-pods.ts';
 import { rootSkipReason } from '../support/netns.ts';

@@ -11,8 +11,8 @@ import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSy
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ATOLL_BIN } from '../../src/lab/agent-process.ts';
-import type { LabCell } from '../../src/core/lab/report.ts';
-import type { LabFaultResult } from '../../src/core/lab/faults.ts';
+import type { LabCell } from '../../src/lab/plan/report.ts';
+import type { LabFaultResult } from '../../src/lab/plan/faults.ts';
 import { rootSkipReason } from '../support/netns.ts';
 import { runAtoll } from '../support/atoll-cli.ts';
 

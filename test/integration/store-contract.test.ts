@@ -16,10 +16,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import type { ClusterStore, LeaderElection, TxnOp, WatchEvent } from '../../src/core/cluster/store.ts';
-import { EmbeddedLeader, EmbeddedStore } from '../../src/adapters/store-embedded.ts';
-import { EtcdLeader, EtcdStore } from '../../src/adapters/store-etcd.ts';
-import { type EntryObject, type LogObject, KubeStore } from '../../src/adapters/store-kube.ts';
-import { KubeLeaseElection } from '../../src/adapters/store-kube-lease.ts';
+import { EmbeddedLeader, EmbeddedStore } from '../../src/adapters/store/store-embedded.ts';
+import { EtcdLeader, EtcdStore } from '../../src/adapters/store/store-etcd.ts';
+import { type EntryObject, type LogObject, KubeStore } from '../../src/adapters/store/store-kube.ts';
+import { KubeLeaseElection } from '../../src/adapters/store/store-kube-lease.ts';
 import { KubeClient } from '../../src/adapters/kube/kube-client.ts';
 import { etcdSkipReason, startEtcdCluster, type EtcdCluster } from '../support/etcd.ts';
 import { type ControlPlane, startControlPlane } from '../support/kube.ts';
@@ -425,7 +425,7 @@ describe('EmbeddedStore: log, snapshot and lock', () => {
       });
       // And by another process.
       const other = spawnSync(process.execPath, ['--input-type=module', '-e', `
-        import { EmbeddedStore } from ${JSON.stringify(join(import.meta.dirname, '../../src/adapters/store-embedded.ts'))};
+        import { EmbeddedStore } from ${JSON.stringify(join(import.meta.dirname, '../../src/adapters/store/store-embedded.ts'))};
         try { await EmbeddedStore.open(${JSON.stringify(dir)}); console.log('opened'); } catch (e) { console.log(e.code); }`], { encoding: 'utf8' });
       assert.equal(other.stdout.trim(), 'STORE_UNAVAILABLE', other.stderr);
     } finally {

@@ -158,7 +158,7 @@ describe('concurrent ADDs', { skip }, () => {
       const outs = await Promise.all(Array.from({ length: 30 }, (_, i) => run(i)));
       const ips = outs.map((o) => (JSON.parse(o).ips[0].address as string));
       assert.equal(new Set(ips).size, 30);
-      // Kernel waits run on libuv's pool, which src/adapters/netlink.ts sizes to 32 before it starts (a burst of DELs
+      // Kernel waits run on libuv's pool, which src/adapters/kernel/netlink.ts sizes to 32 before it starts (a burst of DELs
       // would otherwise delete 4 veths at a time): a bundling change that loaded it too late would show here. (This
       // file must not import that module: its setting would reach the agent through the environment.)
       if (process.env.UV_THREADPOOL_SIZE === undefined) { // else the operator's setting wins, as it should

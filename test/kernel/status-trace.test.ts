@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { TestAgent } from '../support/agent.ts';
 import { leftoverNetns, rootSkipReason, sh } from '../support/netns.ts';
-import { statusSocketOf } from '../../src/adapters/status-socket.ts';
+import { statusSocketOf } from '../../src/adapters/ops/status-socket.ts';
 import type { AgentStatus } from '../../src/core/ops/agent-status.ts';
 
 const MAIN = new URL('../../src/cli/main.ts', import.meta.url).pathname;

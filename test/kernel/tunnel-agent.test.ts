@@ -16,9 +16,9 @@ import { type ControllerProc, TestCloud } from '../support/cloud.ts';
 import { leftoverNetns, rootSkipReason, RUN_PREFIX, sh } from '../support/netns.ts';
 import { PROJECT_NODE } from '../../src/lab/agent-process.ts';
 import { selfSignedTunnelCert, spkiPin } from '../../src/adapters/pki.ts';
-import { KEEPER_PROGRAM, keeperSocketOf, stopKeeper, takeHeld, release } from '../../src/adapters/keeper.ts';
+import { KEEPER_PROGRAM, keeperSocketOf, stopKeeper, takeHeld, release } from '../../src/adapters/tunnel/keeper.ts';
 import { installRoot } from '../../src/adapters/install-root.ts';
-import { readTunnelStatus, statusSocketOf } from '../../src/adapters/status-socket.ts';
+import { readTunnelStatus, statusSocketOf } from '../../src/adapters/ops/status-socket.ts';
 import { until } from '../support/wait.ts';
 import { startCpuHog } from '../support/cpu-hog.ts';
 
@@ -116,7 +116,7 @@ describe('cross-site tunnel in the agent: edge dials cloud', { skip: rootSkipRea
     const credentials = { keyPem, certPem: selfSignedTunnelCert(keyPem, 'intruder') };
     const cloudPin = spkiPin(readFileSync(join(cloudNode.dataDir, 'tunnel.crt'), 'utf8'));
     const cloudIp = cloudNode.clusterState().peers.find((p) => p.name === 'tc1')?.addresses[0] as string;
-    const code = `import('${join(import.meta.dirname, '..', '..', 'src', 'adapters', 'tunnel-dial.ts')}').then(async (m) => {
+    const code = `import('${join(import.meta.dirname, '..', '..', 'src', 'adapters', 'tunnel', 'tunnel-dial.ts')}').then(async (m) => {
       try { const s = await m.dialTunnel({ host: '${cloudIp}', port: ${PORT}, credentials: ${JSON.stringify(credentials)}, peerPin: '${cloudPin}', timeoutMs: 3000 });
         s.on('close', () => { console.log('closed'); process.exit(0); }); setTimeout(() => { console.log('open'); process.exit(1); }, 3000);
       } catch (e) { console.log('error ' + e.message); process.exit(0); } })`;

@@ -15,7 +15,7 @@ import { join } from 'node:path';
 import { dumpNetns, inNetns, leftoverNetns, rootSkipReason, sh } from '../support/netns.ts';
 import { until } from '../support/wait.ts';
 import { PROJECT_NODE } from '../../src/lab/agent-process.ts';
-import type { DatagramPathStats } from '../../src/adapters/datagram-path.ts';
+import type { DatagramPathStats } from '../../src/adapters/tunnel/datagram-path.ts';
 import { makeTunnelSide, removeTunnelBed, startTunnelNode, tunnelSpecOf, tunnelStats, type TunnelSide as Side, wireTunnelBed } from '../support/tunnel-bed.ts';
 import { HELLO_LEN } from '../../src/core/tunnel/hello.ts';
 

@@ -15,7 +15,7 @@ import { dumpNetns, inNetns, leftoverNetns, rootSkipReason, sh } from '../suppor
 import { until } from '../support/wait.ts';
 import { PROJECT_NODE } from '../../src/lab/agent-process.ts';
 import { selfSignedTunnelCert } from '../../src/adapters/pki.ts';
-import { dialTunnel } from '../../src/adapters/tunnel-dial.ts';
+import { dialTunnel } from '../../src/adapters/tunnel/tunnel-dial.ts';
 import { makeTunnelSide, removeTunnelBed, startTunnelNode, tunnelSpecOf, tunnelStats, type TunnelSide as Side, wireTunnelBed } from '../support/tunnel-bed.ts';
 
 const TUN = 'atltun0';
@@ -123,7 +123,7 @@ describe('cross-site tunnel data path', { skip: rootSkipReason(), timeout: 180_0
     const refused0 = statsOf(b)!.refused;
     // Dial from the host namespace into node b through a helper in node a's namespace is not needed: the dial runs
     // in a child inside node a's namespace so traffic stays between our namespaces.
-    const code = `import('${join(import.meta.dirname, '..', '..', 'src', 'adapters', 'tunnel-dial.ts')}').then(async (m) => {
+    const code = `import('${join(import.meta.dirname, '..', '..', 'src', 'adapters', 'tunnel', 'tunnel-dial.ts')}').then(async (m) => {
       const creds = ${JSON.stringify(credentials)};
       try { const s = await m.dialTunnel({ host: '${b.underlay}', port: ${PORT}, credentials: creds, peerPin: '${b.pin}', timeoutMs: 3000 });
         s.on('close', () => { console.log('closed'); process.exit(0); }); setTimeout(() => { console.log('open'); process.exit(1); }, 3000);

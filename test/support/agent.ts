@@ -6,7 +6,7 @@ import { spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { keeperSocketOf, stopKeeper } from '../../src/adapters/keeper.ts';
+import { keeperSocketOf, stopKeeper } from '../../src/adapters/tunnel/keeper.ts';
 import { AgentProcess, REPO_ROOT } from '../../src/lab/agent-process.ts';
 import { addNetns, delNetns, dumpNetns, RUN_PREFIX } from './netns.ts';
 

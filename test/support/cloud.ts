@@ -7,7 +7,7 @@ import { mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ATOLL_BIN, PROJECT_NODE } from '../../src/lab/agent-process.ts';
-import { stopChild } from '../../src/adapters/child-process.ts';
+import { stopChild } from '../../src/lab/io/child-process.ts';
 import { addNetns, delNetns, RUN_PREFIX, sh } from './netns.ts';
 
 export const BOOTSTRAP_TOKEN = 'atoll-test-bootstrap-0123456789';

@@ -4,7 +4,7 @@
  *
  * Usage: node etcd-elector.ts <endpoints,comma-separated> <prefix> <id> <ttlSeconds>
  */
-import { EtcdLeader } from '../../src/adapters/store-etcd.ts';
+import { EtcdLeader } from '../../src/adapters/store/store-etcd.ts';
 
 const [endpoints = '', prefix = '', id = '', ttl = ''] = process.argv.slice(2);
 const leader = new EtcdLeader({ endpoints: endpoints.split(','), prefix, id, ttlSeconds: Number(ttl) });

@@ -17,8 +17,8 @@ import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { asAtollError } from '../../src/core/errors.ts';
 import type { NodeFields } from '../../src/core/cluster/model.ts';
-import { ControllerClient } from '../../src/adapters/controller-client.ts';
-import type { NodeIdentity } from '../../src/adapters/node-identity.ts';
+import { ControllerClient } from '../../src/adapters/node/controller-client.ts';
+import type { NodeIdentity } from '../../src/adapters/node/node-identity.ts';
 
 export interface SimulationInit {
   readonly urls: readonly string[];

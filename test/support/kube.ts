@@ -11,13 +11,13 @@
  *
  * With `nodes`, each name also gets a token of user `system:node:<name>` (group system:nodes), for a real kubelet
  * (`nodeToken`); with `controllers`, kube-controller-manager and kube-scheduler run too. The processes are started
- * by src/adapters/kube/control-plane.ts.
+ * by src/lab/io/kube/control-plane.ts.
  */
 import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { startKubeControlPlane } from '../../src/adapters/kube/control-plane.ts';
+import { startKubeControlPlane } from '../../src/lab/io/kube/control-plane.ts';
 import { KubeClient } from '../../src/adapters/kube/kube-client.ts';
 import { freePort } from './ports.ts';
 
@@ -55,7 +55,7 @@ export interface ControlPlane {
 /**
  * Starts the control plane below `dir` (see above). `bins`: a folder with etcd, kube-apiserver, kubectl (and with
  * `controllers` kube-controller-manager and kube-scheduler) to run instead of {@link kubeBinDir}'s;
- * `endpointReconciler`: see src/adapters/kube/control-plane.ts (`none` for kube-apiserver v1.37 on this loopback).
+ * `endpointReconciler`: see src/lab/io/kube/control-plane.ts (`none` for kube-apiserver v1.37 on this loopback).
  */
 export async function startControlPlane(dir: string, opts: {
   netns?: string; nodes?: readonly string[]; controllers?: boolean; bins?: string; endpointReconciler?: 'lease' | 'none';

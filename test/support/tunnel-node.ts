@@ -6,12 +6,12 @@
  */
 import { readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { parseCidr } from '../../src/core/net/ipv4.ts';
-import { openTun } from '../../src/adapters/tun.ts';
-import { dialTunnel, listenTunnel } from '../../src/adapters/tunnel-dial.ts';
-import type { TunnelStream } from '../../src/adapters/tunnel-stream.ts';
-import { TunnelEndpoint } from '../../src/adapters/tunnel-endpoint.ts';
-import { DatagramPath } from '../../src/adapters/datagram-path.ts';
-import { type DatagramLocalState, DatagramStateFile } from '../../src/adapters/datagram-state-file.ts';
+import { openTun } from '../../src/adapters/tunnel/tun.ts';
+import { dialTunnel, listenTunnel } from '../../src/adapters/tunnel/tunnel-dial.ts';
+import type { TunnelStream } from '../../src/adapters/tunnel/tunnel-stream.ts';
+import { TunnelEndpoint } from '../../src/adapters/tunnel/tunnel-endpoint.ts';
+import { DatagramPath } from '../../src/adapters/tunnel/datagram-path.ts';
+import { type DatagramLocalState, DatagramStateFile } from '../../src/adapters/tunnel/datagram-state-file.ts';
 import { innerMtu } from '../../src/core/tunnel/datagram.ts';
 import type { ControlMessage } from '../../src/core/tunnel/messages.ts';
 

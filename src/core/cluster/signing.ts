@@ -1,7 +1,7 @@
 /**
  * Signed agent requests. After joining, an agent signs every request to the controller with its node key over a
  * canonical text of the request; the controller checks the signature with the key it recorded at join, then asks a
- * {@link ReplayGuard} whether the request is fresh. Pure: the key operations live in src/adapters/node-identity.ts.
+ * {@link ReplayGuard} whether the request is fresh. Pure: the key operations live in src/adapters/node/node-identity.ts.
  */
 
 /** The HTTP headers that carry a request's signature (lower-case, as Node presents incoming headers). */

@@ -3,7 +3,7 @@
  * shape etcd v3 has. Every controller decision (a node record, a block lease) is one transaction, so two controller
  * replicas, or two leaders during a failover, can never both hand out one block.
  *
- * Implementations: src/adapters/store-embedded.ts (one controller, crash-safe files) and src/adapters/store-etcd.ts
+ * Implementations: src/adapters/store/store-embedded.ts (one controller, crash-safe files) and src/adapters/store/store-etcd.ts
  * (etcd v3). One contract suite (test/integration/store-contract.test.ts) runs against both.
  */
 

@@ -4,7 +4,7 @@
  * link query), the dumps its resync reads (links, IPv4 addresses, routes and neighbours, bridge fdb entries), the
  * nf_tables ruleset generation, and the decoders for what the kernel answers (acks, errors with their extended-ack
  * text, links, addresses, routes, neighbours, the generation).
- * Pure: no I/O, no `node:` imports; the socket lives in src/adapters/netlink.ts.
+ * Pure: no I/O, no `node:` imports; the socket lives in src/adapters/kernel/netlink.ts.
  *
  * Layouts follow the kernel's uapi headers (linux/netlink.h, linux/rtnetlink.h, linux/if_link.h, linux/veth.h,
  * linux/if_addr.h). Integers are in host byte order except addresses, which are in network order. Every message

@@ -1,15 +1,15 @@
 /**
  * The tunnel's datagram path, as data: the layout of one encrypted UDP datagram, its nonce, the inner MTU an underlay
- * MTU leaves, and when a key is due for rotation. Pure: no I/O, no `node:` imports; src/adapters/datagram-path.ts
+ * MTU leaves, and when a key is due for rotation. Pure: no I/O, no `node:` imports; src/adapters/tunnel/datagram-path.ts
  * sends and receives. The per-datagram work on this layout (header, sealing and opening, the replay window, the split of
  * a TCP superpacket into segments that each fit one datagram) is native/atoll-dp.c's, one implementation, tested
- * through src/adapters/datagram-native.ts against an independent one (test/support/datagram-reference.ts).
+ * through src/adapters/tunnel/datagram-native.ts against an independent one (test/support/datagram-reference.ts).
  *
  *   datagram = type (1) | flags (1) | 0 (2) | key id (4, big-endian) | counter (8, big-endian) | sealed payload | tag (16)
  *
  * The first 16 bytes are the AEAD's additional data; the payload is a packet as the TUN device holds it (its 10-byte
  * virtio-net header, then the IP packet), or for a keepalive one flag byte. The nonce is 4 zero bytes and the 8
- * counter bytes: each direction of each pair has its own key (the sender's, src/adapters/datagram-path.ts), and a
+ * counter bytes: each direction of each pair has its own key (the sender's, src/adapters/tunnel/datagram-path.ts), and a
  * sender never reuses a counter under a key, so a (key, nonce) pair never repeats.
  */
 import { VNET_HDR_LEN } from './routing.ts';

@@ -10,7 +10,7 @@
  * a packet relayed inside the stream to the relay; packets now cross the relay in circuits (src/relay/circuits.ts),
  * end to end, and kind 2 is refused.
  *
- * Why 3 length bytes: with GSO offloads a TUN read returns superpackets of up to 64 KB (src/adapters/tun.ts), which
+ * Why 3 length bytes: with GSO offloads a TUN read returns superpackets of up to 64 KB (src/adapters/tunnel/tun.ts), which
  * 2 bytes cannot length, and 24 bits hold any frame.
  */
 

@@ -1,0 +1,26 @@
+/**
+ * The node's VTEP MAC, chosen once and kept in local state, so the VXLAN device comes back with the same MAC after an
+ * agent restart or a reboot, with or without the controller: peers cut off from the cloud keep delivering to it.
+ */
+import { randomBytes } from 'node:crypto';
+import { existsSync, readFileSync } from 'node:fs';
+import { atollError } from '../../core/errors.ts';
+import { writeFileDurably } from '../durable-file.ts';
+
+const MAC = /^([0-9a-f]{2}:){5}[0-9a-f]{2}$/;
+
+/** Reads the saved VTEP MAC, or makes (locally administered, unicast) and saves one. */
+export function loadOrCreateVtepMac(path: string): string {
+  if (existsSync(path)) {
+    const mac = (JSON.parse(readFileSync(path, 'utf8')) as { vtepMac?: string }).vtepMac ?? '';
+    if (!MAC.test(mac)) {
+      throw atollError('CONFIG_FILE_INVALID', `the saved VTEP MAC in ${path} is unreadable`, 'restore the file; a new MAC would strand peers that cannot hear about it');
+    }
+    return mac;
+  }
+  const b = randomBytes(6);
+  b[0] = ((b[0] as number) & 0xfc) | 0x02; // locally administered, unicast
+  const mac = [...b].map((x) => x.toString(16).padStart(2, '0')).join(':');
+  writeFileDurably(path, JSON.stringify({ vtepMac: mac }) + '\n', { mode: 0o644 });
+  return mac;
+}

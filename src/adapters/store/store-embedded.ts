@@ -1,0 +1,543 @@
+/**
+ * The {@link ClusterStore} of a single controller: an in-memory sorted map, made durable by a write-ahead log and
+ * snapshots in one directory.
+ *
+ * Why: a small cluster (or a lab) should not need an etcd to run; one controller with a local disk is enough, as long
+ * as a crash never loses a transaction it reported as done and never leaves half of one.
+ *
+ * - `wal.log`: one JSON line per committed transaction (`{"rev","ops","crc"}`), appended and fdatasynced before the
+ *   transaction resolves. On open the log is replayed; a torn last line (a crash mid-append) is dropped and cut off,
+ *   a damaged line before the end refuses the open (that is lost data, not a crash).
+ * - `snapshot.json`: the whole map at one revision, written crash-safely (temporary file, fsync, rename, directory
+ *   fsync) once the log outgrows `maxLogBytes` or `snapshotIntervalMs` has passed; the log then restarts empty.
+ *   Log lines at or below the snapshot's revision (a crash between rename and truncation) are skipped on replay.
+ * - `LOCK`: holds the pid of the process that has the directory open, so a second process (or a second open in
+ *   this one) is refused instead of interleaving its writes.
+ *
+ * Watches are served from the last `historyLimit` events kept in memory, like etcd's history before compaction.
+ */
+import { closeSync, fsyncSync, linkSync, mkdirSync, openSync, readFileSync, unlinkSync, writeSync } from 'node:fs';
+import { open, readFile, rename, unlink, type FileHandle } from 'node:fs/promises';
+import { join } from 'node:path';
+import { crc32 } from 'node:zlib';
+import type { ClusterStore, KvEntry, KvList, LeaderElection, TxnCompare, TxnOp, TxnResult, WatchEvent } from '../../core/cluster/store.ts';
+import { AtollError, atollError } from '../../core/errors.ts';
+import { Mutex } from '../../core/mutex.ts';
+import type { Clock, Logger } from '../../core/ports.ts';
+import { checkTxnOps } from './store-txn-check.ts';
+
+const LOG_FILE = 'wal.log';
+const SNAPSHOT_FILE = 'snapshot.json';
+const SNAPSHOT_TMP = '.tmp-snapshot.json';
+const LOCK_FILE = 'LOCK';
+const SNAPSHOT_FORMAT = 1;
+
+export interface EmbeddedStoreOptions {
+  readonly clock?: Clock;
+  /** Receives a warning when a snapshot fails (the log keeps every transaction, so nothing is lost). */
+  readonly logger?: Logger;
+  /** Take a snapshot once the log is larger than this (default 8 MiB). */
+  readonly maxLogBytes?: number;
+  /** Take a snapshot at the first transaction this long after the last one (default 10 minutes). */
+  readonly snapshotIntervalMs?: number;
+  /** Events kept for watches (default 10,000); a watch from before them gets STORE_COMPACTED. */
+  readonly historyLimit?: number;
+}
+
+interface Watcher {
+  readonly prefix: string;
+  readonly onEvent: (events: readonly WatchEvent[]) => void;
+  readonly fail: (err: unknown) => void;
+}
+
+interface Loaded {
+  readonly entries: Map<string, KvEntry>;
+  readonly revision: number;
+  /** Revision of the snapshot the state started from; history before it is gone. */
+  readonly snapshotRevision: number;
+  readonly history: WatchEvent[];
+  readonly logBytes: number;
+}
+
+export class EmbeddedStore implements ClusterStore {
+  readonly dir: string;
+  readonly #entries: Map<string, KvEntry>;
+  /** The keys of #entries in sorted order, for prefix listings. */
+  readonly #sorted: string[];
+  #revision: number;
+  /** Events with modRevision > #historyStart are all in #history. */
+  #history: WatchEvent[];
+  #historyStart: number;
+  readonly #watchers = new Set<Watcher>();
+  readonly #mutex = new Mutex();
+  readonly #log: FileHandle;
+  #logBytes: number;
+  #lastSnapshotAt: number;
+  /** Why the store refuses work: closed, or a failed log write left the log's end unknown. */
+  #broken: string | undefined;
+  readonly #clock: Clock;
+  readonly #logger: Logger | undefined;
+  readonly #maxLogBytes: number;
+  readonly #snapshotIntervalMs: number;
+  readonly #historyLimit: number;
+
+  private constructor(dir: string, loaded: Loaded, log: FileHandle, opts: EmbeddedStoreOptions) {
+    this.dir = dir;
+    this.#entries = loaded.entries;
+    this.#sorted = [...loaded.entries.keys()].sort();
+    this.#revision = loaded.revision;
+    this.#history = loaded.history;
+    this.#historyStart = loaded.snapshotRevision;
+    this.#log = log;
+    this.#logBytes = loaded.logBytes;
+    this.#clock = opts.clock ?? Date.now;
+    this.#logger = opts.logger;
+    this.#maxLogBytes = opts.maxLogBytes ?? 8 * 1024 * 1024;
+    this.#snapshotIntervalMs = opts.snapshotIntervalMs ?? 10 * 60_000;
+    this.#historyLimit = opts.historyLimit ?? 10_000;
+    this.#lastSnapshotAt = this.#clock();
+    this.#trimHistory();
+  }
+
+  /**
+   * Opens (creating if needed) the store in `dir`: takes the directory lock, loads the snapshot, replays the log.
+   * @throws AtollError STORE_UNAVAILABLE when another live process holds the directory, when the snapshot or the log
+   *   is damaged (naming the file and line), or when the directory cannot be read or written.
+   */
+  static async open(dir: string, opts: EmbeddedStoreOptions = {}): Promise<EmbeddedStore> {
+    try {
+      mkdirSync(dir, { recursive: true, mode: 0o700 });
+    } catch (cause) {
+      throw atollError('STORE_UNAVAILABLE', `cannot create the store directory ${dir}`, 'check the path and its permissions', cause);
+    }
+    acquireLock(dir);
+    try {
+      await unlink(join(dir, SNAPSHOT_TMP)).catch(ignoreMissing);
+      const loaded = await load(dir);
+      const log = await open(join(dir, LOG_FILE), 'a', 0o600);
+      return new EmbeddedStore(dir, loaded, log, opts);
+    } catch (err) {
+      releaseLock(dir);
+      throw err instanceof AtollError
+        ? err
+        : atollError('STORE_UNAVAILABLE', `cannot open the store in ${dir}`, 'check that the directory is readable and writable', err);
+    }
+  }
+
+  async get(key: string): Promise<KvEntry | undefined> {
+    this.#assertUsable();
+    return this.#entries.get(key);
+  }
+
+  async list(prefix: string): Promise<KvList> {
+    this.#assertUsable();
+    const entries: KvEntry[] = [];
+    for (let i = lowerBound(this.#sorted, prefix); i < this.#sorted.length; i++) {
+      const key = this.#sorted[i]!;
+      if (!key.startsWith(prefix)) break;
+      entries.push(this.#entries.get(key)!);
+    }
+    return { entries, revision: this.#revision };
+  }
+
+  /**
+   * Evaluates `compares` and applies `ops` under one lock; the changed ops are appended to the log and fdatasynced
+   * before the memory map, the watchers and the caller see them.
+   * @throws AtollError STORE_UNAVAILABLE when the store is closed or the log write failed (the store then refuses
+   *   further work: reopen it, which replays whatever reached the disk).
+   */
+  async txn(compares: readonly TxnCompare[], ops: readonly TxnOp[]): Promise<TxnResult> {
+    checkTxnOps(ops);
+    return this.#mutex.run(async () => {
+      this.#assertUsable();
+      for (const c of compares) {
+        if ((this.#entries.get(c.key)?.modRevision ?? 0) !== c.modRevision) return { succeeded: false, revision: this.#revision };
+      }
+      // Only what changes something is logged, in a fixed shape (the log's checksum is over its JSON).
+      const changes = ops.flatMap((op): TxnOp[] => op.type === 'put'
+        ? [{ type: 'put', key: op.key, value: op.value }]
+        : this.#entries.has(op.key) ? [{ type: 'delete', key: op.key }] : []);
+      if (changes.length === 0) return { succeeded: true, revision: this.#revision };
+      const rev = this.#revision + 1;
+      await this.#append(rev, changes);
+      const events = this.#apply(rev, changes);
+      this.#notify(events);
+      await this.#maybeSnapshot();
+      return { succeeded: true, revision: rev };
+    });
+  }
+
+  /** The kept history after `afterRevision` is delivered before this returns, then each commit as it happens. */
+  watch(prefix: string, afterRevision: number, onEvent: (events: readonly WatchEvent[]) => void, signal: AbortSignal): Promise<void> {
+    return new Promise<void>((resolve, reject) => {
+      if (signal.aborted) return resolve();
+      if (this.#broken !== undefined) return reject(this.#unusable());
+      if (afterRevision < this.#historyStart) {
+        return reject(atollError('STORE_COMPACTED', `the store in ${this.dir} keeps events after revision ${this.#historyStart} only; a watch asked for those after ${afterRevision}`,
+          'list the keys again and watch from the revision of that listing'));
+      }
+      const watcher: Watcher = {
+        prefix,
+        onEvent,
+        fail: (err) => {
+          this.#watchers.delete(watcher);
+          signal.removeEventListener('abort', stop);
+          reject(err);
+        },
+      };
+      const stop = () => {
+        this.#watchers.delete(watcher);
+        resolve();
+      };
+      signal.addEventListener('abort', stop, { once: true });
+      this.#watchers.add(watcher);
+      // The backlog, one call per revision; later commits arrive through #notify, after it.
+      let batch: WatchEvent[] = [];
+      for (const e of this.#history) {
+        if (e.modRevision <= afterRevision || !e.key.startsWith(prefix)) continue;
+        if (batch.length > 0 && batch[0]!.modRevision !== e.modRevision) {
+          if (!deliver(watcher, batch)) return;
+          batch = [];
+        }
+        batch.push(e);
+      }
+      if (batch.length > 0) deliver(watcher, batch);
+    });
+  }
+
+  /** Waits for the running transaction, closes the log, ends every watch with STORE_UNAVAILABLE, frees the lock. */
+  close(): Promise<void> {
+    return this.#mutex.run(async () => {
+      if (this.#broken === 'closed') return;
+      this.#broken = 'closed';
+      for (const w of [...this.#watchers]) w.fail(this.#unusable());
+      await this.#log.close();
+      releaseLock(this.dir);
+    });
+  }
+
+  async #append(rev: number, ops: readonly TxnOp[]): Promise<void> {
+    const line = encodeLogLine(rev, ops);
+    try {
+      await this.#log.appendFile(line);
+      await this.#log.datasync();
+    } catch (cause) {
+      this.#broken = `a write to ${join(this.dir, LOG_FILE)} failed at revision ${rev}`;
+      throw atollError('STORE_UNAVAILABLE', `cannot append revision ${rev} to ${join(this.dir, LOG_FILE)}; the transaction may or may not be on disk`,
+        'check the disk (space, errors), then restart the controller: reopening replays whatever reached the log', cause);
+    }
+    this.#logBytes += Buffer.byteLength(line);
+  }
+
+  #apply(rev: number, ops: readonly TxnOp[]): WatchEvent[] {
+    const events = applyOps(this.#entries, rev, ops, (key, added) => {
+      const i = lowerBound(this.#sorted, key);
+      if (added) this.#sorted.splice(i, 0, key);
+      else this.#sorted.splice(i, 1);
+    });
+    this.#revision = rev;
+    this.#history.push(...events);
+    this.#trimHistory();
+    return events;
+  }
+
+  #notify(events: readonly WatchEvent[]): void {
+    for (const w of [...this.#watchers]) {
+      const mine = events.filter((e) => e.key.startsWith(w.prefix));
+      if (mine.length > 0) deliver(w, mine);
+    }
+  }
+
+  /** Drops whole revisions from the front of the history until it fits `historyLimit`, with slack to amortise. */
+  #trimHistory(): void {
+    if (this.#history.length <= this.#historyLimit + Math.ceil(this.#historyLimit / 10)) return;
+    let cut = this.#history.length - this.#historyLimit;
+    const lastDropped = this.#history[cut - 1]!.modRevision;
+    while (cut < this.#history.length && this.#history[cut]!.modRevision === lastDropped) cut++;
+    this.#history = this.#history.slice(cut);
+    this.#historyStart = lastDropped;
+  }
+
+  async #maybeSnapshot(): Promise<void> {
+    if (this.#logBytes < this.#maxLogBytes && this.#clock() - this.#lastSnapshotAt < this.#snapshotIntervalMs) return;
+    try {
+      await writeSnapshot(this.dir, this.#revision, [...this.#entries.values()]);
+      await this.#log.truncate(0);
+      await this.#log.datasync();
+      this.#logBytes = 0;
+      this.#lastSnapshotAt = this.#clock();
+    } catch (err) {
+      // The log still holds every transaction; the next transaction tries again.
+      this.#logger?.warn('store snapshot failed; the log keeps growing until one succeeds', { dir: this.dir, revision: this.#revision, error: String(err) });
+    }
+  }
+
+  #assertUsable(): void {
+    if (this.#broken !== undefined) throw this.#unusable();
+  }
+
+  #unusable(): Error {
+    return this.#broken === 'closed'
+      ? atollError('STORE_UNAVAILABLE', `the store in ${this.dir} is closed`, 'open it again')
+      : atollError('STORE_UNAVAILABLE', `the store in ${this.dir} stopped after an error: ${this.#broken}`, 'fix the disk, then restart the controller');
+  }
+}
+
+/**
+ * Leadership for the single controller of an {@link EmbeddedStore}: it leads at once and until it resigns. Only
+ * one process can open the store's directory, so there is nobody to lead against.
+ */
+export class EmbeddedLeader implements LeaderElection {
+  readonly #id: string;
+  #term: AbortController | undefined;
+
+  constructor(init: { readonly id: string }) {
+    this.#id = init.id;
+  }
+
+  async campaign(signal: AbortSignal): Promise<{ readonly lost: AbortSignal }> {
+    signal.throwIfAborted();
+    this.#term ??= new AbortController();
+    return { lost: this.#term.signal };
+  }
+
+  async leader(): Promise<string | undefined> {
+    return this.#term === undefined ? undefined : this.#id;
+  }
+
+  async resign(): Promise<void> {
+    this.#term?.abort(atollError('STORE_UNAVAILABLE', `controller ${this.#id} resigned its leadership`, 'campaign again to lead'));
+    this.#term = undefined;
+  }
+}
+
+/** Calls the watcher; a throwing callback ends its watch with that error. False when it threw. */
+function deliver(w: Watcher, events: readonly WatchEvent[]): boolean {
+  try {
+    w.onEvent(events);
+    return true;
+  } catch (err) {
+    w.fail(err);
+    return false;
+  }
+}
+
+function applyOps(entries: Map<string, KvEntry>, rev: number, ops: readonly TxnOp[], onKeySet?: (key: string, added: boolean) => void): WatchEvent[] {
+  const events: WatchEvent[] = [];
+  for (const op of ops) {
+    const cur = entries.get(op.key);
+    if (op.type === 'put') {
+      entries.set(op.key, { key: op.key, value: op.value, createRevision: cur?.createRevision ?? rev, modRevision: rev });
+      if (cur === undefined) onKeySet?.(op.key, true);
+      events.push({ type: 'put', key: op.key, value: op.value, modRevision: rev });
+    } else if (cur !== undefined) {
+      entries.delete(op.key);
+      onKeySet?.(op.key, false);
+      events.push({ type: 'delete', key: op.key, value: '', modRevision: rev });
+    }
+  }
+  return events;
+}
+
+function encodeLogLine(rev: number, ops: readonly TxnOp[]): string {
+  return `${JSON.stringify({ rev, ops, crc: checksum(rev, ops) })}\n`;
+}
+
+function checksum(rev: number, ops: unknown): number {
+  return crc32(JSON.stringify({ rev, ops }));
+}
+
+/** The log line's transaction, or why it is not one. */
+function decodeLogLine(line: string): { rev: number; ops: TxnOp[] } | string {
+  let rec: unknown;
+  try {
+    rec = JSON.parse(line);
+  } catch {
+    return 'not JSON';
+  }
+  if (typeof rec !== 'object' || rec === null) return 'not a JSON object';
+  const { rev, ops, crc } = rec as { rev?: unknown; ops?: unknown; crc?: unknown };
+  if (typeof rev !== 'number' || !Array.isArray(ops)) return 'no rev or ops';
+  if (crc !== checksum(rev, ops)) return 'checksum mismatch';
+  return { rev, ops: ops as TxnOp[] };
+}
+
+async function load(dir: string): Promise<Loaded> {
+  const entries = new Map<string, KvEntry>();
+  let revision = 0;
+  const snapPath = join(dir, SNAPSHOT_FILE);
+  const snapText = await readFile(snapPath, 'utf8').catch(ignoreMissing);
+  if (snapText !== undefined) {
+    const snap = decodeSnapshot(snapText);
+    if (typeof snap === 'string') {
+      throw atollError('STORE_UNAVAILABLE', `the store snapshot ${snapPath} is damaged (${snap})`, `restore ${dir} from a backup; the snapshot was written atomically, so this is disk damage or an edit`);
+    }
+    for (const e of snap.entries) entries.set(e.key, e);
+    revision = snap.revision;
+  }
+  const snapshotRevision = revision;
+  const logPath = join(dir, LOG_FILE);
+  const raw = await readFile(logPath).catch(ignoreMissing);
+  const history: WatchEvent[] = [];
+  if (raw === undefined) return { entries, revision, snapshotRevision, history, logBytes: 0 };
+
+  const text = raw.toString('utf8');
+  const lines = text.split('\n');
+  // After the last newline: empty, or a line whose append a crash cut short.
+  const tail = lines.pop()!;
+  let goodBytes = 0;
+  let torn = tail.length > 0;
+  for (let i = 0; i < lines.length; i++) {
+    const line = lines[i]!;
+    const rec = decodeLogLine(line);
+    const last = i === lines.length - 1 && !torn;
+    if (typeof rec === 'string') {
+      if (last) {
+        torn = true;
+        break;
+      }
+      throw corruptLog(logPath, i + 1, rec);
+    }
+    if (rec.rev > revision) {
+      if (rec.rev !== revision + 1) throw corruptLog(logPath, i + 1, `revision ${rec.rev} follows ${revision}`);
+      history.push(...applyOps(entries, rec.rev, rec.ops));
+      revision = rec.rev;
+    }
+    goodBytes += Buffer.byteLength(line) + 1;
+  }
+  if (torn) await cutLog(logPath, goodBytes);
+  return { entries, revision, snapshotRevision, history, logBytes: goodBytes };
+}
+
+function corruptLog(path: string, line: number, why: string): Error {
+  return atollError('STORE_UNAVAILABLE', `the store log ${path} is damaged at line ${line} (${why}), before its end`,
+    `restore the directory from a backup, or move ${path} aside to start from the last snapshot (losing the transactions after it)`);
+}
+
+/** Cuts the torn last line off, so the next append starts on a line of its own. */
+async function cutLog(path: string, bytes: number): Promise<void> {
+  const fh = await open(path, 'r+');
+  try {
+    await fh.truncate(bytes);
+    await fh.datasync();
+  } finally {
+    await fh.close();
+  }
+}
+
+function decodeSnapshot(text: string): { revision: number; entries: KvEntry[] } | string {
+  let snap: unknown;
+  try {
+    snap = JSON.parse(text);
+  } catch {
+    return 'not JSON';
+  }
+  const { format, revision, entries } = (snap ?? {}) as { format?: unknown; revision?: unknown; entries?: unknown };
+  if (format !== SNAPSHOT_FORMAT) return `format ${String(format)}, expected ${SNAPSHOT_FORMAT}`;
+  if (typeof revision !== 'number' || !Array.isArray(entries)) return 'no revision or entries';
+  const out: KvEntry[] = [];
+  for (const e of entries) {
+    if (!Array.isArray(e) || e.length !== 4) return 'an entry is not [key, value, createRevision, modRevision]';
+    const [key, value, createRevision, modRevision] = e as unknown[];
+    if (typeof key !== 'string' || typeof value !== 'string' || typeof createRevision !== 'number' || typeof modRevision !== 'number') return `entry ${String(key)} is malformed`;
+    out.push({ key, value, createRevision, modRevision });
+  }
+  return { revision, entries: out };
+}
+
+async function writeSnapshot(dir: string, revision: number, entries: readonly KvEntry[]): Promise<void> {
+  const tmp = join(dir, SNAPSHOT_TMP);
+  const body = JSON.stringify({ format: SNAPSHOT_FORMAT, revision, entries: entries.map((e) => [e.key, e.value, e.createRevision, e.modRevision]) });
+  const fh = await open(tmp, 'w', 0o600);
+  try {
+    await fh.writeFile(body);
+    await fh.sync();
+  } finally {
+    await fh.close();
+  }
+  await rename(tmp, join(dir, SNAPSHOT_FILE));
+  const d = await open(dir, 'r');
+  try {
+    await d.sync();
+  } finally {
+    await d.close();
+  }
+}
+
+/**
+ * Creates `dir/LOCK` holding our pid, atomically (written aside, then hard-linked into place, so the lock is never
+ * seen empty). A lock whose pid is dead is stale and replaced.
+ */
+function acquireLock(dir: string): void {
+  const lock = join(dir, LOCK_FILE);
+  const aside = join(dir, `.tmp-lock-${process.pid}`);
+  try {
+    const fd = openSync(aside, 'w', 0o600);
+    try {
+      writeSync(fd, `${process.pid}\n`);
+      fsyncSync(fd);
+    } finally {
+      closeSync(fd);
+    }
+  } catch (cause) {
+    throw lockError(dir, lock, cause);
+  }
+  try {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        linkSync(aside, lock);
+        return;
+      } catch (e) {
+        if ((e as NodeJS.ErrnoException).code !== 'EEXIST' || attempt > 0) throw lockError(dir, lock, e);
+      }
+      const holder = Number.parseInt(readFileSync(lock, 'utf8'), 10);
+      if (Number.isInteger(holder) && holder > 0 && pidAlive(holder)) {
+        throw atollError('STORE_UNAVAILABLE', `the store in ${dir} is open in process ${holder}${holder === process.pid ? ' (this one)' : ''}`,
+          `stop that process (or close the store) first; if pid ${holder} is not a controller, remove ${lock}`);
+      }
+      unlinkSync(lock);
+    }
+  } finally {
+    unlinkSync(aside);
+  }
+}
+
+function lockError(dir: string, lock: string, cause: unknown): Error {
+  return atollError('STORE_UNAVAILABLE', `cannot take the lock ${lock} of the store in ${dir}`, 'check that the directory is writable', cause);
+}
+
+/** Removes the lock if it is still ours. */
+function releaseLock(dir: string): void {
+  const lock = join(dir, LOCK_FILE);
+  try {
+    if (Number.parseInt(readFileSync(lock, 'utf8'), 10) === process.pid) unlinkSync(lock);
+  } catch {
+    // already gone: nothing to release
+  }
+}
+
+function pidAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+function ignoreMissing(e: unknown): undefined {
+  if ((e as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+  throw e;
+}
+
+/** Index of the first key >= `key`. */
+function lowerBound(sorted: readonly string[], key: string): number {
+  let lo = 0;
+  let hi = sorted.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (sorted[mid]! < key) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}

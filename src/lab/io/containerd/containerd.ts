@@ -1,0 +1,736 @@
+/**
+ * A private containerd 1.6 instance for end-to-end tests of the CNI plugin, `atoll demo` and the lab (one per lab
+ * node), driven through the real CRI API. `binDir` runs containerd 2.x instead (scripts/containerd2.sh: the one that
+ * sends CRI container events, for a kubelet's evented PLEG); same config (version 2, migrated by 2.x at start), same
+ * namespaces; it runs pods on this machine's cgroup v1 hierarchy as 1.6 does.
+ *
+ * Why this shape:
+ * - containerd runs inside the test's own network namespace, so the bridges, veths and iptables rules that CNI
+ *   plugins create (containerd calls them in its own netns) never reach the host.
+ * - It also runs in a private mount namespace (slave of the host's), created by a holder process (`sleep`, alive
+ *   until `stop()`) and set up before containerd starts in it:
+ *   `/sys` is remounted from inside the test netns (so `/sys/class/net` shows the test netns, as with
+ *   `ip netns exec`), the host's `/sys/fs/cgroup` tree is moved back on top (runc needs it; plain `ip netns exec`
+ *   drops it and runc then fails with "no cgroup mount found in mountinfo"), and `/run/containerd` is a private
+ *   tmpfs (containerd 1.6 hard-codes its shim sockets under `/run/containerd/s`), and so is `/var/lib/cni` (the
+ *   CNI result cache libcni keeps for DEL: an instance that is killed instead of stopped leaves nothing in the
+ *   host's cache). Every overlay, shm and netns mount containerd makes stays in that namespace and disappears with
+ *   its last process.
+ * - Pod netns mounts live under the instance's state dir (`netns_mounts_under_state_dir`), not `/var/run/netns`,
+ *   unless `netnsUnderStateDir: false`. They are visible only in containerd's mount namespace: use
+ *   {@link Containerd.execInNetns} (or `/proc/<sandbox pid>/ns/net`) to run commands in a pod's netns.
+ * - Processes are stopped by PID, never by name; leftovers are found by mount-namespace identity.
+ */
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { closeSync, existsSync, openSync } from 'node:fs';
+import { mkdir, readFile, readdir, readlink, rmdir, writeFile } from 'node:fs/promises';
+import { randomBytes } from 'node:crypto';
+import { join } from 'node:path';
+import { pollUntil } from '../../../core/retry.ts';
+import { sleep, wallClock } from '../../../adapters/timers.ts';
+import { connectCri, type CriClient } from './cri-client.ts';
+import { buildPauseImage, PAUSE_IMAGE_REF } from './pause-image.ts';
+
+/** Where `ip netns add` puts named network namespaces. */
+export const NETNS_RUN_DIR = '/var/run/netns';
+
+/** containerd 1.6 creates shim sockets here whatever its config says; the harness hides it behind a tmpfs. */
+const SHIM_SOCKET_ROOT = '/run/containerd';
+
+/** libcni's default result cache, which containerd 1.6 uses; private (a tmpfs) to each instance. */
+const CNI_CACHE_DIR = '/var/lib/cni';
+
+/** Plugins the harness never needs; disabling them keeps start-up quiet and free of probing. */
+const DISABLED_PLUGINS: readonly string[] = [
+  'io.containerd.snapshotter.v1.aufs',
+  'io.containerd.snapshotter.v1.btrfs',
+  'io.containerd.snapshotter.v1.devmapper',
+  'io.containerd.snapshotter.v1.zfs',
+  'io.containerd.tracing.processor.v1.otlp',
+  'io.containerd.internal.v1.tracing',
+];
+
+/** Log line of containerd 1.6 when the CRI plugin failed to load: the socket answers, CRI never will. */
+const CRI_LOAD_FAILURE = 'failed to load plugin io.containerd.grpc.v1.cri';
+
+/** Unix socket paths longer than this do not fit `sockaddr_un` (108 bytes with the terminator and margin). */
+const MAX_SOCKET_PATH = 100;
+
+/** Options of {@link startContainerd}. */
+export interface ContainerdInit {
+  /** Private, existing, empty-ish directory; root, state, sockets, config and logs all go below it. */
+  workDir: string;
+  /** Name of an existing network namespace under /var/run/netns, created by the test; containerd runs in it. */
+  netns: string;
+  /** CNI_PATH for containerd: the plugin binaries (must include `loopback`). */
+  cniBinDir: string;
+  /** Directory with the CNI conflist. Write files in place; containerd 1.6 may miss a file moved in. */
+  cniConfDir: string;
+  /** Bound for containerd to answer CRI after spawn; default 30 s. */
+  startTimeoutMs?: number;
+  /** Bound for containerd to exit after SIGTERM before SIGKILL; default 10 s. */
+  stopTimeoutMs?: number;
+  /** containerd log level; default `info` (`debug` shows each CNI invocation in more detail). */
+  logLevel?: 'debug' | 'info' | 'warn' | 'error';
+  /**
+   * Keep pod netns mounts under the state dir (default true). With false, containerd uses /var/run/netns/cni-<uuid>
+   * like a real node: the files then show in the host's `ip netns list` while pods exist, but their mounts do not
+   * (they live in containerd's mount namespace), so enter them with `execInNetns` only.
+   */
+  netnsUnderStateDir?: boolean;
+  /** Deadline of each CRI call; default from cri-client. */
+  criDeadlineMs?: number;
+  /**
+   * A folder holding another `containerd` and its `containerd-shim-runc-v2` (e.g. containerd 2.x from
+   * `sh scripts/containerd2.sh`) to run instead of the machine's; the folder goes first on containerd's PATH, where
+   * it looks its shim up. The config stays version 2, which containerd 2.x migrates at start. Default: the
+   * machine's (containerd 1.6 from Debian).
+   */
+  binDir?: string;
+  /**
+   * Directories of this node bind-mounted over machine paths inside containerd's mount namespace (where its runc
+   * and a kubelet that joins it resolve hostPath volumes), as a real node has its own `/opt/cni/bin`,
+   * `/etc/cni/net.d`, `/var/run/netns`... Each is made a shared mount, so what containerd mounts below it later
+   * (a pod's netns under `/var/run/netns`) reaches containers that mount it with HostToContainer propagation.
+   * A missing target is created on the machine as an empty mount point (nothing is ever written into it there).
+   */
+  hostDirs?: readonly { readonly source: string; readonly target: string }[];
+  /**
+   * A pause image tarball built already ({@link buildPauseImage}), imported instead of building one: several
+   * instances share one build.
+   */
+  pauseImageTarball?: string;
+  /** Start of the sandboxes' cgroup parent's name (a random suffix follows); default `atoll-e2e`. */
+  cgroupPrefix?: string;
+  /**
+   * Called as soon as containerd's process exists (before it answers), with what a crash clean-up needs to find
+   * everything of this instance again ({@link removeContainerdLeftovers}).
+   */
+  onSpawn?: (leftovers: ContainerdLeftovers) => void;
+}
+
+/** What identifies everything an instance may leave when its owner dies: see {@link removeContainerdLeftovers}. */
+export interface ContainerdLeftovers {
+  /** The containerd process. */
+  readonly pid: number;
+  /** The mount-namespace holder (`sleep infinity`). */
+  readonly holderPid: number;
+  /** Its private mount namespace, as `/proc/<pid>/ns/mnt` reads (`mnt:[4026532...]`). */
+  readonly mountNs: string;
+  /** The cgroup parent of its sandboxes (unique to the instance). */
+  readonly cgroupParent: string;
+  readonly workDir: string;
+}
+
+/** Output of a command that exited with status 0. */
+export interface ExecResult {
+  stdout: string;
+  stderr: string;
+}
+
+/** A running private containerd. */
+export interface Containerd {
+  /** CRI client connected to this instance. */
+  readonly cri: CriClient;
+  /** gRPC unix socket (also for `ctr -a`). */
+  readonly socket: string;
+  /** containerd's combined stdout/stderr. */
+  readonly logPath: string;
+  /** cgroup parent of this instance's sandboxes (removed by `stop()`). */
+  readonly cgroupParent: string;
+  /** PID of the containerd process. */
+  readonly pid: number;
+  /** What a clean-up by another process needs ({@link removeContainerdLeftovers}). */
+  readonly leftovers: ContainerdLeftovers;
+  /**
+   * Runs `argv` inside the network namespace at `netnsPath` (a pod's CNI_NETNS as reported by PodSandboxStatus),
+   * entering containerd's mount namespace first so that the path resolves. Rejects with stderr on non-zero exit.
+   */
+  execInNetns(netnsPath: string, argv: readonly string[]): Promise<ExecResult>;
+  /** Last `lines` lines of containerd's log, for failure messages. */
+  logTail(lines?: number): Promise<string>;
+  /**
+   * Stops and removes every pod sandbox (so CNI DEL runs), stops containerd (SIGTERM, then SIGKILL), kills any
+   * process still in its mount namespace, and unmounts whatever is left under workDir. Idempotent; runs every
+   * step even if one fails, then rejects with all failures.
+   */
+  stop(): Promise<void>;
+}
+
+/** File layout of one instance below workDir. */
+interface Paths {
+  config: string;
+  root: string;
+  state: string;
+  socket: string;
+  ttrpcSocket: string;
+  opt: string;
+  log: string;
+  podLogs: string;
+  pauseImageDir: string;
+  cgroupKeep: string;
+}
+
+/** Computes the file layout below `workDir`. */
+function layout(workDir: string): Paths {
+  return {
+    config: join(workDir, 'containerd.toml'),
+    root: join(workDir, 'root'),
+    state: join(workDir, 'state'),
+    socket: join(workDir, 'containerd.sock'),
+    ttrpcSocket: join(workDir, 'containerd.sock.ttrpc'),
+    opt: join(workDir, 'opt'),
+    log: join(workDir, 'containerd.log'),
+    podLogs: join(workDir, 'pod-logs'),
+    pauseImageDir: join(workDir, 'pause-image'),
+    cgroupKeep: join(workDir, 'cgroup-keep'),
+  };
+}
+
+/** Runs a command (argument array, no shell) and returns its output; errors name `what` and carry stderr. */
+function run(file: string, args: readonly string[], what: string, timeoutMs = 30_000): Promise<ExecResult> {
+  return new Promise((resolve, reject) => {
+    execFile(file, args, { timeout: timeoutMs, maxBuffer: 16 * 1024 * 1024 }, (err, stdout, stderr) => {
+      if (err) {
+        const detail = stderr.trim() || err.message;
+        reject(new Error(`${what} failed: ${file} ${args.join(' ')}: ${detail}`, { cause: err }));
+      } else {
+        resolve({ stdout, stderr });
+      }
+    });
+  });
+}
+
+/** Renders containerd's config (TOML version 2). JSON string syntax is valid TOML for basic strings and arrays. */
+function renderConfig(p: Paths, init: ContainerdInit): string {
+  const q = JSON.stringify;
+  const cri = '[plugins."io.containerd.grpc.v1.cri"';
+  return `${[
+    'version = 2',
+    `root = ${q(p.root)}`,
+    `state = ${q(p.state)}`,
+    `disabled_plugins = ${q(DISABLED_PLUGINS)}`,
+    '',
+    '[grpc]',
+    `  address = ${q(p.socket)}`,
+    '[ttrpc]',
+    `  address = ${q(p.ttrpcSocket)}`,
+    '[debug]',
+    `  level = ${q(init.logLevel ?? 'info')}`,
+    '[plugins."io.containerd.internal.v1.opt"]',
+    `  path = ${q(p.opt)}`,
+    `${cri}]`,
+    `  sandbox_image = ${q(PAUSE_IMAGE_REF)}`,
+    '  restrict_oom_score_adj = true',
+    '  disable_apparmor = true',
+    '  disable_tcp_service = true',
+    '  stream_server_address = "127.0.0.1"',
+    '  stream_server_port = "0"',
+    `  netns_mounts_under_state_dir = ${init.netnsUnderStateDir ?? true}`,
+    `${cri}.containerd]`,
+    '  snapshotter = "overlayfs"',
+    '  default_runtime_name = "runc"',
+    `${cri}.containerd.runtimes.runc]`,
+    '  runtime_type = "io.containerd.runc.v2"',
+    `${cri}.cni]`,
+    `  bin_dir = ${q(init.cniBinDir)}`,
+    `  conf_dir = ${q(init.cniConfDir)}`,
+    '  max_conf_num = 1',
+  ].join('\n')}\n`;
+}
+
+/** Checks what the harness cannot work without and names the fix. */
+function checkPreconditions(init: ContainerdInit, p: Paths): string {
+  const netnsPath = join(NETNS_RUN_DIR, init.netns);
+  if (!existsSync(netnsPath)) {
+    throw new Error(`containerd harness: network namespace "${init.netns}" not found at ${netnsPath}; create it first (ip netns add)`);
+  }
+  if (p.socket.length > MAX_SOCKET_PATH) {
+    throw new Error(`containerd harness: socket path ${p.socket} is longer than ${MAX_SOCKET_PATH} bytes; use a shorter workDir`);
+  }
+  for (const b of init.binDir === undefined ? [] : ['containerd', 'containerd-shim-runc-v2']) {
+    if (!existsSync(join(init.binDir as string, b))) {
+      throw new Error(`containerd harness: binDir ${init.binDir} has no ${b}; build it (sh scripts/containerd2.sh) or leave binDir out`);
+    }
+  }
+  return netnsPath;
+}
+
+/** Waits until `check` returns true, polling every `intervalMs`; rejects with `what` after `timeoutMs`. */
+async function waitFor(check: () => Promise<boolean>, timeoutMs: number, what: string, intervalMs = 50): Promise<void> {
+  if (!(await pollUntil(check, { intervalMs, timeoutMs }, { clock: wallClock, sleep }))) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+}
+
+/** Resolves once `child` has exited (immediately if it already has), or after `timeoutMs` with false. */
+function exited(child: ChildProcess, timeoutMs: number): Promise<boolean> {
+  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve(true);
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => resolve(false), timeoutMs);
+    child.once('exit', () => {
+      clearTimeout(timer);
+      resolve(true);
+    });
+  });
+}
+
+/** SIGTERM, then SIGKILL after `timeoutMs`; only this child, by its PID. Throws if it survives SIGKILL. */
+async function terminate(child: ChildProcess, what: string, timeoutMs: number): Promise<void> {
+  if (await exited(child, 0)) return;
+  child.kill('SIGTERM');
+  if (await exited(child, timeoutMs)) return;
+  child.kill('SIGKILL');
+  if (!(await exited(child, 5_000))) throw new Error(`${what} (pid ${child.pid}) survived SIGKILL; inspect it with ps`);
+}
+
+/**
+ * Starts the holder: a `sleep` in a new mount namespace (slave propagation) and in the test netns. Resolves once it
+ * has exec'd `sleep`, i.e. after `unshare` set the propagation, so no later mount can leak into the host.
+ */
+async function startHolder(netnsPath: string): Promise<ChildProcess> {
+  const holder = spawn('nsenter', [`--net=${netnsPath}`, '--', 'unshare', '--mount', '--propagation', 'slave', '--', 'sleep', 'infinity'], {
+    stdio: 'ignore',
+  });
+  holder.unref();
+  const isSleeping = async (): Promise<boolean> => {
+    if (holder.exitCode !== null) throw new Error(`mount-namespace holder exited with status ${holder.exitCode}; is util-linux installed?`);
+    const exe = await readlink(`/proc/${holder.pid}/exe`).catch(() => '');
+    return exe.endsWith('/sleep');
+  };
+  try {
+    await waitFor(isSleeping, 5_000, 'the mount-namespace holder (nsenter/unshare/sleep) to start');
+  } catch (err) {
+    await terminate(holder, 'mount-namespace holder', 1_000).catch(() => undefined);
+    throw err;
+  }
+  return holder;
+}
+
+/** True if `path` is a mount point in the caller's mount namespace. */
+async function isMountPoint(path: string): Promise<boolean> {
+  return (await readMounts()).includes(path);
+}
+
+/**
+ * Prepares the holder's mount namespace: netns-correct /sys with the host's cgroup tree back on top, and a private
+ * tmpfs on /run/containerd for shim sockets. All mounts happen inside the holder's namespace only.
+ */
+async function prepareMountNamespace(holderPid: number, p: Paths, hostDirs: ContainerdInit['hostDirs'] = []): Promise<void> {
+  const inNs = (args: string[], what: string) => run('nsenter', ['-t', String(holderPid), '-m', ...args], what);
+  const keepCgroups = await isMountPoint('/sys/fs/cgroup');
+  if (keepCgroups) {
+    await mkdir(p.cgroupKeep, { recursive: true });
+    await inNs(['--', 'mount', '--rbind', '/sys/fs/cgroup', p.cgroupKeep], 'keeping the cgroup tree');
+  }
+  await inNs(['--', 'umount', '-l', '/sys'], 'detaching the host /sys');
+  await inNs(['-n', '--', 'mount', '-t', 'sysfs', 'sysfs', '/sys'], 'mounting sysfs of the test netns');
+  if (keepCgroups) await inNs(['--', 'mount', '--move', p.cgroupKeep, '/sys/fs/cgroup'], 'restoring the cgroup tree');
+  await mkdir(SHIM_SOCKET_ROOT, { recursive: true, mode: 0o711 });
+  await inNs(['--', 'mount', '-t', 'tmpfs', '-o', 'mode=0711', 'tmpfs', SHIM_SOCKET_ROOT], 'mounting a private /run/containerd');
+  await mkdir(CNI_CACHE_DIR, { recursive: true, mode: 0o700 });
+  await inNs(['--', 'mount', '-t', 'tmpfs', '-o', 'mode=0700', 'tmpfs', CNI_CACHE_DIR], 'mounting a private CNI result cache');
+  if (hostDirs.length > 0) {
+    // hostPath volumes with mount propagation need their mount shared or slave, and containerd 1.6 looks the mount up
+    // without resolving symlinks (`/var/run/netns` is found on `/`): `/` is shared on a real (systemd) node; here the
+    // machine's is private, so its copy in this namespace becomes shared, a peer group of this namespace alone
+    await inNs(['--', 'mount', '--make-shared', '/'], 'making / shared in the node\'s mount namespace');
+  }
+  for (const d of hostDirs) {
+    await mkdir(d.source, { recursive: true, mode: 0o755 });
+    await mkdir(d.target, { recursive: true, mode: 0o755 });
+    await inNs(['--', 'mount', '--bind', d.source, d.target], `bind-mounting ${d.source} over ${d.target}`);
+    await inNs(['--', 'mount', '--make-shared', d.target], `making ${d.target} a shared mount`);
+  }
+}
+
+/**
+ * Spawns containerd in the holder's mount and network namespaces; `nsenter` execs it, so the PID is containerd's.
+ * With `binDir`, that folder's containerd runs, with the folder first on its PATH (its shim).
+ */
+function spawnContainerd(holderPid: number, p: Paths, binDir?: string): ChildProcess {
+  const logFd = openSync(p.log, 'a');
+  try {
+    const binary = binDir === undefined ? 'containerd' : join(binDir, 'containerd');
+    const env = binDir === undefined ? process.env : { ...process.env, PATH: `${binDir}:${process.env.PATH ?? '/usr/sbin:/usr/bin:/sbin:/bin'}` };
+    const child = spawn('nsenter', ['-t', String(holderPid), '-m', '-n', '--', binary, '--config', p.config], {
+      stdio: ['ignore', logFd, logFd],
+      env,
+    });
+    child.unref();
+    return child;
+  } finally {
+    closeSync(logFd);
+  }
+}
+
+/** Last `lines` lines of a log file, or a note that it cannot be read. */
+async function tail(path: string, lines: number): Promise<string> {
+  try {
+    return (await readFile(path, 'utf8')).trimEnd().split('\n').slice(-lines).join('\n');
+  } catch (err) {
+    return `(cannot read ${path}: ${(err as Error).message})`;
+  }
+}
+
+/** Throws if containerd has exited or its log says the CRI plugin did not load (waiting longer cannot help). */
+async function assertStarting(child: ChildProcess, p: Paths): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) {
+    throw new Error(`containerd exited (${child.exitCode ?? child.signalCode}) during start-up`);
+  }
+  if ((await readFile(p.log, 'utf8').catch(() => '')).includes(CRI_LOAD_FAILURE)) {
+    throw new Error(`the CRI plugin failed to load (check ${p.config})`);
+  }
+}
+
+/** Polls the CRI Version RPC until it answers; fails fast if start-up cannot succeed. Errors include the log tail. */
+async function waitForCri(child: ChildProcess, p: Paths, timeoutMs: number): Promise<void> {
+  const probe = connectCri({ socket: p.socket, logRoot: p.podLogs, deadlineMs: 1_000 });
+  const answers = (): Promise<boolean> => probe.version().then(() => true, () => false);
+  try {
+    const ready = async (): Promise<boolean> => {
+      if (await answers()) return true;
+      await assertStarting(child, p);
+      return false;
+    };
+    await waitFor(ready, timeoutMs, `containerd CRI on ${p.socket}`, 100);
+  } catch (cause) {
+    const msg = `containerd did not come up: ${(cause as Error).message}; see ${p.log}. Log tail:\n${await tail(p.log, 30)}`;
+    throw new Error(msg, { cause });
+  } finally {
+    probe.close();
+  }
+}
+
+/** Imports the pause image tarball (built here unless given) into the k8s.io namespace that the CRI plugin uses. */
+async function importPauseImage(p: Paths, prebuilt?: string): Promise<void> {
+  const tarball = prebuilt ?? await buildPauseImage(p.pauseImageDir);
+  await run('ctr', ['-a', p.socket, '-n', 'k8s.io', 'images', 'import', tarball], `importing ${PAUSE_IMAGE_REF}`, 60_000);
+}
+
+/** Mount points in the caller's mount namespace, octal escapes (`\040`) decoded. */
+async function readMounts(): Promise<string[]> {
+  const text = await readFile('/proc/self/mounts', 'utf8');
+  return text
+    .split('\n')
+    .filter((line) => line !== '')
+    .map((line) => (line.split(' ')[1] ?? '').replace(/\\([0-7]{3})/g, (_, o: string) => String.fromCharCode(parseInt(o, 8))));
+}
+
+/** Unmounts everything mounted at or below `dir` in the host mount namespace, deepest first, lazily if busy. */
+async function unmountUnder(dir: string): Promise<void> {
+  const targets = (await readMounts())
+    .filter((m) => m === dir || m.startsWith(`${dir}/`))
+    .sort((a, b) => b.split('/').length - a.split('/').length);
+  for (const target of targets) {
+    await run('umount', [target], `unmounting ${target}`).catch(() => run('umount', ['-l', target], `lazily unmounting ${target}`));
+  }
+}
+
+/** One row of the process table: parent PID, mount namespace id, zombie flag. */
+interface ProcInfo {
+  ppid: number;
+  mountNs: string;
+  zombie: boolean;
+}
+
+/** Reads /proc into a PID → {@link ProcInfo} map; processes that vanish while reading are skipped. */
+async function processTable(): Promise<Map<number, ProcInfo>> {
+  const table = new Map<number, ProcInfo>();
+  for (const name of await readdir('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      const stat = await readFile(`/proc/${name}/stat`, 'utf8');
+      const [state, ppid] = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      const mountNs = await readlink(`/proc/${name}/ns/mnt`);
+      table.set(Number(name), { ppid: Number(ppid), mountNs, zombie: state === 'Z' });
+    } catch {
+      // gone, or a kernel thread without namespaces
+    }
+  }
+  return table;
+}
+
+/** Live PIDs in mount namespace `mountNs` plus all their descendants, excluding this process. */
+async function processesInMountNs(mountNs: string): Promise<number[]> {
+  const table = await processTable();
+  const found = new Set<number>([...table].filter(([, info]) => info.mountNs === mountNs).map(([pid]) => pid));
+  for (let grew = true; grew; ) {
+    grew = false;
+    for (const [pid, info] of table) {
+      if (!found.has(pid) && found.has(info.ppid)) {
+        found.add(pid);
+        grew = true;
+      }
+    }
+  }
+  found.delete(process.pid);
+  return [...found].filter((pid) => table.get(pid)?.zombie === false);
+}
+
+/** SIGKILLs every process left in containerd's mount namespace (shims, sandboxes) and waits for them to go. */
+async function killLeftovers(mountNs: string): Promise<void> {
+  const pids = await processesInMountNs(mountNs);
+  for (const pid of pids) {
+    try {
+      process.kill(pid, 'SIGKILL');
+    } catch {
+      // already gone
+    }
+  }
+  await waitFor(async () => (await processesInMountNs(mountNs)).length === 0, 5_000, `processes ${pids.join(',')} to exit`);
+}
+
+/** Stops and removes every sandbox, trying all of them; throws one error naming each sandbox that failed. */
+async function removeAllSandboxes(cri: CriClient): Promise<void> {
+  const failures: Error[] = [];
+  for (const { id, namespace, name } of await cri.listPodSandbox()) {
+    try {
+      await cri.stopPodSandbox(id);
+      await cri.removePodSandbox(id);
+    } catch (err) {
+      failures.push(new Error(`sandbox ${namespace}/${name} (${id}): ${(err as Error).message}`, { cause: err }));
+    }
+  }
+  if (failures.length > 0) throw new AggregateError(failures, failures.map((f) => f.message).join('; '));
+}
+
+/** Runs each teardown step even if earlier ones fail, then throws one AggregateError naming every failure. */
+async function runAll(steps: readonly [string, () => Promise<unknown>][], what: string): Promise<void> {
+  const failures: Error[] = [];
+  for (const [name, step] of steps) {
+    try {
+      await step();
+    } catch (err) {
+      failures.push(new Error(`${name}: ${(err as Error).message}`, { cause: err }));
+    }
+  }
+  if (failures.length > 0) {
+    const list = failures.map((f) => f.message).join('; ');
+    throw new AggregateError(failures, `${what}: ${failures.length} teardown step(s) failed: ${list}`);
+  }
+}
+
+/** Mount points of every cgroup hierarchy (v1 controllers and/or the v2 tree) in the caller's mount namespace. */
+async function cgroupMounts(): Promise<string[]> {
+  const text = await readFile('/proc/self/mounts', 'utf8');
+  return text
+    .split('\n')
+    .map((line) => line.split(' '))
+    .filter((f) => f[2] === 'cgroup' || f[2] === 'cgroup2')
+    .map((f) => f[1] ?? '');
+}
+
+/** Directories at and below `dir`, deepest first (in a cgroup tree every directory is a cgroup). */
+async function cgroupTree(dir: string): Promise<string[]> {
+  const entries = await readdir(dir, { withFileTypes: true }).catch(() => []);
+  const children = entries.filter((e) => e.isDirectory()).map((e) => join(dir, e.name));
+  const nested = await Promise.all(children.map(cgroupTree));
+  return [...nested.flat(), dir];
+}
+
+/** rmdir that reports success (or absence) as true and any other failure as false. */
+function rmdirQuiet(dir: string): Promise<boolean> {
+  return rmdir(dir).then(
+    () => true,
+    (err: NodeJS.ErrnoException) => err.code === 'ENOENT',
+  );
+}
+
+/**
+ * Removes this instance's cgroup parent and any sandbox cgroups left in it (after a crash) from every hierarchy.
+ * rmdir only, so a cgroup that still has tasks is never forced; retried briefly because the kernel frees a cgroup
+ * shortly after its last task exits. The parent's name is unique to this instance.
+ */
+async function removeCgroupParent(cgroupParent: string): Promise<void> {
+  for (const mount of await cgroupMounts()) {
+    const root = join(mount, cgroupParent);
+    if (!existsSync(root)) continue;
+    for (const dir of await cgroupTree(root)) {
+      await waitFor(() => rmdirQuiet(dir), 5_000, `cgroup ${dir} to be removable (rmdir)`, 100);
+    }
+  }
+}
+
+/** Everything a running instance owns, for {@link makeInstance} and teardown. */
+interface Parts {
+  p: Paths;
+  init: ContainerdInit;
+  cgroupParent: string;
+  holder: ChildProcess;
+  mountNs: string;
+  child?: ChildProcess;
+  cri?: CriClient;
+}
+
+/** Tears down whatever `parts` holds; safe on a half-started instance. */
+async function teardown(parts: Parts): Promise<void> {
+  const { p, init, holder, mountNs, child, cri, cgroupParent } = parts;
+  const stopTimeout = init.stopTimeoutMs ?? 10_000;
+  await runAll(
+    [
+      ['removing pod sandboxes', async () => (cri ? removeAllSandboxes(cri) : undefined)],
+      ['closing the CRI client', async () => cri?.close()],
+      ['stopping containerd', async () => (child ? terminate(child, 'containerd', stopTimeout) : undefined)],
+      ['stopping the mount-namespace holder', () => terminate(holder, 'mount-namespace holder', 2_000)],
+      ['killing processes left in containerd\'s mount namespace', () => killLeftovers(mountNs)],
+      ['removing the sandboxes\' cgroup parent', () => removeCgroupParent(cgroupParent)],
+      ['unmounting under workDir', () => unmountUnder(init.workDir)],
+    ],
+    `containerd at ${p.socket}`,
+  );
+}
+
+/** Builds the {@link Containerd} object around started parts. */
+function makeInstance(parts: Parts & { child: ChildProcess; cri: CriClient }): Containerd {
+  let stopping: Promise<void> | undefined;
+  const pid = parts.child.pid ?? -1;
+  return {
+    cri: parts.cri,
+    socket: parts.p.socket,
+    logPath: parts.p.log,
+    cgroupParent: parts.cgroupParent,
+    pid,
+    leftovers: { pid, holderPid: parts.holder.pid ?? -1, mountNs: parts.mountNs, cgroupParent: parts.cgroupParent, workDir: parts.init.workDir },
+    execInNetns: (netnsPath, argv) =>
+      run('nsenter', [`--mount=/proc/${pid}/ns/mnt`, '--', 'nsenter', `--net=${netnsPath}`, '--', ...argv], `running ${argv[0]} in netns ${netnsPath}`),
+    logTail: (lines = 40) => tail(parts.p.log, lines),
+    stop: () => (stopping ??= teardown(parts)),
+  };
+}
+
+/**
+ * Imports an image tarball (docker-archive or OCI, e.g. `make image`'s) into the k8s.io namespace of a running
+ * instance, as `ctr -n k8s.io images import` does on a real node. Idempotent (an image present is replaced).
+ * @throws Error with ctr's output when the import fails.
+ */
+export async function importImage(ctd: Pick<Containerd, 'socket'>, tarball: string, timeoutMs = 180_000): Promise<void> {
+  await run('ctr', ['-a', ctd.socket, '-n', 'k8s.io', 'images', 'import', tarball], `importing ${tarball}`, timeoutMs);
+}
+
+/** SIGKILLs the task (a sandbox's or a container's process) `id` of a running instance, as a crash would end it. */
+export async function killTask(ctd: Pick<Containerd, 'socket'>, id: string): Promise<void> {
+  await run('ctr', ['-a', ctd.socket, '-n', 'k8s.io', 'tasks', 'kill', '-s', 'SIGKILL', id], `killing task ${id}`);
+}
+
+/**
+ * Starts a private containerd (CRI enabled, overlayfs, runc) inside network namespace `init.netns`, waits until its
+ * CRI socket answers (bounded by `startTimeoutMs`), and imports the sandbox image {@link PAUSE_IMAGE_REF}.
+ *
+ * Preconditions: root; containerd, runc, ctr, nsenter/unshare (util-linux) and busybox-static installed; the netns
+ * exists; `workDir` is private to this instance. On any start-up failure everything started so far is torn down
+ * and the error includes the tail of containerd's log. Callers must `await stop()` (e.g. in `finally`).
+ */
+export async function startContainerd(init: ContainerdInit): Promise<Containerd> {
+  const p = layout(init.workDir);
+  const netnsPath = checkPreconditions(init, p);
+  await mkdir(p.podLogs, { recursive: true });
+  await writeFile(p.config, renderConfig(p, init));
+  const holder = await startHolder(netnsPath);
+  const holderPid = holder.pid ?? -1;
+  const cgroupParent = `/${init.cgroupPrefix ?? 'atoll-e2e'}-${randomBytes(6).toString('hex')}`;
+  const parts: Parts = { p, init, cgroupParent, holder, mountNs: await readlink(`/proc/${holderPid}/ns/mnt`) };
+  try {
+    await prepareMountNamespace(holderPid, p, init.hostDirs);
+    parts.child = spawnContainerd(holderPid, p, init.binDir);
+    init.onSpawn?.({ pid: parts.child.pid ?? -1, holderPid, mountNs: parts.mountNs, cgroupParent, workDir: init.workDir });
+    await waitForCri(parts.child, p, init.startTimeoutMs ?? 30_000);
+    parts.cri = connectCri({ socket: p.socket, logRoot: p.podLogs, deadlineMs: init.criDeadlineMs, cgroupParent });
+    await importPauseImage(p, init.pauseImageTarball);
+    return makeInstance({ ...parts, child: parts.child, cri: parts.cri });
+  } catch (err) {
+    await teardown(parts).catch(() => undefined);
+    throw err;
+  }
+}
+
+/**
+ * containerd's default cgroup of a container whose sandbox has no cgroup parent (what a kubelet without per-QOS
+ * cgroups asks for): `/<namespace>/<container id>` in every hierarchy, the CRI namespace being `k8s.io`.
+ */
+const DEFAULT_CGROUP_PARENT = '/k8s.io';
+
+/** The ids of the tasks (sandboxes and containers) an instance's runc shims hold, from its state dir. */
+async function taskIds(workDir: string): Promise<string[]> {
+  const dir = join(layout(workDir).state, 'io.containerd.runtime.v2.task', 'k8s.io');
+  return (await readdir(dir).catch(() => [])).filter((id) => /^[0-9a-f]{64}$/.test(id));
+}
+
+/**
+ * Removes the default-parent cgroups of tasks `ids` (see {@link DEFAULT_CGROUP_PARENT}) from every hierarchy, once
+ * their processes are gone: killing an instance instead of removing its pods leaves them, as runc never deletes
+ * them then. Only the given ids: other instances' containers share the parent.
+ */
+async function removeTaskCgroups(ids: readonly string[]): Promise<void> {
+  for (const mount of await cgroupMounts()) {
+    for (const id of ids) {
+      const dir = join(mount, DEFAULT_CGROUP_PARENT, id);
+      if (!existsSync(dir)) continue;
+      for (const d of await cgroupTree(dir)) await waitFor(() => rmdirQuiet(d), 5_000, `cgroup ${d} to be removable (rmdir)`, 100);
+    }
+  }
+}
+
+/** PIDs in every cgroup at or below `cgroupParent`, in every hierarchy. */
+async function processesInCgroup(cgroupParent: string): Promise<number[]> {
+  const pids = new Set<number>();
+  for (const mount of await cgroupMounts()) {
+    for (const dir of await cgroupTree(join(mount, cgroupParent))) {
+      const text = await readFile(join(dir, 'cgroup.procs'), 'utf8').catch(() => '');
+      for (const line of text.split('\n')) if (/^\d+$/.test(line)) pids.add(Number(line));
+    }
+  }
+  pids.delete(process.pid);
+  return [...pids];
+}
+
+/** True if `pid` lives and is in mount namespace `mountNs`. */
+async function inMountNs(pid: number, mountNs: string): Promise<boolean> {
+  return pid > 0 && (await readlink(`/proc/${pid}/ns/mnt`).catch(() => '')) === mountNs;
+}
+
+/**
+ * Removes what an instance left when its owner could not `stop()` it (crashed, killed, or another process cleans
+ * up): containerd (SIGTERM, then SIGKILL), every process of its mount namespace and their descendants (holder,
+ * shims), every process in its sandboxes' cgroup parent (the pause processes) and in its tasks' cgroups that had no
+ * parent (a kubelet's pods, under /k8s.io: found by the task ids in its state dir), those cgroups, and any mount under
+ * workDir. Sandboxes are not removed
+ * through CRI, so no CNI DEL runs: use it when the pod network goes away anyway. The mount namespace is entered only
+ * while its holder or containerd is still in it (a reused namespace id is never trusted alone); the cgroup parent's
+ * name is unique to the instance. Idempotent; runs every step, then rejects with all failures.
+ */
+export async function removeContainerdLeftovers(l: ContainerdLeftovers, stopTimeoutMs = 3_000): Promise<void> {
+  const ours = (await inMountNs(l.pid, l.mountNs)) || (await inMountNs(l.holderPid, l.mountNs));
+  const kill = (pids: readonly number[]) => {
+    for (const pid of pids) {
+      try {
+        process.kill(pid, 'SIGKILL');
+      } catch {
+        // already gone
+      }
+    }
+  };
+  const tasks = await taskIds(l.workDir);
+  await runAll(
+    [
+      ['stopping containerd', async () => {
+        if (!(await inMountNs(l.pid, l.mountNs))) return;
+        process.kill(l.pid, 'SIGTERM');
+        await waitFor(async () => !(await inMountNs(l.pid, l.mountNs)), stopTimeoutMs, `containerd (pid ${l.pid}) to exit`, 25).catch(() => kill([l.pid]));
+      }],
+      ['killing the processes of its mount namespace', async () => (ours ? killLeftovers(l.mountNs) : undefined)],
+      ['killing the sandboxes', async () => {
+        kill(await processesInCgroup(l.cgroupParent));
+        await waitFor(async () => (await processesInCgroup(l.cgroupParent)).length === 0, 5_000, `the processes of cgroup ${l.cgroupParent} to exit`);
+      }],
+      ['removing the sandboxes\' cgroup parent', () => removeCgroupParent(l.cgroupParent)],
+      // a kubelet's pods have no parent: their processes live in their own mount namespaces, under /k8s.io/<task id>
+      ['killing the tasks without a parent (kubelet pods)', async () => {
+        const pids = async () => (await Promise.all(tasks.map((id) => processesInCgroup(join(DEFAULT_CGROUP_PARENT, id))))).flat();
+        kill(await pids());
+        await waitFor(async () => (await pids()).length === 0, 5_000, 'the processes of the kubelet pods\' tasks to exit');
+      }],
+      ['removing the cgroups of tasks without a parent (kubelet pods)', () => removeTaskCgroups(tasks)],
+      ['unmounting under workDir', () => unmountUnder(l.workDir)],
+    ],
+    `containerd leftovers (pid ${l.pid}, ${l.workDir})`,
+  );
+}
