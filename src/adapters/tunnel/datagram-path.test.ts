@@ -304,55 +304,65 @@ describe('datagram path with a kept region', () => {
   });
 });
 
+/**
+ * Two datagram paths `a` and `b` on loopback whose every datagram goes through a middlebox socket (each end's udp-key
+ * names the box's port), with streams faked for the keys; `forward(msg, to)` passes a datagram on (or not). The paths
+ * are started, peered and keyed; usable both ways on return. Closed after the test.
+ */
+async function throughBox(init: DatagramPathInit, forward: (box: ReturnType<typeof createSocket>, msg: Buffer, to: number) => void): Promise<{ pa: DatagramPath; pb: DatagramPath }> {
+  const a = credentials('node-a');
+  const b = credentials('node-b');
+  const box = createSocket('udp4');
+  await new Promise<void>((r) => box.bind(0, '127.0.0.1', () => r()));
+  const boxPort = box.address().port;
+  const real: { a?: number; b?: number } = {};
+  box.on('message', (msg, from) => {
+    const to = from.port === real.a ? real.b : from.port === real.b ? real.a : undefined;
+    if (to !== undefined) forward(box, msg, to);
+  });
+  const stream = (me: 'a' | 'b', deliver: (m: UdpKeyMessage | UdpKeyAck) => void) => ({
+    alive: true, silentMs: 0, remote: { host: '127.0.0.1', port: 1 },
+    exportKeyingMaterial: (n: number) => Buffer.alloc(n, 7),
+    sendControl: (m: ControlMessage) => {
+      if (m.t === 'udp-key') {
+        real[me] = m.port;
+        setImmediate(() => deliver({ ...m, port: boxPort }));
+      } else if (m.t === 'udp-key-ack') {
+        setImmediate(() => deliver(m));
+      }
+    },
+  }) as unknown as TunnelStream;
+  const atA: TunnelStream = stream('a', (m) => pb.onControl('a', atB, m));
+  const atB: TunnelStream = stream('b', (m) => pa.onControl('b', atA, m));
+  const pa = new DatagramPath({ streamOf: () => atA, publicHost: () => '', onPacket: () => {} }, init);
+  const pb = new DatagramPath({ streamOf: () => atB, publicHost: () => '', onPacket: () => {} }, init);
+  after(() => {
+    pa.close();
+    pb.close();
+    box.close();
+  });
+  await pa.start();
+  await pb.start();
+  pa.setPeers([{ id: 'b', pin: b.pin }]);
+  pb.setPeers([{ id: 'a', pin: a.pin }]);
+  assert.equal(pa.statusOf('b')?.rttMs, undefined, 'no round trip before an echo came back');
+  pa.offerKey('b', atA);
+  pb.offerKey('a', atB);
+  await until('the path to be usable both ways, through the middlebox', () => pa.usable('b') && pb.usable('a'), 10_000, 5);
+  return { pa, pb };
+}
+
 describe('keepalives: one byte, but one in FULL_KEEPALIVE_EVERY padded to the full size', () => {
   test('an idle path sends mostly one-byte keepalives; a path that drops full-size datagrams falls back after the full ones\' interval, not the dead one, and comes back', async () => {
-    const a = credentials('node-a');
-    const b = credentials('node-b');
-    // a middlebox on loopback between the two: each end's udp-key names its port, so every datagram goes through it,
-    // and it drops those longer than `limit` (a path with a smaller MTU that sends no ICMP back)
-    const box = createSocket('udp4');
-    await new Promise<void>((r) => box.bind(0, '127.0.0.1', () => r()));
-    const boxPort = box.address().port;
-    const real: { a?: number; b?: number } = {};
+    // the middlebox drops datagrams longer than `limit` (a path with a smaller MTU that sends no ICMP back)
     let limit = Infinity;
     let lengths: number[] = [];
-    box.on('message', (msg, from) => {
-      const to = from.port === real.a ? real.b : from.port === real.b ? real.a : undefined;
-      if (to === undefined) return;
+    // 50 ms ticks: a full-size keepalive every 500 ms per end, a path dead after 300 ms of silence or 3 s without a
+    // full-size one
+    const { pa, pb } = await throughBox({ host: '127.0.0.1', port: 0, underlayMtu: 1500, keepaliveMs: 50, deadAfterMs: 300 }, (box, msg, to) => {
       lengths.push(msg.length);
       if (msg.length <= limit) box.send(msg, to, '127.0.0.1');
     });
-    const stream = (me: 'a' | 'b', deliver: (m: UdpKeyMessage | UdpKeyAck) => void) => ({
-      alive: true, silentMs: 0, remote: { host: '127.0.0.1', port: 1 },
-      exportKeyingMaterial: (n: number) => Buffer.alloc(n, 7),
-      sendControl: (m: ControlMessage) => {
-        if (m.t === 'udp-key') {
-          real[me] = m.port;
-          setImmediate(() => deliver({ ...m, port: boxPort }));
-        } else if (m.t === 'udp-key-ack') {
-          setImmediate(() => deliver(m));
-        }
-      },
-    }) as unknown as TunnelStream;
-    const atA: TunnelStream = stream('a', (m) => pb.onControl('a', atB, m));
-    const atB: TunnelStream = stream('b', (m) => pa.onControl('b', atA, m));
-    // 50 ms ticks: a full-size keepalive every 500 ms per end, a path dead after 300 ms of silence or 3 s without a
-    // full-size one
-    const init = { host: '127.0.0.1', port: 0, underlayMtu: 1500, keepaliveMs: 50, deadAfterMs: 300 };
-    const pa = new DatagramPath({ streamOf: () => atA, publicHost: () => '', onPacket: () => {} }, init);
-    const pb = new DatagramPath({ streamOf: () => atB, publicHost: () => '', onPacket: () => {} }, init);
-    after(() => {
-      pa.close();
-      pb.close();
-      box.close();
-    });
-    await pa.start();
-    await pb.start();
-    pa.setPeers([{ id: 'b', pin: b.pin }]);
-    pb.setPeers([{ id: 'a', pin: a.pin }]);
-    pa.offerKey('b', atA);
-    pb.offerKey('a', atB);
-    await until('the path to be usable both ways, through the middlebox', () => pa.usable('b') && pb.usable('a'), 10_000, 5);
 
     lengths = [];
     await new Promise((r) => setTimeout(r, 1000));
@@ -376,51 +386,14 @@ describe('keepalives: one byte, but one in FULL_KEEPALIVE_EVERY padded to the fu
 
 describe('keepalive echoes: the datagram path\'s round trip', () => {
   test('one keepalive in ECHO_EVERY asks for an echo; the answer gives the round trip through a delaying middlebox, and follows it', async () => {
-    const a = credentials('node-a');
-    const b = credentials('node-b');
-    // a middlebox on loopback that holds every datagram `delayMs` before passing it on
-    const box = createSocket('udp4');
-    await new Promise<void>((r) => box.bind(0, '127.0.0.1', () => r()));
-    const boxPort = box.address().port;
-    const real: { a?: number; b?: number } = {};
+    // the middlebox holds every datagram `delayMs` before passing it on
     let delayMs = 40;
     let closed = false;
-    box.on('message', (msg, from) => {
-      const to = from.port === real.a ? real.b : from.port === real.b ? real.a : undefined;
-      if (to !== undefined) setTimeout(() => closed || box.send(msg, to, '127.0.0.1'), delayMs);
-    });
-    const stream = (me: 'a' | 'b', deliver: (m: UdpKeyMessage | UdpKeyAck) => void) => ({
-      alive: true, silentMs: 0, remote: { host: '127.0.0.1', port: 1 },
-      exportKeyingMaterial: (n: number) => Buffer.alloc(n, 7),
-      sendControl: (m: ControlMessage) => {
-        if (m.t === 'udp-key') {
-          real[me] = m.port;
-          setImmediate(() => deliver({ ...m, port: boxPort }));
-        } else if (m.t === 'udp-key-ack') {
-          setImmediate(() => deliver(m));
-        }
-      },
-    }) as unknown as TunnelStream;
-    const atA: TunnelStream = stream('a', (m) => pb.onControl('a', atB, m));
-    const atB: TunnelStream = stream('b', (m) => pa.onControl('b', atA, m));
+    after(() => (closed = true));
     // 30 ms ticks: an echo every 300 ms per end
-    const init = { host: '127.0.0.1', port: 0, underlayMtu: 1500, keepaliveMs: 30, deadAfterMs: 1000 };
-    const pa = new DatagramPath({ streamOf: () => atA, publicHost: () => '', onPacket: () => {} }, init);
-    const pb = new DatagramPath({ streamOf: () => atB, publicHost: () => '', onPacket: () => {} }, init);
-    after(() => {
-      pa.close();
-      pb.close();
-      closed = true;
-      box.close();
+    const { pa, pb } = await throughBox({ host: '127.0.0.1', port: 0, underlayMtu: 1500, keepaliveMs: 30, deadAfterMs: 1000 }, (box, msg, to) => {
+      setTimeout(() => closed || box.send(msg, to, '127.0.0.1'), delayMs);
     });
-    await pa.start();
-    await pb.start();
-    pa.setPeers([{ id: 'b', pin: b.pin }]);
-    pb.setPeers([{ id: 'a', pin: a.pin }]);
-    assert.equal(pa.statusOf('b')?.rttMs, undefined, 'no round trip before an echo came back');
-    pa.offerKey('b', atA);
-    pb.offerKey('a', atB);
-    await until('the path to be usable both ways, through the middlebox', () => pa.usable('b') && pb.usable('a'), 10_000, 5);
     await until('both ends to have a round trip', () => pa.statusOf('b')?.rttMs !== undefined && pb.statusOf('a')?.rttMs !== undefined, 5000, 10);
     for (const rtt of [pa.statusOf('b')?.rttMs, pb.statusOf('a')?.rttMs] as number[]) {
       assert.ok(rtt >= 2 * 40 - 2 && rtt < 2 * 40 + 150, `round trip ${rtt} ms through a middlebox holding each datagram 40 ms`);
