@@ -19,7 +19,9 @@
  * own, so a roll of the agent's DaemonSet, which ends every process of the agent's pod, does not end it), it holds
  * what an agent hands it and, at 'q' or after GRACE_MS without an agent, lets go of it and stays. A standing keeper
  * that finds a keeper at SOCKET when it starts (the agent came first and started its own) takes over what that one
- * holds and asks it to go. Both exit at SIGTERM and remove SOCKET when it is still their own.
+ * holds and asks it to go. Neither takes SOCKET from a keeper that answers there (a file nobody answers on is replaced):
+ * one the agent started exits with status 3 instead, and the agent hands the data plane to the keeper there. Both exit
+ * at SIGTERM and remove SOCKET when it is still their own.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -98,12 +100,34 @@ static void take_over(const struct sockaddr_un *addr) {
   int fds[MAX_HELD], n;
   int c = keeper_greeted(addr, &hello, fds, &n);
   if (c < 0) return;
+  drop_held();
   memcpy(held, fds, sizeof(int) * (size_t)n);
   count = n;
   char q = 'q';
   (void)!send(c, &q, 1, MSG_NOSIGNAL);
   fprintf(stderr, "atoll-keeper: took over %d descriptors from keeper %d\n", n, hello.pid);
   close(c);
+}
+
+/*
+ * Binds l to `addr` unless a live keeper listens there: a socket file nobody answers on (a keeper that was killed) is
+ * replaced, a live one never. Unlinking first let two keepers starting at once (the agent's own, and the chart's
+ * standing one coming up) each take the path from the other: one of them then listened on a name nobody could reach,
+ * holding the data plane out of the agent's reach, or holding nothing while the agent's next process found none.
+ * @returns 0, -EEXIST when a keeper answers at `addr`, or -errno.
+ */
+static int bind_unless_live(int l, const struct sockaddr_un *addr) {
+  for (int tries = 0; tries < 3; tries++) {
+    if (bind(l, (const struct sockaddr *)addr, sizeof *addr) == 0) return 0;
+    if (errno != EADDRINUSE) return -errno;
+    int probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    if (probe < 0) return -errno;
+    int live = connect(probe, (const struct sockaddr *)addr, sizeof *addr) == 0;
+    close(probe);
+    if (live) return -EEXIST;
+    unlink(addr->sun_path);
+  }
+  return -EADDRINUSE;
 }
 
 /* Sends the greeting and the held descriptors on connection c. */
@@ -141,19 +165,29 @@ int main(int argc, char **argv) {
   struct sigaction sa = {.sa_handler = on_term};
   sigaction(SIGTERM, &sa, NULL);
 
-  if (standing) take_over(&addr);
   int l = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
   if (l < 0) {
     perror("atoll-keeper: socket");
     return 1;
   }
-  unlink(path);
+  /* a standing keeper takes over a keeper it finds (the agent's own, which then goes) until the path is free; one the
+     agent started leaves a live keeper be (status 3: the agent hands the data plane to that one) */
   mode_t old = umask(077);
-  int rc = bind(l, (struct sockaddr *)&addr, sizeof addr);
+  int rc = -EEXIST;
+  for (int tries = 0; rc == -EEXIST && tries < 50; tries++) {
+    if (standing) take_over(&addr);
+    rc = bind_unless_live(l, &addr);
+    if (rc == -EEXIST && !standing) break;
+    if (rc == -EEXIST) usleep(20000);
+  }
   umask(old);
+  if (rc == -EEXIST && !standing) {
+    fprintf(stderr, "atoll-keeper: another keeper listens on %s\n", path);
+    return 3;
+  }
   struct stat mine;
   if (rc != 0 || listen(l, MAX_CLIENTS) != 0 || stat(path, &mine) != 0) {
-    fprintf(stderr, "atoll-keeper: cannot listen on %s: %s\n", path, strerror(errno));
+    fprintf(stderr, "atoll-keeper: cannot listen on %s: %s\n", path, rc != 0 ? strerror(-rc) : strerror(errno));
     return 1;
   }
 

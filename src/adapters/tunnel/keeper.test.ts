@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { spawn } from 'node:child_process';
 import { keeperQuit } from './datagram-native.ts';
 import { installRoot } from '../install-root.ts';
-import { handTo, type Held, KEEPER_PROGRAM, startKeeper, stopKeeper, takeHeld } from './keeper.ts';
+import { handTo, type Held, KEEPER_PROGRAM, release, startKeeper, stopKeeper, takeHeld } from './keeper.ts';
 import { until } from '../../../test/support/wait.ts';
 
 /** Whether process `pid` is gone (or a zombie). */
@@ -125,6 +125,36 @@ describe('keeper (bin/atoll-keeper)', () => {
     closeSync(now?.connection as number);
     closeSync(spawned.connection);
     proc.kill('SIGTERM');
+  });
+
+  test('no keeper takes the socket of a keeper that answers there: the agent\'s own, started while a standing keeper listens, leaves it be and the data plane goes to that one; a socket file nobody answers on is replaced', async () => {
+    // the agent starting its own keeper just as the chart's standing keeper comes up: each used to unlink the other's
+    // socket, leaving one listening where nobody could reach it
+    const socket = join(dir, 'r.sock');
+    const proc = standing(socket, 60_000);
+    await until('the standing keeper to listen', () => {
+      const h = takeHeld(socket);
+      if (h) release(h);
+      return h?.pid === proc.pid;
+    }, 5000, 20);
+    const file = openSync(join(dir, 'six'), 'w');
+    const held = await started(socket, [file], 60_000);
+    assert.equal(held.pid, proc.pid, 'the agent is connected to the standing keeper, not to a keeper of its own');
+    const now = takeHeld(socket);
+    assert.equal(now?.pid, proc.pid, 'the standing keeper still answers at the socket');
+    assert.equal(now?.fds.length, 1, 'and holds the data plane');
+    assert.equal(fstatSync(now?.fds[0] as number).ino, fstatSync(file).ino);
+    closeSync(file);
+    release(now as Held);
+    closeSync(held.connection);
+    proc.kill('SIGKILL'); // its socket file stays, and nobody answers on it
+    await until('the standing keeper to go', () => gone(proc.pid as number), 5000, 20);
+    assert.equal(existsSync(socket), true);
+    const other = openSync(join(dir, 'seven'), 'w');
+    const next = await started(socket, [other], 60_000);
+    closeSync(other);
+    assert.notEqual(next.pid, proc.pid, 'a keeper of its own replaced the dead one\'s socket');
+    closeSync(next.connection);
   });
 
   test('bad arguments: a usage error, status 2, nothing held', () => {

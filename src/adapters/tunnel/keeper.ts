@@ -38,8 +38,12 @@ export function takeHeld(socketPath: string): Held | undefined {
   return existsSync(socketPath) ? keeperConnect(socketPath) : undefined;
 }
 
+/** The status a keeper exits with when another keeper already listens at its socket (native/atoll-keeper.c). */
+const KEEPER_EXIT_ANOTHER = 3;
+
 /**
- * Starts a keeper holding `fds` (in that order) at `socketPath` and connects to it.
+ * Starts a keeper holding `fds` (in that order) at `socketPath` and connects to it. When another keeper listens there
+ * already (the chart's standing keeper came up meanwhile), the new one leaves it be and that one gets `fds`.
  * @returns the connection, or undefined (the data plane then lives as long as this process, as without a keeper)
  *   when the keeper did not answer within 2 s; `why` says what went wrong.
  */
@@ -63,6 +67,10 @@ export async function startKeeper(socketPath: string, fds: readonly number[], gr
     }
     if (held) release(held);
     await sleep(20);
+  }
+  if (exited === KEEPER_EXIT_ANOTHER) {
+    const found = reattach(socketPath, fds);
+    return found.held ? { held: found.held } : { why: `another keeper listens at ${socketPath}, and ${found.why}` };
   }
   if (exited === null && child.pid) process.kill(child.pid, 'SIGTERM');
   return { why: exited === null ? 'it did not answer within 2 s' : `it exited with status ${exited}` };
