@@ -63,7 +63,8 @@ const layers = {
 const nodeBuiltins = { group: ['node:*'], message: 'src/core and src/lab/plan are pure: no node: imports (put I/O in src/adapters or src/lab/io).' };
 const koffi = { name: 'koffi', message: 'only src/adapters calls the kernel through FFI (libc through src/adapters/kernel/libc.ts; bin/libatoll-dp.so through src/adapters/tunnel/native-library.ts).' };
 // Only src/adapters starts processes (and src/lab/io, the lab's own adapters) or loads koffi (one wrapper per kernel
-// tool). test/, bench/ and scripts/ are harnesses outside the layers: they start agents, etcd and iperf3 themselves.
+// tool). test/, bench/, harness/ and scripts/ are harnesses outside the layers: they start agents, etcd and iperf3
+// themselves.
 const processes = [
   { name: 'node:child_process', message: 'only src/adapters starts processes: call an adapter (exec.ts, iproute2.ts, ...; the lab: src/lab/io/child-process.ts).' },
   { name: 'child_process', message: 'only src/adapters starts processes: call an adapter (exec.ts, iproute2.ts, ...; the lab: src/lab/io/child-process.ts).' },

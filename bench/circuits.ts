@@ -22,7 +22,7 @@ import { cpus, loadavg, release } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { SpliceJoins } from '../src/adapters/tunnel/splice-native.ts';
-import { until } from '../test/support/wait.ts';
+import { until } from '../harness/wait.ts';
 import { cleanUpOnExit, exitStatus, fmt, intOption, median, parseBenchArgs, runBench, table } from './common.ts';
 
 type Side = 'ours' | 'reference';

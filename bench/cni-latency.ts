@@ -1,6 +1,6 @@
 /**
  * CNI ADD/DEL latency and peak RSS of the CNI process, side by side in one run on one machine:
- *   ours       the real `atoll-cni` native shim talking to a real `atoll agent` (test/support/agent.ts);
+ *   ours       the real `atoll-cni` native shim talking to a real `atoll agent` (harness/agent.ts);
  *   reference  Debian's `bridge` plugin with `host-local` IPAM (/usr/lib/cni).
  *
  * Each side gets its own throwaway "node" network namespace. Both plugin binaries are started by the same launcher:
@@ -18,8 +18,8 @@ import { cpus, loadavg, release, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setImmediate as nextTurn, setTimeout as sleep } from 'node:timers/promises';
 import { inNetns } from '../src/adapters/kernel/netns.ts';
-import { TestAgent } from '../test/support/agent.ts';
-import { addNetns, delNetns, isRoot, leftoverNetns, RUN_PREFIX } from '../test/support/netns.ts';
+import { TestAgent } from '../harness/agent.ts';
+import { addNetns, delNetns, isRoot, leftoverNetns, RUN_PREFIX } from '../harness/netns.ts';
 import { cleanUpOnExit, exitStatus, fmt, intOption, nearestRank, parseBenchArgs, removeRunTempDirs, runBench, table } from './common.ts';
 
 const GNU_TIME = '/usr/bin/time';

@@ -4,7 +4,7 @@ import { readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs, type ParseArgsOptionsConfig } from 'node:util';
-import { RUN_PREFIX } from '../test/support/netns.ts';
+import { RUN_PREFIX } from '../harness/netns.ts';
 
 /** The flags every benchmark has: --smoke, --json FILE, --timeout SECONDS, --help. */
 const COMMON_FLAGS = {

@@ -3,9 +3,9 @@
  *   throughput  registrations/s and block allocations/s through the real HTTPS API, for each store side by side
  *               (embedded; etcd with 1 member; etcd with 3 members; the Kubernetes store on a real kube-apiserver):
  *               a real controller process (`bin/atoll controller`) on 127.0.0.1, and simulated agents
- *               (test/support/join-simulator.ts) in this process;
+ *               (harness/join-simulator.ts) in this process;
  *   controller  VmRSS and VmHWM of the controller process holding `--rss-nodes` registered nodes (default 5,000);
- *   agent       VmRSS of a real idle agent (test/support/agent.ts) without and with a controller, against an empty
+ *   agent       VmRSS of a real idle agent (harness/agent.ts) without and with a controller, against an empty
  *               Node process (`node -e "setInterval(()=>{},1e9)"`), which is what Node itself costs.
  * bench/README.md explains what is measured and why.
  *
@@ -20,14 +20,14 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { adminRequest } from '../src/adapters/node/controller-client.ts';
 import { ATOLL_BIN, PROJECT_NODE } from '../src/lab/agent-process.ts';
-import { TestAgent } from '../test/support/agent.ts';
-import { type ControllerProc, TestCloud } from '../test/support/cloud.ts';
-import { type EtcdCluster, etcdSkipReason, startEtcdCluster } from '../test/support/etcd.ts';
-import { type ControlPlane, startControlPlane } from '../test/support/kube.ts';
-import { simulateJoins, type SimulationReport } from '../test/support/join-simulator.ts';
-import { delNetns, isRoot, leftoverNetns, RUN_PREFIX } from '../test/support/netns.ts';
+import { TestAgent } from '../harness/agent.ts';
+import { type ControllerProc, TestCloud } from '../harness/cloud.ts';
+import { type EtcdCluster, etcdSkipReason, startEtcdCluster } from '../harness/etcd.ts';
+import { type ControlPlane, startControlPlane } from '../harness/kube.ts';
+import { simulateJoins, type SimulationReport } from '../harness/join-simulator.ts';
+import { delNetns, isRoot, leftoverNetns, RUN_PREFIX } from '../harness/netns.ts';
 import { intOption, median, nearestRank, parseBenchArgs, removeRunTempDirs } from './common.ts';
-import { freePort } from '../test/support/ports.ts';
+import { freePort } from '../harness/ports.ts';
 
 const BOOTSTRAP_TOKEN = 'atoll-bench-bootstrap-0123456789';
 const ADMIN_TOKEN = 'atoll-bench-admin-0123456789abcdef';

@@ -2,7 +2,7 @@
  * Pods through a real kubelet, Atoll's CNI against the reference, side by side in one run on ONE node:
  *   one node namespace with a private containerd 1.6 (src/lab/io/containerd/containerd.ts), a real kubelet v1.34
  *   (src/lab/io/kube/kubelet.ts), a kube-apiserver, controller-manager and scheduler on its loopback
- *   (test/support/kube.ts), and a real `atoll agent` for that node (test/support/agent.ts) whose `atoll-cni` and
+ *   (harness/kube.ts), and a real `atoll agent` for that node (harness/agent.ts) whose `atoll-cni` and
  *   conflist are in the node's CNI directories;
  *   ours       the node's CNI conf dir holds Atoll's conflist (as the agent wrote it);
  *   reference  it holds a bridge + host-local conflist (Debian's containernetworking-plugins).
@@ -49,9 +49,9 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { startContainerd, type Containerd } from '../src/lab/io/containerd/containerd.ts';
 import { PAUSE_IMAGE_REF } from '../src/lab/io/containerd/pause-image.ts';
 import { startKubelet, type Kubelet } from '../src/lab/io/kube/kubelet.ts';
-import { TestAgent } from '../test/support/agent.ts';
-import { kubeBinDir, startControlPlane, type ControlPlane } from '../test/support/kube.ts';
-import { isRoot, leftoverNetns, RUN_PREFIX } from '../test/support/netns.ts';
+import { TestAgent } from '../harness/agent.ts';
+import { kubeBinDir, startControlPlane, type ControlPlane } from '../harness/kube.ts';
+import { isRoot, leftoverNetns, RUN_PREFIX } from '../harness/netns.ts';
 import { cleanUpOnExit, exitStatus, fmt, intOption, median, nearestRank as pct, parseBenchArgs, removeRunTempDirs, runBench, spawnBounded, table } from './common.ts';
 import { catchingRelist, type CatchingRelist, containerdPodSteps, type ContainerdPodSteps } from './pod-timeline.ts';
 import { bootstrapRatio, type RatioInterval } from './ratio-interval.ts';

@@ -31,10 +31,10 @@ import { type Cidr, formatCidr, formatIpv4, parseCidr, parseIpv4 } from '../src/
 import { diffOverlay, planOverlay, renderOverlayDiff, ROUTE_PROTO } from '../src/core/overlay/plan.ts';
 import type { Logger } from '../src/core/ports.ts';
 import { PROJECT_NODE } from '../src/lab/agent-process.ts';
-import { TestAgent } from '../test/support/agent.ts';
-import { type ControllerProc, TestCloud } from '../test/support/cloud.ts';
-import { addNetns, delNetns, isRoot, leftoverNetns, RUN_PREFIX, sh } from '../test/support/netns.ts';
-import { until } from '../test/support/wait.ts';
+import { TestAgent } from '../harness/agent.ts';
+import { type ControllerProc, TestCloud } from '../harness/cloud.ts';
+import { addNetns, delNetns, isRoot, leftoverNetns, RUN_PREFIX, sh } from '../harness/netns.ts';
+import { until } from '../harness/wait.ts';
 import { cleanUpOnExit, exitStatus, fmt, intOption, median, parseBenchArgs, removeRunTempDirs, runBench, spawnBounded, type Spawned, table } from './common.ts';
 
 const SELF = import.meta.filename;

@@ -2,7 +2,7 @@ import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { nearestRank } from './common.ts';
 import { bootstrapRatio } from './ratio-interval.ts';
-import { seeded } from '../test/support/seeded.ts';
+import { seeded } from './seeded.ts';
 
 /** n samples spread evenly over [from, to) plus a seeded jitter of +-jitter. */
 function spreadOver(n: number, from: number, to: number, jitter: number, random: () => number): number[] {

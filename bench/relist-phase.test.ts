@@ -4,7 +4,7 @@ import {
   estimateRelist, lastAtOrBefore, nextTimeAtPhase, observedPhase, phaseDifference, podRelistLine, predictedRelistBefore, relistLineTime,
   stratifiedOffsets,
 } from './relist-phase.ts';
-import { seeded } from '../test/support/seeded.ts';
+import { seeded } from './seeded.ts';
 
 const close = (actual: number, expected: number, what: string) => assert.ok(Math.abs(actual - expected) < 1e-9, `${what}: ${actual} != ${expected}`);
 

@@ -40,8 +40,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { LAB_STATE_DIR } from '../src/lab/io/lab-state.ts';
 import { statusSocketOf } from '../src/adapters/ops/status-socket.ts';
 import type { TunnelStatus } from '../src/core/tunnel/status.ts';
-import { isRoot } from '../test/support/netns.ts';
-import { until } from '../test/support/wait.ts';
+import { isRoot } from '../harness/netns.ts';
+import { until } from '../harness/wait.ts';
 import { exitStatus, fmt, intOption, median, parseBenchArgs, runBench, type Spawned, type SpawnOptions, spawnBounded, table } from './common.ts';
 
 const ROOT = dirname(dirname(import.meta.filename));

@@ -20,8 +20,8 @@ import type { TunnelCredentials } from '../adapters/tunnel/tunnel-credentials.ts
 import { dialTunnel, joinCircuit } from '../adapters/tunnel/tunnel-dial.ts';
 import type { TunnelStream } from '../adapters/tunnel/tunnel-stream.ts';
 import type { ControlMessage, PeerMessage } from '../core/tunnel/messages.ts';
-import { freePort } from '../../test/support/ports.ts';
-import { until } from '../../test/support/wait.ts';
+import { freePort } from '../../harness/ports.ts';
+import { until } from '../../harness/wait.ts';
 import { Relay } from './relay.ts';
 
 function credentials(name: string): TunnelCredentials & { pin: string } {

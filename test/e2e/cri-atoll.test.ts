@@ -8,8 +8,8 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, symlinkSync } from 'n
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { startContainerd, type Containerd } from '../../src/lab/io/containerd/containerd.ts';
-import { TestAgent } from '../support/agent.ts';
-import { leftoverNetns, rootSkipReason, sh } from '../support/netns.ts';
+import { TestAgent } from '../../harness/agent.ts';
+import { leftoverNetns, rootSkipReason, sh } from '../../harness/netns.ts';
 
 const skip = rootSkipReason() || (existsSync('/usr/bin/containerd') && existsSync('/bin/busybox') ? false : 'needs containerd, runc and busybox-static');
 

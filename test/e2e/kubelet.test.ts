@@ -15,7 +15,7 @@ import { test } from 'node:test';
 import { startContainerd, type Containerd } from '../../src/lab/io/containerd/containerd.ts';
 import { PAUSE_IMAGE_REF } from '../../src/lab/io/containerd/pause-image.ts';
 import { startKubelet, type Kubelet } from '../../src/lab/io/kube/kubelet.ts';
-import { kubeBinDir, startControlPlane, type ControlPlane } from '../support/kube.ts';
+import { kubeBinDir, startControlPlane, type ControlPlane } from '../../harness/kube.ts';
 
 const NODE = 'kt-node';
 const NODE_IP = '192.0.2.10';

@@ -22,7 +22,7 @@ import { ATOLL_IMAGE_TAG, atollImageTarball } from '../../src/lab/lab-kube.ts';
 import type { LabFaultResult } from '../../src/lab/plan/faults.ts';
 import type { KubernetesView, ServiceCheck } from '../../src/lab/lab-kube.ts';
 import type { LabPodInfo } from '../../src/lab/lab-pods.ts';
-import { rootSkipReason } from '../support/netns.ts';
+import { rootSkipReason } from '../../harness/netns.ts';
 
 const hasContainerd = ['/usr/bin/containerd', '/usr/sbin/runc', '/bin/busybox', '/usr/lib/cni/loopback'].every((p) => existsSync(p));
 

@@ -13,7 +13,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { LIBFAKETIME } from '../../src/lab/agent-process.ts';
 import type { LabFaultResult } from '../../src/lab/plan/faults.ts';
-import { rootSkipReason } from '../support/netns.ts';
+import { rootSkipReason } from '../../harness/netns.ts';
 import { runAtoll } from '../support/atoll-cli.ts';
 
 const SPEC = {

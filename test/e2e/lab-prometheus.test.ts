@@ -11,7 +11,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { LabPrometheusReport } from '../../src/lab/prometheus.ts';
 import type { LabTraceCheck } from '../../src/lab/lab.ts';
-import { rootSkipReason } from '../support/netns.ts';
+import { rootSkipReason } from '../../harness/netns.ts';
 import { runAtoll } from '../support/atoll-cli.ts';
 
 /** Cloud 1; edge a and b behind endpoint-independent NATs (a <-> b hole-punched), c behind a symmetric one (relayed). */

@@ -13,7 +13,7 @@ import { join } from 'node:path';
 import { ATOLL_BIN } from '../../src/lab/agent-process.ts';
 import type { LabCell } from '../../src/lab/plan/report.ts';
 import type { LabFaultResult } from '../../src/lab/plan/faults.ts';
-import { rootSkipReason } from '../support/netns.ts';
+import { rootSkipReason } from '../../harness/netns.ts';
 import { runAtoll } from '../support/atoll-cli.ts';
 
 /** What `--pods auto` picks here. */

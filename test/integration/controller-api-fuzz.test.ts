@@ -22,9 +22,9 @@ import { parseControllerConfig } from '../../src/config/controller-config.ts';
 import { jsonLogger } from '../../src/adapters/ops/json-logger.ts';
 import { type NodeIdentity, signRequest } from '../../src/adapters/node/node-identity.ts';
 import { Controller } from '../../src/controller/controller.ts';
-import { memoryIdentity } from '../support/join-simulator.ts';
-import { RUN_PREFIX } from '../support/netns.ts';
-import { freePort } from '../support/ports.ts';
+import { memoryIdentity } from '../../harness/join-simulator.ts';
+import { RUN_PREFIX } from '../../harness/netns.ts';
+import { freePort } from '../../harness/ports.ts';
 
 const SEED = process.env.ATOLL_FUZZ_SEED !== undefined ? Number(process.env.ATOLL_FUZZ_SEED) : randomInt(2 ** 31);
 const CASES = Number(process.env.ATOLL_FUZZ_CASES ?? '3000');

@@ -20,10 +20,10 @@ import { ControllerLink } from '../../src/agent/controller-link.ts';
 import { ClusterStateFile } from '../../src/adapters/node/cluster-state-file.ts';
 import { ensureControllerPki } from '../../src/adapters/pki.ts';
 import type { NodeRecord } from '../../src/core/cluster/model.ts';
-import { memoryIdentity } from '../support/join-simulator.ts';
-import { RUN_PREFIX } from '../support/netns.ts';
-import { freePort } from '../support/ports.ts';
-import { until } from '../support/wait.ts';
+import { memoryIdentity } from '../../harness/join-simulator.ts';
+import { RUN_PREFIX } from '../../harness/netns.ts';
+import { freePort } from '../../harness/ports.ts';
+import { until } from '../../harness/wait.ts';
 
 const TOKEN = 'atoll-client-bootstrap-0123456789';
 const dir = mkdtempSync(join(tmpdir(), `${RUN_PREFIX}client-`));

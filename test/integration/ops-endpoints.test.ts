@@ -12,8 +12,8 @@ import { Relay } from '../../src/relay/relay.ts';
 import { parseControllerConfig } from '../../src/config/controller-config.ts';
 import { relayConfigSchema } from '../../src/config/relay-config.ts';
 import type { Logger } from '../../src/core/ports.ts';
-import { freePort } from '../support/ports.ts';
-import { until } from '../support/wait.ts';
+import { freePort } from '../../harness/ports.ts';
+import { until } from '../../harness/wait.ts';
 
 const quiet: Logger = { debug() {}, info() {}, warn() {}, error() {}, child: () => quiet };
 

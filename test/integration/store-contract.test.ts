@@ -1,7 +1,7 @@
 /**
  * One contract for the controller store port (src/core/cluster/store.ts), run against every implementation: the
  * embedded store (files in a temporary directory), etcd (real etcd processes on loopback) and Kubernetes (a real
- * kube-apiserver and its etcd on loopback, test/support/kube.ts, with the CRDs of deploy/helm/atoll/crds/). Then the cases only
+ * kube-apiserver and its etcd on loopback, harness/kube.ts, with the CRDs of deploy/helm/atoll/crds/). Then the cases only
  * one of them has: the embedded store's log, snapshot and lock; etcd's failover across members and leases; the
  * Kubernetes store's roll-forward after a crash mid-apply, its shared watch, its Lease and its hand-edited objects.
  *
@@ -21,9 +21,9 @@ import { EtcdLeader, EtcdStore } from '../../src/adapters/store/store-etcd.ts';
 import { type EntryObject, type LogObject, KubeStore } from '../../src/adapters/store/store-kube.ts';
 import { KubeLeaseElection } from '../../src/adapters/store/store-kube-lease.ts';
 import { KubeClient } from '../../src/adapters/kube/kube-client.ts';
-import { etcdSkipReason, startEtcdCluster, type EtcdCluster } from '../support/etcd.ts';
-import { type ControlPlane, startControlPlane } from '../support/kube.ts';
-import { until } from '../support/wait.ts';
+import { etcdSkipReason, startEtcdCluster, type EtcdCluster } from '../../harness/etcd.ts';
+import { type ControlPlane, startControlPlane } from '../../harness/kube.ts';
+import { until } from '../../harness/wait.ts';
 import { ClusterRegistry } from '../../src/core/cluster/registry.ts';
 import { parseCidr } from '../../src/core/net/ipv4.ts';
 import type { Cidr } from '../../src/core/net/ipv4.ts';

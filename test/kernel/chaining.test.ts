@@ -6,8 +6,8 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { TestAgent } from '../support/agent.ts';
-import { rootSkipReason, sh } from '../support/netns.ts';
+import { TestAgent } from '../../harness/agent.ts';
+import { rootSkipReason, sh } from '../../harness/netns.ts';
 
 const REF = '/usr/lib/cni';
 const skip = rootSkipReason() || (existsSync(`${REF}/portmap`) ? false : 'needs containernetworking-plugins (portmap, bandwidth)');

@@ -5,10 +5,10 @@
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { TestAgent } from '../support/agent.ts';
-import { type ControllerProc, TestCloud } from '../support/cloud.ts';
-import { leftoverNetns, rootSkipReason } from '../support/netns.ts';
-import { until } from '../support/wait.ts';
+import { TestAgent } from '../../harness/agent.ts';
+import { type ControllerProc, TestCloud } from '../../harness/cloud.ts';
+import { leftoverNetns, rootSkipReason } from '../../harness/netns.ts';
+import { until } from '../../harness/wait.ts';
 
 const OUTAGE_MS = Number(process.env.ATOLL_OUTAGE_SECONDS ?? '8') * 1000;
 

@@ -6,11 +6,11 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
-import { TestAgent } from '../support/agent.ts';
-import { type ControllerProc, TestCloud } from '../support/cloud.ts';
-import { type EtcdCluster, etcdSkipReason, startEtcdCluster } from '../support/etcd.ts';
-import { leftoverNetns, rootSkipReason } from '../support/netns.ts';
-import { until } from '../support/wait.ts';
+import { TestAgent } from '../../harness/agent.ts';
+import { type ControllerProc, TestCloud } from '../../harness/cloud.ts';
+import { type EtcdCluster, etcdSkipReason, startEtcdCluster } from '../../harness/etcd.ts';
+import { leftoverNetns, rootSkipReason } from '../../harness/netns.ts';
+import { until } from '../../harness/wait.ts';
 
 
 

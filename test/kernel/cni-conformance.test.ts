@@ -8,8 +8,8 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readdirSync, readFileSync } from 'node:fs';
 import { basename, join } from 'node:path';
-import { type CniCall, TestAgent } from '../support/agent.ts';
-import { delNetns, leftoverNetns, rootSkipReason, sh } from '../support/netns.ts';
+import { type CniCall, TestAgent } from '../../harness/agent.ts';
+import { delNetns, leftoverNetns, rootSkipReason, sh } from '../../harness/netns.ts';
 
 const VERSIONS = ['0.3.1', '0.4.0', '1.0.0', '1.1.0'] as const;
 type Version = (typeof VERSIONS)[number];

@@ -1,5 +1,5 @@
 /**
- * Hundreds of agents joining at once (test/support/join-simulator.ts, run inside the cloud namespace), with the
+ * Hundreds of agents joining at once (harness/join-simulator.ts, run inside the cloud namespace), with the
  * controller dying in the middle: the embedded-store controller is SIGKILLed and started again; of two replicas over
  * a three-member etcd, or over the Kubernetes store (a real kube-apiserver in the cloud namespace), the leader is
  * SIGKILLed and the other takes over. Every node must end up joined with its
@@ -12,14 +12,14 @@ import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { PROJECT_NODE } from '../../src/lab/agent-process.ts';
-import { BOOTSTRAP_TOKEN, type ControllerProc, TestCloud } from '../support/cloud.ts';
-import { type EtcdCluster, etcdSkipReason, startEtcdCluster } from '../support/etcd.ts';
-import { type ControlPlane, startControlPlane } from '../support/kube.ts';
-import type { SimulationProgress, SimulationReport } from '../support/join-simulator.ts';
-import { leftoverNetns, rootSkipReason } from '../support/netns.ts';
-import { until } from '../support/wait.ts';
+import { BOOTSTRAP_TOKEN, type ControllerProc, TestCloud } from '../../harness/cloud.ts';
+import { type EtcdCluster, etcdSkipReason, startEtcdCluster } from '../../harness/etcd.ts';
+import { type ControlPlane, startControlPlane } from '../../harness/kube.ts';
+import type { SimulationProgress, SimulationReport } from '../../harness/join-simulator.ts';
+import { leftoverNetns, rootSkipReason } from '../../harness/netns.ts';
+import { until } from '../../harness/wait.ts';
 
-const SIMULATOR = fileURLToPath(new URL('../support/join-simulator.ts', import.meta.url));
+const SIMULATOR = fileURLToPath(new URL('../../harness/join-simulator.ts', import.meta.url));
 const NODES = Number(process.env.ATOLL_SCALE_NODES ?? '500');
 const DEADLINE_MS = 70_000;
 

@@ -7,8 +7,8 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { TestAgent } from '../support/agent.ts';
-import { rootSkipReason } from '../support/netns.ts';
+import { TestAgent } from '../../harness/agent.ts';
+import { rootSkipReason } from '../../harness/netns.ts';
 
 const N = 50;
 

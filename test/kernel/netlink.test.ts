@@ -14,7 +14,7 @@ import { AF_BRIDGE, AF_INET, decodeLink, delLink, NETLINK_NETFILTER, newDefaultR
 import { hostRequests, planPod, podRequests } from '../../src/core/plan/pod-plan.ts';
 import { LinkWatch, RtnlSocket } from '../../src/adapters/kernel/netlink.ts';
 import { inNetns } from '../../src/adapters/kernel/netns.ts';
-import { addNetns, delNetns, dumpNetns, leftoverNetns, rootSkipReason, sh } from '../support/netns.ts';
+import { addNetns, delNetns, dumpNetns, leftoverNetns, rootSkipReason, sh } from '../../harness/netns.ts';
 
 const skip = rootSkipReason();
 const path = (ns: string) => `/var/run/netns/${ns}`;

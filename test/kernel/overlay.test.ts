@@ -10,11 +10,11 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { TestAgent } from '../support/agent.ts';
-import { type ControllerProc, TestCloud } from '../support/cloud.ts';
-import { leftoverNetns, rootSkipReason, sh } from '../support/netns.ts';
+import { TestAgent } from '../../harness/agent.ts';
+import { type ControllerProc, TestCloud } from '../../harness/cloud.ts';
+import { leftoverNetns, rootSkipReason, sh } from '../../harness/netns.ts';
 import { PROJECT_NODE } from '../../src/lab/agent-process.ts';
-import { until } from '../support/wait.ts';
+import { until } from '../../harness/wait.ts';
 
 interface Pod {
   readonly node: TestAgent;

@@ -6,8 +6,8 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { TestAgent } from '../support/agent.ts';
-import { leftoverNetns, rootSkipReason, sh } from '../support/netns.ts';
+import { TestAgent } from '../../harness/agent.ts';
+import { leftoverNetns, rootSkipReason, sh } from '../../harness/netns.ts';
 
 const skip = rootSkipReason();
 

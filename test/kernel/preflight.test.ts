@@ -6,8 +6,8 @@ import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync, mkdirSync, readdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { TestAgent } from '../support/agent.ts';
-import { rootSkipReason, sh } from '../support/netns.ts';
+import { TestAgent } from '../../harness/agent.ts';
+import { rootSkipReason, sh } from '../../harness/netns.ts';
 
 const cases: [string, (a: TestAgent) => void, RegExp][] = [
   ['another CNI config sorts first', (a) => {

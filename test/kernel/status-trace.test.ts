@@ -5,8 +5,8 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { TestAgent } from '../support/agent.ts';
-import { leftoverNetns, rootSkipReason, sh } from '../support/netns.ts';
+import { TestAgent } from '../../harness/agent.ts';
+import { leftoverNetns, rootSkipReason, sh } from '../../harness/netns.ts';
 import { statusSocketOf } from '../../src/adapters/ops/status-socket.ts';
 import type { AgentStatus } from '../../src/core/ops/agent-status.ts';
 

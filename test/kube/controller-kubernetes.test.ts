@@ -1,5 +1,5 @@
 /**
- * The controller on a real kube-apiserver (v1.34, with etcd 3.6; test/support/kube.ts), installed from
+ * The controller on a real kube-apiserver (v1.34, with etcd 3.6; harness/kube.ts), installed from
  * deploy/atoll.yaml and running under the atoll-controller ServiceAccount's token, so RBAC is the manifest's: a
  * missing permission fails here. It reaches the API through a loopback proxy set as `kubernetes.server`, as it would
  * through an edge cache (yurthub). Nodes admit agents, labels and Communities place them, a label change moves a
@@ -18,10 +18,10 @@ import { jsonLogger } from '../../src/adapters/ops/json-logger.ts';
 import { ControllerClient } from '../../src/adapters/node/controller-client.ts';
 import type { NodeFields, NodeRecord } from '../../src/core/cluster/model.ts';
 import { ROLE_ANNOTATION } from '../../src/core/tunnel/plan.ts';
-import { memoryIdentity } from '../support/join-simulator.ts';
-import { freePort } from '../support/ports.ts';
-import { until } from '../support/wait.ts';
-import { startControlPlane, type ControlPlane } from '../support/kube.ts';
+import { memoryIdentity } from '../../harness/join-simulator.ts';
+import { freePort } from '../../harness/ports.ts';
+import { until } from '../../harness/wait.ts';
+import { startControlPlane, type ControlPlane } from '../../harness/kube.ts';
 
 const BOOTSTRAP = 'atoll-test-bootstrap-0123456789';
 const ADMIN = 'atoll-test-admin-0123456789abcdef';

@@ -10,7 +10,7 @@ import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { kubeBinDir, startControlPlane, type ControlPlane } from '../support/kube.ts';
+import { kubeBinDir, startControlPlane, type ControlPlane } from '../../harness/kube.ts';
 
 const MANIFEST = 'deploy/atoll.yaml';
 

@@ -9,7 +9,7 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { PROJECT_NODE } from '../../src/lab/agent-process.ts';
 import { selfSignedTunnelCert, spkiPin } from '../../src/adapters/pki.ts';
-import { addNetns, delNetns, sh } from './netns.ts';
+import { addNetns, delNetns, sh } from '../../harness/netns.ts';
 import type { TunnelNodeSpec } from './tunnel-node.ts';
 
 const SCRIPT = join(import.meta.dirname, 'tunnel-node.ts');

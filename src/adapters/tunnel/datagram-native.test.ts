@@ -7,7 +7,7 @@ import { HELLO_DERIVED, HELLO_LEN, HELLO_TYPE, type HelloDrop, writeHello } from
 import { referenceOpen, referenceSeal } from '../../../test/support/datagram-reference.ts';
 import { DatagramSender, ipv4Number, nativeCryptoOrigin, OpenKeyTable, SealKey } from './datagram-native.ts';
 import { UdpBatchSocket } from './udp-batch.ts';
-import { until } from '../../../test/support/wait.ts';
+import { until } from '../../../harness/wait.ts';
 
 const WINDOW = 2048;
 const LOOPBACK = ipv4Number('127.0.0.1') as number;

@@ -12,7 +12,7 @@ import { selfSignedTunnelCert, spkiPin } from '../pki.ts';
 import { dialTunnel, listenTunnel } from './tunnel-dial.ts';
 import type { TunnelStream } from './tunnel-stream.ts';
 import { referenceSeal } from '../../../test/support/datagram-reference.ts';
-import { until } from '../../../test/support/wait.ts';
+import { until } from '../../../harness/wait.ts';
 
 function credentials(name: string) {
   const keyPem = generateKeyPairSync('ed25519').privateKey.export({ type: 'pkcs8', format: 'pem' }) as string;

@@ -8,7 +8,7 @@ import { spawn } from 'node:child_process';
 import { keeperQuit } from './datagram-native.ts';
 import { installRoot } from '../install-root.ts';
 import { handTo, type Held, KEEPER_PROGRAM, release, startKeeper, stopKeeper, takeHeld } from './keeper.ts';
-import { until } from '../../../test/support/wait.ts';
+import { until } from '../../../harness/wait.ts';
 
 /** Whether process `pid` is gone (or a zombie). */
 function gone(pid: number): boolean {

@@ -5,7 +5,7 @@ import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import { type AddressInfo, connect, createServer, type Server, type Socket } from 'node:net';
 import { testCalls } from '../kernel/libc.ts';
 import { type SpliceJoin, SpliceJoins } from './splice-native.ts';
-import { until } from '../../../test/support/wait.ts';
+import { until } from '../../../harness/wait.ts';
 
 /** A TCP server listening on loopback (its connections are the relay's ends in these tests). */
 async function listening(): Promise<Server> {

@@ -10,8 +10,8 @@ import { selfSignedTunnelCert, spkiPin } from '../pki.ts';
 import type { TunnelCredentials } from './tunnel-credentials.ts';
 import { dialTunnel, joinCircuit, listenTunnel, punchTunnel } from './tunnel-dial.ts';
 import type { TunnelStream } from './tunnel-stream.ts';
-import { freePort } from '../../../test/support/ports.ts';
-import { until } from '../../../test/support/wait.ts';
+import { freePort } from '../../../harness/ports.ts';
+import { until } from '../../../harness/wait.ts';
 
 function credentials(name: string): TunnelCredentials & { pin: string } {
   const keyPem = generateKeyPairSync('ed25519').privateKey.export({ type: 'pkcs8', format: 'pem' }) as string;

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { createSocket } from 'node:dgram';
 import { AtollError } from '../../core/errors.ts';
 import { UdpBatchSocket, type UdpSource } from './udp-batch.ts';
-import { until } from '../../../test/support/wait.ts';
+import { until } from '../../../harness/wait.ts';
 
 function collect(s: UdpBatchSocket): { got: { bytes: number[]; from: UdpSource }[] } {
   const got: { bytes: number[]; from: UdpSource }[] = [];

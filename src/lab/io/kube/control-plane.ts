@@ -1,7 +1,7 @@
 /**
  * A Kubernetes control plane from real processes: etcd v3.6, kube-apiserver v1.34 and, when asked, the
  * kube-controller-manager and kube-scheduler, started as controller-runtime's envtest and hack/local-up-cluster.sh
- * do. For the lab's Kubernetes mode and the tests (test/support/kube.ts).
+ * do. For the lab's Kubernetes mode and the tests (harness/kube.ts).
  *
  * Why this shape:
  * - Every process runs behind an optional launcher prefix (`nsenter --net=...`) so the control plane can live in a

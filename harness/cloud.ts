@@ -6,8 +6,8 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { ATOLL_BIN, PROJECT_NODE } from '../../src/lab/agent-process.ts';
-import { stopChild } from '../../src/lab/io/child-process.ts';
+import { ATOLL_BIN, PROJECT_NODE } from '../src/lab/agent-process.ts';
+import { stopChild } from '../src/lab/io/child-process.ts';
 import { addNetns, delNetns, RUN_PREFIX, sh } from './netns.ts';
 
 export const BOOTSTRAP_TOKEN = 'atoll-test-bootstrap-0123456789';

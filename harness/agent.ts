@@ -6,8 +6,8 @@ import { spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { keeperSocketOf, stopKeeper } from '../../src/adapters/tunnel/keeper.ts';
-import { AgentProcess, REPO_ROOT } from '../../src/lab/agent-process.ts';
+import { keeperSocketOf, stopKeeper } from '../src/adapters/tunnel/keeper.ts';
+import { AgentProcess, REPO_ROOT } from '../src/lab/agent-process.ts';
 import { addNetns, delNetns, dumpNetns, RUN_PREFIX } from './netns.ts';
 
 export const REPO = REPO_ROOT;

@@ -9,16 +9,16 @@
  * or returns (import) one report; the CLI's stdout carries only that JSON object, progress goes to stderr as JSON
  * lines `{"progress":{"joined":N,"reported":M,"ms":T}}`.
  *
- * Usage: node test/support/join-simulator.ts --urls https://192.0.2.1:17443[,URL...] --ca CA.pem --token TOKEN
+ * Usage: node harness/join-simulator.ts --urls https://192.0.2.1:17443[,URL...] --ca CA.pem --token TOKEN
  *        [--count 500] [--prefix sim-] [--deadline-ms 60000] [--concurrency 64] [--second-block [--phased]] [--progress-ms 250]
  */
 import { generateKeyPairSync, randomBytes, sign } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
-import { asAtollError } from '../../src/core/errors.ts';
-import type { NodeFields } from '../../src/core/cluster/model.ts';
-import { ControllerClient } from '../../src/adapters/node/controller-client.ts';
-import type { NodeIdentity } from '../../src/adapters/node/node-identity.ts';
+import { asAtollError } from '../src/core/errors.ts';
+import type { NodeFields } from '../src/core/cluster/model.ts';
+import { ControllerClient } from '../src/adapters/node/controller-client.ts';
+import type { NodeIdentity } from '../src/adapters/node/node-identity.ts';
 
 export interface SimulationInit {
   readonly urls: readonly string[];
@@ -240,7 +240,7 @@ function randomMac(): string {
   return [...b].map((x) => x.toString(16).padStart(2, '0')).join(':');
 }
 
-const USAGE = `usage: node test/support/join-simulator.ts --urls URL[,URL...] --ca CA.pem --token TOKEN [options]
+const USAGE = `usage: node harness/join-simulator.ts --urls URL[,URL...] --ca CA.pem --token TOKEN [options]
   --count N          simulated nodes (default 500)
   --prefix P         node names P0..P(N-1), zero-padded (default sim-)
   --deadline-ms MS   give up on nodes not done by then (default 60000)

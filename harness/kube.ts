@@ -17,8 +17,8 @@ import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { startKubeControlPlane } from '../../src/lab/io/kube/control-plane.ts';
-import { KubeClient } from '../../src/adapters/kube/kube-client.ts';
+import { startKubeControlPlane } from '../src/lab/io/kube/control-plane.ts';
+import { KubeClient } from '../src/adapters/kube/kube-client.ts';
 import { freePort } from './ports.ts';
 
 let binDir: string | undefined;
