@@ -4,7 +4,7 @@
 // points (src/agent with its CNI front end, src/controller, src/relay, src/lab, src/cli) only wire and do not import each other,
 // except that src/cli imports the ones it starts; nothing but src/lab, src/cli, bench/ and test/ imports src/lab; only
 // src/adapters (and the lab's own adapters, src/lab/io) starts processes, only src/adapters calls the kernel through
-// FFI. docs/architecture.md ("Layers") describes the tree.
+// FFI; nothing in src/ but its unit tests imports harness/. docs/architecture.md ("Layers") describes the tree.
 import { dirname, join, normalize, relative } from 'node:path';
 import tseslint from 'typescript-eslint';
 
@@ -34,20 +34,31 @@ const LAYERS = {
   'scripts': { forbid: ['src/lab'] },
 };
 
+/**
+ * The test bed that test/ and bench/ share (real agents, controllers, etcd, a kube-apiserver, namespaces; harness/):
+ * a harness like them, outside the layers. Product code never imports it; src/'s unit tests (`*.test.ts`) may.
+ */
+const HARNESS = 'harness';
+
 const within = (path, folder) => path === folder || path.startsWith(`${folder}/`);
 
-/** `atoll/layers`: a relative import resolved against the importing file, checked against {@link LAYERS}. */
+/**
+ * `atoll/layers`: a relative import resolved against the importing file, checked against {@link LAYERS}, and, for
+ * src/ but its tests, against {@link HARNESS}.
+ */
 const layers = {
   meta: { type: 'problem', schema: [], messages: { layer: '{{file}} ({{layer}}) may not import {{target}}: see the layers in eslint.config.js and docs/architecture.md.' } },
   create(context) {
     const file = relative(ROOT, context.filename);
+    const product = within(file, 'src') && !file.endsWith('.test.ts');
     const layer = Object.keys(LAYERS).filter((f) => within(file, f)).sort((a, b) => b.length - a.length)[0];
-    if (layer === undefined) return {};
-    const { forbid, allow = [] } = LAYERS[layer];
+    if (layer === undefined && !product) return {};
+    const { forbid = [], allow = [] } = LAYERS[layer] ?? {};
+    const forbidden = product ? [...forbid, HARNESS] : forbid;
     const check = (source) => {
       if (source?.type !== 'Literal' || typeof source.value !== 'string' || !source.value.startsWith('.')) return;
       const target = normalize(join(dirname(file), source.value));
-      if (forbid.some((f) => within(target, f)) && !allow.some((a) => within(target, a))) {
+      if (forbidden.some((f) => within(target, f)) && !allow.some((a) => within(target, a))) {
         context.report({ node: source, messageId: 'layer', data: { file, layer, target } });
       }
     };
