@@ -40,7 +40,8 @@ the verdict and the faults).
 --svg FILE draws the lab as SVG: sites, NAT routers, nodes, pods, and for run the path of every node pair
 (VXLAN, direct route, tunnel direct, hole-punched, relayed) with failures in red; for up the topology only.
 --keep-logs DIR copies the controller's, relay's, agents', containerds' and kubelets' (and their pods') logs there
-                before the run is removed (run, or a failed up).
+                before the run is removed (run, or a failed up), and after each fault that fails into DIR/after-FAULT
+                (a later fault may replace the pods whose logs tell why).
 --prometheus    after the matrix, a real Prometheus (Debian's prometheus package, run by the lab in the
                 controller's namespace) scrapes every agent, the controller and the relay over the lab's monitoring
                 network; its PromQL answers are checked against the lab (targets, nodes, blocks, peers per path),
@@ -240,7 +241,7 @@ async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> 
       const { runFaults } = await import('../lab/faults.ts');
       // the main matrix just measured is the first fault's "before", unless the workloads' pods joined since
       const initial = running.workloadPods.length > 0 ? undefined : { count: { ok: v.ok, shouldWork: v.shouldWork, working: v.working }, ms: checksMs, endedAt: checksEnd };
-      faults = await runFaults(running, faultList.faults, { say, ...(initial ? { initial } : {}) });
+      faults = await runFaults(running, faultList.faults, { say, ...(keepLogs ? { keepLogs } : {}), ...(initial ? { initial } : {}) });
       describe.timingsMs.faults = Math.round(performance.now() - tf);
       say('');
       say('faults (before/after: cells that should work and do, in the matrix right before and after each fault; convergence from the heal; loss of the sample pings)');

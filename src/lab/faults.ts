@@ -33,7 +33,7 @@ import {
 import { ProbeClient } from './probe.ts';
 import { ServiceProcess } from './service-process.ts';
 import { LIBFAKETIME, PROJECT_NODE } from './agent-process.ts';
-import { agentLauncher, type LabOptions, type LabPodInfo, nsPath, recordProcess, runChecks, type RunningLab, waitForTunnelPaths } from './lab.ts';
+import { agentLauncher, type LabOptions, type LabPodInfo, nsPath, recordProcess, runChecks, type RunningLab, saveLogs, waitForTunnelPaths } from './lab.ts';
 
 /** How long a fault is held before it is healed. */
 const HOLD_MS: Record<LabFaultKind, number> = {
@@ -784,7 +784,10 @@ export async function runFaults(lab: RunningLab, faults: readonly LabFaultKind[]
       continue;
     }
     const { result, after } = await runFault(lab, target, say, last);
-    results.push(lab.kubernetes ? await withServiceCheck(lab, lab.kubernetes, result, say) : result);
+    const checked = lab.kubernetes ? await withServiceCheck(lab, lab.kubernetes, result, say) : result;
+    results.push(checked);
+    // the logs as they are now: a later fault (agent-roll, node-reboot) replaces pods and their logs
+    if (!checked.ok && opts.keepLogs) saveLogs(lab.plan, join(opts.keepLogs, `after-${kind}`), say);
     last = after;
   }
   return results;

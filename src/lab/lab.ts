@@ -49,7 +49,7 @@ export interface LabOptions {
   /** Progress lines for the terminal. */
   readonly say: (line: string) => void;
   readonly store?: LabStateStore;
-  /** Copy the controller's and agents' logs here before a failed `labUp` removes the run. */
+  /** Copy the controller's and agents' logs here before a failed `labUp` removes the run, and after a fault that fails. */
   readonly keepLogs?: string;
   /** How to create pods (`--pods`); default `auto`: through containerd's CRI when it is installed. */
   readonly pods?: LabPodsChoice;
