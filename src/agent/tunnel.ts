@@ -21,10 +21,9 @@
  * larger MTU learn the smaller one from the ICMP "fragmentation needed" the node sends them (their superpackets are
  * cut into segments of that size, one per datagram).
  */
-import { closeSync } from 'node:fs';
 import type { Server } from 'node:tls';
 import type { NodeRecord } from '../core/cluster/model.ts';
-import { planTunnel, type TunnelPeerPlan, type TunnelPlan, type TunnelRole, tunnelSourceAddress } from '../core/tunnel/plan.ts';
+import { type PeerSelection, planTunnel, type TunnelPeerPlan, type TunnelPlan, type TunnelRole, tunnelSourceAddress } from '../core/tunnel/plan.ts';
 import type { Logger } from '../core/ports.ts';
 import type { PeerPath, TunnelStatus } from '../core/tunnel/status.ts';
 import { innerMtu } from '../core/tunnel/datagram.ts';
@@ -32,9 +31,8 @@ import type { ControlMessage } from '../core/tunnel/messages.ts';
 import { DatagramPath, KEPT_META_BYTES, KEPT_SLOTS, SOCKET_BUFFER_BYTES } from '../adapters/tunnel/datagram-path.ts';
 import { type DatagramLocalState, DatagramStateFile, EMPTY_DATAGRAM_STATE } from '../adapters/tunnel/datagram-state-file.ts';
 import type { IpRoute2 } from '../adapters/kernel/iproute2.ts';
-import { keeperQuit, KeptRegion } from '../adapters/tunnel/datagram-native.ts';
-import { handTo, type Held, keeperLives, reattach, release, startKeeper, takeHeld } from '../adapters/tunnel/keeper.ts';
-import { adoptTun, openTun, type TunDevice } from '../adapters/tunnel/tun.ts';
+import { KeeperLink } from '../adapters/tunnel/keeper.ts';
+import { openTun } from '../adapters/tunnel/tun.ts';
 import { UdpBatchSocket } from '../adapters/tunnel/udp-batch.ts';
 import { type StreamKind, TunnelEndpoint } from '../adapters/tunnel/tunnel-endpoint.ts';
 import type { TunnelCredentials } from '../adapters/tunnel/tunnel-credentials.ts';
@@ -60,8 +58,6 @@ export interface TunnelInit {
   readonly listenHost: string;
   readonly mtu: number;
   readonly credentials: TunnelCredentials;
-  /** This node's community ('' for none): edge <-> edge paths only inside one. */
-  readonly community: string;
   /** The relay (edge nodes): where it listens and its key pin. */
   readonly relay?: RelayAddress;
   readonly retryMinMs?: number;
@@ -78,20 +74,6 @@ export interface TunnelInit {
     readonly keeper?: { readonly socketPath: string; readonly graceMs: number };
   };
 }
-
-/** What a keeper handed back from the agent's previous process: the TUN device, the bound socket, the kept region attached. */
-interface TakenBack {
-  readonly tun: TunDevice;
-  readonly socket: UdpBatchSocket;
-  readonly held: Held;
-  /** The kept region's memfd (attached; kept open to hand it to another keeper). */
-  readonly keptFd: number;
-}
-
-/** How often the agent checks that the keeper holding its data plane is still the one it is connected to. */
-const KEEPER_WATCH_MS = 1000;
-/** Checks in a row with no keeper answering at the socket before the agent starts one of its own. */
-const KEEPER_MISSES_BEFORE_OWN = 3;
 
 /** A running per-peer loop: what it was started for, and how to stop it. */
 interface PeerLoop {
@@ -115,17 +97,10 @@ export class Tunnel {
   readonly #circuitKeepers = new Map<string, PeerLoop>();
   readonly #pathSince = new Map<string, { path: PeerPath; since: number }>();
   #datagrams: DatagramPath | undefined;
-  /** The keeper's connection (it tells the keeper an agent lives), while one holds the data plane. */
-  #keeper: Held | undefined;
-  /** What a keeper is to hold (the TUN device, the socket, the kept region's memfd), with a keeper configured. */
-  #dataPlaneFds: readonly number[] | undefined;
-  #keeperWatch: NodeJS.Timeout | undefined;
-  #keeperWatching = false;
-  #keeperMisses = 0;
+  /** The agent's side of its keeper, with a keeper configured. */
+  #keeper: KeeperLink | undefined;
   /** Whether the TUN device and the socket are read (from the first {@link sync} on). */
   #running = false;
-  /** Whether the data plane was taken back from the agent's last process. */
-  #takenBack = false;
 
   constructor(components: TunnelComponents, init: TunnelInit) {
     this.#c = components;
@@ -159,32 +134,25 @@ export class Tunnel {
   async start(): Promise<void> {
     const { device, role, listenHost, port, credentials, udp } = this.#init;
     const mtu = udp ? Math.min(this.#init.mtu, innerMtu(udp.underlayMtu)) : this.#init.mtu;
-    const found = udp?.keeper ? this.#takeBack(udp.keeper.socketPath, device, mtu) : {};
-    const back = found.back;
-    this.#takenBack = back !== undefined;
-    // a new kept region when there is to be a keeper and none handed one back
-    const keptFd = udp?.keeper ? back?.keptFd ?? this.#newKeptRegion() : undefined;
+    const keeper = udp?.keeper ? new KeeperLink({ ...udp.keeper, log: this.#c.log }) : undefined;
+    this.#keeper = keeper;
+    const back = keeper?.takeBack({
+      device, mtu, port: role === 'cloud' ? udp?.port : undefined,
+      socketBufferBytes: SOCKET_BUFFER_BYTES, keptSlots: KEPT_SLOTS, keptMetaBytes: KEPT_META_BYTES,
+    });
     const tun = back?.tun ?? openTun({ name: device, mtu });
     const endpoint = new TunnelEndpoint(tun, []);
     this.#endpoint = endpoint;
     if (udp) {
       try {
-        this.#datagrams = this.#startDatagrams(udp, back?.socket, back !== undefined || keptFd !== undefined);
+        this.#datagrams = this.#startDatagrams(udp, back?.socket, keeper?.keeping === true);
       } catch (err) {
         endpoint.close();
-        if (keptFd !== undefined) closeSync(keptFd);
-        if (found.standing) closeSync(found.standing.connection);
+        keeper?.close();
         throw err;
       }
       endpoint.useDatagrams(this.#datagrams);
-      if (udp.keeper && keptFd !== undefined) {
-        const fds = [tun.fd, this.#datagrams.socketFd, keptFd];
-        this.#dataPlaneFds = fds;
-        this.#keeper = back?.held ?? (found.standing ? this.#handTo(found.standing, fds) : await this.#startKeeper(udp.keeper, fds));
-        if (this.#keeper) this.#watchKeeper(udp.keeper);
-      } else if (found.standing) {
-        closeSync(found.standing.connection); // no kept region to hand it (logged): nothing is kept
-      }
+      await keeper?.hold(tun.fd, this.#datagrams.socketFd);
     }
     if (role === 'cloud') {
       const { server } = await listenTunnel({
@@ -201,127 +169,9 @@ export class Tunnel {
     if (role === 'edge' && this.#relay) void this.#relay.control.run(this.#abort.signal);
     this.#c.log.info('tunnel started', {
       device, mtu, role, ...(role === 'cloud' ? { listen: `${listenHost}:${port}` } : {}),
-      ...(this.#datagrams ? { udpPort: this.#datagrams.port, underlayMtu: udp?.underlayMtu, takenBack: back !== undefined, keeper: this.#keeper?.pid } : {}),
+      ...(this.#datagrams ? { udpPort: this.#datagrams.port, underlayMtu: udp?.underlayMtu, takenBack: back !== undefined, keeper: keeper?.status?.pid } : {}),
       ...(this.#init.relay ? { relay: `${this.#init.relay.host}:${this.#init.relay.port}` } : {}),
     });
-  }
-
-  /**
-   * What the keeper at `socketPath` holds for the agent's previous process, if it is this node's device and a kept
-   * region: taken back, the region attached. A set that does not fit (the device deleted meanwhile, a configuration
-   * that changed) is given up: the keeper is asked to let go of it (one the agent started exits then, a standing one
-   * stays and gets the new set). A standing keeper that holds nothing is returned as `standing`.
-   */
-  #takeBack(socketPath: string, device: string, mtu: number): { back?: TakenBack; standing?: Held } {
-    const held = takeHeld(socketPath);
-    if (!held) return {};
-    // a standing keeper (on Kubernetes, its own DaemonSet) that holds nothing yet: it gets what we make
-    if (held.fds.length === 0) return { standing: held };
-    const ours = new Set(held.fds);
-    const giveUp = (why: string): { standing?: Held } => {
-      this.#c.log.warn('the keeper\'s data plane does not fit: starting a new one', { why, keeper: held.pid });
-      for (const fd of ours) closeSync(fd);
-      keeperQuit(held.connection);
-      KeptRegion.detach();
-      // a standing keeper let go of it and stays, empty; one of ours exits
-      const again = takeHeld(socketPath);
-      if (again && again.fds.length === 0) return { standing: again };
-      if (again) release(again);
-      return {};
-    };
-    const [tunFd, udpFd, keptFd] = held.fds;
-    if (held.fds.length !== 3 || tunFd === undefined || udpFd === undefined || keptFd === undefined) return giveUp(`it held ${held.fds.length} descriptors, not 3`);
-    if (!KeptRegion.attach(keptFd)) return giveUp('its memfd holds no kept region');
-    ours.delete(tunFd); // adoptTun closes it when it does not fit
-    let tun: TunDevice | undefined;
-    try {
-      tun = adoptTun(tunFd, { name: device, mtu });
-    } catch (err) {
-      return giveUp((err as Error).message);
-    }
-    if (!tun) return giveUp(`its TUN descriptor is not attached to ${device} (deleted meanwhile?)`);
-    ours.delete(udpFd); // the socket closes it when it does not fit
-    let socket: UdpBatchSocket;
-    try {
-      socket = new UdpBatchSocket({ host: '0.0.0.0', port: 0, bufferBytes: SOCKET_BUFFER_BYTES }, udpFd);
-    } catch (err) {
-      tun.close();
-      return giveUp((err as Error).message);
-    }
-    if (this.#init.role === 'cloud' && socket.port !== this.#init.udp?.port) {
-      socket.close();
-      tun.close();
-      return giveUp(`its socket is bound to port ${socket.port}, the configuration says ${this.#init.udp?.port}`);
-    }
-    return { back: { tun, socket, held: { fds: [], pid: held.pid, connection: held.connection }, keptFd } };
-  }
-
-  /** A new kept region, attached; undefined (no keeping) when the memfd cannot be made. */
-  #newKeptRegion(): number | undefined {
-    try {
-      return KeptRegion.create(KEPT_SLOTS, KEPT_META_BYTES);
-    } catch (err) {
-      this.#c.log.warn('no kept region for the datagram keys: an agent restart interrupts the datagram path', { err });
-      return undefined;
-    }
-  }
-
-  /** Hands the TUN device, the socket and the kept region (`fds`) to a standing keeper; a failure costs only the keeping. */
-  #handTo(standing: Held, fds: readonly number[]): Held | undefined {
-    const why = handTo(standing, fds);
-    if (why === undefined) return standing;
-    closeSync(standing.connection);
-    this.#c.log.warn('the standing keeper took no data plane: an agent restart interrupts the datagram path', { why, keeper: standing.pid });
-    return undefined;
-  }
-
-  /** Starts a keeper holding the TUN device, the socket and the kept region (`fds`); a failure costs only the keeping. */
-  async #startKeeper(keeper: { socketPath: string; graceMs: number }, fds: readonly number[]): Promise<Held | undefined> {
-    const { held, why } = await startKeeper(keeper.socketPath, fds, keeper.graceMs);
-    if (!held) this.#c.log.warn('no keeper for the data plane: an agent restart interrupts the datagram path', { why });
-    return held;
-  }
-
-  /**
-   * Keeps the data plane held by a keeper this process is connected to: a keeper counts its time without an agent by
-   * its connections, and lets go at its grace. Ours ends when the keeper went: on Kubernetes the chart's standing
-   * keeper, come up after the agent, took over the keeper the agent started (which then exits), or the keeper's pod
-   * was deleted and started again, empty. Either way the data plane lives on in this process alone, and the keeper
-   * that holds it (or none) lets go before the next restart: that restart lost every packet of its gap (the first
-   * Kubernetes lab runs, on a node whose agent came up first). So, every second, a keeper that went is replaced by the
-   * one listening now (connected to; handed the data plane when it holds another or none) and, when none answers for
-   * {@link KEEPER_MISSES_BEFORE_OWN} checks, by one of the agent's own.
-   */
-  #watchKeeper(keeper: { socketPath: string; graceMs: number }): void {
-    this.#keeperWatch = setInterval(() => {
-      if (this.#keeperWatching) return;
-      this.#keeperWatching = true;
-      void this.#checkKeeper(keeper).finally(() => (this.#keeperWatching = false));
-    }, KEEPER_WATCH_MS);
-    this.#keeperWatch.unref();
-  }
-
-  async #checkKeeper(keeper: { socketPath: string; graceMs: number }): Promise<void> {
-    const fds = this.#dataPlaneFds;
-    if (!fds || (this.#keeper && keeperLives(this.#keeper))) return;
-    if (this.#keeper) {
-      this.#c.log.info('the keeper holding the data plane went: finding the one listening now', { keeper: this.#keeper.pid });
-      closeSync(this.#keeper.connection);
-      this.#keeper = undefined;
-    }
-    const { held, handed, why } = reattach(keeper.socketPath, fds);
-    if (held) {
-      this.#keeper = held;
-      this.#keeperMisses = 0;
-      this.#c.log.info('the keeper holds the data plane again', { keeper: held.pid, handed });
-      return;
-    }
-    if (++this.#keeperMisses < KEEPER_MISSES_BEFORE_OWN) return;
-    this.#keeperMisses = 0;
-    this.#c.log.warn('no keeper answers: starting one', { why });
-    const own = await this.#startKeeper(keeper, fds);
-    if (this.#dataPlaneFds === fds) this.#keeper = own;
-    else if (own) closeSync(own.connection); // stopped meanwhile
   }
 
   /**
@@ -392,22 +242,21 @@ export class Tunnel {
   }
 
   /**
-   * Brings peers, routes and dialers in line with `peers`, of which `remote` are outside this node's site.
-   * Serialised: calls run one after the other. A failed route batch is logged and retried at the next call.
+   * Brings peers, routes and dialers in line with `peers`, as `selection` sees them (this node, and which peers are
+   * outside its site). Serialised: calls run one after the other. A failed route batch is logged and retried at the
+   * next call.
    */
-  sync(peers: readonly NodeRecord[], remote: ReadonlySet<string>): Promise<void> {
-    this.#chain = this.#chain.then(() => this.#sync(peers, remote)).catch((err: unknown) => {
+  sync(peers: readonly NodeRecord[], selection: PeerSelection): Promise<void> {
+    this.#chain = this.#chain.then(() => this.#sync(peers, selection)).catch((err: unknown) => {
       this.#c.log.error('tunnel sync failed; retrying at the next resync', { err });
     });
     return this.#chain;
   }
 
-  async #sync(peers: readonly NodeRecord[], remote: ReadonlySet<string>): Promise<void> {
+  async #sync(peers: readonly NodeRecord[], { self, community, remote }: PeerSelection): Promise<void> {
     const endpoint = this.#endpoint;
     if (!endpoint) return;
     const { nodeName: name, role, port } = this.#init;
-    // the controller's record of this node wins over the configuration: on Kubernetes it carries the Node's labels
-    const community = peers.find((p) => p.name === name)?.community ?? this.#init.community;
     const plan = planTunnel({ name, role, port, community, relay: this.#init.relay !== undefined }, peers, remote);
     const changed = JSON.stringify(plan) !== JSON.stringify(this.#plan);
     this.#plan = plan;
@@ -429,7 +278,7 @@ export class Tunnel {
       syncLoops(this.#punchers, plan.peers.filter((p) => p.mode === 'punch' && p.initiator), (p, signal) => relay.puncher.initiate(p, signal));
       syncLoops(this.#circuitKeepers, plan.peers.filter((p) => p.mode === 'punch'), (p, signal) => relay.circuits.keep(p, signal));
     }
-    await syncTunnelRoutes(this.#c.ip, this.#c.log, this.#init.device, plan, tunnelSourceAddress(peers.find((p) => p.name === name)));
+    await syncTunnelRoutes(this.#c.ip, this.#c.log, this.#init.device, plan, tunnelSourceAddress(self));
   }
 
   /** Keeps one stream to `peer` up: dial, wait for it to close, dial again; backoff while dials fail. */
@@ -472,7 +321,7 @@ export class Tunnel {
       refusedConnections: this.#refused,
       ...(this.#datagrams ? {
         udpCopies: { sent: this.#datagrams.stats.copiesSent, spared: this.#datagrams.stats.copiesSpared },
-        keeper: this.#keeper ? { pid: this.#keeper.pid, takenBack: this.#takenBack } : null,
+        keeper: this.#keeper?.status ?? null,
       } : {}),
       dropped: endpoint ? {
         noPeer: endpoint.stats.droppedNoPeer, noPath: endpoint.stats.droppedNoStream, badSource: endpoint.stats.droppedBadSource, tunWrite: endpoint.stats.droppedTunWrite,
@@ -484,7 +333,6 @@ export class Tunnel {
   /** Stops dialling, punching and listening, closes every stream and the TUN device (its routes go with it). */
   async stop(): Promise<void> {
     this.#abort.abort();
-    clearInterval(this.#keeperWatch);
     for (const loops of [this.#dialers, this.#punchers, this.#circuitKeepers]) {
       for (const d of loops.values()) d.abort.abort();
       loops.clear();
@@ -494,15 +342,13 @@ export class Tunnel {
     // ring is still handed on (the TUN device read meanwhile), then the device is no longer read
     const datagrams = this.#datagrams;
     this.#datagrams = undefined;
-    if (this.#keeper) await datagrams?.closeKeeping();
+    const kept = this.#keeper?.status != null;
+    this.#keeper?.close();
+    this.#keeper = undefined;
+    if (kept) await datagrams?.closeKeeping();
     else datagrams?.close();
     this.#endpoint?.close();
     this.#endpoint = undefined;
-    if (this.#keeper) closeSync(this.#keeper.connection);
-    this.#keeper = undefined;
-    const kept = this.#dataPlaneFds?.[2];
-    this.#dataPlaneFds = undefined;
-    if (kept !== undefined) closeSync(kept);
   }
 }
 
