@@ -33,7 +33,7 @@ import { spkiPin } from '../adapters/pki.ts';
 import { loadOrCreateTunnelCredentials, type TunnelCredentials } from '../adapters/tunnel/tunnel-credentials.ts';
 import { keeperSocketOf } from '../adapters/tunnel/keeper.ts';
 import { trimMalloc } from '../adapters/ops/malloc-trim.ts';
-import { ROLE_ANNOTATION, roleOf, TUNNEL_PORT_ANNOTATION } from '../core/tunnel/plan.ts';
+import { ROLE_ANNOTATION, roleOf, selectPeers, TUNNEL_PORT_ANNOTATION } from '../core/tunnel/plan.ts';
 import type { AgentStatus, StatusNode } from '../core/ops/agent-status.ts';
 import type { OpsServer, Readiness } from '../adapters/ops/ops-server.ts';
 import type { CniObserver } from './cni-server.ts';
@@ -120,14 +120,15 @@ export class Agent {
   status(): AgentStatus {
     const cfg = this.#cfg;
     const ipam = this.#pods?.ipam;
-    const nodes = (this.#link?.peers ?? this.#peersOffline).map(statusNodeOf);
-    const own = nodes.find((n) => n.name === cfg.nodeName);
+    const peers = this.#link?.peers ?? this.#peersOffline;
+    const nodes = peers.map(statusNodeOf);
+    const own = selectPeers({ name: cfg.nodeName, site: cfg.site, community: cfg.community }, peers, []);
     const blocks = (ipam?.blocks ?? []).map(formatCidr);
     const plan = this.#overlay?.plan;
     const link = this.#link?.status;
     return {
       version: AGENT_VERSION, startedAt: this.#startedAt, now: this.#c.clock(), ready: this.#ready,
-      node: { name: cfg.nodeName, site: own?.site ?? cfg.site, community: own?.community ?? cfg.community, role: cfg.tunnel?.role ?? '', addresses: cfg.underlayAddresses, blocks, agentVersion: AGENT_VERSION },
+      node: { name: cfg.nodeName, site: own.site, community: own.community, role: cfg.tunnel?.role ?? '', addresses: cfg.underlayAddresses, blocks, agentVersion: AGENT_VERSION },
       ...(link ? { controller: link } : {}),
       ipam: {
         blocks, usage: ipam?.usage() ?? { capacity: 0, allocated: 0, reserved: 0, free: 0 }, allocations: { ...(this.#pods?.allocations ?? { existing: 0, sticky: 0, fresh: 0, reclaimed: 0 }) },
@@ -177,7 +178,7 @@ export class Agent {
       this.#tunnel = new Tunnel(
         { ip: this.#c.ip, log: log.child('tunnel') },
         {
-          nodeName: cfg.nodeName, role: cfg.tunnel.role, port: cfg.tunnel.port, device: cfg.tunnel.device, community: cfg.community,
+          nodeName: cfg.nodeName, role: cfg.tunnel.role, port: cfg.tunnel.port, device: cfg.tunnel.device,
           listenHost: cfg.underlayAddresses[0] ?? '0.0.0.0', mtu, credentials: this.#tunnelCredentials, relay: relayOf(cfg.tunnel.relay),
           ...(cfg.tunnel.udp ? {
             udp: {
@@ -249,19 +250,13 @@ export class Agent {
     }
   }
 
-  /**
-   * The overlay, then the tunnel for the peers outside our site: by site labels when both ends have one, else as the
-   * overlay's probes decided (without labels or overlay a peer counts as same-site: no tunnel).
-   */
+  /** The overlay, then the tunnel for the peers outside our site ({@link selectPeers}). */
   async #syncPeers(peers: readonly NodeRecord[]): Promise<void> {
     await this.#syncOverlay(peers);
     if (!this.#tunnel) return;
-    // the controller's record of this node wins over the configuration: on Kubernetes it carries the Node's labels
-    const site = peers.find((p) => p.name === this.#cfg.nodeName)?.site ?? this.#cfg.site;
-    const probed = new Set(this.#overlay?.plan?.remotePeers ?? []);
-    const remote = new Set(peers.filter((p) => (site !== '' && p.site !== '' ? p.site !== site : probed.has(p.name))).map((p) => p.name));
+    const { nodeName: name, site, community } = this.#cfg;
     try {
-      await this.#tunnel.sync(peers, remote);
+      await this.#tunnel.sync(peers, selectPeers({ name, site, community }, peers, this.#overlay?.plan?.remotePeers ?? []));
     } catch (err) {
       this.#c.log.error('tunnel sync failed; retrying at the next resync', { err });
     }

@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { NodeRecord } from '../cluster/model.ts';
-import { planTunnel, relayAllows, relayMembers, renderTunnelRouteDiff, tunnelRoutes, tunnelSourceAddress } from './plan.ts';
+import { planTunnel, relayAllows, selectPeers, relayMembers, renderTunnelRouteDiff, tunnelRoutes, tunnelSourceAddress } from './plan.ts';
 
 const node = (name: string, role: string | undefined, over: Partial<NodeRecord> = {}): NodeRecord => ({
   name, identity: '', site: name.split('-')[0] as string, community: '', addresses: [`192.0.2.${name.length}`], observedAddress: '', vtepMac: '',
@@ -75,4 +75,19 @@ test('the node\'s own traffic into the tunnel leaves from its VTEP address (its 
   assert.equal(tunnelSourceAddress({ blocks: ['10.100.0.64/26', '10.100.1.0/26'] }), '10.100.0.64/32');
   assert.equal(tunnelSourceAddress({ blocks: [] }), undefined);
   assert.equal(tunnelSourceAddress(undefined), undefined);
+});
+
+test('peer selection: the cluster\'s record of this node wins over the configuration; remote by site labels, else by the overlay\'s probes', () => {
+  const own = { name: 'a-1', site: 'conf', community: 'conf-c' };
+  const peers = [node('a-1', 'edge', { site: 'a', community: 'blue' }), node('a-2', 'edge'), node('b-1', 'edge'), node('x-1', 'edge', { site: '' }), node('y-1', 'edge', { site: '' })];
+  const sel = selectPeers(own, peers, ['x-1']);
+  assert.equal(sel.self?.name, 'a-1');
+  assert.equal(sel.site, 'a');
+  assert.equal(sel.community, 'blue');
+  // a-2 shares the site a; b-1 is labelled elsewhere; x-1 and y-1 have no label, so the probes decide
+  assert.deepEqual([...sel.remote].sort(), ['b-1', 'x-1']);
+  // not registered yet: the configuration, and an unlabelled site leaves every peer to the probes
+  const early = selectPeers({ name: 'a-9', site: '', community: 'c' }, peers, ['b-1']);
+  assert.equal(early.self, undefined);
+  assert.deepEqual([early.site, early.community, [...early.remote]], ['', 'c', ['b-1']]);
 });

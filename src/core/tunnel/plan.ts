@@ -66,6 +66,32 @@ export function roleOf(p: Pick<NodeRecord, 'annotations'>): TunnelRole | undefin
 }
 
 /**
+ * This node as the cluster sees it, and which of its peers are remote: decided once, here, for the agent's status, its
+ * overlay and its tunnel.
+ */
+export interface PeerSelection {
+  /** This node's record, once the cluster has one. */
+  readonly self: NodeRecord | undefined;
+  /** Its site and community: the cluster's record wins over the configuration (on Kubernetes it carries the Node's labels). */
+  readonly site: string;
+  readonly community: string;
+  /**
+   * Peers outside this node's site: by site labels when both ends have one, else as the overlay's probes decided
+   * (without labels or probes a peer counts as same-site: no tunnel).
+   */
+  readonly remote: ReadonlySet<string>;
+}
+
+/** {@link PeerSelection} of the node `own` (as configured) among `peers`; `probedRemote`: peers the overlay's probes found remote. */
+export function selectPeers(own: { readonly name: string; readonly site: string; readonly community: string }, peers: readonly NodeRecord[], probedRemote: readonly string[]): PeerSelection {
+  const self = peers.find((p) => p.name === own.name);
+  const site = self?.site ?? own.site;
+  const probed = new Set(probedRemote);
+  const remote = new Set(peers.filter((p) => p.name !== own.name && (site !== '' && p.site !== '' ? p.site !== site : probed.has(p.name))).map((p) => p.name));
+  return { self, site, community: self?.community ?? own.community, remote };
+}
+
+/**
  * The tunnel peers of `self` among `peers`, limited to the names in `remote` (peers outside this node's site, as the
  * overlay decides). Deterministic: sorted by name.
  */
