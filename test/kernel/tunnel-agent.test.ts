@@ -138,8 +138,10 @@ describe('cross-site tunnel in the agent: edge dials cloud', { skip: rootSkipRea
       const keeper = takeHeld(keeperSocketOf(edgeNode.dataDir));
       assert.ok(keeper, `the edge agent runs a keeper\n${diag()}`);
       release(keeper);
-      // 300 pings at 10 ms from the cloud pod to the edge pod, across the edge agent's stop and start
-      const ping = spawn('ip', ['netns', 'exec', nsName(c), 'ping', '-n', '-i', '0.01', '-c', '300', '-W', '3', e.ip], { stdio: ['ignore', 'pipe', 'pipe'] });
+      // 300 pings at 10 ms from the cloud pod to the edge pod, across the edge agent's stop and start; those the
+      // keeper queued are answered once the agent is back, which on a busy machine takes seconds: ping waits 15 s for
+      // the last answers (-W), and is done as soon as it has them all
+      const ping = spawn('ip', ['netns', 'exec', nsName(c), 'ping', '-n', '-i', '0.01', '-c', '300', '-W', '15', e.ip], { stdio: ['ignore', 'pipe', 'pipe'] });
       let out = '';
       ping.stdout.on('data', (d: Buffer) => (out += d.toString()));
       const done = new Promise<number | null>((r) => ping.on('close', r));
@@ -176,8 +178,9 @@ describe('cross-site tunnel in the agent: edge dials cloud', { skip: rootSkipRea
     await until('both ends on the datagram path', async () => (await pathOf(edgeNode, 'tc1')) === 'udp' && (await pathOf(cloudNode, 'te1')) === 'udp', 20_000)
       .catch((err: Error) => assert.fail(`${err.message}\n${diag()}`));
     // 80 pings at 100 ms from the cloud pod to the edge pod; the edge agent down 5 s in the middle of them
-    // (-W, not -w: with a deadline ping sends on until it has 80 answers)
-    const ping = spawn('ip', ['netns', 'exec', nsName(c), 'ping', '-n', '-i', '0.1', '-c', '80', '-W', '10', e.ip], { stdio: ['ignore', 'pipe', 'pipe'] });
+    // (-W, not -w: with a deadline ping sends on until it has 80 answers; 20 s: those sent meanwhile wait for the 5 s
+    // and the agent's start, seconds on a busy machine)
+    const ping = spawn('ip', ['netns', 'exec', nsName(c), 'ping', '-n', '-i', '0.1', '-c', '80', '-W', '20', e.ip], { stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';
     ping.stdout.on('data', (d: Buffer) => (out += d.toString()));
     const done = new Promise<number | null>((r) => ping.on('close', r));
@@ -222,7 +225,7 @@ describe('cross-site tunnel in the agent: edge dials cloud', { skip: rootSkipRea
       release(now);
       assert.equal(now.pid, standing.pid);
       assert.equal(holds, 3, `the standing keeper still holds the data plane ${graceMs + 2000} ms after taking it over (grace ${graceMs} ms)\n${readFileSync(edgeNode.logPath, 'utf8').split('\n').slice(-8).join('\n')}`);
-      const ping = spawn('ip', ['netns', 'exec', nsName(c), 'ping', '-n', '-i', '0.01', '-c', '200', '-W', '3', e.ip], { stdio: ['ignore', 'pipe', 'pipe'] });
+      const ping = spawn('ip', ['netns', 'exec', nsName(c), 'ping', '-n', '-i', '0.01', '-c', '200', '-W', '15', e.ip], { stdio: ['ignore', 'pipe', 'pipe'] });
       let out = '';
       ping.stdout.on('data', (d: Buffer) => (out += d.toString()));
       const done = new Promise<number | null>((r) => ping.on('close', r));
