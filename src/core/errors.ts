@@ -33,6 +33,7 @@ export const ERROR_CATALOGUE = {
   CNI_NETNS_MISSING: { cni: CniCode.invalidEnvironment, summary: 'CNI_NETNS names a network namespace that does not exist' },
   CNI_DECODE: { cni: CniCode.decodeFailure, summary: 'the network configuration on stdin is not a JSON object' },
   CNI_INPUT_TOO_LARGE: { cni: CniCode.decodeFailure, summary: 'the network configuration on stdin is over the size limit' },
+  CNI_FRAME_INVALID: { cni: CniCode.decodeFailure, summary: "a request on the agent's CNI socket is not an atoll-cni frame (bad magic, or a block over its limit)" },
   CNI_CONFIG_INVALID: { cni: CniCode.invalidConfig, summary: 'the network configuration has a missing, unknown or bad field' },
   CNI_CHECK_FAILED: { cni: CniCode.generic, summary: 'CHECK found the pod network not as ADD left it' },
   AGENT_UNREACHABLE: { cni: CniCode.tryAgainLater, summary: 'atoll-cni could not reach the node agent on its socket' },

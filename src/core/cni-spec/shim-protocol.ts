@@ -9,6 +9,7 @@
  * The shim's C source is native/atoll-cni.c; keep both in step. Pure, in core because both ends use it: the agent's
  * CNI server (src/agent/cni-server.ts) and the lab, which asks a starting agent for its VERSION.
  */
+import { atollError } from '../errors.ts';
 
 export const MAGIC = 'ATL1';
 export const MAX_ENV_BYTES = 64 * 1024;
@@ -25,15 +26,18 @@ export interface CniInvocation {
   readonly stdin: Buffer;
 }
 
-/** Decodes a complete request; returns undefined while more bytes are needed. @throws Error on a malformed frame. */
+/**
+ * Decodes a complete request; returns undefined while more bytes are needed.
+ * @throws AtollError CNI_FRAME_INVALID on a malformed frame.
+ */
 export function decodeRequest(buf: Buffer, maxStdin: number): CniInvocation | undefined {
   if (buf.length < 8) return undefined;
-  if (buf.subarray(0, 4).toString('latin1') !== MAGIC) throw new Error('not an atoll-cni request (bad magic)');
+  if (buf.subarray(0, 4).toString('latin1') !== MAGIC) throw frameInvalid('not an atoll-cni request (bad magic)');
   const envLen = buf.readUInt32BE(4);
-  if (envLen > MAX_ENV_BYTES) throw new Error(`environment block of ${envLen} bytes is over ${MAX_ENV_BYTES}`);
+  if (envLen > MAX_ENV_BYTES) throw frameInvalid(`environment block of ${envLen} bytes is over ${MAX_ENV_BYTES}`);
   if (buf.length < 8 + envLen + 4) return undefined;
   const stdinLen = buf.readUInt32BE(8 + envLen);
-  if (stdinLen > maxStdin + 1) throw new Error(`stdin of ${stdinLen} bytes is over the frame limit`);
+  if (stdinLen > maxStdin + 1) throw frameInvalid(`stdin of ${stdinLen} bytes is over the frame limit of ${maxStdin + 1}`);
   const end = 12 + envLen + stdinLen;
   if (buf.length < end) return undefined;
   const env: Record<string, string> = {};
@@ -42,6 +46,11 @@ export function decodeRequest(buf: Buffer, maxStdin: number): CniInvocation | un
     if (eq > 0) env[entry.slice(0, eq)] = entry.slice(eq + 1);
   }
   return { env, stdin: buf.subarray(12 + envLen, end) };
+}
+
+function frameInvalid(what: string) {
+  return atollError('CNI_FRAME_INVALID', `the agent's CNI socket got a malformed request: ${what}`,
+    'the atoll-cni on this node is not the agent\'s (the agent installs its own into the CNI bin dir at start), or something else writes to the socket');
 }
 
 export function encodeRequest(inv: CniInvocation): Buffer {

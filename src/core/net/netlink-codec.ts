@@ -11,6 +11,7 @@
  * and attribute is padded to 4 bytes. The attribute orders match what iproute2 sends for the same command, so the
  * golden tests can use bytes captured from `strace ip ...`.
  */
+import { atollError } from '../errors.ts';
 
 /** Netlink integers are in the host's byte order. */
 const LE = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
@@ -137,7 +138,10 @@ function asciiz(s: string): Uint8Array {
   const b = new Uint8Array(s.length + 1);
   for (let i = 0; i < s.length; i++) {
     const c = s.charCodeAt(i);
-    if (c === 0 || c > 127) throw new Error(`netlink string "${s}" must be printable ASCII`);
+    if (c === 0 || c > 127) {
+      throw atollError('KERNEL_OP_FAILED', `netlink string "${s}" must be printable ASCII (an interface name or kind)`,
+        'use an ASCII interface name: CNI_IFNAME from the runtime, or the device names in the agent configuration');
+    }
     b[i] = c;
   }
   return b;
@@ -148,6 +152,7 @@ const ascii = (s: string): Uint8Array => asciiz(s).subarray(0, s.length);
 /** "0a:58:0a:f4:01:07" to 6 bytes. @throws Error when it is not a MAC address. */
 export function parseMac(mac: string): Uint8Array {
   const parts = mac.split(':');
+  // cannot happen: every MAC sent is computed by src/core/plan/pod-plan.ts (hostVethMac, macForIp), never taken from input
   if (parts.length !== 6 || parts.some((p) => !/^[0-9a-fA-F]{2}$/.test(p))) throw new Error(`"${mac}" is not a MAC address`);
   return Uint8Array.from(parts.map((p) => parseInt(p, 16)));
 }
@@ -413,9 +418,15 @@ export interface NlMessage {
   readonly payload: Uint8Array;
 }
 
+/** A kernel answer that does not decode: a kernel that speaks netlink differently from the layouts above, or a bug here. */
+function malformed(what: string) {
+  return atollError('KERNEL_OP_FAILED', `${what}: an answer of the kernel's that Atoll cannot decode`,
+    'report it with the kernel version (uname -r): Atoll does not know this layout');
+}
+
 /**
  * Splits a received datagram into messages.
- * @throws Error when a length field points outside the buffer (a truncated read).
+ * @throws AtollError KERNEL_OP_FAILED when a length field points outside the buffer (a truncated read).
  */
 export function decodeMessages(buf: Uint8Array): NlMessage[] {
   const view = new DataView(buf.buffer, buf.byteOffset, buf.byteLength);
@@ -423,7 +434,7 @@ export function decodeMessages(buf: Uint8Array): NlMessage[] {
   let at = 0;
   while (at + NLMSG_HDRLEN <= buf.length) {
     const len = view.getUint32(at, LE);
-    if (len < NLMSG_HDRLEN || at + len > buf.length) throw new Error(`netlink message at offset ${at} claims ${len} bytes, ${buf.length - at} left`);
+    if (len < NLMSG_HDRLEN || at + len > buf.length) throw malformed(`netlink message at offset ${at} claims ${len} bytes, ${buf.length - at} left`);
     out.push({ type: view.getUint16(at + 4, LE), flags: view.getUint16(at + 6, LE), seq: view.getUint32(at + 8, LE), pid: view.getUint32(at + 12, LE), payload: buf.subarray(at + NLMSG_HDRLEN, at + len) });
     at += align4(len);
   }
@@ -457,7 +468,7 @@ export interface NlAck {
 /** Decodes an NLMSG_ERROR message (with or without the echoed request, with or without extended-ack TLVs). */
 export function decodeAck(msg: NlMessage): NlAck {
   const p = msg.payload;
-  if (p.length < 4 + NLMSG_HDRLEN) throw new Error(`netlink error message of ${p.length} bytes is too short`);
+  if (p.length < 4 + NLMSG_HDRLEN) throw malformed(`netlink error message of ${p.length} bytes is too short`);
   const view = new DataView(p.buffer, p.byteOffset, p.byteLength);
   const errno = -view.getInt32(0, LE) | 0; // | 0: no -0 for a plain ack
   const origLen = view.getUint32(4, LE);
@@ -494,7 +505,7 @@ export interface LinkInfo {
 /** Decodes an RTM_NEWLINK answer (to RTM_GETLINK). */
 export function decodeLink(msg: NlMessage): LinkInfo {
   const p = msg.payload;
-  if (p.length < IFINFOMSG_LEN) throw new Error(`link message of ${p.length} bytes is too short`);
+  if (p.length < IFINFOMSG_LEN) throw malformed(`link message of ${p.length} bytes is too short`);
   const view = new DataView(p.buffer, p.byteOffset, p.byteLength);
   const a = decodeAttrs(p, IFINFOMSG_LEN);
   const u32 = (t: number) => u32Of(a.get(t));
@@ -541,7 +552,7 @@ function u32Of(b: Uint8Array | undefined): number | undefined {
 }
 
 function fixedHeader(msg: NlMessage, len: number, what: string): DataView {
-  if (msg.payload.length < len) throw new Error(`${what} message of ${msg.payload.length} bytes is too short`);
+  if (msg.payload.length < len) throw malformed(`${what} message of ${msg.payload.length} bytes is too short`);
   return new DataView(msg.payload.buffer, msg.payload.byteOffset, msg.payload.byteLength);
 }
 
@@ -638,8 +649,8 @@ export function decodeDone(msg: NlMessage): number {
 
 /** Decodes NFT_MSG_NEWGEN: the ruleset generation, which every committed nftables transaction in the namespace raises by one. */
 export function decodeGeneration(msg: NlMessage): number {
-  if (msg.type !== NFT_MSG_NEWGEN) throw new Error(`expected an nftables generation message, got type ${msg.type}`);
+  if (msg.type !== NFT_MSG_NEWGEN) throw malformed(`expected an nftables generation message, got type ${msg.type}`);
   const id = decodeAttrs(msg.payload, NFGENMSG_LEN).get(NFTA_GEN_ID);
-  if (!id || id.length < 4) throw new Error('nftables generation message without NFTA_GEN_ID');
+  if (!id || id.length < 4) throw malformed('nftables generation message without NFTA_GEN_ID');
   return new DataView(id.buffer, id.byteOffset, 4).getUint32(0, false); // network order
 }
