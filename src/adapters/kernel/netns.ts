@@ -8,6 +8,9 @@
  * This saves the 1 to 13 ms of `nsenter` or of moving links between namespaces (moving a link costs about 13 ms).
  */
 import { closeSync, openSync } from 'node:fs';
+import koffi from 'koffi';
+import { atollError } from '../../core/errors.ts';
+import { errnoText } from './errno.ts';
 import { setnsCall } from './libc.ts';
 
 const CLONE_NEWNET = 0x40000000;
@@ -22,14 +25,18 @@ function hostNamespace(): number {
 
 /**
  * Runs `fn` synchronously with the main thread inside the network namespace at `nsPath`.
- * @throws Error with code ENOENT when the namespace file does not exist; the error of `fn` otherwise.
+ * @throws Error with code ENOENT when the namespace file does not exist; AtollError KERNEL_OP_FAILED when setns
+ * refuses it (not a network namespace); the error of `fn` otherwise.
  * If switching back fails the process aborts: continuing in the wrong namespace would corrupt the node.
  */
 export function inNetns<T>(nsPath: string, fn: () => T): T {
   const back = hostNamespace();
   const fd = openSync(nsPath, 'r');
   try {
-    if (setnsCall()(fd, CLONE_NEWNET) !== 0) throw new Error(`setns into ${nsPath} failed: is it a network namespace?`);
+    if (setnsCall()(fd, CLONE_NEWNET) !== 0) {
+      throw atollError('KERNEL_OP_FAILED', `cannot enter network namespace ${nsPath}: setns failed: ${errnoText(koffi.errno())}`,
+        'check that it is a network namespace and the agent runs as root');
+    }
     try {
       return fn();
     } finally {

@@ -127,6 +127,12 @@ export function nativeCryptoOrigin(): { path: string; version: string } {
   return { path: n < 0 ? '' : Buffer.from(out.subarray(0, n)).toString(), version: l.cryptoVersion() };
 }
 
+/** A failure inside the library's native objects: memory, or the OpenSSL inside Node. */
+function nativeFailed(what: string) {
+  return atollError('KERNEL_OP_FAILED', `the datagram path: ${what}`,
+    'check the agent\'s memory limit and that it runs the project\'s Node (whose OpenSSL 3 the library binds to), or turn tunnel.udp off');
+}
+
 /** A 32-bit IPv4 address (host order) of a dotted one, or undefined. */
 export function ipv4Number(host: string): number | undefined {
   const o = host.split('.').map(Number);
@@ -156,7 +162,7 @@ export class SealKey {
     }
     if (key.length !== 32) throw new RangeError(`an AES-256-GCM key has 32 bytes, not ${key.length}`);
     this.#k = this.#l.sealKeyNew(key, this.id);
-    if (!this.#k) throw new Error('EVP init of AES-256-GCM failed');
+    if (!this.#k) throw nativeFailed(`sending key ${this.id}: EVP init of AES-256-GCM failed (or out of memory)`);
   }
 
   /** The sending key kept in `slot` of the attached region, with its counter; undefined when the slot holds none. */
@@ -173,6 +179,7 @@ export class SealKey {
 
   /** The native handle, for {@link DatagramSender.send}. */
   get handle(): Ptr {
+    // cannot happen: the datagram path drops a key from its peer before it frees it (src/adapters/tunnel/datagram-path.ts)
     if (this.#k === null) throw new Error('the sending key was freed');
     return this.#k;
   }
@@ -186,7 +193,7 @@ export class SealKey {
   sealOne(type: DatagramType, plain: Uint8Array): Uint8Array {
     const out = new Uint8Array(plain.length + 32);
     const n = this.#l.sealOne(this.handle, type, plain, plain.length, out);
-    if (n < 0) throw new Error('sealing failed');
+    if (n < 0) throw nativeFailed(`sealing one datagram under key ${this.id} failed in OpenSSL`);
     return out;
   }
 
@@ -238,10 +245,11 @@ export class OpenKeyTable {
   constructor() {
     this.#l = load();
     this.#t = this.#l.tableNew();
-    if (!this.#t) throw new Error('malloc for the datagram key table failed');
+    if (!this.#t) throw nativeFailed('malloc for the datagram key table failed');
   }
 
   get #table(): Ptr {
+    // cannot happen: the datagram path frees its table only in close(), after dropping its peers and its socket's reads
     if (this.#t === null) throw new Error('the datagram key table was freed');
     return this.#t;
   }
@@ -250,7 +258,7 @@ export class OpenKeyTable {
   add(id: number, peer: number, key: Uint8Array): boolean {
     if (key.length !== 32) throw new RangeError(`an AES-256-GCM key has 32 bytes, not ${key.length}`);
     const rc = this.#l.tableAdd(this.#table, id >>> 0, peer, key);
-    if (rc === -2) throw new Error('EVP init of AES-256-GCM failed');
+    if (rc === -2) throw nativeFailed(`receiving key ${id >>> 0}: EVP init of AES-256-GCM failed (or out of memory)`);
     return rc === 0;
   }
 
@@ -260,7 +268,7 @@ export class OpenKeyTable {
    */
   restore(slot: number, peer: number): boolean {
     const rc = this.#l.tableRestore(this.#table, slot, peer);
-    if (rc === -2) throw new Error('EVP init of AES-256-GCM failed');
+    if (rc === -2) throw nativeFailed(`the receiving key kept in slot ${slot}: EVP init of AES-256-GCM failed (or out of memory)`);
     return rc === 0;
   }
 
@@ -296,7 +304,7 @@ export class OpenKeyTable {
       pins.set(Buffer.from(p.pin.slice('sha256:'.length), 'hex'), i * PIN_BYTES);
       tags[i] = p.tag;
     });
-    if (this.#l.tablePins(this.#table, pins, tags, usable.length) !== 0) throw new Error('malloc or SHA-256 for the hello pins failed');
+    if (this.#l.tablePins(this.#table, pins, tags, usable.length) !== 0) throw nativeFailed('malloc or SHA-256 for the hello pins failed');
   }
 
   /** The replay window of key `id` (tests): whether `counter` is new, and with `accept` recorded. -1: no such key. */
@@ -348,10 +356,11 @@ export class DatagramSender {
   constructor(fd: number) {
     this.#l = load();
     this.#s = this.#l.senderNew(fd);
-    if (!this.#s) throw new Error('malloc for the datagram sender failed');
+    if (!this.#s) throw nativeFailed('malloc for the datagram sender failed');
   }
 
   get #sender(): Ptr {
+    // cannot happen: the datagram path forgets its sender as it frees it (close, closeKeeping)
     if (this.#s === null) throw new Error('the datagram sender was freed');
     return this.#s;
   }

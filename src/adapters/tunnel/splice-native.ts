@@ -17,6 +17,7 @@
 import { Socket } from 'node:net';
 import koffi from 'koffi';
 import { atollError } from '../../core/errors.ts';
+import { errnoText } from '../kernel/errno.ts';
 import { openNativeLibrary } from './native-library.ts';
 
 type Ptr = unknown;
@@ -78,6 +79,7 @@ export class SpliceJoin {
 /** A descriptor of a connected net.Socket (Node keeps it on the socket's handle). */
 function fdOf(socket: Socket): number {
   const fd = (socket as unknown as { _handle?: { fd?: number } })._handle?.fd;
+  // cannot happen: the relay joins only connected TCP sockets, after checking that neither end was destroyed (src/relay/circuits.ts)
   if (fd === undefined || fd < 0) throw new Error('the socket has no descriptor (closed, or not a TCP socket)');
   return fd;
 }
@@ -117,15 +119,17 @@ export class SpliceJoins {
 
   /**
    * Joins `a` and `b` (connected TCP sockets, paused) and destroys both sockets: from now on the library carries
-   * their connections. @throws Error when the library could not start the join (the sockets are destroyed too).
+   * their connections. @throws AtollError KERNEL_OP_FAILED when the library could not start the join (the sockets are
+   * destroyed too).
    */
   join(a: Socket, b: Socket, label: string): SpliceJoin {
     try {
+      // cannot happen: the relay's circuits drop every waiting offer before they close the joins, so no pair comes after
       if (this.#closed) throw new Error('the joins were closed');
       const ea = buffered(a);
       const eb = buffered(b);
       const handle = this.#lib.join(fdOf(a), fdOf(b), this.#notifyWrite, ea, ea?.length ?? 0, eb, eb?.length ?? 0);
-      if (handle === null) throw new Error(`joining circuit ${label} failed: errno ${koffi.errno()}`);
+      if (handle === null) throw atollError('KERNEL_OP_FAILED', `joining circuit ${label} failed: ${errnoText(koffi.errno())}`, 'check the relay\'s limits (ulimit -n, memory); the two nodes ask for another circuit');
       const j = new SpliceJoin(this.#lib, handle, label);
       this.#joins.add(j);
       return j;

@@ -104,6 +104,7 @@ export class TunDevice {
    * `p.byteOffset - headroom` writable bytes before it, in the same buffer.
    */
   start(onBatch: (packets: Buffer[]) => void, headroom = 0): void {
+    // cannot happen: the tunnel endpoint that owns the device starts it once (src/adapters/tunnel/tunnel-endpoint.ts start)
     if (this.watcher) throw new Error(`TUN device ${this.name} is already reading`);
     const { Pipe, constants } = (process as unknown as { binding(m: string): { Pipe: new (t: number) => object; constants: { SOCKET: number } } }).binding('pipe_wrap');
     const handle = new Pipe(constants.SOCKET) as { open(fd: number): number };

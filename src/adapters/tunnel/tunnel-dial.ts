@@ -144,6 +144,7 @@ export async function punchTunnel(opts: PunchTunnelOptions): Promise<TunnelStrea
   const attempt = () => new Promise<TunnelStream | undefined>((resolve) => {
     const tap = new ReadTap();
     const tls = punchSocket(opts, tap);
+    // neither is thrown: `failed` keeps only the message, as the last attempt's outcome in TUNNEL_PUNCH_FAILED below
     const timer = setTimeout(() => failed(new Error('timed out')), Math.max(1, deadline - performance.now()));
     const onAbort = () => failed(new Error('aborted'));
     const failed = (err: Error) => {

@@ -18,6 +18,7 @@
 import { EventEmitter } from 'node:events';
 import { type ConnectionOptions, connect, type TLSSocket } from 'node:tls';
 import { encodeFrame, FRAME_HEADER, FRAME_KIND, FrameDecoder, type FrameKind, PEER_ID_LEN, writeFrameHeader } from '../../core/tunnel/frame.ts';
+import { atollError } from '../../core/errors.ts';
 import { type ControlMessage, decodeTunnelMessage, type PeerMessage } from '../../core/tunnel/messages.ts';
 import { steadyClock } from '../timers.ts';
 
@@ -132,6 +133,7 @@ export class TunnelStream extends EventEmitter {
       try {
         this.decoder.push(chunk, (payload, kind) => this.onFrame(payload, kind));
       } catch (err) {
+        // cannot happen: the decoder and this stream's listeners throw Errors only; String() keeps close()'s type
         this.close(err instanceof Error ? err : new Error(String(err)));
       }
     };
@@ -142,7 +144,10 @@ export class TunnelStream extends EventEmitter {
     socket.on('close', () => this.close());
     const deadAfter = opts.deadAfterMs ?? DEAD_AFTER_MS;
     this.keepalive = setInterval(() => {
-      if (steadyClock() - this.lastHeard > deadAfter) this.close(new Error(`nothing heard from the peer for ${deadAfter} ms`));
+      if (steadyClock() - this.lastHeard > deadAfter) {
+        this.close(atollError('TUNNEL_UNREACHABLE', `nothing heard from the peer ${this.remote.host}:${this.remote.port} for ${deadAfter} ms`,
+          'the far end stopped or the path to it drops packets: the stream is closed, and the dialling end reconnects with backoff'));
+      }
       else this.sendControl(this.pings++ % PONG_EVERY === 0 ? { t: 'ping', at: steadyClock() } : { t: 'ping', at: steadyClock(), quiet: true });
     }, opts.keepaliveMs ?? KEEPALIVE_MS);
     this.keepalive.unref();

@@ -247,6 +247,7 @@ export class UdpBatchSocket {
    * run of equal-sized ones, with its segment size in its control message).
    */
   start(onMessages: (n: number) => void): void {
+    // cannot happen: the datagram path starts its socket once (src/adapters/tunnel/datagram-path.ts run, guarded by its timer)
     if (this.#onMessages) throw new Error('the UDP socket is already receiving');
     this.#onMessages = onMessages;
     this.#wait();
