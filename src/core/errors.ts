@@ -73,6 +73,8 @@ export const ERROR_CATALOGUE = {
   COMMUNITY_INVALID: { cni: CniCode.generic, summary: 'a Community names unknown nodes, or a node is in two communities' },
   TUNNEL_MESSAGE_INVALID: { cni: CniCode.generic, summary: 'a tunnel peer or the relay sent a control message that is not one of the protocol (the stream is closed)' },
   OPS_LISTEN_FAILED: { cni: CniCode.generic, summary: 'the metrics and health listener could not bind its address (in use, or not on this host)' },
+  INSTALL_ROOT_MISSING: { cni: CniCode.generic, summary: "Atoll's install root (the folder with its package.json, above the running code) was not found" },
+  IMAGE_ARCH_UNSUPPORTED: { cni: CniCode.generic, summary: "this machine's CPU architecture has no OCI name Atoll knows, so no container image is packed here" },
   LAB_SPEC_INVALID: { cni: CniCode.generic, summary: 'the lab spec (flags or --spec file) names an impossible topology' },
   LAB_PREREQUISITE_MISSING: { cni: CniCode.generic, summary: 'the lab cannot run here: not root, or a tool or kernel feature it needs is missing' },
   LAB_STEP_FAILED: { cni: CniCode.generic, summary: 'a step of building the lab failed or did not finish in time' },

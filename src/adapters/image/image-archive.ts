@@ -7,17 +7,24 @@ import { createHash } from 'node:crypto';
 import { execFile } from 'node:child_process';
 import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { atollError } from '../../core/errors.ts';
 
 // not an ESM import, whose facade loads far more (the rule in eslint.config.js says why)
 const { promisify } = process.getBuiltinModule('node:util');
 
 const run = promisify(execFile);
 
-/** Maps Node's `process.arch` to the OCI architecture names containerd matches on import. */
+/**
+ * Maps Node's `process.arch` to the OCI architecture names containerd matches on import.
+ * @throws AtollError IMAGE_ARCH_UNSUPPORTED for an architecture it does not know.
+ */
 export function ociArchitecture(arch: string): string {
   const names: Record<string, string> = { x64: 'amd64', arm64: 'arm64', arm: 'arm', ppc64: 'ppc64le', s390x: 's390x' };
   const name = names[arch];
-  if (name === undefined) throw new Error(`image: no OCI architecture known for Node arch "${arch}"; extend ociArchitecture()`);
+  if (name === undefined) {
+    throw atollError('IMAGE_ARCH_UNSUPPORTED', `image: no OCI architecture known for Node arch "${arch}" (this machine's); no image is packed`,
+      `build images on ${Object.keys(names).join(', ')}, or add "${arch}" to ociArchitecture() in src/adapters/image/image-archive.ts`);
+  }
   return name;
 }
 
