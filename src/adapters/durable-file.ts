@@ -50,6 +50,7 @@ export function writeFileDurablyAsync(path: string, content: string | Buffer, op
           rename(tmp, path, (rerr) => (rerr ? reject(rerr) : resolve()));
         });
         if (werr) return done(werr);
+        // only a cause, as fs's own errors here: the caller names the record (ipam-store-fs: IPAM_STORE_FAILED)
         if (n !== data.length) return done(new Error(`short write to ${tmp}: ${n} of ${data.length} bytes`));
         fsync(fd, done);
       });

@@ -244,6 +244,7 @@ function readBody(res: IncomingMessage, method: string, path: string): Promise<s
     let size = 0;
     res.on('data', (c: Buffer) => {
       size += c.length;
+      // only a cause: the 'error' handler below rejects with KUBE_API_UNAVAILABLE naming it
       if (size > MAX_RESPONSE_BYTES) res.destroy(new Error(`answer over ${MAX_RESPONSE_BYTES} bytes`));
       else chunks.push(c);
     });

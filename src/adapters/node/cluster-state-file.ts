@@ -28,6 +28,7 @@ export class ClusterStateFile {
     if (!existsSync(this.path)) return EMPTY_CLUSTER_STATE;
     try {
       const s = JSON.parse(readFileSync(this.path, 'utf8')) as ClusterState;
+      // only a cause: the catch below throws CONFIG_FILE_INVALID with it
       if (!Array.isArray(s.blocks) || typeof s.revision !== 'number' || !Array.isArray(s.peers)) throw new Error('missing blocks, revision or peers');
       return s;
     } catch (cause) {

@@ -131,6 +131,7 @@ export class ControllerClient {
 
   #headers(method: string, path: string, payload: Buffer): Record<string, string> {
     const { identity, bearerToken } = this.#init;
+    // cannot happen: the agent passes its node identity, the relay its controller.token (required by its schema)
     if (!identity && bearerToken === undefined) throw new Error('a controller client needs a node identity or a bearer token');
     return {
       'content-type': 'application/json',
@@ -149,6 +150,7 @@ export class ControllerClient {
           else reject(answerError(base, status, parsed));
         }, reject);
       });
+      // only a cause: the 'error' handler below rejects with CONTROLLER_UNREACHABLE naming it
       req.on('timeout', () => req.destroy(new Error(`no answer within ${this.#init.timeoutMs ?? 10_000} ms`)));
       req.on('error', (cause) => reject(atollError('CONTROLLER_UNREACHABLE', `controller ${base} unreachable: ${cause.message}`, 'the agent keeps working from its local state and retries', cause)));
       req.end(payload);
@@ -165,6 +167,7 @@ export class ControllerClient {
           return;
         }
         let buf = '';
+        // only a cause, here and below: the request's 'error' handler rejects with CONTROLLER_UNREACHABLE naming it
         let idle = setTimeout(() => req.destroy(new Error('watch stream idle')), idleMs);
         res.setEncoding('utf8');
         res.on('data', (d: string) => {
@@ -239,6 +242,7 @@ export function adminRequest(base: string, caPem: string, adminToken: string, me
         else reject(answerError(base, status, body));
       }, reject);
     });
+    // only a cause: the 'error' handler below rejects with CONTROLLER_UNREACHABLE naming it
     req.on('timeout', () => req.destroy(new Error('no answer within 15 s')));
     req.on('error', (cause) => reject(atollError('CONTROLLER_UNREACHABLE', `controller ${base} unreachable: ${cause.message}`, 'check that the controller runs and the URL', cause)));
     req.end();

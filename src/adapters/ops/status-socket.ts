@@ -81,6 +81,7 @@ function getJson<T>(socketPath: string, path: string, timeoutMs: number): Promis
         }
       });
     });
+    // only a cause: the 'error' handler below rejects with AGENT_UNREACHABLE naming it
     req.on('timeout', () => req.destroy(new Error(`no answer within ${timeoutMs} ms`)));
     req.on('error', (cause: NodeJS.ErrnoException) => reject((cause.code === 'ECONNRESET')
       // something listens there but closed the connection without an HTTP answer: most often the CNI socket beside it

@@ -121,6 +121,7 @@ class EtcdClient {
   stream(path: string, body: unknown, signal: AbortSignal, headers: Record<string, string> = {}): Promise<Stream> {
     return this.#failover(path, true, this.timeoutMs, signal, async (endpoint) => {
       const conn = new AbortController();
+      // only causes, here and below: #failover lists them per endpoint in its STORE_UNAVAILABLE
       const timer = setTimeout(() => conn.abort(new Error(`no first message within ${this.timeoutMs} ms`)), this.timeoutMs);
       try {
         const res = await fetch(endpoint + path, post(body, AbortSignal.any([signal, this.#closed.signal, conn.signal]), headers));

@@ -40,6 +40,7 @@ export class DatagramStateFile {
     if (!existsSync(this.path)) return EMPTY_DATAGRAM_STATE;
     try {
       const s = JSON.parse(readFileSync(this.path, 'utf8')) as DatagramLocalState;
+      // only a cause: the catch below throws CONFIG_FILE_INVALID with it
       if (!Number.isInteger(s.port) || !Number.isSafeInteger(s.generation) || typeof s.peers !== 'object' || s.peers === null) throw new Error('missing port, generation or peers');
       return s;
     } catch (cause) {
