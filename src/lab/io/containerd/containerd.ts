@@ -26,6 +26,7 @@ import { closeSync, existsSync, openSync } from 'node:fs';
 import { mkdir, readFile, readdir, readlink, rmdir, writeFile } from 'node:fs/promises';
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
+import { atollError } from '../../../core/errors.ts';
 import { pollUntil } from '../../../core/retry.ts';
 import { sleep, wallClock } from '../../../adapters/timers.ts';
 import { connectCri, type CriClient } from './cri-client.ts';
@@ -187,13 +188,13 @@ function layout(workDir: string): Paths {
   };
 }
 
-/** Runs a command (argument array, no shell) and returns its output; errors name `what` and carry stderr. */
+/** Runs a command (argument array, no shell) and returns its output; errors (LAB_STEP_FAILED) name `what` and carry stderr. */
 function run(file: string, args: readonly string[], what: string, timeoutMs = 30_000): Promise<ExecResult> {
   return new Promise((resolve, reject) => {
     execFile(file, args, { timeout: timeoutMs, maxBuffer: 16 * 1024 * 1024 }, (err, stdout, stderr) => {
       if (err) {
         const detail = stderr.trim() || err.message;
-        reject(new Error(`${what} failed: ${file} ${args.join(' ')}: ${detail}`, { cause: err }));
+        reject(atollError('LAB_STEP_FAILED', `${what} failed: ${file} ${args.join(' ')}: ${detail}`, `the quoted output of ${file} says why`, err));
       } else {
         resolve({ stdout, stderr });
       }
@@ -243,22 +244,22 @@ function renderConfig(p: Paths, init: ContainerdInit): string {
 function checkPreconditions(init: ContainerdInit, p: Paths): string {
   const netnsPath = join(NETNS_RUN_DIR, init.netns);
   if (!existsSync(netnsPath)) {
-    throw new Error(`containerd harness: network namespace "${init.netns}" not found at ${netnsPath}; create it first (ip netns add)`);
+    throw atollError('LAB_STEP_FAILED', `containerd harness: network namespace "${init.netns}" not found at ${netnsPath}; create it first (ip netns add)`);
   }
   if (p.socket.length > MAX_SOCKET_PATH) {
-    throw new Error(`containerd harness: socket path ${p.socket} is longer than ${MAX_SOCKET_PATH} bytes; use a shorter workDir`);
+    throw atollError('LAB_STEP_FAILED', `containerd harness: socket path ${p.socket} is longer than ${MAX_SOCKET_PATH} bytes; use a shorter workDir`);
   }
   for (const b of init.binDir === undefined ? [] : ['containerd', 'containerd-shim-runc-v2']) {
     if (!existsSync(join(init.binDir as string, b))) {
-      throw new Error(`containerd harness: binDir ${init.binDir} has no ${b}; build it (sh scripts/containerd2.sh) or leave binDir out`);
+      throw atollError('LAB_PREREQUISITE_MISSING', `containerd harness: binDir ${init.binDir} has no ${b}; build it (sh scripts/containerd2.sh) or leave binDir out`);
     }
   }
   return netnsPath;
 }
 
-/** Waits until `check` returns true, polling every `intervalMs`; rejects with `what` after `timeoutMs`. */
+/** Waits until `check` returns true, polling every `intervalMs`; rejects (LAB_STEP_FAILED) with `what` after `timeoutMs`. */
 async function waitFor(check: () => Promise<boolean>, timeoutMs: number, what: string, intervalMs = 50): Promise<void> {
-  if (!(await pollUntil(check, { intervalMs, timeoutMs }, { clock: wallClock, sleep }))) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+  if (!(await pollUntil(check, { intervalMs, timeoutMs }, { clock: wallClock, sleep }))) throw atollError('LAB_STEP_FAILED', `timed out after ${timeoutMs} ms waiting for ${what}`);
 }
 
 /** Resolves once `child` has exited (immediately if it already has), or after `timeoutMs` with false. */
@@ -279,7 +280,7 @@ async function terminate(child: ChildProcess, what: string, timeoutMs: number): 
   child.kill('SIGTERM');
   if (await exited(child, timeoutMs)) return;
   child.kill('SIGKILL');
-  if (!(await exited(child, 5_000))) throw new Error(`${what} (pid ${child.pid}) survived SIGKILL; inspect it with ps`);
+  if (!(await exited(child, 5_000))) throw atollError('LAB_STEP_FAILED', `${what} (pid ${child.pid}) survived SIGKILL; inspect it with ps`);
 }
 
 /**
@@ -292,7 +293,7 @@ async function startHolder(netnsPath: string): Promise<ChildProcess> {
   });
   holder.unref();
   const isSleeping = async (): Promise<boolean> => {
-    if (holder.exitCode !== null) throw new Error(`mount-namespace holder exited with status ${holder.exitCode}; is util-linux installed?`);
+    if (holder.exitCode !== null) throw atollError('LAB_STEP_FAILED', `mount-namespace holder exited with status ${holder.exitCode}; is util-linux installed?`);
     const exe = await readlink(`/proc/${holder.pid}/exe`).catch(() => '');
     return exe.endsWith('/sleep');
   };
@@ -374,10 +375,10 @@ async function tail(path: string, lines: number): Promise<string> {
 /** Throws if containerd has exited or its log says the CRI plugin did not load (waiting longer cannot help). */
 async function assertStarting(child: ChildProcess, p: Paths): Promise<void> {
   if (child.exitCode !== null || child.signalCode !== null) {
-    throw new Error(`containerd exited (${child.exitCode ?? child.signalCode}) during start-up`);
+    throw atollError('LAB_STEP_FAILED', `containerd exited (${child.exitCode ?? child.signalCode}) during start-up`, `read ${p.log}`);
   }
   if ((await readFile(p.log, 'utf8').catch(() => '')).includes(CRI_LOAD_FAILURE)) {
-    throw new Error(`the CRI plugin failed to load (check ${p.config})`);
+    throw atollError('LAB_STEP_FAILED', `the CRI plugin failed to load (check ${p.config})`, `read ${p.log}`);
   }
 }
 
@@ -394,7 +395,7 @@ async function waitForCri(child: ChildProcess, p: Paths, timeoutMs: number): Pro
     await waitFor(ready, timeoutMs, `containerd CRI on ${p.socket}`, 100);
   } catch (cause) {
     const msg = `containerd did not come up: ${(cause as Error).message}; see ${p.log}. Log tail:\n${await tail(p.log, 30)}`;
-    throw new Error(msg, { cause });
+    throw atollError('LAB_STEP_FAILED', msg, 'containerd says why in the log tail quoted', cause);
   } finally {
     probe.close();
   }
@@ -487,25 +488,31 @@ async function removeAllSandboxes(cri: CriClient): Promise<void> {
       await cri.stopPodSandbox(id);
       await cri.removePodSandbox(id);
     } catch (err) {
+      // only a cause: gathered into the LAB_STEP_FAILED below
       failures.push(new Error(`sandbox ${namespace}/${name} (${id}): ${(err as Error).message}`, { cause: err }));
     }
   }
-  if (failures.length > 0) throw new AggregateError(failures, failures.map((f) => f.message).join('; '));
+  if (failures.length > 0) {
+    const message = failures.map((f) => f.message).join('; ');
+    throw atollError('LAB_STEP_FAILED', message, 'read the containerd log: removing a sandbox calls CNI DEL, which needs the agent', new AggregateError(failures, message));
+  }
 }
 
-/** Runs each teardown step even if earlier ones fail, then throws one AggregateError naming every failure. */
+/** Runs each teardown step even if earlier ones fail, then throws one LAB_STEP_FAILED naming every failure (an AggregateError its cause). */
 async function runAll(steps: readonly [string, () => Promise<unknown>][], what: string): Promise<void> {
   const failures: Error[] = [];
   for (const [name, step] of steps) {
     try {
       await step();
     } catch (err) {
+      // only a cause: gathered into the LAB_STEP_FAILED below
       failures.push(new Error(`${name}: ${(err as Error).message}`, { cause: err }));
     }
   }
   if (failures.length > 0) {
     const list = failures.map((f) => f.message).join('; ');
-    throw new AggregateError(failures, `${what}: ${failures.length} teardown step(s) failed: ${list}`);
+    const message = `${what}: ${failures.length} teardown step(s) failed: ${list}`;
+    throw atollError('LAB_STEP_FAILED', message, 'look for what is left with ps, mount and the cgroup tree (`atoll lab down --all` removes a lab\'s leftovers)', new AggregateError(failures, message));
   }
 }
 
@@ -600,7 +607,7 @@ function makeInstance(parts: Parts & { child: ChildProcess; cri: CriClient }): C
 /**
  * Imports an image tarball (docker-archive or OCI, e.g. `make image`'s) into the k8s.io namespace of a running
  * instance, as `ctr -n k8s.io images import` does on a real node. Idempotent (an image present is replaced).
- * @throws Error with ctr's output when the import fails.
+ * @throws AtollError LAB_STEP_FAILED with ctr's output when the import fails.
  */
 export async function importImage(ctd: Pick<Containerd, 'socket'>, tarball: string, timeoutMs = 180_000): Promise<void> {
   await run('ctr', ['-a', ctd.socket, '-n', 'k8s.io', 'images', 'import', tarball], `importing ${tarball}`, timeoutMs);

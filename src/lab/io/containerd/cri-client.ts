@@ -8,6 +8,7 @@
  */
 import { join } from 'node:path';
 import { installRoot } from '../../../adapters/install-root.ts';
+import { atollError } from '../../../core/errors.ts';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 
@@ -138,7 +139,7 @@ function runtimeServiceMethods(): Record<RpcName, UnaryDefinition> {
     const pkg = protoLoader.loadSync(CRI_PROTO_PATH, { keepCase: false, enums: String, longs: String, defaults: true });
     const service = pkg['runtime.v1.RuntimeService'];
     if (service === undefined || !('Version' in service)) {
-      throw new Error(`CRI proto ${CRI_PROTO_PATH} has no service runtime.v1.RuntimeService; restore the file`);
+      throw atollError('LAB_PREREQUISITE_MISSING', `CRI proto ${CRI_PROTO_PATH} has no service runtime.v1.RuntimeService; restore the file`);
     }
     cachedDefinitions = service as unknown as Record<RpcName, UnaryDefinition>;
   }
@@ -246,7 +247,7 @@ export function connectCri(init: CriClientInit): CriClient {
         (err, response) => {
           if (err) {
             const code = grpc.status[err.code] ?? String(err.code);
-            reject(new Error(`CRI ${rpc} on unix socket ${init.socket} failed (${code}): ${err.details}`, { cause: err }));
+            reject(atollError('LAB_STEP_FAILED', `CRI ${rpc} on unix socket ${init.socket} failed (${code}): ${err.details}`, 'containerd\'s log says more', err));
           } else {
             resolve(response ?? {});
           }

@@ -8,6 +8,7 @@
 import { copyFile, mkdir, symlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import { packImage } from '../../../adapters/image/image-archive.ts';
+import { atollError } from '../../../core/errors.ts';
 
 /** Image reference the harness configures as containerd's `sandbox_image`. */
 export const PAUSE_IMAGE_REF = 'localhost/atoll-pause:test';
@@ -27,9 +28,7 @@ async function writeRootfs(rootfs: string): Promise<void> {
   try {
     await copyFile(BUSYBOX_PATH, join(rootfs, 'bin', 'busybox'));
   } catch (cause) {
-    throw new Error(`pause image: cannot copy ${BUSYBOX_PATH}; install busybox-static (apt-get install busybox-static)`, {
-      cause,
-    });
+    throw atollError('LAB_STEP_FAILED', `pause image: cannot copy ${BUSYBOX_PATH}; install busybox-static (apt-get install busybox-static)`, undefined, cause);
   }
   for (const applet of APPLETS) await symlink('busybox', join(rootfs, 'bin', applet));
 }
