@@ -33,6 +33,7 @@ export class Child {
   /** Starts `argv` (command and arguments). @throws Error when `argv` is empty. */
   constructor(argv: readonly string[], opts: ChildOptions = {}) {
     const [cmd, ...args] = argv;
+    // cannot happen: every caller spells out its command (a launcher prefix, then the binary)
     if (cmd === undefined) throw new Error('no command to start');
     const output = opts.output ?? 'pipe';
     const stdin = opts.stdin ? 'pipe' : 'ignore';

@@ -18,6 +18,7 @@ import { execFile } from 'node:child_process';
 import { generateKeyPairSync } from 'node:crypto';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { atollError } from '../../../core/errors.ts';
 import { Child, logTail } from '../child-process.ts';
 import { renderTokenKubeconfig } from './token-kubeconfig.ts';
 
@@ -86,6 +87,7 @@ export async function startKubeControlPlane(init: KubeControlPlaneInit): Promise
   const { bins, dir, address, ports } = init;
   const launcher = init.launcher ?? [];
   const admin = init.users[0];
+  // cannot happen: both callers (src/lab/lab-kube.ts, harness/kube.ts) put their admin, in system:masters, first
   if (admin === undefined || !admin.groups.includes('system:masters')) throw new Error('kube control plane: the first user must be in group system:masters');
   const certDir = join(dir, 'certs');
   mkdirSync(certDir, { recursive: true, mode: 0o700 });
@@ -132,7 +134,7 @@ export async function startKubeControlPlane(init: KubeControlPlaneInit): Promise
   const kubectl = (config: string, args: readonly string[], input?: string) => new Promise<string>((resolve, reject) => {
     const argv = [...launcher, join(bins, 'kubectl'), '--kubeconfig', config, ...args];
     const child = execFile(argv[0] as string, argv.slice(1), { maxBuffer: 64 * 1024 * 1024, timeout: 60_000 }, (err, stdout, stderr) => {
-      if (err) reject(new Error(`kubectl ${args.join(' ')}: ${stderr.trim() || err.message}`, { cause: err }));
+      if (err) reject(atollError('LAB_STEP_FAILED', `kubectl ${args.join(' ')}: ${stderr.trim() || err.message}`, `kubectl says why; the API server logs to ${join(dir, 'kube-apiserver.log')}`, err));
       else resolve(stdout);
     });
     // kubectl may exit before it reads its input (an API server not up yet): its exit status says why, not an EPIPE
@@ -144,7 +146,7 @@ export async function startKubeControlPlane(init: KubeControlPlaneInit): Promise
     const deadline = Date.now() + START_DEADLINE_MS;
     let last = 'no answer yet';
     while (Date.now() < deadline) {
-      for (const [role, p] of procs) if (!p.running) throw new Error(`${role} exited while starting:\n${logTail(logs.get(role) as string, 20)}`);
+      for (const [role, p] of procs) if (!p.running) throw atollError('LAB_STEP_FAILED', `${role} exited while starting:\n${logTail(logs.get(role) as string, 20)}`, `read ${logs.get(role)}`);
       try {
         ca ||= readFileSync(join(certDir, 'apiserver.crt'), 'utf8');
         writeFileSync(caPath, ca);
@@ -154,7 +156,7 @@ export async function startKubeControlPlane(init: KubeControlPlaneInit): Promise
       }
       await new Promise((r) => setTimeout(r, 250));
     }
-    throw new Error(`kube-apiserver at ${server} not ready within ${START_DEADLINE_MS} ms (${last}):\n${logTails()}`);
+    throw atollError('LAB_STEP_FAILED', `kube-apiserver at ${server} not ready within ${START_DEADLINE_MS} ms (${last}):\n${logTails()}`, `read the logs under ${dir}`);
   };
   const stopAll = async () => {
     for (const p of [...procs.values()].reverse()) await p.stop('SIGKILL');

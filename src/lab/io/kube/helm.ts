@@ -6,6 +6,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { exec } from '../../../adapters/exec.ts';
+import { atollError } from '../../../core/errors.ts';
 
 /** Options of {@link helmTemplate}. */
 export interface HelmTemplateInit {
@@ -21,7 +22,7 @@ export interface HelmTemplateInit {
 
 /**
  * Renders the chart with its CRDs (`helm template RELEASE CHART --include-crds --namespace NS -f values`) and
- * resolves with the manifest. @throws Error with helm's stderr when it fails.
+ * resolves with the manifest. @throws AtollError LAB_STEP_FAILED with helm's stderr when it fails.
  */
 export async function helmTemplate(init: HelmTemplateInit): Promise<string> {
   const dir = mkdtempSync(join(tmpdir(), 'atoll-helm-'));
@@ -29,7 +30,7 @@ export async function helmTemplate(init: HelmTemplateInit): Promise<string> {
     const valuesPath = join(dir, 'values.json');
     writeFileSync(valuesPath, JSON.stringify(init.values));
     const res = await exec(init.binary, ['template', init.release, init.chart, '--include-crds', '--namespace', init.namespace, '-f', valuesPath]);
-    if (res.code !== 0) throw new Error(`helm template ${init.chart} failed (status ${res.code}): ${res.stderr.trim()}`);
+    if (res.code !== 0) throw atollError('LAB_STEP_FAILED', `helm template ${init.chart} failed (status ${res.code}): ${res.stderr.trim()}`, 'helm names the template or value at fault');
     return res.stdout;
   } finally {
     rmSync(dir, { recursive: true, force: true });

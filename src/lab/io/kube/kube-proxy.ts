@@ -13,6 +13,7 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Child, logTail } from '../child-process.ts';
+import { atollError } from '../../../core/errors.ts';
 import { renderTokenKubeconfig } from './token-kubeconfig.ts';
 
 /** Options of {@link startKubeProxy}. */
@@ -65,7 +66,7 @@ export function startKubeProxy(init: KubeProxyInit): KubeProxy {
   writeFileSync(kubeconfig, renderTokenKubeconfig(init.apiServer.server, caPath, init.apiServer.token), { mode: 0o600 });
   writeFileSync(configPath, renderKubeProxyConfig({ kubeconfig, nodeName: init.nodeName, clusterCidr: init.clusterCidr }));
   const child = new Child(['nsenter', `--net=${init.netnsPath}`, '--', init.binary, '--config', configPath, '--v=1'], { output: { log: logPath }, detached: true });
-  if (child.pid === undefined) throw new Error(`kube-proxy for node ${init.nodeName}: could not start ${init.binary}`);
+  if (child.pid === undefined) throw atollError('LAB_STEP_FAILED', `kube-proxy for node ${init.nodeName}: could not start ${init.binary} (nsenter missing?)`, 'install util-linux (nsenter)');
   const pid = child.pid;
   let stopping: Promise<void> | undefined;
   return {

@@ -24,6 +24,7 @@ import { join } from 'node:path';
 import { Child, logTail } from '../child-process.ts';
 import { renderTokenKubeconfig } from './token-kubeconfig.ts';
 import { exec } from '../../../adapters/exec.ts';
+import { atollError } from '../../../core/errors.ts';
 
 /** The slice of a running containerd the kubelet needs. */
 export interface KubeletRuntime {
@@ -156,7 +157,7 @@ export function startKubelet(init: KubeletInit): Kubelet {
     ...(init.vmodule ? ['--vmodule', init.vmodule] : [])],
   { output: { log: logPath }, detached: true });
   const pid = child.pid;
-  if (pid === undefined) throw new Error(`kubelet for node ${init.nodeName}: could not start ${init.binary} (nsenter missing?)`);
+  if (pid === undefined) throw atollError('LAB_STEP_FAILED', `kubelet for node ${init.nodeName}: could not start ${init.binary} (nsenter missing?)`, 'install util-linux (nsenter)');
   let stopping: Promise<void> | undefined;
   const stop = async () => {
     await child.stop();
