@@ -6,6 +6,7 @@ import { existsSync, rmSync, writeFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import { join } from 'node:path';
 import { encodeRequest } from '../core/cni-spec/shim-protocol.ts';
+import { atollError } from '../core/errors.ts';
 import { Child, logTail } from './io/child-process.ts';
 import { installRoot } from '../adapters/install-root.ts';
 
@@ -74,7 +75,7 @@ export class AgentProcess {
     return this.#proc?.running ?? false;
   }
 
-  /** Starts the agent behind `launcher` and waits (bounded) until it serves. @throws Error with the log tail. */
+  /** Starts the agent behind `launcher` and waits (bounded) until it serves. @throws AtollError LAB_STEP_FAILED with the log tail. */
   async start(launcher: readonly string[], timeoutMs = 15_000): Promise<void> {
     const { configPath, socketPath, logPath } = this.#init;
     rmSync(socketPath, { force: true });
@@ -83,11 +84,11 @@ export class AgentProcess {
     this.#proc = proc;
     const deadline = Date.now() + timeoutMs;
     while (Date.now() < deadline) {
-      if (proc.exitCode !== null) throw new Error(`the agent exited with status ${proc.exitCode}:\n${this.logTail()}`);
+      if (proc.exitCode !== null) throw atollError('LAB_STEP_FAILED', `the agent exited with status ${proc.exitCode}:\n${this.logTail()}`, `its log is ${logPath}`);
       if (await agentAnswers(socketPath, 500)) return;
       await new Promise((r) => setTimeout(r, 50));
     }
-    throw new Error(`the agent did not answer on ${socketPath} within ${timeoutMs} ms:\n${this.logTail()}`);
+    throw atollError('LAB_STEP_FAILED', `the agent did not answer on ${socketPath} within ${timeoutMs} ms:\n${this.logTail()}`, `its log is ${logPath}`);
   }
 
   /** Stops the agent by PID: SIGTERM (graceful) or SIGKILL; escalates to SIGKILL after 5 s. */

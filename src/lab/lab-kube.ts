@@ -145,6 +145,7 @@ export async function startLabKubernetes(init: LabKubernetesInit): Promise<LabKu
   try {
     for (const node of plan.nodes) {
       const ctd = init.containerds.get(node.name);
+      // cannot happen: the CRI pod runtime starts a containerd for every planned node or fails (CriPods.start)
       if (!ctd) throw new Error(`node ${node.name} has no containerd`);
       const kubelet = startKubelet({
         binary: join(bins, 'kubelet'), dir: join(node.dir, 'kubelet'), runtime: ctd, nodeName: node.name, nodeIp: node.underlay,
@@ -181,14 +182,15 @@ async function waitForNodes(nodes: readonly LabNode[], kubelets: ReadonlyMap<str
   let notReady = nodes.map((n) => n.name);
   while (Date.now() < deadline) {
     const exited = [...[...kubelets].map(([n, k]) => [`kubelet of ${n}`, k] as const), ...[...kubeProxies].map(([n, p]) => [`kube-proxy of ${n}`, p] as const)].filter(([, p]) => !p.running);
-    if (exited.length > 0) throw new Error(exited.map(([what, p]) => `the ${what} exited:\n${p.logTail(20)}`).join('\n'));
+    if (exited.length > 0) throw atollError('LAB_STEP_FAILED', exited.map(([what, p]) => `the ${what} exited:\n${p.logTail(20)}`).join('\n'), 'its log tail says why');
     const listed = await kubectl(['get', 'nodes', '-o', 'json']).then((out) => (JSON.parse(out) as { items: NodeJson[] }).items, () => []);
     const done = new Set(listed.filter((n) => !ready || n.status.conditions?.some((c) => c.type === 'Ready' && c.status === 'True')).map((n) => n.metadata.name));
     notReady = nodes.map((n) => n.name).filter((n) => !done.has(n));
     if (notReady.length === 0) return;
     await sleep(1000);
   }
-  throw new Error(`not ${ready ? 'Ready' : 'registered'} within ${NODES_READY_TIMEOUT_MS / 1000} s: ${notReady.join(', ')}\n${notReady.map((n) => `--- kubelet ${n}:\n${kubelets.get(n)?.logTail(15)}`).join('\n')}`);
+  throw atollError('LAB_STEP_FAILED', `not ${ready ? 'Ready' : 'registered'} within ${NODES_READY_TIMEOUT_MS / 1000} s: ${notReady.join(', ')}\n${notReady.map((n) => `--- kubelet ${n}:\n${kubelets.get(n)?.logTail(15)}`).join('\n')}`,
+    'the kubelets\' log tails say why');
 }
 
 /** The tag `make image` gives the image by default: package.json's version. */
@@ -365,16 +367,18 @@ export class KubePods implements LabPodRuntime {
 
 /**
  * A Running pod of namespace `lab` as the lab's checks enter it: the ready sandbox its kubelet made in its node's
- * containerd (found by name), whose IP must be the one the API gives. @throws Error naming the disagreement.
+ * containerd (found by name), whose IP must be the one the API gives. @throws AtollError LAB_STEP_FAILED naming the
+ * disagreement.
  */
 async function sandboxOf(containerds: ReadonlyMap<string, Containerd>, pod: { name: string; node: string; ip: string }, addMs?: number): Promise<LabPodInfo> {
   const ctd = containerds.get(pod.node);
-  if (!ctd) throw new Error(`node ${pod.node} has no containerd`);
+  const where = `pod ${LAB_POD_NAMESPACE}/${pod.name} on ${pod.node}`;
+  if (!ctd) throw atollError('LAB_STEP_FAILED', `${where}: the API puts it on a node without a containerd in the lab`, 'kubectl get nodes: only the lab\'s nodes should be registered');
   const sandbox = (await ctd.cri.listPodSandbox()).find((s) => s.namespace === LAB_POD_NAMESPACE && s.name === pod.name && s.state === 'SANDBOX_READY');
-  if (!sandbox) throw new Error(`Running in the API but no ready sandbox in ${ctd.socket}`);
+  if (!sandbox) throw atollError('LAB_STEP_FAILED', `${where}: Running in the API but no ready sandbox in ${ctd.socket}`, `read ${ctd.logPath}`);
   const sbx = await ctd.cri.podSandboxStatus(sandbox.id);
-  if (!sbx.netnsPath) throw new Error(`sandbox ${sandbox.id} reports no network namespace`);
-  if (sbx.ip !== pod.ip) throw new Error(`the API says IP ${pod.ip}, the sandbox ${sbx.ip}`);
+  if (!sbx.netnsPath) throw atollError('LAB_STEP_FAILED', `${where}: sandbox ${sandbox.id} reports no network namespace`, `read ${ctd.logPath}`);
+  if (sbx.ip !== pod.ip) throw atollError('LAB_STEP_FAILED', `${where}: the API says IP ${pod.ip}, the sandbox ${sbx.ip}`, 'read the agent\'s log: the CNI result and the sandbox disagree');
   return { name: pod.name, node: pod.node, netns: sbx.netnsPath, enter: enterSandbox(ctd, sbx.netnsPath), ip: pod.ip, ...(addMs === undefined ? {} : { addMs }), sandboxId: sandbox.id };
 }
 
@@ -464,6 +468,7 @@ export async function recreateStatefulPod(kube: LabKubernetes, containerds: Read
  */
 export async function crashSandbox(containerds: ReadonlyMap<string, Containerd>, current: LabPodInfo): Promise<LabPodInfo> {
   const ctd = containerds.get(current.node);
+  // cannot happen: `current` came from sandboxOf, which found its node's containerd in the same map
   if (!ctd) throw new Error(`node ${current.node} has no containerd`);
   const t = performance.now();
   await killTask(ctd, current.sandboxId);
@@ -510,6 +515,7 @@ export async function nodesRunning(containerds: ReadonlyMap<string, Containerd>,
  */
 export async function killAtollContainer(containerds: ReadonlyMap<string, Containerd>, node: LabNode, component: AtollComponent): Promise<ContainerRestart> {
   const ctd = containerds.get(node.name);
+  // cannot happen: `node` is a planned node, and the CRI pod runtime started a containerd for each (CriPods.start)
   if (!ctd) throw new Error(`node ${node.name} has no containerd`);
   const running = async () => (await ctd.cri.listContainers(containerLabels(component))).filter((c) => c.state === 'CONTAINER_RUNNING');
   const [victim, ...more] = await running();

@@ -134,6 +134,7 @@ export class DirectPods implements LabPodRuntime {
 
   #call(pod: LabPod, command: 'ADD' | 'DEL', containerId: string) {
     const node = this.#plan.nodes.find((n) => n.name === pod.node);
+    // cannot happen: the plan puts every pod on one of its nodes (src/lab/plan/plan.ts)
     if (!node) throw new Error(`pod ${pod.name} names an unknown node ${pod.node}`);
     const conflist = JSON.parse(readFileSync(join(node.cniConfDir, '10-atoll.conflist'), 'utf8')) as { cniVersion: string; name: string; plugins: Record<string, unknown>[] };
     const plugin = conflist.plugins[0] as Record<string, unknown>;
@@ -265,6 +266,7 @@ export class CriPods implements LabPodRuntime {
 
   #ctd(node: string): Containerd {
     const c = this.#containerd.get(node);
+    // cannot happen: start() made a containerd for every planned node or failed, and pods run on planned nodes
     if (!c) throw new Error(`node ${node} has no containerd`);
     return c;
   }

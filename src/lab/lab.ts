@@ -572,6 +572,7 @@ async function awaitTunnelPaths(b: Build): Promise<void> {
 async function startKubernetes(b: Build, podRuntime: LabPodRuntime): Promise<{ kube: LabKubernetes; podRuntime: CriPods }> {
   b.step = 'starting Kubernetes (control plane, kubelets)';
   const t = performance.now();
+  // cannot happen: beginRun refuses --kubernetes unless pods go through CRI, and then the runtime is CriPods
   if (!(podRuntime instanceof CriPods)) throw new Error('--kubernetes needs the CRI pod runtime');
   const kube = await startLabKubernetes({ plan: b.plan, containerds: podRuntime.containerds, record: (role, pid) => recordStarted(b, role, pid) });
   b.timingsMs.kubernetes = since(t);
@@ -775,6 +776,7 @@ export async function runChecks(lab: RunningLab, opts: LabOptions): Promise<LabC
  * lab's own pods are. Their pods then join `lab.pods` (and `lab.workloadPods`), for the faults.
  */
 export async function checkWorkloads(lab: RunningLab, opts: LabOptions): Promise<{ workloads: LabWorkloads; cells: LabCell[] }> {
+  // cannot happen: its only caller (src/cli/lab.ts) asks only of a lab up with --kubernetes, whose pods are KubePods
   if (!lab.kubernetes || !(lab.podRuntime instanceof KubePods)) throw new Error('the workloads need --kubernetes');
   const workloads = await startWorkloads(lab.kubernetes, { plan: lab.plan, containerds: lab.podRuntime.containerds });
   const cells = await runChecks({ ...lab, pods: [...workloads.deployment, ...workloads.statefulSet] }, opts);

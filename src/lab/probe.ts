@@ -9,6 +9,7 @@
 import { connect, createServer, type Socket } from 'node:net';
 import { createInterface } from 'node:readline';
 import type { TcpResult } from './plan/report.ts';
+import { atollError } from '../core/errors.ts';
 import { Child } from './io/child-process.ts';
 import { ATOLL_BIN } from './agent-process.ts';
 
@@ -85,6 +86,9 @@ export async function runProbe(argv: readonly string[]): Promise<number> {
   return 0;
 }
 
+/** What to do when a pod's probe does not come up. */
+const PROBE_FIX = 'its stderr is quoted: the probe is `atoll lab probe`, started inside the pod\'s network namespace';
+
 /** The lab side of one pod's probe process. */
 export class ProbeClient {
   readonly #proc: Child;
@@ -106,10 +110,10 @@ export class ProbeClient {
     });
     const lines = createInterface({ input: this.#proc.stdout as NodeJS.ReadableStream });
     this.#ready = new Promise((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`the TCP probe in pod ${pod} did not start within 20 s: ${stderr}`)), 20_000);
+      const timer = setTimeout(() => reject(atollError('LAB_STEP_FAILED', `the TCP probe in pod ${pod} did not start within 20 s: ${stderr}`, PROBE_FIX)), 20_000);
       void this.#proc.exited().then((code) => {
         clearTimeout(timer);
-        reject(new Error(`the TCP probe in pod ${pod} exited (${code}): ${stderr}`));
+        reject(atollError('LAB_STEP_FAILED', `the TCP probe in pod ${pod} exited (${code}): ${stderr}`, PROBE_FIX));
         for (const [, settle] of this.#pending) settle({ ok: false, error: 'the probe exited' });
         this.#pending.clear();
       });

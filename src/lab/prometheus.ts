@@ -9,6 +9,7 @@
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { atollError } from '../core/errors.ts';
 import { Child, logTail } from './io/child-process.ts';
 import { exec } from '../adapters/exec.ts';
 import { installRoot } from '../adapters/install-root.ts';
@@ -65,11 +66,11 @@ class LabPrometheus {
   async ready(timeoutMs = 30_000): Promise<void> {
     const deadline = Date.now() + timeoutMs;
     while (Date.now() < deadline) {
-      if (!this.#child.running) throw new Error(`prometheus exited:\n${logTail(this.#logPath, 20)}`);
+      if (!this.#child.running) throw atollError('LAB_STEP_FAILED', `prometheus exited:\n${logTail(this.#logPath, 20)}`, `its log is ${this.#logPath}`);
       if ((await this.#get('/-/ready')).code === 200) return;
       await sleep(250);
     }
-    throw new Error(`prometheus was not ready within ${timeoutMs} ms:\n${logTail(this.#logPath, 20)}`);
+    throw atollError('LAB_STEP_FAILED', `prometheus was not ready within ${timeoutMs} ms:\n${logTail(this.#logPath, 20)}`, `its log is ${this.#logPath}`);
   }
 
   /** The sum of an instant query's vector (undefined when empty or failed). */
@@ -120,9 +121,12 @@ export function dashboardQueries(dashboard: unknown): string[] {
   return out;
 }
 
-/** Runs Prometheus against the lab and its checks; stops it again. @throws Error when Prometheus cannot start. */
+/**
+ * Runs Prometheus against the lab and its checks; stops it again.
+ * @throws AtollError LAB_PREREQUISITE_MISSING without Prometheus; LAB_STEP_FAILED when it cannot start.
+ */
 export async function runPrometheusChecks(lab: RunningLab, say: (line: string) => void): Promise<LabPrometheusReport> {
-  if (!existsSync(PROMETHEUS_BIN)) throw new Error(`${PROMETHEUS_BIN} is missing: apt-get install prometheus (make setup does)`);
+  if (!existsSync(PROMETHEUS_BIN)) throw atollError('LAB_PREREQUISITE_MISSING', `${PROMETHEUS_BIN} is missing: apt-get install prometheus (make setup does)`);
   const prom = new LabPrometheus(lab);
   const notes: string[] = [];
   try {

@@ -6,6 +6,7 @@
  */
 import { existsSync, readFileSync, statSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { atollError } from '../core/errors.ts';
 import { Child, logTail } from './io/child-process.ts';
 import { ATOLL_BIN } from './agent-process.ts';
 
@@ -33,7 +34,7 @@ export class ServiceProcess {
   /**
    * Starts the service and waits (bounded) for its ready line.
    * @returns what its ready line says: the pin (`sha256:<hex>`) for the controller and the relay.
-   * @throws Error with the log tail when it exits or stays silent.
+   * @throws AtollError LAB_STEP_FAILED with the log tail when it exits or stays silent.
    */
   async start(launcher: readonly string[], timeoutMs = 30_000): Promise<string> {
     // a restart appends to the same log: only a ready line printed after this point counts
@@ -47,10 +48,10 @@ export class ServiceProcess {
     while (Date.now() < deadline) {
       const m = READY[kind].exec(this.#logSince(from));
       if (m) return m[1] as string;
-      if (proc.exitCode !== null || proc.signalCode !== null) throw new Error(`the ${kind} exited (${proc.exitCode ?? proc.signalCode}):\n${this.logTail()}`);
+      if (proc.exitCode !== null || proc.signalCode !== null) throw atollError('LAB_STEP_FAILED', `the ${kind} exited (${proc.exitCode ?? proc.signalCode}):\n${this.logTail()}`, `its log is ${init.logPath}`);
       await sleep(50);
     }
-    throw new Error(`the ${kind} did not print its ready line within ${timeoutMs} ms:\n${this.logTail()}`);
+    throw atollError('LAB_STEP_FAILED', `the ${kind} did not print its ready line within ${timeoutMs} ms:\n${this.logTail()}`, `its log is ${init.logPath}`);
   }
 
   get running(): boolean {

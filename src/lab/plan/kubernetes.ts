@@ -145,11 +145,12 @@ export const LAB_OPS_PORTS = Object.freeze({ agent: 9470, controller: 9471, rela
 /**
  * Where the chart's pods listen in the lab (host network): a controller replica on every cloud node, the relay on
  * the first one. The lab's own controller and relay addresses (in the `ctl` namespace) are unused in this mode.
- * @throws Error when the lab has no cloud node.
+ * @throws Error when the lab has no cloud node (a spec the lab refuses: labSpecProblems).
  */
 export function labChartEndpoints(plan: Pick<LabPlan, 'nodes'>): { controllers: string[]; relay: { node: string; address: string } } {
   const cloud = plan.nodes.filter((n) => n.site === CLOUD_SITE);
   const first = cloud[0];
+  // cannot happen: labSpecProblems refuses a spec without a cloud node (src/lab/plan/spec.ts)
   if (!first) throw new Error('the lab has no cloud node for the controller and the relay');
   return { controllers: cloud.map((n) => `${n.underlay}:${LAB_CONTROLLER_PORT}`), relay: { node: first.name, address: `${first.underlay}:${LAB_RELAY_PORT}` } };
 }

@@ -548,6 +548,7 @@ export function expectedPath(plan: LabPlan, from: string, to: string): LabPath {
   if (from === to) return 'same node';
   const a = plan.nodes.find((n) => n.name === from);
   const b = plan.nodes.find((n) => n.name === to);
+  // cannot happen: callers pass names of the plan's nodes, or of the nodes its pods run on
   if (!a || !b) throw new Error(`unknown lab node ${a ? to : from}`);
   if (a.site === b.site) return plan.spec.sameSite === 'direct' ? 'direct route' : 'vxlan';
   if (a.site === CLOUD_SITE || b.site === CLOUD_SITE) return 'tunnel direct';
