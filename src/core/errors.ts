@@ -77,7 +77,7 @@ export const ERROR_CATALOGUE = {
   IMAGE_ARCH_UNSUPPORTED: { cni: CniCode.generic, summary: "this machine's CPU architecture has no OCI name Atoll knows, so no container image is packed here" },
   LAB_SPEC_INVALID: { cni: CniCode.generic, summary: 'the lab spec (flags or --spec file) names an impossible topology' },
   LAB_PREREQUISITE_MISSING: { cni: CniCode.generic, summary: 'the lab cannot run here: not root, or a tool or kernel feature it needs is missing' },
-  LAB_STEP_FAILED: { cni: CniCode.generic, summary: 'a step of building the lab failed or did not finish in time' },
+  LAB_STEP_FAILED: { cni: CniCode.generic, summary: 'a step of the lab (building, checking or removing it, a fault) failed or did not finish in time' },
   INTERNAL: { cni: CniCode.generic, summary: 'an unexpected failure inside Atoll (a bug: please report it)' },
 } as const satisfies Record<string, CatalogueEntry>;
 
