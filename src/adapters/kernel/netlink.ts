@@ -235,6 +235,8 @@ export class RtnlSocket {
   }
 
   async #dump<T>(req: NlRequest, decode: (msg: NlMessage) => T, rx: Buffer): Promise<{ answers: T[]; interrupted: boolean }> {
+    // cannot happen, here and in #exchange: each user opens a socket for one operation, awaits its requests, then
+    // closes it (src/agent/pod-network.ts, overlay.ts, tunnel-routes.ts)
     if (this.#closed) throw new Error(`netlink socket in ${this.where} is closed`);
     if (!this.#bounded) {
       // a lost part must not hold a pool thread for ever
@@ -278,6 +280,7 @@ export class RtnlSocket {
   }
 
   async #exchange(reqs: readonly NlRequest[]): Promise<NlResult[]> {
+    // cannot happen: see #dump
     if (this.#closed) throw new Error(`netlink socket in ${this.where} is closed`);
     if (reqs.length === 0) return [];
     if (this.#seq + reqs.length >= 0x7fffffff) this.#seq = 1;
@@ -393,6 +396,8 @@ export class LinkWatch {
    * deletion (a notice that came earlier is not kept); `cancel` when done waiting.
    */
   gone(index: number): { readonly promise: Promise<void>; readonly cancel: () => void } {
+    // cannot happen: its user (src/agent/pod-network.ts) forgets the watch as it closes it, and opens or takes it and
+    // registers without an await between
     if (this.#closed) throw new Error('the link watch is closed');
     let done!: () => void;
     const promise = new Promise<void>((resolve) => (done = resolve));
