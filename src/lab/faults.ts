@@ -540,10 +540,13 @@ async function runFault(lab: RunningLab, target: LabFaultTarget, say: (l: string
         await nft.apply(peerCutRuleset(target.peerAddress), { netns: nsPath(routerOf(lab, cut)) });
         await sleep(HOLD_MS['direct-path-cut']);
         break;
-      case 'agent-restart':
+      case 'agent-restart': {
+        const killedAt = performance.now();
+        windows.push({ fromMs: killedAt, toMs: killedAt, label: `what ${target.node}'s agent held when killed`, nodes: [target.node], inHand: true });
         if (lab.kubernetes) facts.push(await killChartContainers(lab, 'agent', [target.node]));
         else await restartAgent(lab, target.node, () => sleep(HOLD_MS['agent-restart']));
         break;
+      }
       case 'offline-restart':
         if (lab.kubernetes) {
           const kube = kubeOf(lab);
@@ -734,8 +737,12 @@ async function runFault(lab: RunningLab, target: LabFaultTarget, say: (l: string
   for (const p of pingers) {
     const st = sampleStats(p.pair, p.replies, await p.stop(), healAt);
     const ends = [p.pair.from, p.pair.to].map((pod) => lab.pods.find((q) => q.name === pod)?.node ?? '');
-    const outside = target.strict ? lostOutsideWindows(p.replies, windowsFor(windows, ends), Number(PING_INTERVAL_S) * 1000) : undefined;
-    samples.push(outside ? { ...st, lostOutsideWindows: outside.lost, outsideRuns: outside.runs.map((r) => ({ ...r, fromMs: Math.round(r.fromMs - t0), toMs: Math.round(r.toMs - t0) })) } : st);
+    const interval = Number(PING_INTERVAL_S) * 1000;
+    const outside = target.strict ? lostOutsideWindows(p.replies, windowsFor(windows, ends), interval) : undefined;
+    const inHand = windowsFor(windows, ends).filter((w) => w.inHand);
+    // lost in a killed agent's hands: the gaps the kill windows excuse
+    const lostInHand = inHand.length === 0 ? 0 : lostOutsideWindows(p.replies, [], interval).lost - lostOutsideWindows(p.replies, inHand, interval).lost;
+    samples.push(outside ? { ...st, lostOutsideWindows: outside.lost, outsideRuns: outside.runs.map((r) => ({ ...r, fromMs: Math.round(r.fromMs - t0), toMs: Math.round(r.toMs - t0) })), ...(lostInHand > 0 ? { lostInHand } : {}) } : st);
   }
   if (afterSamples) await afterSamples().catch((err: unknown) => notes.push(`could not set the clocks right: ${firstLine(asAtollError(err).message)}`));
   const flowResults: FlowResult[] = [];

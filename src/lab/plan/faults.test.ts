@@ -224,3 +224,25 @@ test('judging a fault with strict samples: a VXLAN pair may lose nothing, the ot
   assert.deepEqual(judge([sample('a-1-p1', 'b-1-p1', 100, 90, 3), sample('a-1-p1', 'a-2-p1', 100, 99, 0)]).notes, [
     'a-1-p1 -> b-1-p1 lost 3 packets outside the fault\'s allowed windows (3 from +1.0 s to +1.4 s; allowed: the NAT reboot +2.0 to +7.0 s)', 'a-1-p1 -> a-2-p1 lost 1 packets; it should lose none']);
 });
+
+test('judging an agent killed with SIGKILL: samples that may lose nothing may lose what the agent held at the kill, nothing more', () => {
+  const target = targetOf(plan(DEFAULT_LAB_SPEC), 'agent-restart');
+  const m = { ok: true, shouldWork: 10, working: 10 };
+  const [a, b] = target.samples;
+  assert.ok(a && b && target.strict?.lossFree.length === target.samples.length);
+  const sample = (pair: { from: string; to: string }, sent: number, received: number, lostInHand?: number) => ({
+    ...pair, sent, received, lossPct: 0, late: 0, maxGapMs: 0, convergenceMs: 0, ...(lostInHand ? { lostInHand } : {}),
+  });
+  const judge = (samples: ReturnType<typeof sample>[]) => judgeFault(target, { before: m, after: m, samples, heldMs: 1, durationMs: 1, notes: [] });
+  assert.equal(judge([sample(a, 100, 99, 1), sample(b, 100, 100)]).ok, true, 'one packet in the agent\'s hands at the kill');
+  assert.deepEqual(judge([sample(a, 100, 97, 1), sample(b, 100, 99)]).notes, [
+    `${a.from} -> ${a.to} lost 2 packets; it should lose none but the 1 the killed agent held`, `${b.from} -> ${b.to} lost 1 packets; it should lose none`]);
+});
+
+test('what a killed agent held: a gap at the kill\'s instant (the window of its kill), not one a moment later', () => {
+  const at = (s: number) => s * 100 + 1;
+  const r = [1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12, 14, 15].map((seq) => ({ seq, atMs: at(seq), rttMs: 1 }));
+  const kill = [{ fromMs: 650, toMs: 650, label: 'what a-1\'s agent held when killed', inHand: true }];
+  // seq 6 went 50 ms before the kill and died in the agent; seq 13 went 650 ms after it, when the keeper held the path
+  assert.deepEqual(lostOutsideWindows(r, kill, 100), { lost: 1, runs: [{ fromMs: 1201, toMs: 1400, lost: 1 }] });
+});

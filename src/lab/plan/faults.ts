@@ -191,11 +191,12 @@ export function planFault(plan: LabPlan, kind: LabFaultKind, pods: 'cri' | 'dire
       if (!node) return { kind, skipped: 'no node' };
       const samples = pairs([[cloudPod, nodePods[0]], [nodePods[0], cloudPod], [sameSitePod, nodePods[0]], [nodePods[0], nodePods[1]]]);
       // with the datagram path, the node's keeper holds the tunnel's data plane while the agent is away: no sample may
-      // lose a packet; over the streams alone (UDP off or blocked) the tunnel pairs lose the restart's gap
+      // lose a packet but what the agent held when killed ({@link LossWindow.inHand}); over the streams alone (UDP off
+      // or blocked) the tunnel pairs lose the restart's gap
       const kept = labUsesUdp(plan.spec) && !udpBlockedAt(plan, node.name) && (cloudPod === undefined || !udpBlockedAt(plan, nodeOf(cloudPod) ?? ''));
       return { kind, node: node.name, lossless: false, flows: [], samples, ...(kept ? { strict: { lossFree: samples } } : {}),
         description: `${k8s ? `agent container of ${node.name} killed (SIGKILL) and started again by its kubelet` : `agent of ${node.name} killed (SIGKILL) and started again`}`
-          + `${kept ? ': its keeper holds the tunnel\'s data plane meanwhile, so no sample may lose a packet' : ''}` };
+          + `${kept ? ': its keeper holds the tunnel\'s data plane meanwhile, so no sample may lose a packet but those the agent held at the kill' : ''}` };
     }
     case 'offline-restart': {
       if (!node) return { kind, skipped: 'no node' };
@@ -409,6 +410,8 @@ export interface SampleStats {
   readonly lostOutsideWindows?: number;
   /** ...in these runs: from the reply before to the sending of the reply after (ms from the fault's start). */
   readonly outsideRuns?: readonly LossRun[];
+  /** Faults that SIGKILL an agent: packets lost at that instant, in the killed agent's hands ({@link LossWindow.inHand}). */
+  readonly lostInHand?: number;
 }
 
 /** A run of lost packets: between the reply before it and the sending of the reply after it. */
@@ -425,6 +428,13 @@ export interface LossWindow {
   readonly label: string;
   /** The nodes whose restart it is: it excuses only samples with an end on one of them (every sample when absent). */
   readonly nodes?: readonly string[];
+  /**
+   * The instant an agent was killed (SIGKILL): what it had read from its socket or TUN device and not yet passed on
+   * dies with it (a process's memory cannot be handed over). Excuses those packets even on samples that may lose none
+   * (the keeper held everything else); none on an idle node, a few when the agent waited for a CPU between reading
+   * and writing.
+   */
+  readonly inHand?: boolean;
 }
 
 /** The windows that may excuse a sample between pods on `nodes`. */
@@ -563,7 +573,8 @@ export function judgeFault(target: LabFaultTarget, parts: {
   if (target.strict) {
     for (const s of parts.samples) {
       const free = target.strict.lossFree.some((p) => p.from === s.from && p.to === s.to);
-      if (free && s.received < s.sent) notes.push(`${s.from} -> ${s.to} lost ${s.sent - s.received} packets; it should lose none`);
+      const lost = s.sent - s.received - (s.lostInHand ?? 0);
+      if (free && lost > 0) notes.push(`${s.from} -> ${s.to} lost ${lost} packets; it should lose none${s.lostInHand ? ` but the ${s.lostInHand} the killed agent held` : ''}`);
       else if (!free && (s.lostOutsideWindows ?? 0) > 0) {
         const runs = (s.outsideRuns ?? []).map((r) => `${r.lost} from +${(r.fromMs / 1000).toFixed(1)} s to +${(r.toMs / 1000).toFixed(1)} s`).join(', ');
         const allowed = (parts.windows ?? []).map((w) => `${w.label} +${(w.fromMs / 1000).toFixed(1)} to +${(w.toMs / 1000).toFixed(1)} s`).join(', ');
