@@ -40,10 +40,11 @@
  * exceed the underlay MTU is left to the stream (the TUN device's MTU keeps pods below it, see src/agent/tunnel.ts).
  */
 import { hkdfSync, randomBytes } from 'node:crypto';
+import { DATAGRAM_TYPE, type DatagramDrop, innerMtu, OLD_KEY_GRACE_MS, REKEY_AFTER_MS, REKEY_AFTER_PACKETS } from '../../core/tunnel/datagram.ts';
 import {
-  DATAGRAM_TYPE, type DatagramDrop, ECHO_EVERY, echoReplyFlags, innerMtu, KEEPALIVE_ECHO_ODD, KEEPALIVE_ECHO_REPLY, KEEPALIVE_ECHO_REQUEST, KEEPALIVE_HEARS_YOU,
-  MAX_COUNTER, OLD_KEY_GRACE_MS, REKEY_AFTER_MS, REKEY_AFTER_PACKETS, rekeyDue,
-} from '../../core/tunnel/datagram.ts';
+  answerHello, DEAD_AFTER_MS, HELLO_FAST_MS, helloStep, KEEPALIVE_MS, keepaliveSent, lastResort, newPeerTimes, onHandshake, onKeepalive, onPacket,
+  type PeerTimes, planTick, usable,
+} from '../../core/tunnel/datagram-peer.ts';
 import { equalBytes, HELLO_TYPE, type HelloDrop, judgeHello, parseHello } from '../../core/tunnel/hello.ts';
 import type { UdpKeyAck, UdpKeyMessage } from '../../core/tunnel/messages.ts';
 import { VNET_HDR_LEN } from '../../core/tunnel/routing.ts';
@@ -57,22 +58,8 @@ import { steadyClock } from '../timers.ts';
 
 /** The TLS exporter label datagram keys are derived from. */
 export const DATAGRAM_EXPORTER_LABEL = 'EXPORTER-atoll-datagram-v1';
-const KEEPALIVE_MS = 1000;
-/** A usable path's keepalives are padded to the full datagram size one tick in this many (per peer, staggered). */
-export const FULL_KEEPALIVE_EVERY = 10;
-/** A peer's datagram path is given up after this long without an authentic keepalive saying it hears us. */
-export const DEAD_AFTER_MS = 3000;
-/**
- * A peer nothing else reaches (no stream, no circuit) still gets datagrams on a path that is not usable for this long
- * after its last authentic datagram: its agent may be restarting while its keeper holds the socket, whose queue keeps
- * them for the next process (a kubelet's crash back-off keeps an agent down for 10 s and more, past {@link
- * DEAD_AFTER_MS}). The keeper's grace by default (`tunnel.udp.keepMs`): after it there is no socket to queue them.
- */
-export const LAST_RESORT_MS = 60_000;
 /** Receiving keys kept per peer at most. */
 const MAX_RECV_KEYS = 3;
-/** An offered key not acknowledged within this long is offered again (a new id). */
-const OFFER_TIMEOUT_MS = 5000;
 /**
  * The socket's receive and send buffers asked for (the kernel doubles them for its bookkeeping): as much as a TCP
  * receiver may queue with the benchmark's tcp_rmem. A datagram queued takes up to 4.5 KB of that (its buffer's true
@@ -85,13 +72,6 @@ export const SOCKET_BUFFER_BYTES = 16 << 20;
 
 export type DatagramDropReason = DatagramDrop | HelloDrop | 'sendFailed';
 
-/** A peer without a usable path and without a stream gets a hello this often in the first {@link HELLO_FAST_FOR_MS} of it... */
-const HELLO_FAST_MS = 250;
-const HELLO_FAST_FOR_MS = 5000;
-/** ...and this often after. */
-const HELLO_SLOW_MS = 1000;
-/** A peer's hellos are answered at most this often (a bound on what a replayed current hello can make us send). */
-const HELLO_ANSWER_MIN_MS = 100;
 /** Signature checks of hellos per second at most: a flood of forged hellos costs a bounded share of a core. */
 const HELLO_VERIFY_PER_S = 200;
 
@@ -212,7 +192,8 @@ interface Endpoint {
   readonly key: number;
 }
 
-interface PeerState {
+/** A peer: its keys and address here, its times in the core's terms (src/core/tunnel/datagram-peer.ts). */
+interface PeerState extends PeerTimes {
   readonly id: string;
   /** Its tag in the native key table. */
   readonly tag: number;
@@ -221,18 +202,6 @@ interface PeerState {
   announced: { host: string; port: number } | undefined;
   send: SendKey | undefined;
   pending: { readonly id: number; readonly key: SealKey; readonly at: number } | undefined;
-  /**
-   * When an authentic datagram from the peer last came, when a full-size keepalive did, and when one said it hears us
-   * (steadyClock()).
-   */
-  lastHeard: number;
-  heardFull: number;
-  heardByPeer: number;
-  /** The echo request awaiting its answer: when it went (steadyClock()) and its ECHO_ODD bit; how many went. */
-  echo: { readonly at: number; readonly odd: boolean } | undefined;
-  echoes: number;
-  /** The last echo's round trip, ms. */
-  rttMs: number | undefined;
   /** Its receiving keys' ids, oldest first. */
   readonly recvIds: number[];
   readonly pin: string;
@@ -241,11 +210,6 @@ interface PeerState {
   theirEph: Uint8Array | undefined;
   myEph: (Ephemeral & { generation: number }) | undefined;
   myEphUsedWith: Uint8Array | undefined;
-  /** Since when (wall clock, ms) the path is being rebuilt by hellos, with no stream to help; when the next goes (steady). */
-  rebuildingSince: number | undefined;
-  rebuildStartedAt: number;
-  nextHelloAt: number;
-  lastAnswerAt: number;
 }
 
 /** What `atoll peers` shows of one peer's datagram path. */
@@ -468,9 +432,8 @@ export class DatagramPath {
   #newPeer(id: string, pin: string, endpoint: Endpoint | undefined): PeerState {
     const mem: DatagramPeerMemory | undefined = this.#state?.peers[id]?.pin === pin ? this.#state.peers[id] : undefined;
     const p: PeerState = {
-      id, tag: this.#nextTag++, endpoint: endpoint ?? parseEndpoint(mem?.endpoint), announced: undefined, send: undefined, pending: undefined, lastHeard: -Infinity, heardFull: -Infinity, heardByPeer: -Infinity, echo: undefined, echoes: 0, rttMs: undefined, recvIds: [],
+      ...newPeerTimes(), id, tag: this.#nextTag++, endpoint: endpoint ?? parseEndpoint(mem?.endpoint), announced: undefined, send: undefined, pending: undefined, recvIds: [],
       pin, seenGeneration: mem?.seenGeneration ?? -1, theirEph: undefined, myEph: undefined, myEphUsedWith: undefined,
-      rebuildingSince: undefined, rebuildStartedAt: 0, nextHelloAt: 0, lastAnswerAt: -Infinity,
     };
     this.#peers.set(id, p);
     this.#tags.set(p.tag, p);
@@ -625,16 +588,9 @@ export class DatagramPath {
       this.stats.helloKeys++;
       this.#c.log?.info('datagram keys agreed by hellos', { peer: peerId, endpoint: `${from.address}:${from.port}`, rebuildingForMs: p.rebuildingSince === undefined ? 0 : Date.now() - p.rebuildingSince });
     }
-    if (v.derive) {
-      // it echoed our key: it hears us, and we hear it (the full-size keepalives confirm the path's MTU later)
-      p.lastHeard = now;
-      p.heardFull = now;
-      p.heardByPeer = now;
-    }
-    if (v.answer && now - p.lastAnswerAt >= HELLO_ANSWER_MIN_MS) {
-      p.lastAnswerAt = now;
-      this.#sendHello(p);
-    }
+    // it echoed our key: it hears us, and we hear it (the full-size keepalives confirm the path's MTU later)
+    if (v.derive) onHandshake(p, now);
+    if (v.answer && answerHello(p, now)) this.#sendHello(p);
   }
 
   /** Hellos on, for the peers' keys alone (a node without a tunnel key takes none): the native table drops the rest. */
@@ -677,26 +633,15 @@ export class DatagramPath {
   #helloPass(): void {
     const now = steadyClock();
     const dead = this.#init.deadAfterMs ?? DEAD_AFTER_MS;
+    const wall = Date.now();
     for (const [id, p] of this.#peers) {
-      // a stream counts only while the peer answers on it: a circuit through the relay stays open for its 20 s
-      // deadline after the peer's side of it went silent
-      const stream = this.#c.streamOf(id);
-      const rebuilding = p.endpoint !== undefined && !this.#usable(p, now) && (stream === undefined || stream.silentMs >= dead);
-      if (!rebuilding) {
-        p.rebuildingSince = undefined;
-        continue;
-      }
-      if (p.rebuildingSince === undefined) {
+      const step = helloStep(p, now, wall, this.#c.streamOf(id)?.silentMs, dead);
+      if (step.started) {
         this.#c.log?.info('rebuilding the datagram path with hellos (no usable path, no stream the peer answers on)', { peer: id, endpoint: `${p.endpoint?.host}:${p.endpoint?.port}` });
-        p.rebuildingSince = Date.now();
-        p.rebuildStartedAt = now;
-        p.nextHelloAt = now;
         // a key already used to derive is spent: a rebuild starts a new handshake
         if (p.myEphUsedWith) p.myEph = undefined;
       }
-      if (now < p.nextHelloAt) continue;
-      p.nextHelloAt = now + (now - p.rebuildStartedAt < HELLO_FAST_FOR_MS ? HELLO_FAST_MS : HELLO_SLOW_MS);
-      this.#sendHello(p);
+      if (step.send) this.#sendHello(p);
     }
   }
 
@@ -735,14 +680,7 @@ export class DatagramPath {
   }
 
   #usable(p: PeerState, now: number): boolean {
-    const dead = this.#init.deadAfterMs ?? DEAD_AFTER_MS;
-    return p.send !== undefined && p.endpoint !== undefined && now - p.heardByPeer < dead && this.#hears(p, now);
-  }
-
-  /** We hear `p`: an authentic datagram lately, and a full-size keepalive within {@link FULL_KEEPALIVE_EVERY} dead intervals. */
-  #hears(p: PeerState, now: number): boolean {
-    const dead = this.#init.deadAfterMs ?? DEAD_AFTER_MS;
-    return now - p.lastHeard < dead && now - p.heardFull < dead * FULL_KEEPALIVE_EVERY;
+    return usable(p, now, this.#init.deadAfterMs ?? DEAD_AFTER_MS);
   }
 
   /**
@@ -778,7 +716,7 @@ export class DatagramPath {
   sendAnyway(peerId: string, pkt: Uint8Array, stream?: Pick<TunnelStream, 'silentMs'>): boolean {
     const p = this.#peers.get(peerId);
     const now = steadyClock();
-    if (!p || (stream !== undefined && stream.silentMs < (this.#init.deadAfterMs ?? DEAD_AFTER_MS)) || now - p.lastHeard >= (this.#init.lastResortMs ?? LAST_RESORT_MS)) return false;
+    if (!p || !lastResort(p, now, stream?.silentMs, this.#init)) return false;
     const n = this.#queue(p, DATAGRAM_TYPE.data, pkt);
     if (n < 0) return false;
     this.stats.sent += n;
@@ -867,20 +805,10 @@ export class DatagramPath {
           this.stats.endpointMoves++;
           this.#describe();
         }
-        const flags = bytes[off]!;
-        const hearsUs = (flags & KEEPALIVE_HEARS_YOU) !== 0;
-        // padded (an older agent pads every one): it tells the path takes full-size datagrams
-        const full = len > 1;
-        revived ||= !this.#hears(p, now) || (hearsUs && now - p.heardByPeer >= dead);
-        p.lastHeard = now;
-        if (full) p.heardFull = now;
-        if (hearsUs) p.heardByPeer = now;
-        if ((flags & KEEPALIVE_ECHO_REPLY) !== 0 && p.echo && p.echo.odd === ((flags & KEEPALIVE_ECHO_ODD) !== 0)) {
-          p.rttMs = Math.max(0, now - p.echo.at);
-          p.echo = undefined;
-        }
-        if ((flags & KEEPALIVE_ECHO_REQUEST) !== 0) {
-          this.#echoReply[0] = echoReplyFlags(flags, this.#hears(p, now));
+        const heard = onKeepalive(p, bytes[off]!, len, now, dead);
+        revived ||= heard.revived;
+        if (heard.answer !== undefined) {
+          this.#echoReply[0] = heard.answer;
           if (this.#queue(p, DATAGRAM_TYPE.keepalive, this.#echoReply) > 0) {
             this.stats.keepalivesSent++;
             answered = true;
@@ -892,8 +820,7 @@ export class DatagramPath {
         this.stats.dropped.unknownAddress += datagrams;
         continue;
       }
-      revived ||= now - p.lastHeard >= dead;
-      p.lastHeard = now;
+      revived ||= onPacket(p, now, dead);
       this.stats.received += datagrams;
       this.#c.onPacket(p.id, bytes.subarray(off, off + len), datagrams, r[o + 6]!);
     }
@@ -906,29 +833,18 @@ export class DatagramPath {
     const now = steadyClock();
     const limits = this.#init.rekey ?? { packets: REKEY_AFTER_PACKETS, ms: REKEY_AFTER_MS };
     for (const [id, p] of this.#peers) {
-      const offerStale = !p.pending || now - p.pending.at > OFFER_TIMEOUT_MS;
-      // a path that stays unusable under a key older than an offer's timeout may hold keys the ends do not share (a
-      // handshake by hellos that one end finished and the other did not before a stream came back): a new key on the
-      // stream sets it right (where UDP is blocked, that is one small message per peer every 5 s)
-      const stuck = p.send !== undefined && now - p.send.createdAt > OFFER_TIMEOUT_MS && !this.#usable(p, now);
-      const sent = p.send?.key.counter ?? 0;
-      if (offerStale && (!p.send || stuck || rekeyDue(sent, now - p.send.createdAt, limits) || sent >= MAX_COUNTER)) {
+      const plan = planTick(p, now, this.#ticks, p.tag, { deadAfterMs: this.#init.deadAfterMs, rekey: limits });
+      if (plan.offer) {
         const stream = this.#c.streamOf(id);
         if (stream) this.offerKey(id, stream);
       }
-      if (p.send && p.endpoint) {
-        // the echo goes on a one-byte keepalive of a usable path (half a round of ticks from the padded one)
-        const echo = (this.#ticks + p.tag) % ECHO_EVERY === ECHO_EVERY >> 1;
-        const odd = p.echoes % 2 === 1;
-        this.#keepalive[0] = (this.#hears(p, now) ? KEEPALIVE_HEARS_YOU : 0) | (echo ? KEEPALIVE_ECHO_REQUEST | (odd ? KEEPALIVE_ECHO_ODD : 0) : 0);
-        const full = !this.#usable(p, now) || (this.#ticks + p.tag) % FULL_KEEPALIVE_EVERY === 0;
+      const keepalive = plan.keepalive;
+      if (keepalive) {
+        this.#keepalive[0] = keepalive.flags;
         const at = steadyClock();
-        if (this.#queue(p, DATAGRAM_TYPE.keepalive, full ? this.#keepalive : this.#keepalive.subarray(0, 1)) > 0) {
+        if (this.#queue(p, DATAGRAM_TYPE.keepalive, keepalive.full ? this.#keepalive : this.#keepalive.subarray(0, 1)) > 0) {
           this.stats.keepalivesSent++;
-          if (echo) {
-            p.echo = { at, odd };
-            p.echoes++;
-          }
+          keepaliveSent(p, keepalive, at);
         }
         this.flush();
       }
