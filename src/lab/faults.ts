@@ -12,7 +12,7 @@ import { keeperSocketOf, stopKeeper } from '../adapters/tunnel/keeper.ts';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { asAtollError } from '../core/errors.ts';
+import { asAtollError, atollError } from '../core/errors.ts';
 import {
   CLOCK_JUMP, type FlowResult, judgeFault, type LabFaultKind, type LabFaultResult, type LabFaultTarget, type LabPodPair, lostOutsideWindows, type LossWindow, windowsFor, type MatrixCount,
   type PingReply, peerCutRuleset, planFault, sampleStats, type SampleStats, uplinkCutRuleset, uplinkRestoreRuleset,
@@ -244,7 +244,7 @@ async function moveRouter(lab: RunningLab, site: string, from: string, to: strin
 async function flushConntrack(netns: string): Promise<void> {
   const proc = new Child(['ip', 'netns', 'exec', netns, 'conntrack', '-F'], { output: 'pipe' });
   await proc.closed();
-  if (proc.exitCode !== 0) throw new Error(`conntrack -F in ${netns} failed (status ${proc.exitCode}); is conntrack installed (apt install conntrack)?`);
+  if (proc.exitCode !== 0) throw atollError('LAB_STEP_FAILED', `conntrack -F in ${netns} failed (status ${proc.exitCode})`, 'install conntrack (apt install conntrack)');
 }
 
 /** The first line of a (multi-line) error message. */
@@ -261,6 +261,7 @@ async function waitUntil(check: () => boolean, timeoutMs: number): Promise<boole
 
 function routerOf(lab: RunningLab, site: string): string {
   const ns = lab.plan.namespaces.find((n) => n.role === 'router' && n.site === site);
+  // cannot happen: faults name only the plan's own sites, nodes and pods (planFault)
   if (!ns) throw new Error(`edge site ${site} has no router`);
   return ns.name;
 }
@@ -276,7 +277,7 @@ const restoreUplink = (lab: RunningLab, site: string) => nft.apply(uplinkRestore
 export async function restartService(lab: RunningLab, kind: 'controller' | 'relay', notes: string[], whileDown?: () => Promise<void>): Promise<void> {
   const service = kind === 'controller' ? lab.plan.controller : lab.plan.relay;
   const running = lab[kind];
-  if (!running) throw new Error(`the lab runs no ${kind} process of its own (the chart installed Atoll)`);
+  if (!running) throw atollError('LAB_STEP_FAILED', `the lab runs no ${kind} process of its own (the chart installed Atoll)`, 'run this fault without --kubernetes, or its --kubernetes form');
   await running.stop('SIGKILL');
   await sleep(HOLD_MS[kind === 'controller' ? 'controller-kill' : 'relay-kill']);
   await whileDown?.();
@@ -292,6 +293,7 @@ export async function restartService(lab: RunningLab, kind: 'controller' | 'rela
 async function restartAgent(lab: RunningLab, node: string, beforeStart?: () => Promise<void>): Promise<void> {
   const agent = lab.agents.get(node);
   const n = lab.plan.nodes.find((x) => x.name === node);
+  // cannot happen: faults name only the plan's own sites, nodes and pods (planFault)
   if (!agent || !n) throw new Error(`no agent for node ${node}`);
   await agent.stop('SIGKILL');
   await beforeStart?.();
@@ -307,9 +309,10 @@ async function restartAgent(lab: RunningLab, node: string, beforeStart?: () => P
 async function killAtollContainers(lab: RunningLab, component: AtollComponent, nodes?: readonly string[]): Promise<ContainerRestart[]> {
   const { containerds } = kubeOf(lab);
   const names = nodes ?? await nodesRunning(containerds, component);
-  if (names.length === 0) throw new Error(`no node runs the chart's ${component}`);
+  if (names.length === 0) throw atollError('LAB_STEP_FAILED', `no node runs the chart's ${component}`, `read the kubelets' logs in --keep-logs: the ${component}'s pods did not start`);
   return Promise.all(names.map((name) => {
     const n = lab.plan.nodes.find((x) => x.name === name);
+    // cannot happen: faults name only the plan's own sites, nodes and pods (planFault)
     if (!n) throw new Error(`unknown node ${name}`);
     return killAtollContainer(containerds, n, component);
   }));
@@ -323,6 +326,7 @@ async function killChartContainers(lab: RunningLab, component: AtollComponent, n
 
 /** The Kubernetes of a `--kubernetes` lab and its nodes' containerds, for the faults through it. */
 function kubeOf(lab: RunningLab): { kube: LabKubernetes; containerds: KubePods['containerds'] } {
+  // cannot happen: planFault gives the Kubernetes forms only to a --kubernetes lab
   if (!lab.kubernetes || !(lab.podRuntime instanceof KubePods)) throw new Error('this fault goes through Kubernetes (--kubernetes)');
   return { kube: lab.kubernetes, containerds: lab.podRuntime.containerds };
 }
@@ -333,6 +337,7 @@ function kubeOf(lab: RunningLab): { kube: LabKubernetes; containerds: KubePods['
  */
 async function wipeNode(lab: RunningLab, node: string): Promise<void> {
   const n = lab.plan.nodes.find((x) => x.name === node);
+  // cannot happen: faults name only the plan's own sites, nodes and pods (planFault)
   if (!n) throw new Error(`unknown node ${node}`);
   await stopKeeper(keeperSocketOf(n.dataDir));
   const netns = nsPath(n.netns);
@@ -349,6 +354,7 @@ async function wipeNode(lab: RunningLab, node: string): Promise<void> {
  */
 async function recreatePod(lab: RunningLab, podName: string, pingers: readonly Pinger[]): Promise<{ was: LabPodInfo; now: LabPodInfo }> {
   const pod = lab.plan.pods.find((p) => p.name === podName);
+  // cannot happen: faults name only the plan's own sites, nodes and pods (planFault)
   if (!pod) throw new Error(`unknown pod ${podName}`);
   return replacePod(lab, podName, pingers, (was) => lab.podRuntime.recreate(pod, was));
 }
@@ -357,6 +363,7 @@ async function recreatePod(lab: RunningLab, podName: string, pingers: readonly P
 async function replacePod(lab: RunningLab, podName: string, pingers: readonly Pinger[], make: (was: LabPodInfo) => Promise<LabPodInfo>): Promise<{ was: LabPodInfo; now: LabPodInfo }> {
   const i = lab.pods.findIndex((p) => p.name === podName);
   const was = lab.pods[i];
+  // cannot happen: faults name only the plan's own sites, nodes and pods (planFault)
   if (!was) throw new Error(`unknown pod ${podName}`);
   const now = await make(was);
   lab.pods[i] = now;
@@ -379,6 +386,7 @@ async function deleteNode(lab: RunningLab, node: string, notes: string[]): Promi
   const { kube } = kubeOf(lab);
   const n = lab.plan.nodes.find((x) => x.name === node);
   const ctd = lab.state.containerds?.find((c) => c.node === node);
+  // cannot happen: faults name only the plan's own sites, nodes and pods (planFault)
   if (!n || !ctd) throw new Error(`node ${node} has no containerd in the run`);
   let blocks: string[] = [];
   try {

@@ -288,6 +288,7 @@ export class DatagramPath {
 
   /** The socket's descriptor (after {@link bind}), for the keeper. */
   get socketFd(): number {
+    // cannot happen: the tunnel binds the path before it reads its socket's descriptor
     if (!this.#socket) throw new Error('the datagram path is not bound');
     return this.#socket.fd;
   }
