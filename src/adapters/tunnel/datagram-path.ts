@@ -47,6 +47,7 @@ import {
 } from '../../core/tunnel/datagram-peer.ts';
 import { equalBytes, HELLO_TYPE, type HelloDrop, judgeHello, parseHello } from '../../core/tunnel/hello.ts';
 import type { UdpKeyAck, UdpKeyMessage } from '../../core/tunnel/messages.ts';
+import { type KeptDescription, type KeptPeer, parseKeptDescription } from '../../core/tunnel/kept-description.ts';
 import { VNET_HDR_LEN } from '../../core/tunnel/routing.ts';
 import type { Logger } from '../../core/ports.ts';
 import { DatagramSender, ipv4Number, KeptRegion, OpenKeyTable, RESULT_INTS, SealKey } from './datagram-native.ts';
@@ -145,29 +146,6 @@ export interface DatagramPathInit {
 export const KEPT_META_BYTES = 256 << 10;
 /** Slots of the kept region: a sending key, an offered one and three receiving keys per peer, for 204 peers. */
 export const KEPT_SLOTS = 1024;
-
-/** One peer as the kept region describes it (wall-clock times, ms since the epoch). */
-interface KeptPeer {
-  readonly id: string;
-  readonly pin: string;
-  readonly endpoint?: string;
-  readonly announced?: { readonly host: string; readonly port: number };
-  /** The path was usable at the last description: the restarted agent takes it as still usable. */
-  readonly usable: boolean;
-  /**
-   * When the last authentic datagram from the peer came, as of the last description: a path that was not usable then is
-   * taken back with it, so the restarted agent still sends to a peer nothing else reaches ({@link DatagramPath.sendAnyway}).
-   */
-  readonly heard?: number;
-  readonly send?: { readonly slot: number; readonly id: number; readonly createdAt: number };
-  readonly pending?: { readonly slot: number; readonly id: number; readonly at: number };
-  readonly recv: readonly { readonly slot: number; readonly id: number; readonly expiresAt: number | null }[];
-}
-
-interface KeptState {
-  readonly v: 1;
-  readonly peers: readonly KeptPeer[];
-}
 
 interface SendKey {
   readonly id: number;
@@ -346,16 +324,11 @@ export class DatagramPath {
    */
   #restore(): void {
     const bytes = KeptRegion.read(KEPT_META_BYTES);
-    let kept: KeptState | undefined;
-    try {
-      kept = bytes && bytes.length > 0 ? (JSON.parse(Buffer.from(bytes).toString()) as KeptState) : undefined;
-    } catch {
-      kept = undefined;
-    }
+    const kept = bytes && bytes.length > 0 ? parseKeptDescription(Buffer.from(bytes).toString()) : undefined;
     const now = steadyClock();
     const wall = Date.now();
     const slots: number[] = [];
-    for (const k of kept?.v === 1 ? kept.peers : []) {
+    for (const k of kept?.peers ?? []) {
       const p = this.#newPeer(k.id, k.pin, parseEndpoint(k.endpoint));
       p.announced = k.announced;
       const send = k.send && SealKey.restore(k.send.slot);
@@ -417,7 +390,7 @@ export class DatagramPath {
         recv: recv.filter((r) => r.slot >= 0),
       });
     }
-    const state: KeptState = { v: 1, peers };
+    const state: KeptDescription = { v: 1, peers };
     try {
       KeptRegion.write(Buffer.from(JSON.stringify(state)));
     } catch (err) {
