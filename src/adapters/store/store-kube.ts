@@ -18,36 +18,24 @@
  *   5. apply the ops to the entry objects (create, replace at their resourceVersion, delete with a resourceVersion
  *      precondition; each carries spec.modRevision), and resolve.
  * A crash between 4 and 5 leaves the newest transactions committed but not applied; the next writer's step 2 heals
- * it. Readers never write, and read from a view kept in memory: at open (and after a gap) the entry objects are
- * listed, then the log read and its history laid over them (a key the history changed later than its object says is
- * taken from the history), so a committed transaction is seen whole or not at all, whoever applies it and however
- * late. Each get or list then reads the log once (concurrent reads share that read) and lays the transactions after
- * the view's revision on it, in order: linearizable, at the cost of one small request instead of a listing. A gap
- * wider than the history, or a log that moved back, loads again.
- *
- * Watches replay the log's history, then follow the StoreLog object through one Kubernetes watch per store, shared
- * by all its watchers (a controller streams to every agent); a gap larger than the history rejects STORE_COMPACTED.
- * Objects edited by hand (kubectl edit) are surfaced as they are, as long as their spec.modRevision is not lowered
- * (the view follows the entry objects through one watch per kind, and lays such edits on at the first read after
- * their event arrived: within moments, not at once): `atoll ipam check` then reports, say, an IPBlock made to
- * overlap another.
+ * it. Readers never write: they read from a view kept in memory (store-kube-view.ts), which also surfaces objects
+ * edited by hand. Watches replay the log's history, then follow the StoreLog through one Kubernetes watch per store
+ * (store-kube-watch.ts). The objects' shapes and what the log says of a key are in store-kube-log.ts.
  * docs/architecture.md, "The Kubernetes store", has the limits.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { ClusterStore, KvEntry, KvList, LeaderElection, TxnCompare, TxnOp, TxnResult, WatchEvent } from '../../core/cluster/store.ts';
 import { AtollError, atollError } from '../../core/errors.ts';
-import { type KubeClient, type KubeObject, kubeStatusOf } from '../kube/kube-client.ts';
+import { type KubeClient, kubeStatusOf } from '../kube/kube-client.ts';
 import { checkTxnOps } from './store-txn-check.ts';
-import { ENTRY_KINDS, type EntryKind, KIND_PLURAL, keyOfName, kindOfKey, objectName, storeTag } from './store-kube-names.ts';
+import { type EntryKind, KIND_PLURAL, kindOfKey, objectName, storeTag } from './store-kube-names.ts';
 import { KubeLeaseElection, storeError } from './store-kube-lease.ts';
+import {
+  API_PATH, API_VERSION, type EntryObject, type EntrySpec, evaluate, latestOps, type LogObject, type LogOp, type LogSpec, type LogTxn, NODE_LABEL, STORE_LABEL,
+} from './store-kube-log.ts';
+import { KubeStoreView } from './store-kube-view.ts';
+import { StoreLogWatch } from './store-kube-watch.ts';
 
-export const API_GROUP = 'atoll.dev';
-const API_VERSION = `${API_GROUP}/v1alpha1`;
-const API_PATH = `/apis/${API_VERSION}`;
-/** Label on every entry object: the tag of the store it belongs to. */
-export const STORE_LABEL = `${API_GROUP}/store`;
-/** Label on an IPBlock: the node its value names, so `kubectl get ipblocks -l atoll.dev/node=NODE` works. */
-export const NODE_LABEL = `${API_GROUP}/node`;
 const LABEL_VALUE = /^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)$/;
 
 /** Transactions per commit at most (concurrent callers of one store share a commit). */
@@ -56,44 +44,6 @@ const MAX_BATCH = 64;
 const MAX_COMMIT_ATTEMPTS = 100;
 /** Conflicting writes to one entry object in a row before applying it gives up. */
 const MAX_APPLY_ATTEMPTS = 20;
-/** How long a watch keeps trying to reach the API server before it rejects. */
-const WATCH_RETRY_MS = 30_000;
-
-export interface EntrySpec {
-  readonly key: string;
-  readonly value: string;
-  readonly createRevision: number;
-  readonly modRevision: number;
-}
-
-export interface EntryObject extends KubeObject {
-  readonly spec: EntrySpec;
-}
-
-export interface LogOp {
-  readonly type: 'put' | 'delete';
-  readonly key: string;
-  readonly value?: string;
-  readonly createRevision?: number;
-}
-
-export interface LogTxn {
-  readonly revision: number;
-  readonly ops: readonly LogOp[];
-}
-
-export interface LogSpec {
-  readonly revision: number;
-  /** The history holds every transaction after this revision. */
-  readonly compacted: number;
-  /** Every transaction up to this revision is applied to the entry objects. */
-  readonly appliedThrough: number;
-  readonly history: readonly LogTxn[];
-}
-
-export interface LogObject extends KubeObject {
-  readonly spec: LogSpec;
-}
 
 export interface KubeStoreInit {
   /** The StoreLog's name; entry objects carry its tag (store-kube-names.ts), so stores can share a cluster. */
@@ -114,26 +64,6 @@ interface Pending {
   readonly reject: (err: unknown) => void;
 }
 
-/** One {@link KubeStore.watch}, as the shared watch of the StoreLog feeds it. */
-interface LogWatcher {
-  /** Delivers what `spec` holds after the revision this watcher is at (or ends it: a gap, or its handler threw). */
-  deliver(spec: LogSpec): void;
-  /** Ends the watch: resolved without `err`, rejected with it. */
-  end(err?: unknown): void;
-}
-
-/** A change of one entry object, as its watch saw it. */
-interface ObjectEvent {
-  readonly kind: EntryKind;
-  readonly name: string;
-  readonly deleted: boolean;
-  readonly spec: EntrySpec;
-  readonly seq: number;
-}
-
-/** The newest op on each key in a history, with its revision. */
-type Latest = Map<string, { readonly op: LogOp; readonly revision: number }>;
-
 export class KubeStore implements ClusterStore {
   readonly name: string;
   readonly #kube: KubeClient;
@@ -146,26 +76,9 @@ export class KubeStore implements ClusterStore {
   #committing = false;
   /** Revisions up to this one are applied to the entry objects, by this store itself. */
   #appliedByMe = 0;
-  readonly #watchers = new Set<LogWatcher>();
-  /** Stops the shared watch of the StoreLog; undefined while none runs. */
-  #follower: AbortController | undefined;
-  /** What the store holds at revision {@link #rev}: the objects listed at the last load, advanced by the log. */
-  #view = new Map<string, KvEntry>();
-  #rev = 0;
-  /** The view's keys in order; undefined when the key set changed since. */
-  #sorted: string[] | undefined;
-  /** Keys the log deleted since the last load (and still in its history), at that revision: a late apply event is older. */
-  #deletedAt = new Map<string, number>();
-  /** Set when the view may have missed a change (an object watch ended): the next read loads again. */
-  #stale = true;
-  /** The newest event of each entry object (`kind/name`) not yet laid on the view, numbered in arrival order. */
-  readonly #objectEvents = new Map<string, ObjectEvent>();
-  #objectSeq = 0;
-  /** Stops the watches of the entry objects begun by the last load. */
-  #objectWatch = new AbortController();
-  /** The view's refresh in flight, and the one queued behind it (a read needs a log read begun after it began). */
-  #syncing: Promise<void> | undefined;
-  #queued: Promise<void> | undefined;
+  /** What readers read: every key, brought to the log's revision before each read. */
+  readonly #view: KubeStoreView;
+  readonly #watch: StoreLogWatch;
 
   constructor(components: { readonly kube: KubeClient }, init: KubeStoreInit) {
     this.#kube = components.kube;
@@ -174,6 +87,9 @@ export class KubeStore implements ClusterStore {
     this.#logPath = `${API_PATH}/storelogs/${init.name}`;
     this.#historyBytes = init.historyBytes ?? 32 * 1024;
     this.#historyCount = init.historyCount ?? 1000;
+    const readLog = () => this.#readLog();
+    this.#view = new KubeStoreView({ kube: this.#kube, readLog, closed: this.#closed.signal }, { tag: this.#tag });
+    this.#watch = new StoreLogWatch({ kube: this.#kube, readLog, assertOpen: () => this.#assertOpen(), closed: this.#closed.signal }, { name: this.name });
   }
 
   /**
@@ -184,7 +100,7 @@ export class KubeStore implements ClusterStore {
     const store = new KubeStore(components, init);
     await store.#ensureLog();
     try {
-      await store.#sync();
+      await store.#view.sync();
     } catch (err) {
       throw storeError(err, `open the Kubernetes store ${init.name}`);
     }
@@ -195,7 +111,7 @@ export class KubeStore implements ClusterStore {
   async get(key: string): Promise<KvEntry | undefined> {
     this.#assertOpen();
     try {
-      await this.#sync();
+      await this.#view.sync();
     } catch (err) {
       throw storeError(err, `read key ${key}`);
     }
@@ -206,14 +122,11 @@ export class KubeStore implements ClusterStore {
   async list(prefix: string): Promise<KvList> {
     this.#assertOpen();
     try {
-      await this.#sync();
+      await this.#view.sync();
     } catch (err) {
       throw storeError(err, `list keys under "${prefix}"`);
     }
-    this.#sorted ??= [...this.#view.keys()].sort();
-    const entries: KvEntry[] = [];
-    for (let i = lowerBound(this.#sorted, prefix); i < this.#sorted.length && this.#sorted[i]!.startsWith(prefix); i++) entries.push(this.#view.get(this.#sorted[i]!)!);
-    return { entries, revision: this.#rev };
+    return this.#view.list(prefix);
   }
 
   /**
@@ -235,252 +148,14 @@ export class KubeStore implements ClusterStore {
    * watch of the StoreLog sees it: however many watchers, one Kubernetes watch per store.
    */
   watch(prefix: string, afterRevision: number, onEvent: (events: readonly WatchEvent[]) => void, signal: AbortSignal): Promise<void> {
-    return new Promise<void>((resolve, reject) => {
-      this.#assertOpen();
-      if (signal.aborted) return resolve();
-      let last = afterRevision;
-      const end = (err?: unknown) => {
-        if (!this.#watchers.delete(watcher)) return;
-        signal.removeEventListener('abort', onAbort);
-        if (this.#watchers.size === 0) this.#follower?.abort();
-        if (err === undefined) resolve(); else reject(err);
-      };
-      const onAbort = () => end();
-      const watcher: LogWatcher = {
-        deliver: (spec) => {
-          if (spec.compacted > last) {
-            return end(atollError('STORE_COMPACTED', `StoreLog ${this.name} holds the transactions after revision ${spec.compacted} only; a watch needs those after ${last}`,
-              'list the keys again and watch from the revision of that listing'));
-          }
-          for (const t of spec.history) {
-            if (t.revision <= last) continue;
-            last = t.revision;
-            const events = t.ops.filter((op) => op.key.startsWith(prefix)).map((op): WatchEvent =>
-              ({ type: op.type, key: op.key, value: op.type === 'put' ? op.value ?? '' : '', modRevision: t.revision }));
-            if (events.length === 0) continue;
-            try {
-              onEvent(events);
-            } catch (err) {
-              return end(err);
-            }
-          }
-        },
-        end,
-      };
-      signal.addEventListener('abort', onAbort, { once: true });
-      this.#watchers.add(watcher);
-      this.#follow();
-      void this.#replay(watcher);
-    });
-  }
-
-  /** The history a new watcher asks for, from a fresh read of the log; retried while the API server is away. */
-  async #replay(watcher: LogWatcher): Promise<void> {
-    const since = performance.now();
-    while (this.#watchers.has(watcher)) {
-      try {
-        return watcher.deliver((await this.#readLog()).spec);
-      } catch (err) {
-        if (!(err instanceof AtollError && err.code.startsWith('KUBE_API_')) || performance.now() - since > WATCH_RETRY_MS) {
-          return watcher.end(storeError(err, `read StoreLog ${this.name}`));
-        }
-        await sleep(500);
-      }
-    }
-  }
-
-  /** Starts the shared watch of the StoreLog unless it runs; it stops when the last watcher leaves. */
-  #follow(): void {
-    if (this.#follower !== undefined) return;
-    const stop = new AbortController();
-    this.#follower = stop;
-    const signal = AbortSignal.any([stop.signal, this.#closed.signal]);
-    const deliver = (spec: LogSpec) => {
-      for (const w of [...this.#watchers]) w.deliver(spec);
-    };
-    void (async () => {
-      let failingSince: number | undefined;
-      let rv: string | undefined;
-      while (!signal.aborted) {
-        try {
-          if (rv === undefined) {
-            const log = await this.#readLog();
-            failingSince = undefined;
-            deliver(log.spec);
-            rv = log.metadata.resourceVersion ?? '';
-          }
-          await this.#kube.watch<LogObject>(`${API_PATH}/storelogs`, rv, (e) => {
-            if (e.type === 'DELETED') throw atollError('STORE_UNAVAILABLE', `StoreLog ${this.name} was deleted`, 'restore the store, then restart the controllers');
-            rv = e.object.metadata.resourceVersion ?? rv;
-            if (e.type !== 'BOOKMARK') deliver(e.object.spec);
-          }, { fieldSelector: `metadata.name=${this.name}`, signal });
-        } catch (err) {
-          if (signal.aborted) break;
-          // Read the log again before watching again: after a 410 (the API server's watch cache moved on) or an
-          // outage, its history covers the gap, and a successful read ends the outage's count.
-          rv = undefined;
-          if (err instanceof AtollError && err.code === 'STORE_COMPACTED') continue;
-          failingSince ??= performance.now();
-          if (!(err instanceof AtollError && err.code.startsWith('KUBE_API_')) || performance.now() - failingSince > WATCH_RETRY_MS) {
-            for (const w of [...this.#watchers]) w.end(storeError(err, `watch StoreLog ${this.name}`));
-            break;
-          }
-          await sleep(500, undefined, { signal }).catch(() => undefined);
-        }
-      }
-      if (this.#follower === stop) this.#follower = undefined;
-      // A watcher that came while this one was stopping needs a follower of its own.
-      if (this.#watchers.size > 0 && !this.#closed.signal.aborted) this.#follow();
-    })();
+    return this.#watch.watch(prefix, afterRevision, onEvent, signal);
   }
 
   /** Ends every watch (with STORE_UNAVAILABLE) and refuses further calls; pending transactions still finish. */
   async close(): Promise<void> {
     this.#closed.abort();
-    this.#objectWatch.abort();
-    for (const w of [...this.#watchers]) w.end(this.#closedError());
-  }
-
-  /**
-   * Brings the view to the log's revision as of a read of the log begun after this call, or later: reads are
-   * linearizable, as if they read the objects and the log. Concurrent callers share the reads of the log.
-   */
-  #sync(): Promise<void> {
-    if (this.#queued) return this.#queued;
-    if (!this.#syncing) return this.#startSync();
-    this.#queued = this.#syncing.catch(() => undefined).then(() => this.#startSync());
-    return this.#queued;
-  }
-
-  #startSync(): Promise<void> {
-    this.#queued = undefined;
-    const running = this.#refresh().finally(() => {
-      if (this.#syncing === running) this.#syncing = undefined;
-    });
-    this.#syncing = running;
-    return running;
-  }
-
-  /**
-   * One read of the log, its history laid on the view; then the object events that arrived before that read (hand
-   * edits: this store's own applies and other writers' are older than the view). Loads again after a gap wider than
-   * the history, a log that moved back, or an object watch that ended.
-   */
-  async #refresh(): Promise<void> {
-    const mark = this.#objectSeq;
-    if (this.#stale) return this.#load();
-    const log = await this.#readLog();
-    if (!this.#advance(log.spec)) return this.#load();
-    this.#layObjectEvents(mark);
-  }
-
-  /**
-   * Lists the entry objects, then reads the log and lays its history over them (as a reader without a view would);
-   * then watches the objects from the listings, for hand edits.
-   */
-  async #load(): Promise<void> {
-    this.#stale = true;
-    this.#objectWatch.abort();
-    this.#objectEvents.clear();
-    const lists = await Promise.all(ENTRY_KINDS.map((kind) => this.#kube.list<EntryObject>(`${API_PATH}/${KIND_PLURAL[kind]}`, { labelSelector: `${STORE_LABEL}=${this.#tag}` })));
-    const log = await this.#readLog();
-    const objects = new Map<string, EntrySpec>();
-    for (const obj of lists.flatMap((l) => l.items)) {
-      const key = obj.spec?.key;
-      if (typeof key !== 'string') continue;
-      // Two objects for one key (one renamed by hand): the one at the key's own name wins.
-      if (!objects.has(key) || obj.metadata.name === objectName(this.#tag, key)) objects.set(key, obj.spec);
-    }
-    const latest = latestOps(log.spec.history);
-    this.#view = new Map();
-    this.#deletedAt = new Map();
-    for (const key of new Set([...objects.keys(), ...latest.keys()])) {
-      const entry = resolveKey(key, objects.get(key), latest, log.spec.appliedThrough);
-      if (entry) this.#view.set(key, entry);
-    }
-    for (const [key, { op, revision }] of latest) if (op.type === 'delete') this.#deletedAt.set(key, revision);
-    this.#rev = log.spec.revision;
-    this.#sorted = undefined;
-    if (this.#closed.signal.aborted) return;
-    const stop = new AbortController();
-    this.#objectWatch = stop;
-    this.#stale = false;
-    ENTRY_KINDS.forEach((kind, i) => void this.#watchObjects(kind, lists[i]!.resourceVersion, stop.signal));
-  }
-
-  /** Lays the log's transactions after the view's revision on it; false when the history does not reach back to it. */
-  #advance(spec: LogSpec): boolean {
-    if (spec.revision < this.#rev || (spec.revision > this.#rev && spec.compacted > this.#rev)) return false;
-    for (const t of spec.history) {
-      if (t.revision <= this.#rev) continue;
-      for (const op of t.ops) {
-        if (op.type === 'put') {
-          if (!this.#view.has(op.key)) this.#sorted = undefined;
-          this.#view.set(op.key, { key: op.key, value: op.value ?? '', createRevision: op.createRevision ?? t.revision, modRevision: t.revision });
-          this.#deletedAt.delete(op.key);
-        } else {
-          if (this.#view.delete(op.key)) this.#sorted = undefined;
-          this.#deletedAt.set(op.key, t.revision);
-        }
-      }
-    }
-    this.#rev = spec.revision;
-    // As a reader without a view: once a delete left the history, an object that says otherwise is believed.
-    for (const [key, revision] of this.#deletedAt) if (revision <= spec.compacted) this.#deletedAt.delete(key);
-    return true;
-  }
-
-  /** Follows one kind's objects of this store into {@link #objectEvents}; when the watch cannot go on, the next read loads again. */
-  async #watchObjects(kind: EntryKind, resourceVersion: string, signal: AbortSignal): Promise<void> {
-    let rv = resourceVersion;
-    try {
-      while (!signal.aborted) {
-        await this.#kube.watch<EntryObject>(`${API_PATH}/${KIND_PLURAL[kind]}`, rv, (e) => {
-          rv = e.object.metadata.resourceVersion ?? rv;
-          if (e.type === 'BOOKMARK' || typeof e.object.spec?.key !== 'string') return;
-          const name = e.object.metadata.name;
-          this.#objectEvents.set(`${kind}/${name}`, { kind, name, deleted: e.type === 'DELETED', spec: e.object.spec, seq: ++this.#objectSeq });
-        }, { labelSelector: `${STORE_LABEL}=${this.#tag}`, signal });
-      }
-    } catch {
-      if (!signal.aborted) this.#stale = true;
-    }
-  }
-
-  /**
-   * Lays on the view what the object events say, as a reader without a view would see the objects: an object at or
-   * past its key's revision in the view is taken as it is (edited by hand), an older one is an apply the view has
-   * (or a late one it ignores). Deletes, and puts past the view, that arrived after `mark` (the read of the log
-   * began) wait for the next read: they may be applies of a transaction newer than the log read.
-   */
-  #layObjectEvents(mark: number): void {
-    for (const [id, e] of this.#objectEvents) {
-      const { spec } = e;
-      if (e.seq > mark && (e.deleted || spec.modRevision > this.#rev)) continue;
-      this.#objectEvents.delete(id);
-      const own = e.name === objectName(this.#tag, spec.key);
-      const current = this.#view.get(spec.key);
-      if (e.deleted) {
-        if (current && current.modRevision <= spec.modRevision && (own || current.value === spec.value)) this.#dropKey(spec.key);
-        continue;
-      }
-      if (!own) {
-        // Renamed by hand: the key the name stands for is gone (unless the log changed it since), and a key's own
-        // object wins over a renamed one.
-        const was = keyOfName(this.#tag, e.kind, e.name);
-        if (was !== undefined && (this.#view.get(was)?.modRevision ?? Infinity) <= spec.modRevision) this.#dropKey(was);
-        if (current) continue;
-      }
-      if (spec.modRevision >= (current?.modRevision ?? this.#deletedAt.get(spec.key) ?? 0)) {
-        if (!current) this.#sorted = undefined;
-        this.#view.set(spec.key, toKv(spec));
-      }
-    }
-  }
-
-  #dropKey(key: string): void {
-    this.#view.delete(key);
-    this.#sorted = undefined;
+    this.#view.close();
+    this.#watch.endAll(this.#closedError());
   }
 
   async #ensureLog(): Promise<void> {
@@ -664,72 +339,6 @@ export class KubeStore implements ClusterStore {
   #closedError(): AtollError {
     return atollError('STORE_UNAVAILABLE', `the Kubernetes store ${this.name} is closed`, 'open a new store');
   }
-}
-
-/**
- * Evaluates a batch in order against the objects read and the log laid over them, each transaction seeing the
- * ones before it: the results, and the transactions to commit (one revision each, only ops that change something).
- */
-export function evaluate(batch: readonly Pick<Pending, 'compares' | 'ops'>[], log: LogSpec, objects: ReadonlyMap<string, EntryObject | undefined>): { results: TxnResult[]; txns: LogTxn[] } {
-  const latest = latestOps(log.history);
-  const view = new Map<string, KvEntry | undefined>();
-  for (const [key, obj] of objects) view.set(key, resolveKey(key, obj?.spec.key === key ? obj.spec : undefined, latest, log.appliedThrough));
-  let revision = log.revision;
-  const results: TxnResult[] = [];
-  const txns: LogTxn[] = [];
-  for (const p of batch) {
-    if (!p.compares.every((c) => (view.get(c.key)?.modRevision ?? 0) === c.modRevision)) {
-      results.push({ succeeded: false, revision });
-      continue;
-    }
-    const next = revision + 1;
-    const ops = p.ops.flatMap((op): LogOp[] => op.type === 'put'
-      ? [{ type: 'put', key: op.key, value: op.value, createRevision: view.get(op.key)?.createRevision ?? next }]
-      : view.get(op.key) !== undefined ? [{ type: 'delete', key: op.key }] : []);
-    if (ops.length > 0) {
-      revision = next;
-      txns.push({ revision, ops });
-      for (const op of ops) {
-        view.set(op.key, op.type === 'put' ? { key: op.key, value: op.value ?? '', createRevision: op.createRevision ?? revision, modRevision: revision } : undefined);
-      }
-    }
-    results.push({ succeeded: true, revision });
-  }
-  return { results, txns };
-}
-
-export function latestOps(history: readonly LogTxn[]): Latest {
-  const latest: Latest = new Map();
-  for (const t of history) for (const op of t.ops) latest.set(op.key, { op, revision: t.revision });
-  return latest;
-}
-
-/**
- * What a key holds, from its object (if any) with the log laid over: an object at or past the key's newest
- * revision in the history is taken as it is (applied; or edited by hand since); otherwise the history decides,
- * except that a key the history shows applied but whose object is gone stays gone (deleted by hand).
- */
-export function resolveKey(key: string, obj: EntrySpec | undefined, latest: Latest, appliedThrough: number): KvEntry | undefined {
-  const newest = latest.get(key);
-  if (newest === undefined || (obj !== undefined && obj.modRevision >= newest.revision)) return obj && toKv(obj);
-  if (obj === undefined && newest.revision <= appliedThrough) return undefined;
-  if (newest.op.type === 'delete') return undefined;
-  return { key, value: newest.op.value ?? '', createRevision: newest.op.createRevision ?? newest.revision, modRevision: newest.revision };
-}
-
-/** The first index of `sorted` whose string is not below `s`. */
-function lowerBound(sorted: readonly string[], s: string): number {
-  let lo = 0;
-  let hi = sorted.length;
-  while (lo < hi) {
-    const mid = (lo + hi) >>> 1;
-    if (sorted[mid]! < s) lo = mid + 1; else hi = mid;
-  }
-  return lo;
-}
-
-function toKv(s: EntrySpec): KvEntry {
-  return { key: s.key, value: s.value, createRevision: s.createRevision, modRevision: s.modRevision };
 }
 
 /** The `node` field of a JSON value, when it is a valid label value. */
