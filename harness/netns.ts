@@ -50,7 +50,9 @@ export function dumpNetns(full: string): string {
       return String(e);
     }
   };
-  return [`# ${full}`, run(['-d', 'link']), run(['addr']), run(['route'])].join('\n');
+  // the links' packet and drop counters, and the UDP counters (a full socket queue drops silently: RcvbufErrors)
+  const udp = inNetns(full, 'cat', ['/proc/net/snmp']).stdout?.split('\n').filter((l) => l.startsWith('Udp:')).join('\n') ?? '';
+  return [`# ${full}`, run(['-s', '-d', 'link']), run(['addr']), run(['route']), udp].join('\n');
 }
 
 /** Runs `cmd` in namespace `ns` (ip netns exec), bounded by `timeoutMs`; never throws. */
