@@ -110,6 +110,7 @@ async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> 
     throw atollError('LAB_SPEC_INVALID', '--same-site direct: the chart installs the same-site overlay with its default (VXLAN); it has no value for direct routes', 'drop --same-site direct with --kubernetes');
   }
   const lab = await import('../lab/lab.ts');
+  const { saveLogs } = await import('../lab/running-lab.ts');
   const runs = new lab.LabRuns();
   const uninstall = lab.installCleanupHandlers(runs);
   const t0 = performance.now();
@@ -250,7 +251,7 @@ async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> 
       say(bad.length === 0 ? `PASS: every fault healed, all cells that should work work again` : `FAIL: ${bad.map((f) => f.kind).join(', ')}`);
     }
   } finally {
-    if (keepLogs) lab.saveLogs(planAtUp, keepLogs, say);
+    if (keepLogs) saveLogs(planAtUp, keepLogs, say);
     down = await lab.destroyRun(runs, running, say);
     uninstall();
   }

@@ -14,7 +14,7 @@ import { Child, logTail } from './io/child-process.ts';
 import { exec } from '../adapters/exec.ts';
 import { installRoot } from '../adapters/install-root.ts';
 import { healthyChecks, LAB_PROMETHEUS_LISTEN, metricNamesIn, type PromCheck, prometheusConfig, relayDownChecks } from './plan/monitoring.ts';
-import { nsPath, recordProcess, type RunningLab } from './lab.ts';
+import { nsPath, recordProcess, type RunningLab } from './running-lab.ts';
 import { restartService } from './faults.ts';
 
 export const PROMETHEUS_BIN = '/usr/bin/prometheus';
