@@ -110,9 +110,10 @@ async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> 
     throw atollError('LAB_SPEC_INVALID', '--same-site direct: the chart installs the same-site overlay with its default (VXLAN); it has no value for direct routes', 'drop --same-site direct with --kubernetes');
   }
   const lab = await import('../lab/lab.ts');
+  const { destroyRun, installCleanupHandlers, LabRuns } = await import('../lab/lab-down.ts');
   const { saveLogs } = await import('../lab/running-lab.ts');
-  const runs = new lab.LabRuns();
-  const uninstall = lab.installCleanupHandlers(runs);
+  const runs = new LabRuns();
+  const uninstall = installCleanupHandlers(runs);
   const t0 = performance.now();
   const keepLogs = values['keep-logs'];
   const running = await lab.labUp(spec, { say, keepLogs, pods, runs, kubernetes: values.kubernetes, fakeClocks: faultList.faults.includes('clock-jump') });
@@ -252,7 +253,7 @@ async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> 
     }
   } finally {
     if (keepLogs) saveLogs(planAtUp, keepLogs, say);
-    down = await lab.destroyRun(runs, running, say);
+    down = await destroyRun(runs, running, say);
     uninstall();
   }
   const v = verdictOf(cells);
@@ -267,7 +268,7 @@ async function downCmd(argv: readonly string[]): Promise<number> {
   const { values, positionals } = parseCommand(argv, { command: 'atoll lab down', usage: LAB_USAGE, options: { all: { type: 'boolean', default: false } }, positionals: { min: 0, max: 1 } });
   const id = positionals[0];
   if (id !== undefined && !LAB_RUN_ID.test(id)) throw new UsageError('atoll lab down', `"${id}" is not a run id (4 hex digits, as in atl-lab-<runid>-...)`, LAB_USAGE);
-  const { labDown } = await import('../lab/lab.ts');
+  const { labDown } = await import('../lab/lab-down.ts');
   const res = await labDown(id ? { runId: id } : { all: values.all }, { say });
   return res.every((r) => r.leftovers.length === 0) ? 0 : 1;
 }

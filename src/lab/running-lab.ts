@@ -15,7 +15,7 @@ import { type AgentProcess, fakeClockLauncher } from './agent-process.ts';
 import type { ServiceProcess } from './service-process.ts';
 import type { LabPodInfo, LabPodRuntime, LabPodsChoice } from './lab-pods.ts';
 import type { AtollInstall, LabKubernetes } from './lab-kube.ts';
-import type { LabRuns } from './lab.ts';
+import type { LabRuns } from './lab-down.ts';
 
 export interface LabOptions {
   /** Progress lines for the terminal. */
