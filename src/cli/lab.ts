@@ -11,7 +11,7 @@ import { type LabCell, renderFailures, renderMatrix, renderSummary, summarize, v
 import { kubernetesLine } from '../lab/plan/kubernetes.ts';
 import { labSvgInputOf, renderLabSvg } from '../lab/plan/svg.ts';
 import { parseCommand, subcommand, UsageError } from './usage.ts';
-import type { LabTraceCheck } from '../lab/lab.ts';
+import type { LabTraceCheck } from '../lab/lab-checks.ts';
 import type { LabPrometheusReport } from '../lab/prometheus.ts';
 import type { KubernetesView, ServiceCheck } from '../lab/lab-kube.ts';
 
@@ -111,6 +111,7 @@ async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> 
   }
   const lab = await import('../lab/lab.ts');
   const { destroyRun, installCleanupHandlers, LabRuns } = await import('../lab/lab-down.ts');
+  const { checkWorkloads, runChecks, traceCells } = await import('../lab/lab-checks.ts');
   const { saveLogs } = await import('../lab/running-lab.ts');
   const runs = new LabRuns();
   const uninstall = installCleanupHandlers(runs);
@@ -169,7 +170,7 @@ async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> 
   let down: unknown;
   try {
     const tc = performance.now();
-    cells = await lab.runChecks(running, { say });
+    cells = await runChecks(running, { say });
     const checksEnd = performance.now();
     const checksMs = Math.round(checksEnd - tc);
     say('');
@@ -189,7 +190,7 @@ async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> 
       for (const l of renderFailures(cells)) say(`  ${l}`);
     }
     describe.timingsMs.checks = checksMs;
-    traces = await lab.traceCells(running, cells);
+    traces = await traceCells(running, cells);
     const wrong = traces.filter((t) => !t.ok);
     say(wrong.length === 0 ? `PASS: atoll trace explains all ${traces.length} judged cells with the path the matrix measured`
       : `FAIL: atoll trace disagrees with the matrix on ${wrong.length} of ${traces.length} cells:`);
@@ -220,7 +221,7 @@ async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> 
       const tw = performance.now();
       say('');
       say('workloads through the API: Deployment lab-web and StatefulSet lab-db, a pod of each on every node; the matrix between their pods, IPs from the API');
-      const { workloads: w, cells: wc } = await lab.checkWorkloads(running, { say });
+      const { workloads: w, cells: wc } = await checkWorkloads(running, { say });
       describe.timingsMs.workloads = Math.round(performance.now() - tw);
       const wv = verdictOf(wc);
       const names = [...w.deployment, ...w.statefulSet].map((p) => p.name);

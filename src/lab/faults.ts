@@ -33,7 +33,7 @@ import {
 import { ProbeClient } from './probe.ts';
 import { ServiceProcess } from './service-process.ts';
 import { LIBFAKETIME, PROJECT_NODE } from './agent-process.ts';
-import { runChecks } from './lab.ts';
+import { runChecks } from './lab-checks.ts';
 import { waitForTunnelPaths } from './lab-convergence.ts';
 import { agentLauncher, type LabOptions, type LabPodInfo, nsPath, recordProcess, type RunningLab, saveLogs } from './running-lab.ts';
 

@@ -1,10 +1,13 @@
 /**
- * `atoll lab`: a whole cloud and edge cluster on one machine, for real. Builds the planned topology
- * (src/lab/plan/plan.ts) from network namespaces, starts the controller and an agent per node as real processes,
- * creates pods through the real `atoll-cni` (by containerd's CRI when containerd is installed, else by calling it
- * directly: src/lab/lab-pods.ts), checks every pod against every other, and removes everything again.
+ * `atoll lab`: a whole cloud and edge cluster on one machine, for real. This file builds it ({@link labUp}): the
+ * planned topology (src/lab/plan/plan.ts) from network namespaces, the controller, the relay and an agent per node as
+ * real processes (or, with `--kubernetes`, Atoll installed through its chart: src/lab/lab-kube.ts), then the pods
+ * through the real `atoll-cni` (by containerd's CRI when containerd is installed, else by calling it directly:
+ * src/lab/lab-pods.ts). Beside it: the running lab's handle and what the later steps share
+ * (src/lab/running-lab.ts), waiting for the agents to converge (src/lab/lab-convergence.ts), the checks
+ * (src/lab/lab-checks.ts), the faults (src/lab/faults.ts), removing runs (src/lab/lab-down.ts).
  *
- * Safety rules this file keeps:
+ * Safety rules the lab keeps:
  * - Everything it creates is named with the run's prefix (`atl-lab-<runid>-`) and recorded in the run's state file
  *   (src/lab/io/lab-state.ts) before it is created, so `atoll lab down` can remove the leftovers of a run that was
  *   killed. Traffic only flows inside the run's namespaces.
@@ -12,22 +15,16 @@
  *   one of the run's namespaces, or in the mount namespace or sandbox cgroup of one of the run's containerds).
  * - Every wait is bounded; a failed step removes the whole run before the error is reported; SIGINT, SIGTERM and
  *   uncaught errors remove the run too.
- *
- * The running lab's handle, and what the steps after `labUp` share: src/lab/running-lab.ts. Removing runs (`atoll lab
- * down`, the clean-up handlers): src/lab/lab-down.ts. Waiting for the agents to converge (blocks, peers, routes,
- * tunnel paths): src/lab/lab-convergence.ts.
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { AtollError, asAtollError, atollError } from '../core/errors.ts';
 import {
-  agentConfigFor, classifyRoute, expectationOf, expectedPath, type LabNamespace, labPrefix, type LabPath, type LabPlan, type LabSetupStep, relayConfigFor,
-  NODE_HOST_PATHS, NODE_KUBELET_PATHS, type ObservedRoute, planLab, renderLabSetup, runIdOfNetns,
+  agentConfigFor, type LabNamespace, labPrefix, type LabPlan, type LabSetupStep, relayConfigFor,
+  NODE_HOST_PATHS, NODE_KUBELET_PATHS, planLab, renderLabSetup, runIdOfNetns,
 } from './plan/plan.ts';
-import { judgeCell, type LabCell, type PingResult, type TcpResult } from './plan/report.ts';
 import { describeLabSpec, type LabSpec } from './plan/spec.ts';
-import { exec } from '../adapters/exec.ts';
 import { IpRoute2 } from '../adapters/kernel/iproute2.ts';
 import { type LabState, LabStateStore } from './io/lab-state.ts';
 import { Nft } from '../adapters/kernel/nft.ts';
@@ -37,14 +34,9 @@ import { Tc } from './io/tc.ts';
 import { AgentProcess, DELAY_BIN, LIBFAKETIME } from './agent-process.ts';
 import { ServiceProcess } from './service-process.ts';
 import { choosePodMode, CriPods, DirectPods, type LabContainerdRecord, type LabPodInfo, type LabPodRuntime } from './lab-pods.ts';
-import { readAgentStatus, statusSocketOf } from '../adapters/ops/status-socket.ts';
-import { type TracePath, tracePath } from '../core/ops/trace.ts';
-import type { AgentStatus } from '../core/ops/agent-status.ts';
-import type { PeerPath } from '../core/tunnel/status.ts';
-import { agentPodLogTail, ATOLL_IMAGE_TAG, type AtollInstall, installAtoll, KubePods, type LabKubernetes, type LabWorkloads, startLabKubernetes, startWorkloads } from './lab-kube.ts';
+import { agentPodLogTail, ATOLL_IMAGE_TAG, type AtollInstall, installAtoll, KubePods, type LabKubernetes, startLabKubernetes } from './lab-kube.ts';
 import { labPreflight, requireRoot, uplinkDelayMethod } from './lab-preflight.ts';
-import { ProbeClient } from './probe.ts';
-import { pathIn, tunnelPaths, waitForBlocksAndPeers, waitForSiteRoutes, waitForTunnelPaths } from './lab-convergence.ts';
+import { waitForBlocksAndPeers, waitForSiteRoutes, waitForTunnelPaths } from './lab-convergence.ts';
 import { type ActiveRun, destroyRun, type LabRuns, removeStaleRuns } from './lab-down.ts';
 import { agentLauncher, type LabOptions, mapLimit, nsPath, type RunningLab, saveLogs, secs, since } from './running-lab.ts';
 
@@ -53,14 +45,7 @@ export interface LabUpOptions extends LabOptions {
   readonly runs: LabRuns;
 }
 
-const PING_ARGS = ['-n', '-q', '-c', '3', '-i', '0.2', '-W', '1', '-w', '2'];
-const TCP_TIMEOUT_MS = 2000;
-const CHECK_CONCURRENCY = 48;
-
 const ip = new IpRoute2();
-
-// ---------------------------------------------------------------------------------------------------------------
-// Up
 
 function newRunId(store: LabStateStore): string {
   const taken = new Set([...store.list(), ...listNetns().map(runIdOfNetns).filter((x) => x !== undefined)]);
@@ -385,128 +370,4 @@ export function detachLab(lab: RunningLab): void {
   lab.state = { ...lab.state, detached: true };
   lab.store.save(lab.state);
   lab.runs.active = undefined;
-}
-
-// ---------------------------------------------------------------------------------------------------------------
-// Checks
-
-function parsePing(out: string, code: number): PingResult {
-  const m = /(\d+) packets transmitted, (\d+) (?:packets )?received/.exec(out);
-  const sent = Number(m?.[1] ?? 0);
-  const received = Number(m?.[2] ?? 0);
-  const rtt = /= [\d.]+\/([\d.]+)\//.exec(out);
-  const ok = received > 0;
-  const error = ok ? undefined : m ? `${received}/${sent} replies` : `ping failed (status ${code}): ${out.trim().split('\n').pop() ?? ''}`;
-  return { ok, sent, received, ...(rtt ? { rttMs: Number(rtt[1]) } : {}), ...(error ? { error } : {}) };
-}
-
-/** Pings `target` from the pod namespace `enter` leads into. */
-async function pingFrom(enter: readonly string[], target: string): Promise<PingResult> {
-  const res = await exec(enter[0] as string, [...enter.slice(1), 'ping', ...PING_ARGS, target]);
-  return parsePing(res.stdout + res.stderr, res.code);
-}
-
-async function observedRoute(plan: LabPlan, paths: Map<string, Map<string, PeerPath>>, node: string, target: string, targetNode: string): Promise<ObservedRoute> {
-  const n = plan.nodes.find((x) => x.name === node);
-  if (!n) return 'no route';
-  let route: ObservedRoute;
-  try {
-    const [r] = await ip.json<{ dev?: string; gateway?: string; type?: string }>(['route', 'get', target], { netns: nsPath(n.netns) });
-    route = classifyRoute(n, r);
-  } catch {
-    return 'no route';
-  }
-  if (route !== 'tunnel') return route;
-  const path = pathIn(paths, node, targetNode);
-  return path === 'direct' || path === 'udp' ? 'tunnel' : path === 'relayed' ? 'tunnel relayed' : 'tunnel down';
-}
-
-/**
- * The connectivity matrix: every pod to every other, ping and TCP (through a probe process in each pod), the route
- * the source node's kernel takes, and a verdict per cell. Prints a line per source pod as its row completes.
- */
-export async function runChecks(lab: RunningLab, opts: LabOptions): Promise<LabCell[]> {
-  const say = opts.say;
-  const { plan, pods } = lab;
-  const pairs = pods.flatMap((a) => pods.filter((b) => b !== a).map((b) => ({ a, b })));
-  say(`  checks: ${pairs.length} pod pairs, ping (3 packets, at most 2 s) and TCP (connect and echo, at most ${TCP_TIMEOUT_MS / 1000} s), ${CHECK_CONCURRENCY} at a time`);
-  const probes = new Map(pods.map((p) => [p.name, new ProbeClient(p.enter, p.name, lab.state.dir)]));
-  try {
-    await Promise.all([...probes.values()].map((p) => p.ready()));
-    const routeKeys = [...new Set(pairs.map(({ a, b }) => `${a.node}>${b.ip}>${b.node}`))];
-    const paths = await tunnelPaths(plan);
-    const routes = new Map(await mapLimit(routeKeys, 8, async (k) => {
-      const [node, target, targetNode] = k.split('>') as [string, string, string];
-      return [`${node}>${target}`, await observedRoute(plan, paths, node, target, targetNode)] as const;
-    }));
-    const remaining = new Map(pods.map((p) => [p.name, pods.length - 1]));
-    const rows = new Map<string, LabCell[]>();
-    const cells = await mapLimit(pairs, CHECK_CONCURRENCY, async ({ a, b }) => {
-      const path = expectedPath(plan, a.node, b.node);
-      const route = routes.get(`${a.node}>${b.ip}`) ?? 'no route';
-      const [ping, tcp] = await Promise.all([pingFrom(a.enter, b.ip), (probes.get(a.name) as ProbeClient).tcp(b.ip, TCP_TIMEOUT_MS)]);
-      const cell: LabCell = {
-        from: a.name, to: b.name, fromNode: a.node, toNode: b.node, fromIp: a.ip, toIp: b.ip, path, expect: expectationOf(path), route,
-        ping, tcp: roundTcp(tcp), ...judgeCell(path, route, ping, tcp),
-      };
-      rows.set(a.name, [...(rows.get(a.name) ?? []), cell]);
-      const left = (remaining.get(a.name) ?? 1) - 1;
-      remaining.set(a.name, left);
-      if (left === 0) say(`    ${a.name.padEnd(14)} ${a.ip.padEnd(15)} ${rowSummary(rows.get(a.name) ?? [])}`);
-      return cell;
-    });
-    return cells;
-  } finally {
-    await Promise.all([...probes.values()].map((p) => p.close()));
-  }
-}
-
-/**
- * `--kubernetes`: the workloads applied through the API (src/lab/lab-kube.ts startWorkloads: a Deployment with a pod
- * on every node, a StatefulSet), then the whole matrix between their pods, with the IPs the API gives, judged as the
- * lab's own pods are. Their pods then join `lab.pods` (and `lab.workloadPods`), for the faults.
- */
-export async function checkWorkloads(lab: RunningLab, opts: LabOptions): Promise<{ workloads: LabWorkloads; cells: LabCell[] }> {
-  // cannot happen: its only caller (src/cli/lab.ts) asks only of a lab up with --kubernetes, whose pods are KubePods
-  if (!lab.kubernetes || !(lab.podRuntime instanceof KubePods)) throw new Error('the workloads need --kubernetes');
-  const workloads = await startWorkloads(lab.kubernetes, { plan: lab.plan, containerds: lab.podRuntime.containerds });
-  const cells = await runChecks({ ...lab, pods: [...workloads.deployment, ...workloads.statefulSet] }, opts);
-  // from here on the faults' matrices, samples and Service checks take them in too
-  lab.pods.push(...workloads.deployment, ...workloads.statefulSet);
-  lab.workloadPods.push(...workloads.deployment.map((p) => ({ name: p.name, node: p.node, workload: 'deployment' as const })),
-    ...workloads.statefulSet.map((p) => ({ name: p.name, node: p.node, workload: 'statefulset' as const })));
-  return { workloads, cells };
-}
-
-function roundTcp(t: TcpResult): TcpResult {
-  const r = (x: number | undefined) => (x === undefined ? undefined : Math.round(x * 1000) / 1000);
-  return { ...t, connectMs: r(t.connectMs), echoMs: r(t.echoMs) };
-}
-
-function rowSummary(cells: readonly LabCell[]): string {
-  const counts = new Map<string, number>();
-  for (const c of cells) counts.set(c.verdict, (counts.get(c.verdict) ?? 0) + 1);
-  return [...counts].map(([v, n]) => `${n} ${v}`).join(', ');
-}
-
-/** `atoll trace` of one matrix cell, next to the path the matrix measured. */
-export interface LabTraceCheck {
-  readonly from: string;
-  readonly to: string;
-  readonly measured: LabPath;
-  readonly traced: TracePath;
-  readonly ok: boolean;
-  readonly reason?: string;
-}
-
-/**
- * Runs the trace explanation (src/core/ops/trace.ts) on every cell the matrix judged (ok or blocked as expected),
- * from the source node's agent status, and compares its path with the one the matrix measured.
- */
-export async function traceCells(lab: RunningLab, cells: readonly LabCell[]): Promise<LabTraceCheck[]> {
-  const statuses = new Map(await Promise.all(lab.plan.nodes.map(async (n) => [n.name, await readAgentStatus(statusSocketOf(n.socketPath), 5000)] as const)));
-  return cells.filter((c) => c.verdict !== 'FAIL').map((c) => {
-    const t = tracePath(statuses.get(c.fromNode) as AgentStatus, c.fromIp, c.toIp);
-    return { from: c.from, to: c.to, measured: c.path, traced: t.path, ok: t.path === c.path, ...(t.reason ? { reason: t.reason } : {}) };
-  });
 }

@@ -66,7 +66,7 @@ export interface RunningLab {
   readonly kubernetes?: LabKubernetes;
   /** How the chart installed Atoll (`--kubernetes`). */
   readonly atollInstall?: AtollInstall;
-  /** The workloads' pods once started (`--kubernetes`, {@link checkWorkloads}), where the scheduler put them. */
+  /** The workloads' pods once started (`--kubernetes`, checkWorkloads in src/lab/lab-checks.ts), where the scheduler put them. */
   readonly workloadPods: LabWorkloadPod[];
   /** The libfaketime file of each agent run with faked clocks ({@link LabOptions.fakeClocks}), by node. */
   readonly clockFiles: ReadonlyMap<string, string>;

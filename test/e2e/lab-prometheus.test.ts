@@ -10,7 +10,7 @@ import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSy
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { LabPrometheusReport } from '../../src/lab/prometheus.ts';
-import type { LabTraceCheck } from '../../src/lab/lab.ts';
+import type { LabTraceCheck } from '../../src/lab/lab-checks.ts';
 import { rootSkipReason } from '../../harness/netns.ts';
 import { runAtoll } from '../support/atoll-cli.ts';
 
