@@ -13,7 +13,8 @@ import { labSvgInputOf, renderLabSvg } from '../lab/plan/svg.ts';
 import { parseCommand, subcommand, UsageError } from './usage.ts';
 import type { LabTraceCheck } from '../lab/lab-checks.ts';
 import type { LabPrometheusReport } from '../lab/prometheus.ts';
-import type { KubernetesView, ServiceCheck } from '../lab/lab-kube.ts';
+import type { KubernetesView } from '../lab/lab-kube.ts';
+import type { ServiceCheck } from '../lab/lab-kube-service.ts';
 
 export const LAB_USAGE = `usage: atoll lab <command> [flags]
 
@@ -206,7 +207,7 @@ async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> 
     }
     if (running.kubernetes) {
       const ts = performance.now();
-      const { checkService } = await import('../lab/lab-kube.ts');
+      const { checkService } = await import('../lab/lab-kube-service.ts');
       service = await checkService({ plan: running.plan, pods: running.pods, kube: running.kubernetes, tag: running.state.dir });
       describe.timingsMs.service = Math.round(performance.now() - ts);
       const answered = (prefix: boolean) => service?.probes.filter((p) => p.from.startsWith('node ') === prefix) ?? [];

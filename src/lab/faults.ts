@@ -28,8 +28,9 @@ import { renderPeers } from '../core/tunnel/status.ts';
 import { Nft } from '../adapters/kernel/nft.ts';
 import { Child } from './io/child-process.ts';
 import {
-  ATOLL_ROLL_TAG, type AtollComponent, checkService, type ContainerRestart, crashSandbox, exposePod, killAtollContainer, KubePods, type LabKubernetes, nodesRunning, podIps, recreateStatefulPod, rollAgents, scaleController,
+  ATOLL_ROLL_TAG, type AtollComponent, type ContainerRestart, crashSandbox, killAtollContainer, KubePods, type LabKubernetes, nodesRunning, podIps, recreateStatefulPod, rollAgents, scaleController,
 } from './lab-kube.ts';
+import { checkService, exposePod } from './lab-kube-service.ts';
 import { ProbeClient } from './probe.ts';
 import { ServiceProcess } from './service-process.ts';
 import { LIBFAKETIME, PROJECT_NODE } from './agent-process.ts';
