@@ -27,9 +27,10 @@ import { readTunnelStatus, statusSocketOf } from '../adapters/ops/status-socket.
 import { renderPeers } from '../core/tunnel/status.ts';
 import { Nft } from '../adapters/kernel/nft.ts';
 import { Child } from './io/child-process.ts';
+import { KubePods, type LabKubernetes } from './lab-kube.ts';
 import {
-  ATOLL_ROLL_TAG, type AtollComponent, type ContainerRestart, crashSandbox, killAtollContainer, KubePods, type LabKubernetes, nodesRunning, podIps, recreateStatefulPod, rollAgents, scaleController,
-} from './lab-kube.ts';
+  ATOLL_ROLL_TAG, type AtollComponent, type ContainerRestart, crashSandbox, killAtollContainer, nodesRunning, podIps, recreateStatefulPod, rollAgents, scaleController,
+} from './lab-kube-faults.ts';
 import { checkService, exposePod } from './lab-kube-service.ts';
 import { ProbeClient } from './probe.ts';
 import { ServiceProcess } from './service-process.ts';
@@ -307,7 +308,7 @@ async function restartAgent(lab: RunningLab, node: string, beforeStart?: () => P
 
 /**
  * `--kubernetes`: kills the chart's `component` container on each of `nodes` (default: every node running one) at
- * once and waits until each is running and ready again (src/lab/lab-kube.ts killAtollContainer).
+ * once and waits until each is running and ready again (src/lab/lab-kube-faults.ts killAtollContainer).
  */
 async function killAtollContainers(lab: RunningLab, component: AtollComponent, nodes?: readonly string[]): Promise<ContainerRestart[]> {
   const { containerds } = kubeOf(lab);

@@ -1,0 +1,202 @@
+/**
+ * The faults' Kubernetes forms (`--kubernetes`; what hits whom is planned in src/lab/plan/faults.ts): a StatefulSet's
+ * pod deleted and re-created by its controller, a pod's sandbox killed as a crash would, the chart's containers killed
+ * on their nodes, the controller's Deployment scaled, the agents rolled to another image. What reads only the node
+ * (its containerd, a probe from inside its namespace) works while its site is cut off from the API server.
+ */
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { atollError } from '../core/errors.ts';
+import { type AgentRestart, agentRestarts, type AtollPodSighting, ATOLL_POD_WATCH_TEMPLATE, LAB_ATOLL_NAMESPACE, LAB_OPS_PORTS, parseAtollPodLine } from './plan/kubernetes.ts';
+import { LAB_POD_NAMESPACE, type LabNode } from './plan/plan.ts';
+import { type Containerd, importImage, killTask } from './io/containerd/containerd.ts';
+import { Child } from './io/child-process.ts';
+import { exec } from '../adapters/exec.ts';
+import { NETNS_DIR } from './io/processes.ts';
+import { sleep } from '../adapters/timers.ts';
+import { enterSandbox, type LabPodInfo } from './lab-pods.ts';
+import {
+  ATOLL_IMAGE_TAG, ATOLL_READY_TIMEOUT_MS, atollImageTarball, atollPods, type LabKubernetes, POD_RUNNING_TIMEOUT_MS, podReady, sandboxOf, workloadPods,
+} from './lab-kube.ts';
+
+/** The uid of pod `name` in namespace `lab` (undefined when it does not exist). */
+async function podUid(kube: LabKubernetes, name: string): Promise<string | undefined> {
+  return kube.kubectl(['get', 'pod', '-n', LAB_POD_NAMESPACE, name, '-o', 'jsonpath={.metadata.uid}']).then((out) => out.trim() || undefined, () => undefined);
+}
+
+/**
+ * Deletes the StatefulSet's pod `current` through the API (waiting until it is gone) and waits until its controller
+ * re-created it under the same name, Running with an IP (a new uid); returns it with its sandbox, `addMs` from the
+ * deletion's end. @throws AtollError LAB_STEP_FAILED when it does not come back within {@link POD_RUNNING_TIMEOUT_MS}.
+ */
+export async function recreateStatefulPod(kube: LabKubernetes, containerds: ReadonlyMap<string, Containerd>, current: LabPodInfo): Promise<LabPodInfo> {
+  const was = await podUid(kube, current.name);
+  await kube.kubectl(['delete', 'pod', '-n', LAB_POD_NAMESPACE, current.name, '--wait=true', '--timeout=60s']);
+  const t = performance.now();
+  const deadline = Date.now() + POD_RUNNING_TIMEOUT_MS;
+  for (;;) {
+    const pod = (await workloadPods(kube)).find((p) => p.metadata.name === current.name);
+    if (pod && (await podUid(kube, current.name)) !== was) {
+      return sandboxOf(containerds, { name: pod.metadata.name, node: pod.spec.nodeName as string, ip: pod.status.podIP as string }, Math.round(performance.now() - t));
+    }
+    if (Date.now() > deadline) throw atollError('LAB_STEP_FAILED', `StatefulSet pod ${current.name} not back within ${POD_RUNNING_TIMEOUT_MS / 1000} s`, `kubectl describe pod -n ${LAB_POD_NAMESPACE} ${current.name}`);
+    await sleep(250);
+  }
+}
+
+/**
+ * Kills the sandbox of `current` in its node's containerd (SIGKILL, as a crash would) and waits, without the API,
+ * until its kubelet has a new ready sandbox for the pod; returns the pod as it runs now (the sandbox's IP and
+ * network namespace), `addMs` from the kill. @throws AtollError LAB_STEP_FAILED when none comes within
+ * {@link POD_RUNNING_TIMEOUT_MS}.
+ */
+export async function crashSandbox(containerds: ReadonlyMap<string, Containerd>, current: LabPodInfo): Promise<LabPodInfo> {
+  const ctd = containerds.get(current.node);
+  // cannot happen: `current` came from sandboxOf, which found its node's containerd in the same map
+  if (!ctd) throw new Error(`node ${current.node} has no containerd`);
+  const t = performance.now();
+  await killTask(ctd, current.sandboxId);
+  const deadline = Date.now() + POD_RUNNING_TIMEOUT_MS;
+  for (;;) {
+    const next = (await ctd.cri.listPodSandbox()).find((x) => x.namespace === LAB_POD_NAMESPACE && x.name === current.name && x.state === 'SANDBOX_READY' && x.id !== current.sandboxId);
+    const sbx = next && await ctd.cri.podSandboxStatus(next.id);
+    if (next && sbx?.netnsPath && sbx.ip) {
+      return { name: current.name, node: current.node, netns: sbx.netnsPath, enter: enterSandbox(ctd, sbx.netnsPath), ip: sbx.ip, addMs: Math.round(performance.now() - t), sandboxId: next.id };
+    }
+    if (Date.now() > deadline) throw atollError('LAB_STEP_FAILED', `the kubelet of ${current.node} did not restart pod ${current.name} within ${POD_RUNNING_TIMEOUT_MS / 1000} s`, `read ${current.node}'s kubelet log`);
+    await sleep(200);
+  }
+}
+
+/** The chart's components a fault can kill in their container (each container is named after its component). */
+export type AtollComponent = keyof typeof LAB_OPS_PORTS;
+
+/** How long a killed container of the chart's gets to be running and ready again (a kubelet's crash back-off reaches 20 s on the third kill). */
+const CONTAINER_RESTART_TIMEOUT_MS = 60_000;
+
+/** One kill of a chart's container: when it was sent, and when its successor answered ready (performance.now()). */
+export interface ContainerRestart {
+  readonly node: string;
+  readonly fromMs: number;
+  readonly toMs: number;
+}
+
+/** The chart's container labels of `component`, as the kubelet sets them on its containers. */
+const containerLabels = (component: AtollComponent) => ({ 'io.kubernetes.pod.namespace': LAB_ATOLL_NAMESPACE, 'io.kubernetes.container.name': component });
+
+/** The nodes whose containerd runs a `component` container of the chart's now. */
+export async function nodesRunning(containerds: ReadonlyMap<string, Containerd>, component: AtollComponent): Promise<string[]> {
+  const found = await Promise.all([...containerds].map(async ([node, ctd]) => ((await ctd.cri.listContainers(containerLabels(component))).some((c) => c.state === 'CONTAINER_RUNNING') ? [node] : [])));
+  return found.flat();
+}
+
+/**
+ * Kills (SIGKILL) the running `component` container of the chart's pod on `node`, in that node's containerd, as a
+ * crash would; then waits until its kubelet has started another one and it answers `/readyz` with 200 on the node's
+ * address. It reads the node only (its containerd, and the probe from inside its namespace), so it works while the
+ * node's site is cut off from the API server.
+ * @throws AtollError LAB_STEP_FAILED when no such container runs there, or none is ready again in time.
+ */
+export async function killAtollContainer(containerds: ReadonlyMap<string, Containerd>, node: LabNode, component: AtollComponent): Promise<ContainerRestart> {
+  const ctd = containerds.get(node.name);
+  // cannot happen: `node` is a planned node, and the CRI pod runtime started a containerd for each (CriPods.start)
+  if (!ctd) throw new Error(`node ${node.name} has no containerd`);
+  const running = async () => (await ctd.cri.listContainers(containerLabels(component))).filter((c) => c.state === 'CONTAINER_RUNNING');
+  const [victim, ...more] = await running();
+  if (!victim || more.length > 0) {
+    throw atollError('LAB_STEP_FAILED', `node ${node.name} runs ${more.length + (victim ? 1 : 0)} ${component} containers of the chart, not one`, `ctr -a ${ctd.socket} -n k8s.io containers ls`);
+  }
+  const fromMs = performance.now();
+  await killTask(ctd, victim.id);
+  const url = `http://${node.underlay}:${LAB_OPS_PORTS[component]}/readyz`;
+  const ready = () => exec('curl', ['-s', '-m', '1', '-o', '/dev/null', '-w', '%{http_code}', url], { netns: join(NETNS_DIR, node.netns) }).then((r) => r.stdout.trim() === '200', () => false);
+  const deadline = Date.now() + CONTAINER_RESTART_TIMEOUT_MS;
+  for (;;) {
+    // the old process answers until the kill lands: only a successor's answer counts
+    if ((await running()).some((c) => c.id !== victim.id) && await ready()) return { node: node.name, fromMs, toMs: performance.now() };
+    if (Date.now() > deadline) {
+      throw atollError('LAB_STEP_FAILED', `the ${component} container killed on ${node.name} was not running and ready again within ${CONTAINER_RESTART_TIMEOUT_MS / 1000} s`, `read ${node.name}'s kubelet log, and the ${component}'s in its pod logs`);
+    }
+    await sleep(100);
+  }
+}
+
+/** The chart's controller Deployment. */
+const CONTROLLER_DEPLOYMENT = 'atoll-controller';
+
+/**
+ * Scales the chart's controller Deployment to `replicas` (`kubectl scale`) and waits until it has that many pods, every
+ * one Ready, and no other (a replica that is stopping still counts).
+ * @throws AtollError LAB_STEP_FAILED when it does not get there within the chart's start-up bound.
+ */
+export async function scaleController(kube: LabKubernetes, replicas: number): Promise<void> {
+  await kube.kubectl(['scale', '-n', LAB_ATOLL_NAMESPACE, `deployment/${CONTROLLER_DEPLOYMENT}`, `--replicas=${replicas}`]);
+  const deadline = Date.now() + ATOLL_READY_TIMEOUT_MS;
+  for (;;) {
+    const pods = (await atollPods(kube)).filter((p) => p.metadata.labels?.['app.kubernetes.io/component'] === 'controller');
+    if (pods.length === replicas && pods.every(podReady)) return;
+    if (Date.now() > deadline) {
+      throw atollError('LAB_STEP_FAILED', `the controller did not get to ${replicas} Ready replicas within ${ATOLL_READY_TIMEOUT_MS / 1000} s (${pods.length} pods, ${pods.filter(podReady).length} Ready)`,
+        `kubectl get pods -n ${LAB_ATOLL_NAMESPACE} -l app.kubernetes.io/component=controller`);
+    }
+    await sleep(250);
+  }
+}
+
+/** Every pod's IP in namespace `lab`, by name, as the API has it. */
+export async function podIps(kube: LabKubernetes): Promise<Map<string, string>> {
+  type Pod = { metadata: { name: string }; status: { podIP?: string } };
+  const items = (JSON.parse(await kube.kubectl(['get', 'pods', '-n', LAB_POD_NAMESPACE, '-o', 'json'])) as { items: Pod[] }).items;
+  return new Map(items.map((p) => [p.metadata.name, p.status.podIP ?? '']));
+}
+
+/** The agents' DaemonSets of the chart. */
+const AGENT_DAEMONSETS = ['atoll-agent-cloud', 'atoll-agent-edge'] as const;
+
+/**
+ * Rolls the agents to image `atoll.dev/atoll:<tag>` as an operator would: the image imported into every node's
+ * containerd, `kubectl set image` on both DaemonSets (RollingUpdate, one node at a time each), then `kubectl rollout
+ * status` until both are done. Meanwhile a watch of Atoll's pods times each node's agent restart.
+ * @returns the restarts, as {@link agentRestarts} found them. @throws AtollError LAB_PREREQUISITE_MISSING without the
+ * image; LAB_STEP_FAILED when the rollout does not finish.
+ */
+export async function rollAgents(kube: LabKubernetes, containerds: ReadonlyMap<string, Containerd>, tag: string): Promise<AgentRestart[]> {
+  const tarball = atollImageTarball(tag);
+  if (!existsSync(tarball)) throw atollError('LAB_PREREQUISITE_MISSING', `the agent-roll fault rolls to ${tarball}, which is not built`, `node_modules/.bin/node scripts/image.ts --tag ${tag}`);
+  for (const ctd of containerds.values()) await importImage(ctd, tarball);
+  const sightings: AtollPodSighting[] = [];
+  // bounded: it ends by itself should this process die without stopping it
+  const watch = new Child([...kube.kubectlCommand, 'get', 'pods', '-n', LAB_ATOLL_NAMESPACE, '--watch', `--request-timeout=${WATCH_MAX_S}s`, '-o', `jsonpath=${ATOLL_POD_WATCH_TEMPLATE}`], { output: 'stdout' });
+  let partial = '';
+  watch.stdout?.on('data', (d: Buffer) => {
+    const lines = (partial + d.toString()).split('\n');
+    partial = lines.pop() ?? '';
+    const at = performance.now();
+    for (const line of lines) {
+      const s = parseAtollPodLine(line, at);
+      if (s) sightings.push(s);
+    }
+  });
+  try {
+    // the watch's first list: every agent seen before anything changes
+    const listed = Date.now() + WATCH_START_TIMEOUT_MS;
+    while (sightings.length === 0 && Date.now() < listed) await sleep(50);
+    for (const ds of AGENT_DAEMONSETS) await kube.kubectl(['set', 'image', '-n', LAB_ATOLL_NAMESPACE, `daemonset/${ds}`, `agent=atoll.dev/atoll:${tag}`]);
+    await Promise.all(AGENT_DAEMONSETS.map((ds) => kube.kubectl(['rollout', 'status', '-n', LAB_ATOLL_NAMESPACE, `daemonset/${ds}`, '--timeout=300s']).catch((err: Error) => {
+      throw atollError('LAB_STEP_FAILED', `rolling daemonset/${ds} to ${tag}: ${err.message}`, `kubectl get pods -n ${LAB_ATOLL_NAMESPACE} -o wide`, err);
+    })));
+    await sleep(WATCH_SETTLE_MS);
+  } finally {
+    await watch.stop();
+  }
+  return agentRestarts(sightings);
+}
+
+/** How long the watch of the roll may take to list Atoll's pods, and how long it runs on after the rollout is done. */
+const WATCH_START_TIMEOUT_MS = 10_000;
+const WATCH_SETTLE_MS = 1000;
+/** The longest a watch of a roll may run: the rollouts' own bound (300 s) and a margin. */
+const WATCH_MAX_S = 600;
+
+/** The image tag the agent-roll fault rolls the agents to (`node scripts/image.ts --tag <it>`). */
+export const ATOLL_ROLL_TAG = `${ATOLL_IMAGE_TAG}-b`;
