@@ -27,7 +27,8 @@ import { readTunnelStatus, statusSocketOf } from '../adapters/ops/status-socket.
 import { renderPeers } from '../core/tunnel/status.ts';
 import { Nft } from '../adapters/kernel/nft.ts';
 import { Child } from './io/child-process.ts';
-import { KubePods, type LabKubernetes } from './lab-kube.ts';
+import type { LabKubernetes } from './lab-kube.ts';
+import { KubePods } from './lab-kube-pods.ts';
 import {
   ATOLL_ROLL_TAG, type AtollComponent, type ContainerRestart, crashSandbox, killAtollContainer, nodesRunning, podIps, recreateStatefulPod, rollAgents, scaleController,
 } from './lab-kube-faults.ts';

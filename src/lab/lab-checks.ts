@@ -11,7 +11,7 @@ import { readAgentStatus, statusSocketOf } from '../adapters/ops/status-socket.t
 import { type TracePath, tracePath } from '../core/ops/trace.ts';
 import type { AgentStatus } from '../core/ops/agent-status.ts';
 import type { PeerPath } from '../core/tunnel/status.ts';
-import { KubePods, type LabWorkloads, startWorkloads } from './lab-kube.ts';
+import { KubePods, type LabWorkloads, startWorkloads } from './lab-kube-pods.ts';
 import { ProbeClient } from './probe.ts';
 import { pathIn, tunnelPaths } from './lab-convergence.ts';
 import { type LabOptions, mapLimit, nsPath, type RunningLab } from './running-lab.ts';
@@ -94,9 +94,9 @@ export async function runChecks(lab: RunningLab, opts: LabOptions): Promise<LabC
 }
 
 /**
- * `--kubernetes`: the workloads applied through the API (src/lab/lab-kube.ts startWorkloads: a Deployment with a pod
- * on every node, a StatefulSet), then the whole matrix between their pods, with the IPs the API gives, judged as the
- * lab's own pods are. Their pods then join `lab.pods` (and `lab.workloadPods`), for the faults.
+ * `--kubernetes`: the workloads applied through the API (src/lab/lab-kube-pods.ts startWorkloads: a Deployment with
+ * a pod on every node, a StatefulSet), then the whole matrix between their pods, with the IPs the API gives, judged as
+ * the lab's own pods are. Their pods then join `lab.pods` (and `lab.workloadPods`), for the faults.
  */
 export async function checkWorkloads(lab: RunningLab, opts: LabOptions): Promise<{ workloads: LabWorkloads; cells: LabCell[] }> {
   // cannot happen: its only caller (src/cli/lab.ts) asks only of a lab up with --kubernetes, whose pods are KubePods
