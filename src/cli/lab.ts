@@ -93,7 +93,7 @@ async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> 
   if (mode === 'up' && faultList.faults.length > 0) throw atollError('LAB_SPEC_INVALID', '--faults is for `atoll lab run`', 'use `atoll lab run --faults ...`');
   if (mode === 'up' && values.prometheus) throw atollError('LAB_SPEC_INVALID', '--prometheus is for `atoll lab run`', 'use `atoll lab run --prometheus`');
   if (values.kubernetes && faultList.faults.includes('agent-roll')) {
-    const { atollImageTarball } = await import('../lab/lab-kube.ts');
+    const { atollImageTarball } = await import('../lab/lab-kube-install.ts');
     const { ATOLL_ROLL_TAG } = await import('../lab/lab-kube-faults.ts');
     if (!existsSync(atollImageTarball(ATOLL_ROLL_TAG))) {
       throw atollError('LAB_PREREQUISITE_MISSING', `the agent-roll fault rolls the agents to ${atollImageTarball(ATOLL_ROLL_TAG)}, which is not built`, `node_modules/.bin/node scripts/image.ts --tag ${ATOLL_ROLL_TAG}, or leave agent-roll out of --faults`);

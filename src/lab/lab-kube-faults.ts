@@ -15,7 +15,8 @@ import { exec } from '../adapters/exec.ts';
 import { NETNS_DIR } from './io/processes.ts';
 import { sleep } from '../adapters/timers.ts';
 import { enterSandbox, type LabPodInfo } from './lab-pods.ts';
-import { ATOLL_IMAGE_TAG, ATOLL_READY_TIMEOUT_MS, atollImageTarball, atollPods, type LabKubernetes, podReady } from './lab-kube.ts';
+import { atollPods, type LabKubernetes, podReady } from './lab-kube.ts';
+import { ATOLL_IMAGE_TAG, ATOLL_READY_TIMEOUT_MS, atollImageTarball } from './lab-kube-install.ts';
 import { POD_RUNNING_TIMEOUT_MS, sandboxOf, workloadPods } from './lab-kube-pods.ts';
 
 /** The uid of pod `name` in namespace `lab` (undefined when it does not exist). */

@@ -1,8 +1,8 @@
 /**
  * `atoll lab`: a whole cloud and edge cluster on one machine, for real. This file builds it ({@link labUp}): the
  * planned topology (src/lab/plan/plan.ts) from network namespaces, the controller, the relay and an agent per node as
- * real processes (or, with `--kubernetes`, Atoll installed through its chart: src/lab/lab-kube.ts), then the pods
- * through the real `atoll-cni` (by containerd's CRI when containerd is installed, else by calling it directly:
+ * real processes (or, with `--kubernetes`, Atoll installed through its chart: src/lab/lab-kube-install.ts), then the
+ * pods through the real `atoll-cni` (by containerd's CRI when containerd is installed, else by calling it directly:
  * src/lab/lab-pods.ts). Beside it: the running lab's handle and what the later steps share
  * (src/lab/running-lab.ts), waiting for the agents to converge (src/lab/lab-convergence.ts), the checks
  * (src/lab/lab-checks.ts), the faults (src/lab/faults.ts), removing runs (src/lab/lab-down.ts).
@@ -34,7 +34,8 @@ import { Tc } from './io/tc.ts';
 import { AgentProcess, DELAY_BIN, LIBFAKETIME } from './agent-process.ts';
 import { ServiceProcess } from './service-process.ts';
 import { choosePodMode, CriPods, DirectPods, type LabContainerdRecord, type LabPodInfo, type LabPodRuntime } from './lab-pods.ts';
-import { agentPodLogTail, ATOLL_IMAGE_TAG, type AtollInstall, installAtoll, type LabKubernetes, startLabKubernetes } from './lab-kube.ts';
+import { type LabKubernetes, startLabKubernetes } from './lab-kube.ts';
+import { agentPodLogTail, ATOLL_IMAGE_TAG, type AtollInstall, installAtoll } from './lab-kube-install.ts';
 import { KubePods } from './lab-kube-pods.ts';
 import { labPreflight, requireRoot, uplinkDelayMethod } from './lab-preflight.ts';
 import { waitForBlocksAndPeers, waitForSiteRoutes, waitForTunnelPaths } from './lab-convergence.ts';
@@ -280,7 +281,7 @@ async function startKubernetes(b: Build, podRuntime: LabPodRuntime): Promise<{ k
 
 /**
  * `--kubernetes`: containerds (each node's own host directories), Kubernetes, then Atoll installed through its chart
- * (src/lab/lab-kube.ts installAtoll); no agent, controller or relay process of the lab's own. Then as without
+ * (src/lab/lab-kube-install.ts installAtoll); no agent, controller or relay process of the lab's own. Then as without
  * Kubernetes: until the agents converged and every tunnel pair is on its path, read from their state and status
  * sockets in the nodes' own directories.
  */

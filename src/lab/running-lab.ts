@@ -14,7 +14,8 @@ import { NETNS_DIR } from './io/processes.ts';
 import { type AgentProcess, fakeClockLauncher } from './agent-process.ts';
 import type { ServiceProcess } from './service-process.ts';
 import type { LabPodInfo, LabPodRuntime, LabPodsChoice } from './lab-pods.ts';
-import type { AtollInstall, LabKubernetes } from './lab-kube.ts';
+import type { LabKubernetes } from './lab-kube.ts';
+import type { AtollInstall } from './lab-kube-install.ts';
 import type { LabRuns } from './lab-down.ts';
 
 export interface LabOptions {
