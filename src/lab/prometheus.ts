@@ -15,7 +15,7 @@ import { exec } from '../adapters/exec.ts';
 import { installRoot } from '../adapters/install-root.ts';
 import { healthyChecks, LAB_PROMETHEUS_LISTEN, metricNamesIn, type PromCheck, prometheusConfig, relayDownChecks } from './plan/monitoring.ts';
 import { nsPath, recordProcess, type RunningLab } from './running-lab.ts';
-import { restartService } from './faults.ts';
+import { restartService } from './fault-actions.ts';
 
 export const PROMETHEUS_BIN = '/usr/bin/prometheus';
 export const GRAFANA_DASHBOARD = join(installRoot(), 'deploy', 'grafana', 'atoll.json');
