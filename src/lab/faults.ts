@@ -1,38 +1,31 @@
 /**
- * The lab's faults, for real: kills and restarts the controller, the relay and agents by PID, cuts and flaps an edge router's
- * uplink with an nftables table of its own, "reboots" a node (its agent killed, its devices and nft table deleted,
- * the agent started again while its site is cut off) and re-creates pods (through containerd's CRI, StopPodSandbox,
- * RemovePodSandbox and RunPodSandbox under the same name, or by CNI DEL and ADD). What hits whom and how
- * the results are judged is planned in src/lab/plan/faults.ts.
+ * The lab's faults, for real, run one after the other on the live lab and judged (what hits whom, and how the results
+ * are judged, is planned in src/lab/plan/faults.ts): the whole matrix right before and after each, sample pings and
+ * TCP flows held across it (src/lab/samplers.ts), the fault itself held and healed (src/lab/fault-actions.ts: kills
+ * and restarts by PID, an edge router's uplink cut and flapped, a node "rebooted", pods re-created; its Kubernetes
+ * forms in src/lab/lab-kube-faults.ts), then until every sample answers and every tunnel pair is back on its expected
+ * path. With `--kubernetes` the lab's Service is checked after each.
  *
  * Safety: everything happens inside the run's namespaces; processes are stopped by PID (the ones the lab started);
  * every wait is bounded; a fault that throws still restores the uplink it cut.
- *
- * The samplers held across a fault (the pings, the TCP flows): src/lab/samplers.ts. What each fault does to the lab,
- * and how long it is held: src/lab/fault-actions.ts.
  */
-import { readFileSync, writeFileSync } from 'node:fs';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { asAtollError, atollError } from '../core/errors.ts';
+import { asAtollError } from '../core/errors.ts';
 import {
   CLOCK_JUMP, type FlowResult, judgeFault, type LabFaultKind, type LabFaultResult, type LabFaultTarget, lostOutsideWindows, type LossWindow, windowsFor, type MatrixCount,
   peerCutRuleset, planFault, sampleStats, type SampleStats,
 } from './plan/faults.ts';
-import { NODE_DEVICES } from './plan/plan.ts';
-import { LAB_NODE_DELETE_GRACE_SECONDS, labChartEndpoints } from './plan/kubernetes.ts';
-import { removeContainerdLeftovers } from './io/containerd/containerd.ts';
+import { labChartEndpoints } from './plan/kubernetes.ts';
 import { verdictOf } from './plan/report.ts';
-import { IpRoute2 } from '../adapters/kernel/iproute2.ts';
 import { readTunnelStatus, statusSocketOf } from '../adapters/ops/status-socket.ts';
 import { Nft } from '../adapters/kernel/nft.ts';
 import type { LabKubernetes } from './lab-kube.ts';
-import { KubePods } from './lab-kube-pods.ts';
 import {
-  ATOLL_ROLL_TAG, type AtollComponent, type ContainerRestart, crashSandbox, killAtollContainer, nodesRunning, podIps, recreateStatefulPod, rollAgents, scaleController,
+  ATOLL_ROLL_TAG, crashSandbox, deleteNode, killAtollContainers, killChartContainers, kubeOf, nodeHoldings, podIps, reachWhileCut, recreateStatefulPod, rollAgents, scaleController,
 } from './lab-kube-faults.ts';
 import { checkService, exposePod } from './lab-kube-service.ts';
-import { ProbeClient } from './probe.ts';
 import { Flow, FLOW_START_TIMEOUT_MS, PING_INTERVAL_S, Pinger } from './samplers.ts';
 import {
   cutFromCloud, cutUplink, flushConntrack, HOLD_MS, moveRouter, rebuildingLine, recreatePod, replacePod, restartAgent, restartService, restoreUplink, routerOf, wipeNode,
@@ -52,13 +45,10 @@ const FLAPS = 3;
 const FLAP_MS = 700;
 /** Bound on waiting for every sample to answer again after the heal (the edge re-dials with backoff of at most 30 s). */
 const RECOVERY_TIMEOUT_MS = 35_000;
-/** How long a client of the site keeps trying the restarted pod while its site is cut (crash-offline). */
-const REACH_TIMEOUT_MS = 15_000;
 /** Bound on waiting, after that, for every tunnel pair to be back on its expected path (hole punching retries with backoff). */
 const PATHS_TIMEOUT_MS = 40_000;
 const WARMUP_TIMEOUT_MS = 5000;
 
-const ip = new IpRoute2();
 const nft = new Nft();
 
 /** How long the first agent of offline-restart-all stays down: past the datagram path's 3 s deadline at its peers. */
@@ -76,140 +66,12 @@ async function waitUntil(check: () => boolean, timeoutMs: number): Promise<boole
   return check();
 }
 
-/**
- * `--kubernetes`: kills the chart's `component` container on each of `nodes` (default: every node running one) at
- * once and waits until each is running and ready again (src/lab/lab-kube-faults.ts killAtollContainer).
- */
-async function killAtollContainers(lab: RunningLab, component: AtollComponent, nodes?: readonly string[]): Promise<ContainerRestart[]> {
-  const { containerds } = kubeOf(lab);
-  const names = nodes ?? await nodesRunning(containerds, component);
-  if (names.length === 0) throw atollError('LAB_STEP_FAILED', `no node runs the chart's ${component}`, `read the kubelets' logs in --keep-logs: the ${component}'s pods did not start`);
-  return Promise.all(names.map((name) => {
-    const n = lab.plan.nodes.find((x) => x.name === name);
-    // cannot happen: faults name only the plan's own sites, nodes and pods (planFault)
-    if (!n) throw new Error(`unknown node ${name}`);
-    return killAtollContainer(containerds, n, component);
-  }));
-}
-
-/** {@link killAtollContainers}, told as one line for the fault's facts. */
-async function killChartContainers(lab: RunningLab, component: AtollComponent, nodes?: readonly string[]): Promise<string> {
-  const restarts = await killAtollContainers(lab, component, nodes);
-  return `${component} container killed (SIGKILL) on ${restarts.map((r) => r.node).join(', ')}; running and ready again after ${restarts.map((r) => `${((r.toMs - r.fromMs) / 1000).toFixed(1)} s`).join(', ')}`;
-}
-
-/** The Kubernetes of a `--kubernetes` lab and its nodes' containerds, for the faults through it. */
-function kubeOf(lab: RunningLab): { kube: LabKubernetes; containerds: KubePods['containerds'] } {
-  // cannot happen: planFault gives the Kubernetes forms only to a --kubernetes lab
-  if (!lab.kubernetes || !(lab.podRuntime instanceof KubePods)) throw new Error('this fault goes through Kubernetes (--kubernetes)');
-  return { kube: lab.kubernetes, containerds: lab.podRuntime.containerds };
-}
-
-/** How long the controller gets to release a deleted Node's blocks: its grace, then a resync or two. */
-const RELEASE_TIMEOUT_MS = (LAB_NODE_DELETE_GRACE_SECONDS + 30) * 1000;
-
-/**
- * `node-delete`: the node's kubelet and kube-proxy stopped and its containerd with every pod killed (the machine
- * switched off), `kubectl delete node`, then until the API holds no IPBlock of the node and no other node routes one
- * of its blocks. The node and its pods leave the lab (its plan, pods and workloads) for the rest of the run; its
- * namespace stays until the run's removal. Returns facts; what fails goes to `notes`.
- */
-async function deleteNode(lab: RunningLab, node: string, notes: string[]): Promise<string[]> {
-  const { kube } = kubeOf(lab);
-  const n = lab.plan.nodes.find((x) => x.name === node);
-  const ctd = lab.state.containerds?.find((c) => c.node === node);
-  // cannot happen: faults name only the plan's own sites, nodes and pods (planFault)
-  if (!n || !ctd) throw new Error(`node ${node} has no containerd in the run`);
-  let blocks: string[] = [];
-  try {
-    blocks = (JSON.parse(readFileSync(join(n.dataDir, 'cluster-state.json'), 'utf8')) as { blocks: string[] }).blocks;
-  } catch (err) {
-    notes.push(`could not read ${node}'s blocks: ${asAtollError(err).message}`);
-  }
-  const inApi = async () => (await kube.kubectl(['get', 'ipblocks', '-l', `atoll.dev/node=${node}`, '-o', 'name'])).trim().split('\n').filter(Boolean).length;
-  const before = await inApi();
-  await kube.kubelets.get(node)?.stop();
-  await kube.kubeProxies.get(node)?.stop();
-  await removeContainerdLeftovers(ctd);
-  const t = performance.now();
-  await kube.kubectl(['delete', 'node', node, '--wait=true', '--timeout=60s']);
-  // from here on the lab goes on without it
-  lab.plan = { ...lab.plan, nodes: lab.plan.nodes.filter((x) => x.name !== node), pods: lab.plan.pods.filter((p) => p.node !== node) };
-  for (const list of [lab.pods, lab.workloadPods]) {
-    for (let i = list.length - 1; i >= 0; i--) if (list[i]?.node === node) list.splice(i, 1);
-  }
-  const released = await waitUntilAsync(async () => (await inApi()) === 0, RELEASE_TIMEOUT_MS);
-  const releasedMs = Math.round(performance.now() - t);
-  if (!released) notes.push(`${node}'s IPBlocks still in the API ${RELEASE_TIMEOUT_MS / 1000} s after its deletion`);
-  const routedBy = async () => (await Promise.all(lab.plan.nodes.map(async (x) => {
-    const have = new Set((await ip.json<{ dst: string }>(['route', 'show', 'proto', '44'], { netns: nsPath(x.netns) })).map((r) => r.dst));
-    return blocks.some((b) => have.has(b)) ? [x.name] : [];
-  }))).flat();
-  const dropped = await waitUntilAsync(async () => (await routedBy()).length === 0, RELEASE_TIMEOUT_MS);
-  if (!dropped) notes.push(`still routing ${node}'s blocks ${blocks.join(', ')}: ${(await routedBy()).join(', ')}`);
-  return [`${node} deleted: ${before} IPBlock${before === 1 ? '' : 's'} (${blocks.join(', ')}) released ${released ? `${(releasedMs / 1000).toFixed(1)} s after the deletion` : 'never'} (grace ${LAB_NODE_DELETE_GRACE_SECONDS} s), `
-    + `${dropped ? `their routes gone from all ${lab.plan.nodes.length} other nodes ${((performance.now() - t) / 1000).toFixed(1)} s after it` : 'routes still held'}`];
-}
-
-async function waitUntilAsync(check: () => Promise<boolean>, timeoutMs: number): Promise<boolean> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    if (await check().catch(() => false)) return true;
-    if (Date.now() > deadline) return false;
-    await sleep(500);
-  }
-}
-
-/** What a node holds that a rolling update of its agent must leave alone: its routes of ours and its VTEP MAC. */
-async function nodeHoldings(lab: RunningLab): Promise<Map<string, string>> {
-  return new Map(await Promise.all(lab.plan.nodes.map(async (n) => {
-    const netns = nsPath(n.netns);
-    const routes = (await ip.json<{ dst: string; dev?: string; gateway?: string }>(['route', 'show', 'proto', '44'], { netns })).map((r) => `${r.dst} ${r.dev ?? ''} ${r.gateway ?? ''}`).sort();
-    const vtep = (await ip.json<{ address?: string }>(['link', 'show', NODE_DEVICES.overlay], { netns }).catch(() => []))[0]?.address ?? 'none';
-    return [n.name, `vtep ${vtep}; routes ${routes.join(', ')}`] as const;
-  })));
-}
-
-/**
- * `crash-offline`, while the site is cut off: from every other pod of the site and every node namespace of it, a TCP
- * echo to the restarted pod directly and through a ClusterIP Service in front of it only (made before the cut: the
- * site's kube-proxies keep its endpoint, which is still right because the pod kept its IP). Returns notes for what
- * failed, and the counts.
- */
-async function reachWhileCut(lab: RunningLab, site: string, pod: LabPodInfo, clusterIp: string): Promise<{ notes: string[]; line: string }> {
-  const siteNodes = lab.plan.nodes.filter((n) => n.site === site);
-  const clients = [
-    ...lab.pods.filter((p) => p.name !== pod.name && siteNodes.some((n) => n.name === p.node)).map((p) => ({ from: p.name, enter: p.enter })),
-    ...siteNodes.map((n) => ({ from: `node ${n.name}`, enter: ['nsenter', `--net=${nsPath(n.netns)}`, '--'] })),
-  ];
-  const server = new ProbeClient(pod.enter, pod.name, lab.state.dir);
-  const probes = clients.map((c) => ({ ...c, probe: new ProbeClient(c.enter, c.from, lab.state.dir) }));
-  try {
-    await Promise.all([server.ready(), ...probes.map((p) => p.probe.ready())]);
-    const tryTcp = async (probe: ProbeClient, to: string) => {
-      const deadline = Date.now() + REACH_TIMEOUT_MS;
-      for (;;) {
-        if ((await probe.tcp(to, 2000)).ok) return true;
-        if (Date.now() > deadline) return false;
-        await sleep(500);
-      }
-    };
-    const results = await Promise.all(probes.map(async (c) => ({ from: c.from, direct: await tryTcp(c.probe, pod.ip), service: await tryTcp(c.probe, clusterIp) })));
-    const notes = results.flatMap((r) => [...(r.direct ? [] : [`${r.from} did not reach ${pod.name} at ${pod.ip} while the site was cut`]), ...(r.service ? [] : [`${r.from} did not reach ${pod.name} through Service ${clusterIp} while the site was cut`])]);
-    const n = (k: 'direct' | 'service') => results.filter((r) => r[k]).length;
-    return { notes, line: `while cut: ${n('direct')}/${results.length} of the site reached it directly, ${n('service')}/${results.length} through the Service` };
-  } finally {
-    await Promise.all([server.close(), ...probes.map((p) => p.probe.close())]);
-  }
-}
-
 function count(cells: Awaited<ReturnType<typeof runChecks>>): MatrixCount {
   const v = verdictOf(cells);
   const failed = cells.filter((c) => c.verdict !== 'ok' && c.verdict !== 'blocked as expected').slice(0, 6).map((c) => `${c.from} -> ${c.to}: ${c.note ?? c.verdict}`);
   return { ok: v.ok, shouldWork: v.shouldWork, working: v.working, ...(failed.length > 0 ? { failed } : {}) };
 }
 
-/** The whole matrix, quietly, counted; and how long it took. */
 /** A whole matrix, counted: how long it took and when it ended (performance.now()). */
 export interface Measured {
   readonly count: MatrixCount;
@@ -219,6 +81,7 @@ export interface Measured {
   readonly tunnelViews?: readonly string[];
 }
 
+/** The whole matrix, quietly, counted; and how long it took. */
 async function measure(lab: RunningLab): Promise<Measured> {
   const t = performance.now();
   const cells = await runChecks(lab, { say: () => {} });

@@ -1,15 +1,20 @@
 /**
- * The faults' Kubernetes forms (`--kubernetes`; what hits whom is planned in src/lab/plan/faults.ts): a StatefulSet's
- * pod deleted and re-created by its controller, a pod's sandbox killed as a crash would, the chart's containers killed
- * on their nodes, the controller's Deployment scaled, the agents rolled to another image. What reads only the node
- * (its containerd, a probe from inside its namespace) works while its site is cut off from the API server.
+ * The faults' Kubernetes forms (`--kubernetes`; what hits whom is planned in src/lab/plan/faults.ts, src/lab/faults.ts
+ * runs them): a StatefulSet's pod deleted and re-created by its controller, a pod's sandbox killed as a crash would,
+ * the chart's containers killed on their nodes, the controller's Deployment scaled, the agents rolled to another image
+ * (and what a node holds compared across the roll), a Node deleted with its machine switched off, a restarted pod
+ * reached while its site is cut off. What reads only the node (its containerd, a probe from inside its namespace)
+ * works while its site is cut off from the API server.
  */
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { atollError } from '../core/errors.ts';
-import { type AgentRestart, agentRestarts, type AtollPodSighting, ATOLL_POD_WATCH_TEMPLATE, LAB_ATOLL_NAMESPACE, LAB_OPS_PORTS, parseAtollPodLine } from './plan/kubernetes.ts';
-import { LAB_POD_NAMESPACE, type LabNode } from './plan/plan.ts';
-import { type Containerd, importImage, killTask } from './io/containerd/containerd.ts';
+import { asAtollError, atollError } from '../core/errors.ts';
+import {
+  type AgentRestart, agentRestarts, type AtollPodSighting, ATOLL_POD_WATCH_TEMPLATE, LAB_ATOLL_NAMESPACE, LAB_NODE_DELETE_GRACE_SECONDS, LAB_OPS_PORTS, parseAtollPodLine,
+} from './plan/kubernetes.ts';
+import { LAB_POD_NAMESPACE, type LabNode, NODE_DEVICES } from './plan/plan.ts';
+import { type Containerd, importImage, killTask, removeContainerdLeftovers } from './io/containerd/containerd.ts';
+import { IpRoute2 } from '../adapters/kernel/iproute2.ts';
 import { Child } from './io/child-process.ts';
 import { exec } from '../adapters/exec.ts';
 import { NETNS_DIR } from './io/processes.ts';
@@ -17,7 +22,11 @@ import { sleep } from '../adapters/timers.ts';
 import { enterSandbox, type LabPodInfo } from './lab-pods.ts';
 import { atollPods, type LabKubernetes, podReady } from './lab-kube.ts';
 import { ATOLL_IMAGE_TAG, ATOLL_READY_TIMEOUT_MS, atollImageTarball } from './lab-kube-install.ts';
-import { POD_RUNNING_TIMEOUT_MS, sandboxOf, workloadPods } from './lab-kube-pods.ts';
+import { KubePods, POD_RUNNING_TIMEOUT_MS, sandboxOf, workloadPods } from './lab-kube-pods.ts';
+import { ProbeClient } from './probe.ts';
+import { nsPath, type RunningLab } from './running-lab.ts';
+
+const ip = new IpRoute2();
 
 /** The uid of pod `name` in namespace `lab` (undefined when it does not exist). */
 async function podUid(kube: LabKubernetes, name: string): Promise<string | undefined> {
@@ -200,3 +209,133 @@ const WATCH_MAX_S = 600;
 
 /** The image tag the agent-roll fault rolls the agents to (`node scripts/image.ts --tag <it>`). */
 export const ATOLL_ROLL_TAG = `${ATOLL_IMAGE_TAG}-b`;
+
+/** How long a client of the site keeps trying the restarted pod while its site is cut (crash-offline). */
+const REACH_TIMEOUT_MS = 15_000;
+
+/**
+ * `--kubernetes`: kills the chart's `component` container on each of `nodes` (default: every node running one) at
+ * once and waits until each is running and ready again (src/lab/lab-kube-faults.ts killAtollContainer).
+ */
+export async function killAtollContainers(lab: RunningLab, component: AtollComponent, nodes?: readonly string[]): Promise<ContainerRestart[]> {
+  const { containerds } = kubeOf(lab);
+  const names = nodes ?? await nodesRunning(containerds, component);
+  if (names.length === 0) throw atollError('LAB_STEP_FAILED', `no node runs the chart's ${component}`, `read the kubelets' logs in --keep-logs: the ${component}'s pods did not start`);
+  return Promise.all(names.map((name) => {
+    const n = lab.plan.nodes.find((x) => x.name === name);
+    // cannot happen: faults name only the plan's own sites, nodes and pods (planFault)
+    if (!n) throw new Error(`unknown node ${name}`);
+    return killAtollContainer(containerds, n, component);
+  }));
+}
+
+/** {@link killAtollContainers}, told as one line for the fault's facts. */
+export async function killChartContainers(lab: RunningLab, component: AtollComponent, nodes?: readonly string[]): Promise<string> {
+  const restarts = await killAtollContainers(lab, component, nodes);
+  return `${component} container killed (SIGKILL) on ${restarts.map((r) => r.node).join(', ')}; running and ready again after ${restarts.map((r) => `${((r.toMs - r.fromMs) / 1000).toFixed(1)} s`).join(', ')}`;
+}
+
+/** The Kubernetes of a `--kubernetes` lab and its nodes' containerds, for the faults through it. */
+export function kubeOf(lab: RunningLab): { kube: LabKubernetes; containerds: KubePods['containerds'] } {
+  // cannot happen: planFault gives the Kubernetes forms only to a --kubernetes lab
+  if (!lab.kubernetes || !(lab.podRuntime instanceof KubePods)) throw new Error('this fault goes through Kubernetes (--kubernetes)');
+  return { kube: lab.kubernetes, containerds: lab.podRuntime.containerds };
+}
+
+/** How long the controller gets to release a deleted Node's blocks: its grace, then a resync or two. */
+const RELEASE_TIMEOUT_MS = (LAB_NODE_DELETE_GRACE_SECONDS + 30) * 1000;
+
+/**
+ * `node-delete`: the node's kubelet and kube-proxy stopped and its containerd with every pod killed (the machine
+ * switched off), `kubectl delete node`, then until the API holds no IPBlock of the node and no other node routes one
+ * of its blocks. The node and its pods leave the lab (its plan, pods and workloads) for the rest of the run; its
+ * namespace stays until the run's removal. Returns facts; what fails goes to `notes`.
+ */
+export async function deleteNode(lab: RunningLab, node: string, notes: string[]): Promise<string[]> {
+  const { kube } = kubeOf(lab);
+  const n = lab.plan.nodes.find((x) => x.name === node);
+  const ctd = lab.state.containerds?.find((c) => c.node === node);
+  // cannot happen: faults name only the plan's own sites, nodes and pods (planFault)
+  if (!n || !ctd) throw new Error(`node ${node} has no containerd in the run`);
+  let blocks: string[] = [];
+  try {
+    blocks = (JSON.parse(readFileSync(join(n.dataDir, 'cluster-state.json'), 'utf8')) as { blocks: string[] }).blocks;
+  } catch (err) {
+    notes.push(`could not read ${node}'s blocks: ${asAtollError(err).message}`);
+  }
+  const inApi = async () => (await kube.kubectl(['get', 'ipblocks', '-l', `atoll.dev/node=${node}`, '-o', 'name'])).trim().split('\n').filter(Boolean).length;
+  const before = await inApi();
+  await kube.kubelets.get(node)?.stop();
+  await kube.kubeProxies.get(node)?.stop();
+  await removeContainerdLeftovers(ctd);
+  const t = performance.now();
+  await kube.kubectl(['delete', 'node', node, '--wait=true', '--timeout=60s']);
+  // from here on the lab goes on without it
+  lab.plan = { ...lab.plan, nodes: lab.plan.nodes.filter((x) => x.name !== node), pods: lab.plan.pods.filter((p) => p.node !== node) };
+  for (const list of [lab.pods, lab.workloadPods]) {
+    for (let i = list.length - 1; i >= 0; i--) if (list[i]?.node === node) list.splice(i, 1);
+  }
+  const released = await waitUntilAsync(async () => (await inApi()) === 0, RELEASE_TIMEOUT_MS);
+  const releasedMs = Math.round(performance.now() - t);
+  if (!released) notes.push(`${node}'s IPBlocks still in the API ${RELEASE_TIMEOUT_MS / 1000} s after its deletion`);
+  const routedBy = async () => (await Promise.all(lab.plan.nodes.map(async (x) => {
+    const have = new Set((await ip.json<{ dst: string }>(['route', 'show', 'proto', '44'], { netns: nsPath(x.netns) })).map((r) => r.dst));
+    return blocks.some((b) => have.has(b)) ? [x.name] : [];
+  }))).flat();
+  const dropped = await waitUntilAsync(async () => (await routedBy()).length === 0, RELEASE_TIMEOUT_MS);
+  if (!dropped) notes.push(`still routing ${node}'s blocks ${blocks.join(', ')}: ${(await routedBy()).join(', ')}`);
+  return [`${node} deleted: ${before} IPBlock${before === 1 ? '' : 's'} (${blocks.join(', ')}) released ${released ? `${(releasedMs / 1000).toFixed(1)} s after the deletion` : 'never'} (grace ${LAB_NODE_DELETE_GRACE_SECONDS} s), `
+    + `${dropped ? `their routes gone from all ${lab.plan.nodes.length} other nodes ${((performance.now() - t) / 1000).toFixed(1)} s after it` : 'routes still held'}`];
+}
+
+async function waitUntilAsync(check: () => Promise<boolean>, timeoutMs: number): Promise<boolean> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    if (await check().catch(() => false)) return true;
+    if (Date.now() > deadline) return false;
+    await sleep(500);
+  }
+}
+
+/** What a node holds that a rolling update of its agent must leave alone: its routes of ours and its VTEP MAC. */
+export async function nodeHoldings(lab: RunningLab): Promise<Map<string, string>> {
+  return new Map(await Promise.all(lab.plan.nodes.map(async (n) => {
+    const netns = nsPath(n.netns);
+    const routes = (await ip.json<{ dst: string; dev?: string; gateway?: string }>(['route', 'show', 'proto', '44'], { netns })).map((r) => `${r.dst} ${r.dev ?? ''} ${r.gateway ?? ''}`).sort();
+    const vtep = (await ip.json<{ address?: string }>(['link', 'show', NODE_DEVICES.overlay], { netns }).catch(() => []))[0]?.address ?? 'none';
+    return [n.name, `vtep ${vtep}; routes ${routes.join(', ')}`] as const;
+  })));
+}
+
+/**
+ * `crash-offline`, while the site is cut off: from every other pod of the site and every node namespace of it, a TCP
+ * echo to the restarted pod directly and through a ClusterIP Service in front of it only (made before the cut: the
+ * site's kube-proxies keep its endpoint, which is still right because the pod kept its IP). Returns notes for what
+ * failed, and the counts.
+ */
+export async function reachWhileCut(lab: RunningLab, site: string, pod: LabPodInfo, clusterIp: string): Promise<{ notes: string[]; line: string }> {
+  const siteNodes = lab.plan.nodes.filter((n) => n.site === site);
+  const clients = [
+    ...lab.pods.filter((p) => p.name !== pod.name && siteNodes.some((n) => n.name === p.node)).map((p) => ({ from: p.name, enter: p.enter })),
+    ...siteNodes.map((n) => ({ from: `node ${n.name}`, enter: ['nsenter', `--net=${nsPath(n.netns)}`, '--'] })),
+  ];
+  const server = new ProbeClient(pod.enter, pod.name, lab.state.dir);
+  const probes = clients.map((c) => ({ ...c, probe: new ProbeClient(c.enter, c.from, lab.state.dir) }));
+  try {
+    await Promise.all([server.ready(), ...probes.map((p) => p.probe.ready())]);
+    const tryTcp = async (probe: ProbeClient, to: string) => {
+      const deadline = Date.now() + REACH_TIMEOUT_MS;
+      for (;;) {
+        if ((await probe.tcp(to, 2000)).ok) return true;
+        if (Date.now() > deadline) return false;
+        await sleep(500);
+      }
+    };
+    const results = await Promise.all(probes.map(async (c) => ({ from: c.from, direct: await tryTcp(c.probe, pod.ip), service: await tryTcp(c.probe, clusterIp) })));
+    const notes = results.flatMap((r) => [...(r.direct ? [] : [`${r.from} did not reach ${pod.name} at ${pod.ip} while the site was cut`]), ...(r.service ? [] : [`${r.from} did not reach ${pod.name} through Service ${clusterIp} while the site was cut`])]);
+    const n = (k: 'direct' | 'service') => results.filter((r) => r[k]).length;
+    return { notes, line: `while cut: ${n('direct')}/${results.length} of the site reached it directly, ${n('service')}/${results.length} through the Service` };
+  } finally {
+    await Promise.all([server.close(), ...probes.map((p) => p.probe.close())]);
+  }
+}
