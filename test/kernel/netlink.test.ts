@@ -12,7 +12,8 @@ import { AtollError } from '../../src/core/errors.ts';
 import { type Cidr, parseCidr, parseIpv4 } from '../../src/core/net/ipv4.ts';
 import { AF_BRIDGE, AF_INET, decodeLink, delLink, NETLINK_NETFILTER, newDefaultRoute4, newVeth, NUD_PERMANENT } from '../../src/core/net/netlink-codec.ts';
 import { hostRequests, planPod, podRequests } from '../../src/core/plan/pod-plan.ts';
-import { LinkWatch, RtnlSocket } from '../../src/adapters/kernel/netlink.ts';
+import { LinkWatch } from '../../src/adapters/kernel/link-watch.ts';
+import { RtnlSocket } from '../../src/adapters/kernel/netlink.ts';
 import { inNetns } from '../../src/adapters/kernel/netns.ts';
 import { addNetns, delNetns, dumpNetns, leftoverNetns, rootSkipReason, sh } from '../../harness/netns.ts';
 

@@ -29,7 +29,7 @@ export interface AsyncFn<A extends unknown[], R> {
   async: (...args: [...A, Callback<R>]) => void;
 }
 
-/** Netlink sockets (src/adapters/kernel/netlink.ts): sends and receives may wait in the kernel, on libuv's pool. */
+/** Netlink sockets (src/adapters/kernel/netlink.ts, link-watch.ts): sends and receives may wait in the kernel, on libuv's pool. */
 export interface NetlinkCalls {
   socket: AsyncFn<[number, number, number], number>;
   bind: AsyncFn<[number, Buffer, number], number>;
