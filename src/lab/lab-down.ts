@@ -126,7 +126,6 @@ export async function labDown(target: { runId: string } | { all: boolean }, opts
   return out;
 }
 
-
 /** Removes runs whose `atoll lab` process is gone without detaching (it crashed or was killed). */
 export async function removeStaleRuns(runs: LabRuns, store: LabStateStore, say: (l: string) => void): Promise<void> {
   for (const id of store.list()) {

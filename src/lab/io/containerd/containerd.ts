@@ -20,17 +20,18 @@
  *   unless `netnsUnderStateDir: false`. They are visible only in containerd's mount namespace: use
  *   {@link Containerd.execInNetns} (or `/proc/<sandbox pid>/ns/net`) to run commands in a pod's netns.
  * - Processes are stopped by PID, never by name; leftovers are found by mount-namespace identity.
+ *
+ * Commands run and processes stopped, bounded: commands.ts.
  */
-import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { closeSync, existsSync, openSync } from 'node:fs';
 import { mkdir, readFile, readdir, readlink, rmdir, writeFile } from 'node:fs/promises';
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { atollError } from '../../../core/errors.ts';
-import { pollUntil } from '../../../core/retry.ts';
-import { sleep, wallClock } from '../../../adapters/timers.ts';
 import { connectCri, type CriClient } from './cri-client.ts';
 import { buildPauseImage, PAUSE_IMAGE_REF } from './pause-image.ts';
+import { type ExecResult, run, runAll, terminate, waitFor } from './commands.ts';
 
 /** Where `ip netns add` puts named network namespaces. */
 export const NETNS_RUN_DIR = '/var/run/netns';
@@ -123,12 +124,6 @@ export interface ContainerdLeftovers {
   readonly workDir: string;
 }
 
-/** Output of a command that exited with status 0. */
-export interface ExecResult {
-  stdout: string;
-  stderr: string;
-}
-
 /** A running private containerd. */
 export interface Containerd {
   /** CRI client connected to this instance. */
@@ -188,20 +183,6 @@ function layout(workDir: string): Paths {
   };
 }
 
-/** Runs a command (argument array, no shell) and returns its output; errors (LAB_STEP_FAILED) name `what` and carry stderr. */
-function run(file: string, args: readonly string[], what: string, timeoutMs = 30_000): Promise<ExecResult> {
-  return new Promise((resolve, reject) => {
-    execFile(file, args, { timeout: timeoutMs, maxBuffer: 16 * 1024 * 1024 }, (err, stdout, stderr) => {
-      if (err) {
-        const detail = stderr.trim() || err.message;
-        reject(atollError('LAB_STEP_FAILED', `${what} failed: ${file} ${args.join(' ')}: ${detail}`, `the quoted output of ${file} says why`, err));
-      } else {
-        resolve({ stdout, stderr });
-      }
-    });
-  });
-}
-
 /** Renders containerd's config (TOML version 2). JSON string syntax is valid TOML for basic strings and arrays. */
 function renderConfig(p: Paths, init: ContainerdInit): string {
   const q = JSON.stringify;
@@ -255,32 +236,6 @@ function checkPreconditions(init: ContainerdInit, p: Paths): string {
     }
   }
   return netnsPath;
-}
-
-/** Waits until `check` returns true, polling every `intervalMs`; rejects (LAB_STEP_FAILED) with `what` after `timeoutMs`. */
-async function waitFor(check: () => Promise<boolean>, timeoutMs: number, what: string, intervalMs = 50): Promise<void> {
-  if (!(await pollUntil(check, { intervalMs, timeoutMs }, { clock: wallClock, sleep }))) throw atollError('LAB_STEP_FAILED', `timed out after ${timeoutMs} ms waiting for ${what}`);
-}
-
-/** Resolves once `child` has exited (immediately if it already has), or after `timeoutMs` with false. */
-function exited(child: ChildProcess, timeoutMs: number): Promise<boolean> {
-  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve(true);
-  return new Promise((resolve) => {
-    const timer = setTimeout(() => resolve(false), timeoutMs);
-    child.once('exit', () => {
-      clearTimeout(timer);
-      resolve(true);
-    });
-  });
-}
-
-/** SIGTERM, then SIGKILL after `timeoutMs`; only this child, by its PID. Throws if it survives SIGKILL. */
-async function terminate(child: ChildProcess, what: string, timeoutMs: number): Promise<void> {
-  if (await exited(child, 0)) return;
-  child.kill('SIGTERM');
-  if (await exited(child, timeoutMs)) return;
-  child.kill('SIGKILL');
-  if (!(await exited(child, 5_000))) throw atollError('LAB_STEP_FAILED', `${what} (pid ${child.pid}) survived SIGKILL; inspect it with ps`);
 }
 
 /**
@@ -495,24 +450,6 @@ async function removeAllSandboxes(cri: CriClient): Promise<void> {
   if (failures.length > 0) {
     const message = failures.map((f) => f.message).join('; ');
     throw atollError('LAB_STEP_FAILED', message, 'read the containerd log: removing a sandbox calls CNI DEL, which needs the agent', new AggregateError(failures, message));
-  }
-}
-
-/** Runs each teardown step even if earlier ones fail, then throws one LAB_STEP_FAILED naming every failure (an AggregateError its cause). */
-async function runAll(steps: readonly [string, () => Promise<unknown>][], what: string): Promise<void> {
-  const failures: Error[] = [];
-  for (const [name, step] of steps) {
-    try {
-      await step();
-    } catch (err) {
-      // only a cause: gathered into the LAB_STEP_FAILED below
-      failures.push(new Error(`${name}: ${(err as Error).message}`, { cause: err }));
-    }
-  }
-  if (failures.length > 0) {
-    const list = failures.map((f) => f.message).join('; ');
-    const message = `${what}: ${failures.length} teardown step(s) failed: ${list}`;
-    throw atollError('LAB_STEP_FAILED', message, 'look for what is left with ps, mount and the cgroup tree (`atoll lab down --all` removes a lab\'s leftovers)', new AggregateError(failures, message));
   }
 }
 
