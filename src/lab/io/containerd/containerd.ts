@@ -21,7 +21,7 @@
  *   {@link Containerd.execInNetns} (or `/proc/<sandbox pid>/ns/net`) to run commands in a pod's netns.
  * - Processes are stopped by PID, never by name; leftovers are found by mount-namespace identity.
  *
- * Commands run and processes stopped, bounded: commands.ts.
+ * Commands run and processes stopped, bounded: commands.ts. Its files and the config it runs with: config.ts.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { closeSync, existsSync, openSync } from 'node:fs';
@@ -32,6 +32,7 @@ import { atollError } from '../../../core/errors.ts';
 import { connectCri, type CriClient } from './cri-client.ts';
 import { buildPauseImage, PAUSE_IMAGE_REF } from './pause-image.ts';
 import { type ExecResult, run, runAll, terminate, waitFor } from './commands.ts';
+import { layout, type Paths, renderConfig } from './config.ts';
 
 /** Where `ip netns add` puts named network namespaces. */
 export const NETNS_RUN_DIR = '/var/run/netns';
@@ -41,16 +42,6 @@ const SHIM_SOCKET_ROOT = '/run/containerd';
 
 /** libcni's default result cache, which containerd 1.6 uses; private (a tmpfs) to each instance. */
 const CNI_CACHE_DIR = '/var/lib/cni';
-
-/** Plugins the harness never needs; disabling them keeps start-up quiet and free of probing. */
-const DISABLED_PLUGINS: readonly string[] = [
-  'io.containerd.snapshotter.v1.aufs',
-  'io.containerd.snapshotter.v1.btrfs',
-  'io.containerd.snapshotter.v1.devmapper',
-  'io.containerd.snapshotter.v1.zfs',
-  'io.containerd.tracing.processor.v1.otlp',
-  'io.containerd.internal.v1.tracing',
-];
 
 /** Log line of containerd 1.6 when the CRI plugin failed to load: the socket answers, CRI never will. */
 const CRI_LOAD_FAILURE = 'failed to load plugin io.containerd.grpc.v1.cri';
@@ -151,74 +142,6 @@ export interface Containerd {
    * step even if one fails, then rejects with all failures.
    */
   stop(): Promise<void>;
-}
-
-/** File layout of one instance below workDir. */
-interface Paths {
-  config: string;
-  root: string;
-  state: string;
-  socket: string;
-  ttrpcSocket: string;
-  opt: string;
-  log: string;
-  podLogs: string;
-  pauseImageDir: string;
-  cgroupKeep: string;
-}
-
-/** Computes the file layout below `workDir`. */
-function layout(workDir: string): Paths {
-  return {
-    config: join(workDir, 'containerd.toml'),
-    root: join(workDir, 'root'),
-    state: join(workDir, 'state'),
-    socket: join(workDir, 'containerd.sock'),
-    ttrpcSocket: join(workDir, 'containerd.sock.ttrpc'),
-    opt: join(workDir, 'opt'),
-    log: join(workDir, 'containerd.log'),
-    podLogs: join(workDir, 'pod-logs'),
-    pauseImageDir: join(workDir, 'pause-image'),
-    cgroupKeep: join(workDir, 'cgroup-keep'),
-  };
-}
-
-/** Renders containerd's config (TOML version 2). JSON string syntax is valid TOML for basic strings and arrays. */
-function renderConfig(p: Paths, init: ContainerdInit): string {
-  const q = JSON.stringify;
-  const cri = '[plugins."io.containerd.grpc.v1.cri"';
-  return `${[
-    'version = 2',
-    `root = ${q(p.root)}`,
-    `state = ${q(p.state)}`,
-    `disabled_plugins = ${q(DISABLED_PLUGINS)}`,
-    '',
-    '[grpc]',
-    `  address = ${q(p.socket)}`,
-    '[ttrpc]',
-    `  address = ${q(p.ttrpcSocket)}`,
-    '[debug]',
-    `  level = ${q(init.logLevel ?? 'info')}`,
-    '[plugins."io.containerd.internal.v1.opt"]',
-    `  path = ${q(p.opt)}`,
-    `${cri}]`,
-    `  sandbox_image = ${q(PAUSE_IMAGE_REF)}`,
-    '  restrict_oom_score_adj = true',
-    '  disable_apparmor = true',
-    '  disable_tcp_service = true',
-    '  stream_server_address = "127.0.0.1"',
-    '  stream_server_port = "0"',
-    `  netns_mounts_under_state_dir = ${init.netnsUnderStateDir ?? true}`,
-    `${cri}.containerd]`,
-    '  snapshotter = "overlayfs"',
-    '  default_runtime_name = "runc"',
-    `${cri}.containerd.runtimes.runc]`,
-    '  runtime_type = "io.containerd.runc.v2"',
-    `${cri}.cni]`,
-    `  bin_dir = ${q(init.cniBinDir)}`,
-    `  conf_dir = ${q(init.cniConfDir)}`,
-    '  max_conf_num = 1',
-  ].join('\n')}\n`;
 }
 
 /** Checks what the harness cannot work without and names the fix. */
