@@ -3,7 +3,8 @@
  * pod, the route the source node's kernel takes, a verdict per cell), the same matrix between the workloads' pods
  * (`--kubernetes`), and `atoll trace` run on every judged cell against the path the matrix measured.
  */
-import { classifyRoute, expectationOf, expectedPath, type LabPath, type LabPlan, type ObservedRoute } from './plan/plan.ts';
+import type { LabPlan } from './plan/plan.ts';
+import { classifyRoute, expectationOf, expectedPath, type LabPath, type ObservedRoute } from './plan/paths.ts';
 import { judgeCell, type LabCell, type PingResult, type TcpResult } from './plan/report.ts';
 import { exec } from '../adapters/exec.ts';
 import { IpRoute2 } from '../adapters/kernel/iproute2.ts';

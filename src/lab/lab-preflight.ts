@@ -7,7 +7,8 @@
 import { accessSync, constants, existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { atollError, asAtollError } from '../core/errors.ts';
-import { type LabDelayBy, natRuleset } from './plan/plan.ts';
+import type { LabDelayBy } from './plan/plan.ts';
+import { natRuleset } from './plan/setup.ts';
 import type { LabSpec } from './plan/spec.ts';
 import { IpRoute2 } from '../adapters/kernel/iproute2.ts';
 import { Nft } from '../adapters/kernel/nft.ts';

@@ -4,7 +4,7 @@
  * that node is this one, in this site (VXLAN to its VTEP, or a direct route) or beyond it (the tunnel: a direct
  * stream, hole-punched, or relayed through the relay), and, when there is no path, why and where it breaks. Pure.
  *
- * The path names are the lab's (src/lab/plan/plan.ts `LabPath`), so the lab can check an explanation against what
+ * The path names are the lab's (src/lab/plan/paths.ts `LabPath`), so the lab can check an explanation against what
  * its matrix measured; `broken` is a path that should exist and does not now.
  */
 import { cidrContains, parseCidr, parseIpv4 } from '../net/ipv4.ts';

@@ -9,7 +9,8 @@
  * again, the uplink restored, the pod re-added) to the first reply after the last lost packet of the slowest sample.
  */
 import { CLOUD_SITE, labUsesUdp } from './spec.ts';
-import { expectationOf, expectedPath, type LabPath, type LabPlan, udpBlockedAt } from './plan.ts';
+import { type LabPlan, udpBlockedAt } from './plan.ts';
+import { expectationOf, expectedPath, type LabPath } from './paths.ts';
 
 export type LabFaultKind = 'controller-kill' | 'relay-kill' | 'direct-path-cut' | 'agent-restart' | 'offline-restart' | 'pod-recreate' | 'uplink-cut' | 'uplink-flap' | 'node-reboot'
   | 'offline-restart-all' | 'nat-reboot-offline' | 'clock-jump' | 'readdress-offline' | 'statefulset-recreate' | 'crash-offline' | 'agent-roll' | 'node-delete';

@@ -4,7 +4,8 @@
  * answers against what the plan knows. Pure: the Prometheus configuration, the queries and what each should answer.
  */
 import { CLOUD_SITE, labUsesUdp } from './spec.ts';
-import { expectedPath, LAB_MONITOR, type LabPlan, udpBlockedAt } from './plan.ts';
+import { LAB_MONITOR, type LabPlan, udpBlockedAt } from './plan.ts';
+import { expectedPath } from './paths.ts';
 import { PEER_PATH_KINDS, type PeerPathKind } from '../../core/tunnel/status.ts';
 
 /** Where the lab's Prometheus listens, inside the controller's namespace (loopback only). */

@@ -1,9 +1,9 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync, writeFileSync } from 'node:fs';
-import {
-  agentConfigFor, classifyRoute, expectedPath, interfaceNames, labPrefix, natRuleset, nodeHostDirs, planLab, relayConfigFor, renderLabSetup, runIdOfNetns, uplinkQdiscLines, type LabNode, type LabPlan,
-} from './plan.ts';
+import { agentConfigFor, interfaceNames, labPrefix, nodeHostDirs, planLab, relayConfigFor, runIdOfNetns, type LabNode, type LabPlan } from './plan.ts';
+import { classifyRoute, expectedPath } from './paths.ts';
+import { natRuleset, renderLabSetup, uplinkQdiscLines } from './setup.ts';
 import { DEFAULT_LAB_SPEC, describeLabSpec, labSpecProblems, type EdgeSiteSpec, type LabSpec } from './spec.ts';
 import { judgeCell, renderFailures, renderMatrix, renderSummary, summarize, verdictOf, type LabCell } from './report.ts';
 

@@ -1,7 +1,8 @@
 /**
  * The lab's topology as data: from a {@link LabSpec} to the namespaces, links, addresses, routes, NAT rulesets,
- * uplink qdiscs, the controller's and every agent's configuration, and the pods. Pure; `src/lab/lab.ts` applies it
- * through the ip, tc and nft adapters, and the check matrix reads the expected path of every pod pair from it.
+ * uplink qdiscs, the controller's and every agent's configuration, and the pods. Pure; ./setup.ts writes the NAT
+ * rulesets and qdiscs and renders the plan as setup phases, which `src/lab/lab.ts` applies through the ip, tc and nft
+ * adapters, and ./paths.ts reads the expected path of every pod pair from it.
  *
  * ```
  *                       wan (the internet, 198.51.100.0/24 on bridge inet0)
@@ -23,6 +24,11 @@
  * - The wan has no route into the edge LANs: an edge is reachable only through its router's NAT, as on the internet.
  */
 import { CLOUD_SITE, type LabSpec, labUsesUdp, type NatType, type UplinkConditions } from './spec.ts';
+import { natRuleset, uplinkQdiscLines } from './setup.ts';
+
+// For src/lab/lab.ts, which imported them from here before they moved; import them from ./setup.ts there and drop
+// this.
+export { type LabSetupStep, renderLabSetup } from './setup.ts';
 
 export const LAB_NETNS_PREFIX = 'atl-lab-';
 /** A run id: 4 lowercase hex digits. */
@@ -35,8 +41,6 @@ export const LAB_RELAY_PORT = 8476;
 export const LAB_POD_NAMESPACE = 'lab';
 /** Names the agent uses inside each node namespace (its configuration defaults, the lab's underlay). */
 export const NODE_DEVICES = Object.freeze({ underlay: 'eth0', bridge: 'atoll0', overlay: 'atoll.1', tunnel: 'atoll.tun' });
-/** The lab's nftables table in the NAT routers. */
-export const LAB_NFT_TABLE = 'atoll-lab';
 
 /**
  * The monitoring network: a bridge in the controller's namespace and a second interface on every node, so one
@@ -50,8 +54,6 @@ const NODE_HOST_BASE = 10;
 const EDGE_ROUTER_BASE = 10;
 
 export type LabNamespaceRole = 'wan' | 'router' | 'controller' | 'node' | 'pod' | 'delay';
-
-/** A cloud service of the lab (the controller, the relay) run as its own process. */
 
 export interface LabNamespace {
   /** Full namespace name (the run prefix included). */
@@ -124,22 +126,12 @@ export interface LabDelayLine {
   readonly logPath: string;
 }
 
-/** Frames a delay line's TAP device holds for the process (a wire does not drop; the default 1000 did, in bursts). */
-export const DELAY_TAP_QUEUE = 65_536;
-/**
- * Sysctls of the namespaces whose bridges are wires (the wan, a delay line's): frames crossing them skip netfilter.
- * With br_netfilter loaded (as on Kubernetes hosts) every new namespace's bridges pass their frames through the IP
- * hooks, conntrack included: on the lossy benchmark's path, bridging that way took about a tenth of the delay lines'
- * CPU on the 2-vCPU VM, which the reference and the tunnel then lacked (plain TCP 0.74 to 0.80 Gbit/s with it, 0.82 to
- * 0.84 without). Routers and nodes keep the host's default.
- */
-export const WIRE_SYSCTLS: readonly string[] = ['net/bridge/bridge-nf-call-iptables=0', 'net/bridge/bridge-nf-call-ip6tables=0', 'net/bridge/bridge-nf-call-arptables=0'];
-
 export interface LabDelayPort {
   readonly tap: string;
   readonly bridge: string;
 }
 
+/** A cloud service of the lab (the controller, the relay) run as its own process. */
 export interface LabService {
   readonly netns: string;
   readonly address: string;
@@ -256,63 +248,10 @@ export function runIdOfNetns(name: string): string | undefined {
   return m?.[1];
 }
 
-/** A tbf burst of 10 ms at the rate, at least 32 KiB (tbf needs at least one packet per timer tick). */
-function tbfBurstBytes(rateMbit: number): number {
-  return Math.max(32 * 1024, Math.ceil((rateMbit * 1_000_000) / 8 / 100));
-}
-
-/**
- * `tc -batch` lines for one direction of an uplink: netem for the delay (its queue sized for 1 Gbit/s at that delay),
- * tbf for the rate, tbf under netem when both.
- */
-export function uplinkQdiscLines(dev: string, c: UplinkConditions): string[] {
-  const tbf = (rate: number) => `tbf rate ${rate}mbit burst ${tbfBurstBytes(rate)} latency 50ms`;
-  const netem = (delay: number) => `netem delay ${delay}ms limit 100000`;
-  if (c.delayMs !== undefined && c.rateMbit !== undefined) {
-    return [`qdisc replace dev ${dev} root handle 1: ${netem(c.delayMs)}`, `qdisc replace dev ${dev} parent 1:1 handle 10: ${tbf(c.rateMbit)}`];
-  }
-  if (c.delayMs !== undefined) return [`qdisc replace dev ${dev} root ${netem(c.delayMs)}`];
-  if (c.rateMbit !== undefined) return [`qdisc replace dev ${dev} root ${tbf(c.rateMbit)}`];
-  return [];
-}
-
-/**
- * The NAT router's ruleset: masquerade the site LAN out of the uplink (`fully-random` for symmetric NAT), and let in
- * from the uplink only what belongs to a connection from inside (a home router's stateful filter).
- */
 /** Whether the site of `node` blocks UDP at its router (`--block-udp`): its tunnels then keep to their TCP streams. */
 export function udpBlockedAt(plan: LabPlan, node: string): boolean {
   const site = plan.nodes.find((n) => n.name === node)?.site;
   return plan.spec.edges.find((e) => e.name === site)?.udpBlocked === true;
-}
-
-export function natRuleset(opts: { site: string; type: NatType; lan: string; uplink: string; lanDev: string; udpBlocked?: boolean }): string {
-  return [
-    `table ip ${LAB_NFT_TABLE}`,
-    `delete table ip ${LAB_NFT_TABLE}`,
-    `table ip ${LAB_NFT_TABLE} {`,
-    `  comment "atoll lab: NAT router of edge site ${opts.site} (${opts.type})"`,
-    `  chain postrouting {`,
-    `    type nat hook postrouting priority srcnat; policy accept;`,
-    `    oifname "${opts.uplink}" ip saddr ${opts.lan} masquerade${opts.type === 'symmetric' ? ' fully-random' : ''}`,
-    `  }`,
-    `  chain forward {`,
-    `    type filter hook forward priority filter; policy accept;`,
-    // a network that blocks UDP (--block-udp): the tunnel's datagram path must fall back to its TCP streams
-    ...(opts.udpBlocked ? [`    oifname "${opts.uplink}" meta l4proto udp drop`, `    iifname "${opts.uplink}" meta l4proto udp drop`] : []),
-    `    iifname "${opts.uplink}" oifname "${opts.lanDev}" ct state established,related accept`,
-    `    iifname "${opts.uplink}" oifname "${opts.lanDev}" drop`,
-    `  }`,
-    // like home and carrier NAT gateways: unsolicited packets to the router itself are dropped, not answered with a
-    // reset (a reset would also leave a conntrack entry that makes the NAT pick another port for a punching SYN)
-    `  chain input {`,
-    `    type filter hook input priority filter; policy accept;`,
-    `    iifname "${opts.uplink}" ct state established,related accept`,
-    `    iifname "${opts.uplink}" drop`,
-    `  }`,
-    `}`,
-    '',
-  ].join('\n');
 }
 
 /**
@@ -475,107 +414,7 @@ export function agentConfigFor(node: LabNode, caCertHash: string, relay: { plan:
   return { ...node.agentConfig, controller: { ...controller, caCertHash }, tunnel: { ...tunnel, ...relayRef } };
 }
 
-/** One step of setting up the lab: a tool fed `input` on stdin, in a namespace (the host's when absent). */
-export interface LabSetupStep {
-  readonly netns?: string;
-  /** `ip -batch -`, `tc -batch -`, `nft -f -`, or sysctl `key=value` lines (keys as paths under /proc/sys). */
-  readonly tool: 'ip' | 'tc' | 'nft' | 'sysctl';
-  readonly lines: readonly string[];
-  /** sysctl: a key the namespace does not have is skipped (its module is not loaded: nothing to turn off). */
-  readonly ifPresent?: boolean;
-}
-
-/**
- * The plan as ordered phases of steps. The steps of one phase are independent (run them in parallel); a phase
- * starts when the previous one is done: namespaces, then devices (veths are created from one end's namespace
- * with the other end born in its own), then addresses, ports, routes, forwarding, NAT and qdiscs.
- */
-export function renderLabSetup(plan: LabPlan): LabSetupStep[][] {
-  const byNs = <T extends { netns: string }>(items: readonly T[], netns: string) => items.filter((i) => i.netns === netns);
-  const create: LabSetupStep[] = [{ tool: 'ip', lines: plan.namespaces.map((n) => `netns add ${n.name}`) }];
-  const devices: LabSetupStep[] = [];
-  const configure: LabSetupStep[] = [];
-  for (const { name, role } of plan.namespaces) {
-    const lines = ['link set lo up'];
-    for (const b of byNs(plan.bridges, name)) lines.push(`link add ${b.ifname} type bridge`);
-    for (const v of plan.veths.filter((x) => x.a.netns === name)) lines.push(`link add ${v.a.ifname} type veth peer name ${v.b.ifname} netns ${v.b.netns}`);
-    const taps = byNs(plan.delayLines, name).flatMap((d) => d.ports);
-    for (const t of taps) lines.push(`tuntap add dev ${t.tap} mode tap vnet_hdr`);
-    devices.push({ netns: name, tool: 'ip', lines });
-
-    const ends = plan.veths.flatMap((v) => [v.a, v.b]).filter((e) => e.netns === name);
-    const conf: string[] = [];
-    for (const b of byNs(plan.bridges, name)) conf.push(...(b.address ? [`addr add ${b.address} dev ${b.ifname}`] : []), `link set ${b.ifname} up`);
-    for (const e of ends) {
-      if (e.master) conf.push(`link set ${e.ifname} master ${e.master}`);
-      if (e.address) conf.push(`addr add ${e.address} dev ${e.ifname}`);
-      conf.push(`link set ${e.ifname} up`);
-    }
-    for (const t of taps) conf.push(`link set ${t.tap} master ${t.bridge} txqueuelen ${DELAY_TAP_QUEUE} up`);
-    for (const r of byNs(plan.routes, name)) conf.push(`route add ${r.dst} via ${r.via}`);
-    if (conf.length > 0) configure.push({ netns: name, tool: 'ip', lines: conf });
-    if (plan.forwarding.includes(name)) configure.push({ netns: name, tool: 'sysctl', lines: ['net/ipv4/ip_forward=1'] });
-    if (role === 'wan' || role === 'delay') configure.push({ netns: name, tool: 'sysctl', lines: WIRE_SYSCTLS, ifPresent: true });
-    for (const n of byNs(plan.nat, name)) configure.push({ netns: name, tool: 'nft', lines: n.ruleset.trimEnd().split('\n') });
-    const tc = byNs(plan.qdiscs, name).flatMap((q) => q.tc);
-    if (tc.length > 0) configure.push({ netns: name, tool: 'tc', lines: tc });
-  }
-  return [create, devices, configure];
-}
-
 /** Every interface name the plan creates (each at most 15 characters: the kernel's IFNAMSIZ - 1). */
 export function interfaceNames(plan: LabPlan): string[] {
   return [...plan.bridges.map((b) => b.ifname), ...plan.veths.flatMap((v) => [v.a.ifname, v.b.ifname]), ...Object.values(NODE_DEVICES)];
-}
-
-/** The path a packet from a pod on `from` to a pod on `to` should take, by the topology and community rules. */
-export type LabPath = 'same node' | 'vxlan' | 'direct route' | 'tunnel direct' | 'tunnel hole-punched' | 'tunnel relayed' | 'not allowed';
-
-/** What the check expects of a path: every path but 'not allowed' must carry ping and TCP. */
-export type LabExpectation = 'reachable' | 'blocked';
-
-export function expectationOf(path: LabPath): LabExpectation {
-  return path === 'not allowed' ? 'blocked' : 'reachable';
-}
-
-/**
- * The expected path between two nodes of `plan`. Same node, then same site (VXLAN or direct routes, by the spec);
- * across sites the tunnel: direct when one end is in the cloud (public addresses: the edge dials out, any NAT
- * passes), hole-punched when both edges share a community behind endpoint-independent NATs, relayed when a
- * symmetric NAT is on the way; edges without a common community are not allowed to talk.
- */
-export function expectedPath(plan: LabPlan, from: string, to: string): LabPath {
-  if (from === to) return 'same node';
-  const a = plan.nodes.find((n) => n.name === from);
-  const b = plan.nodes.find((n) => n.name === to);
-  // cannot happen: callers pass names of the plan's nodes, or of the nodes its pods run on
-  if (!a || !b) throw new Error(`unknown lab node ${a ? to : from}`);
-  if (a.site === b.site) return plan.spec.sameSite === 'direct' ? 'direct route' : 'vxlan';
-  if (a.site === CLOUD_SITE || b.site === CLOUD_SITE) return 'tunnel direct';
-  if (a.community === '' || a.community !== b.community) return 'not allowed';
-  const natOf = (site: string) => plan.spec.edges.find((e) => e.name === site)?.nat;
-  return natOf(a.site) === 'symmetric' || natOf(b.site) === 'symmetric' ? 'tunnel relayed' : 'tunnel hole-punched';
-}
-
-/**
- * Where the source node sends a packet for a pod address: as `ip route get` reports it, and for the tunnel device
- * how the agent carries it to that peer now (`atoll peers`: a direct stream, or through the relay).
- */
-export type ObservedRoute = 'same node' | 'vxlan' | 'direct route' | 'tunnel' | 'tunnel relayed' | 'tunnel down' | 'default route' | 'no route';
-
-/** Classifies `ip -j route get <pod ip>` run in `node`'s namespace. */
-export function classifyRoute(node: Pick<LabNode, 'gateway'>, route: { readonly dev?: string; readonly gateway?: string; readonly type?: string } | undefined): ObservedRoute {
-  if (!route?.dev || (route.type !== undefined && route.type !== 'unicast')) return 'no route';
-  if (route.dev === NODE_DEVICES.bridge) return 'same node';
-  if (route.dev === NODE_DEVICES.overlay) return 'vxlan';
-  if (route.dev === NODE_DEVICES.tunnel) return 'tunnel';
-  if (route.dev === NODE_DEVICES.underlay && route.gateway && route.gateway !== node.gateway) return 'direct route';
-  return 'default route';
-}
-
-/** The route a path needs at the source node; undefined for pairs that are not allowed (no route is right). */
-export function routeFor(path: LabPath): ObservedRoute | undefined {
-  if (path === 'same node' || path === 'vxlan' || path === 'direct route' || path === 'tunnel relayed') return path;
-  if (path === 'tunnel direct' || path === 'tunnel hole-punched') return 'tunnel';
-  return undefined;
 }

@@ -3,7 +3,7 @@
  * the route the source node's kernel chose, ping and TCP results, and a verdict; a summary per path; the terminal
  * rendering. Pure.
  */
-import { expectationOf, type LabExpectation, type LabPath, type ObservedRoute, routeFor } from './plan.ts';
+import { expectationOf, type LabExpectation, type LabPath, type ObservedRoute, routeFor } from './paths.ts';
 
 export interface PingResult {
   readonly ok: boolean;

@@ -1,7 +1,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { aggregateLinks, escapeXml, labSvgInputOf, PATH_STYLE, renderLabSvg, type LabSvgCell, type LabSvgInput } from './svg.ts';
-import { expectationOf, expectedPath, planLab, type LabPath, type LabPlan } from './plan.ts';
+import { planLab, type LabPlan } from './plan.ts';
+import { expectationOf, expectedPath, type LabPath } from './paths.ts';
 import { DEFAULT_LAB_SPEC, type LabSpec } from './spec.ts';
 import type { CellVerdict } from './report.ts';
 

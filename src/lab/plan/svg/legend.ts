@@ -8,7 +8,7 @@ import { type LabSvgLayout, MARGIN } from './layout.ts';
 import { aggregateLinks, cellsWithinNodes, type LabSvgCell, type LabSvgInput, verdictCounts } from './model.ts';
 import { FAIL_COLOR, OK_POD, PATH_STYLE, pathLabel, type TunnelCarrier } from './style.ts';
 import { type CellVerdict, formatMs, median, PATH_ORDER } from '../report.ts';
-import { expectationOf, type LabPath } from '../plan.ts';
+import { expectationOf, type LabPath } from '../paths.ts';
 
 /**
  * E.g. `116/116 cells ok, 0 FAIL, 16 blocked as expected`, as the terminal counts: ok of the cells that should work,

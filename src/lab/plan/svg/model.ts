@@ -4,7 +4,7 @@
  */
 import { type CellVerdict, type LabCell, median } from '../report.ts';
 import type { NatType } from '../spec.ts';
-import type { LabPath } from '../plan.ts';
+import type { LabPath } from '../paths.ts';
 
 export interface LabSvgPod {
   readonly name: string;

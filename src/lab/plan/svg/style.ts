@@ -7,7 +7,7 @@ import { escapeXml, fit, n, rect, text } from './draw.ts';
 import { DOT, type LabSvgLayout, MARGIN, NODE_HEAD, type NodeBox, POD_ROW, SITE_PAD, type SiteBox } from './layout.ts';
 import { cellsWithinNodes, type LabSvgCell, type LabSvgInput, type LabSvgLink, type LabSvgSite, podLabel, routerLabel, sitesByNode, verdictCounts } from './model.ts';
 import { formatMs, PATH_ORDER } from '../report.ts';
-import type { LabPath } from '../plan.ts';
+import type { LabPath } from '../paths.ts';
 
 /** Stroke of each path kind: colour and dash pattern ('' solid). */
 export const PATH_STYLE: Readonly<Record<LabPath, { readonly color: string; readonly dash: string; readonly label: string }>> = Object.freeze({
