@@ -8,7 +8,7 @@
  */
 import { asAtollError } from '../core/errors.ts';
 import { LAB_NETNS_PREFIX, labPrefix, runIdOfNetns } from './plan/plan.ts';
-import { removeContainerdLeftovers } from './io/containerd/containerd.ts';
+import { removeContainerdLeftovers } from './io/containerd/leftovers.ts';
 import { IpRoute2 } from '../adapters/kernel/iproute2.ts';
 import { type LabState, LabStateStore } from './io/lab-state.ts';
 import { commandLine, isAlive, listNetns, pidsInNetns, stopPid } from './io/processes.ts';

@@ -13,7 +13,8 @@ import {
   type AgentRestart, agentRestarts, type AtollPodSighting, ATOLL_POD_WATCH_TEMPLATE, LAB_ATOLL_NAMESPACE, LAB_NODE_DELETE_GRACE_SECONDS, LAB_OPS_PORTS, parseAtollPodLine,
 } from './plan/kubernetes.ts';
 import { LAB_POD_NAMESPACE, type LabNode, NODE_DEVICES } from './plan/plan.ts';
-import { type Containerd, importImage, killTask, removeContainerdLeftovers } from './io/containerd/containerd.ts';
+import { type Containerd, importImage, killTask } from './io/containerd/containerd.ts';
+import { removeContainerdLeftovers } from './io/containerd/leftovers.ts';
 import { IpRoute2 } from '../adapters/kernel/iproute2.ts';
 import { Child } from './io/child-process.ts';
 import { exec } from '../adapters/exec.ts';

@@ -20,7 +20,8 @@ import type { LabPodsChoice } from './lab-spec.ts';
 import { atollError } from '../core/errors.ts';
 import { LAB_POD_NAMESPACE, type LabNode, type LabPlan, type LabPod, nodeHostDirs } from './plan/plan.ts';
 import { invokeCni } from './io/cni-invoke.ts';
-import { type Containerd, type ContainerdLeftovers, startContainerd } from './io/containerd/containerd.ts';
+import { type Containerd, startContainerd } from './io/containerd/containerd.ts';
+import type { ContainerdLeftovers } from './io/containerd/leftovers.ts';
 import { buildPauseImage } from './io/containerd/pause-image.ts';
 import { NETNS_DIR } from './io/processes.ts';
 

@@ -8,7 +8,7 @@
 import { mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { LAB_RUN_ID } from '../plan/plan.ts';
-import type { ContainerdLeftovers } from './containerd/containerd.ts';
+import type { ContainerdLeftovers } from './containerd/leftovers.ts';
 
 export const LAB_STATE_DIR = '/run/atoll-lab';
 
