@@ -5,7 +5,8 @@
 import { existsSync, writeFileSync } from 'node:fs';
 import { LAB_FLAG_OPTIONS, LAB_FLAGS_HELP, type LabFlags, labPodsFromFlag, labSpecFromFlags } from '../lab/lab-spec.ts';
 import { LAB_RUN_ID } from '../lab/plan/plan.ts';
-import { type LabFaultResult, parseFaultList, renderFaults } from '../lab/plan/faults.ts';
+import { parseFaultList } from '../lab/plan/faults.ts';
+import { type LabFaultResult, renderFaults } from '../lab/plan/fault-results.ts';
 import { atollError } from '../core/errors.ts';
 import { type LabCell, renderFailures, renderMatrix, renderSummary, summarize, verdictOf } from '../lab/plan/report.ts';
 import { kubernetesLine } from '../lab/plan/kubernetes.ts';

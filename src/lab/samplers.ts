@@ -3,7 +3,9 @@
  * timestamped as they arrive ({@link Pinger}), and a TCP connection held open with a 100 ms beat ({@link Flow}). Their
  * processes run in the pods' namespaces, are bounded in time whatever happens to the lab, and are stopped by PID.
  */
-import type { FlowResult, LabPodPair, PingReply } from './plan/faults.ts';
+import type { LabPodPair } from './plan/faults.ts';
+import type { PingReply } from './plan/fault-samples.ts';
+import type { FlowResult } from './plan/fault-results.ts';
 import { Child } from './io/child-process.ts';
 import { PROJECT_NODE } from './agent-process.ts';
 import type { LabPodInfo } from './lab-pods.ts';

@@ -19,7 +19,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ATOLL_BIN } from '../../src/lab/agent-process.ts';
 import { ATOLL_IMAGE_TAG, atollImageTarball } from '../../src/lab/lab-kube-install.ts';
-import type { LabFaultResult } from '../../src/lab/plan/faults.ts';
+import type { LabFaultResult } from '../../src/lab/plan/fault-results.ts';
 import type { KubernetesView } from '../../src/lab/lab-kube.ts';
 import type { ServiceCheck } from '../../src/lab/lab-kube-service.ts';
 import type { LabPodInfo } from '../../src/lab/lab-pods.ts';

@@ -12,7 +12,7 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'no
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { LIBFAKETIME } from '../../src/lab/agent-process.ts';
-import type { LabFaultResult } from '../../src/lab/plan/faults.ts';
+import type { LabFaultResult } from '../../src/lab/plan/fault-results.ts';
 import { rootSkipReason } from '../../harness/netns.ts';
 import { runAtoll } from '../support/atoll-cli.ts';
 

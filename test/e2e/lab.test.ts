@@ -12,7 +12,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ATOLL_BIN } from '../../src/lab/agent-process.ts';
 import type { LabCell } from '../../src/lab/plan/report.ts';
-import type { LabFaultResult } from '../../src/lab/plan/faults.ts';
+import type { LabFaultResult } from '../../src/lab/plan/fault-results.ts';
 import { rootSkipReason } from '../../harness/netns.ts';
 import { runAtoll } from '../support/atoll-cli.ts';
 

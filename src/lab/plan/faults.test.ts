@@ -1,6 +1,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { judgeFault, LAB_FAULTS, type LabFaultKind, type LabFaultTarget, type LabFaultTargetOf, lostOutsideWindows, parseFaultList, peerCutRuleset, planFault, renderFaults, sampleStats, uplinkCutRuleset, windowsFor } from './faults.ts';
+import { LAB_FAULTS, type LabFaultKind, type LabFaultTarget, type LabFaultTargetOf, parseFaultList, peerCutRuleset, planFault, uplinkCutRuleset } from './faults.ts';
+import { lostOutsideWindows, sampleStats, windowsFor } from './fault-samples.ts';
+import { judgeFault, renderFaults } from './fault-results.ts';
 import { planLab } from './plan.ts';
 import { DEFAULT_LAB_SPEC, type LabSpec } from './spec.ts';
 

@@ -1,16 +1,20 @@
 /**
  * The lab's faults as data: which faults exist, whom each one hits in a given {@link LabPlan}, which pod pairs are
- * pinged continuously while it lasts, the nftables ruleset that cuts an edge uplink, how loss and convergence are
- * computed from the ping replies, and the terminal table. Pure; `src/lab/faults.ts` applies the faults.
+ * pinged continuously while it lasts, and the nftables rulesets that cut an edge uplink or a path. Pure;
+ * `src/lab/faults.ts` applies the faults; ./fault-samples.ts computes loss and convergence from the ping replies, and
+ * ./fault-results.ts judges each fault and draws the terminal table.
  *
  * A fault runs as: start the sample pings, apply the fault, hold it, heal it, wait (bounded) until every sample
  * answers again, stop the pings, then the whole connectivity matrix again: every cell that should work must work.
- * Convergence is measured from the moment the fault was healed (the controller restarted, the agent answering
- * again, the uplink restored, the pod re-added) to the first reply after the last lost packet of the slowest sample.
  */
 import { CLOUD_SITE, labUsesUdp } from './spec.ts';
 import { type LabPlan, udpBlockedAt } from './plan.ts';
 import { expectationOf, expectedPath, type LabPath } from './paths.ts';
+
+// For src/lab/faults.ts, which imported them from here before they moved; import them from ./fault-samples.ts and
+// ./fault-results.ts there and drop these.
+export { lostOutsideWindows, type LossWindow, sampleStats, type SampleStats, windowsFor } from './fault-samples.ts';
+export { type FlowResult, judgeFault, type LabFaultResult, type MatrixCount } from './fault-results.ts';
 
 export type LabFaultKind = 'controller-kill' | 'relay-kill' | 'direct-path-cut' | 'agent-restart' | 'offline-restart' | 'pod-recreate' | 'uplink-cut' | 'uplink-flap' | 'node-reboot'
   | 'offline-restart-all' | 'nat-reboot-offline' | 'clock-jump' | 'readdress-offline' | 'statefulset-recreate' | 'crash-offline' | 'agent-roll' | 'node-delete';
@@ -382,229 +386,4 @@ export function uplinkCutRuleset(uplink: string): string {
 /** The transaction that lifts {@link uplinkCutRuleset} (idempotent). */
 export function uplinkRestoreRuleset(): string {
   return [`table ip ${LAB_FAULT_NFT_TABLE}`, `delete table ip ${LAB_FAULT_NFT_TABLE}`, ''].join('\n');
-}
-
-/** One reply of a continuous ping: its sequence number and when it arrived (ms, the same clock as `healAtMs`). */
-export interface PingReply {
-  readonly seq: number;
-  readonly atMs: number;
-  /** Round trip ping measured, ms. */
-  readonly rttMs?: number;
-}
-
-/** A reply slower than this counts as part of the outage (a TCP tunnel queues packets through a cut instead of losing them). */
-export const LATE_REPLY_MS = 1000;
-
-export interface SampleStats {
-  readonly from: string;
-  readonly to: string;
-  readonly sent: number;
-  readonly received: number;
-  readonly lossPct: number;
-  /** Replies that came back, but later than {@link LATE_REPLY_MS} (queued through the fault). */
-  readonly late: number;
-  /** Longest time between two replies arriving, ms: the outage as the pod sees it. */
-  readonly maxGapMs: number;
-  /** From the heal to the first reply after the last lost packet; 0 when nothing was lost; undefined when it never answered again. */
-  readonly convergenceMs?: number;
-  /** Faults with loss windows: packets lost outside all of them... */
-  readonly lostOutsideWindows?: number;
-  /** ...in these runs: from the reply before to the sending of the reply after (ms from the fault's start). */
-  readonly outsideRuns?: readonly LossRun[];
-  /** Faults that SIGKILL an agent: packets lost at that instant, in the killed agent's hands ({@link LossWindow.inHand}). */
-  readonly lostInHand?: number;
-}
-
-/** A run of lost packets: between the reply before it and the sending of the reply after it. */
-export interface LossRun {
-  readonly fromMs: number;
-  readonly toMs: number;
-  readonly lost: number;
-}
-
-/** A stretch of time (ms, the clock of the replies) in which a fault may cost packets, e.g. an agent's restart and 1 s after it. */
-export interface LossWindow {
-  readonly fromMs: number;
-  readonly toMs: number;
-  readonly label: string;
-  /** The nodes whose restart it is: it excuses only samples with an end on one of them (every sample when absent). */
-  readonly nodes?: readonly string[];
-  /**
-   * The instant an agent was killed (SIGKILL): what it had read from its socket or TUN device and not yet passed on
-   * dies with it (a process's memory cannot be handed over). Excuses those packets even on samples that may lose none
-   * (the keeper held everything else); none on an idle node, a few when the agent waited for a CPU between reading
-   * and writing.
-   */
-  readonly inHand?: boolean;
-}
-
-/** The windows that may excuse a sample between pods on `nodes`. */
-export function windowsFor(windows: readonly LossWindow[], nodes: readonly string[]): LossWindow[] {
-  return windows.filter((w) => w.nodes === undefined || w.nodes.some((n) => nodes.includes(n)));
-}
-
-/**
- * How many packets of a sample were lost outside every window. A run of lost packets is inside a window when the
- * reply before it came no earlier than the window's start less two ping intervals (the first lost one left up to an
- * interval after that reply, and may have left just before the window opened: a packet in a killed agent's queue,
- * the kill timed by another process), and the reply after it was sent (its arrival less its round trip) no later than
- * the window's end plus one interval. Packets before the first reply (the warm-up) do not count.
- */
-export function lostOutsideWindows(replies: readonly PingReply[], windows: readonly LossWindow[], intervalMs: number): { lost: number; runs: LossRun[] } {
-  const sorted = [...replies].sort((a, b) => a.seq - b.seq);
-  const runs: LossRun[] = [];
-  for (let i = 1; i < sorted.length; i++) {
-    const prev = sorted[i - 1] as PingReply;
-    const next = sorted[i] as PingReply;
-    const run = next.seq - prev.seq - 1;
-    if (run <= 0) continue;
-    const sentAt = next.atMs - (next.rttMs ?? 0);
-    if (!windows.some((w) => prev.atMs >= w.fromMs - 2 * intervalMs && sentAt <= w.toMs + intervalMs)) runs.push({ fromMs: prev.atMs, toMs: sentAt, lost: run });
-  }
-  return { lost: runs.reduce((n, r) => n + r.lost, 0), runs };
-}
-
-/**
- * Loss and convergence of one continuous ping. `transmitted` is what ping reported sending (the last packet may be
- * in flight when it is stopped, so packets after the last reply count as lost only when there is more than one).
- */
-export function sampleStats(pair: LabPodPair, replies: readonly PingReply[], transmitted: number, healAtMs: number): SampleStats {
-  const seqs = new Set(replies.map((r) => r.seq));
-  const maxSeq = Math.max(0, ...seqs);
-  const sent = Math.max(maxSeq, transmitted - 1, 0);
-  const received = seqs.size;
-  const lossPct = sent === 0 ? 100 : Math.round(((sent - received) / sent) * 1000) / 10;
-  const isLate = (r: PingReply) => r.rttMs !== undefined && r.rttMs > LATE_REPLY_MS;
-  const late = replies.filter(isLate).length;
-  const arrivals = replies.map((r) => r.atMs).sort((a, b) => a - b);
-  const maxGapMs = Math.round(arrivals.reduce((g, t, i) => (i === 0 ? g : Math.max(g, t - (arrivals[i - 1] as number))), 0));
-  const base = { ...pair, sent, received, lossPct, late, maxGapMs };
-  // the last bad packet: lost (a gap in the sequence numbers) or answered late
-  let lastBad = 0;
-  for (let s = maxSeq; s >= 1; s--) {
-    if (!seqs.has(s)) {
-      lastBad = s;
-      break;
-    }
-  }
-  for (const r of replies) if (isLate(r) && r.seq > lastBad) lastBad = r.seq;
-  const tailLost = sent - maxSeq > 0;
-  if (received === 0 || tailLost) return base;
-  if (lastBad === 0) return { ...base, convergenceMs: 0 };
-  const first = replies.filter((r) => r.seq > lastBad).sort((a, b) => a.seq - b.seq)[0];
-  return { ...base, ...(first ? { convergenceMs: Math.max(0, Math.round(first.atMs - healAtMs)) } : {}) };
-}
-
-export interface MatrixCount {
-  readonly ok: boolean;
-  readonly shouldWork: number;
-  readonly working: number;
-  /** The first cells that failed (`from -> to: what went wrong`), when some did. */
-  readonly failed?: readonly string[];
-}
-
-/** A TCP connection held open through a fault: whether it survived, and the longest wait for an echo. */
-export interface FlowResult extends LabPodPair {
-  readonly survived: boolean;
-  readonly sentBytes: number;
-  readonly echoedBytes: number;
-  readonly maxGapMs: number;
-  /** Why it broke (the socket error), when it did. */
-  readonly error?: string;
-}
-
-/** What a fault did, for the JSON report and the table. */
-export interface LabFaultResult {
-  readonly kind: LabFaultKind;
-  readonly description: string;
-  readonly skipped?: string;
-  readonly ok: boolean;
-  /** What the fault observed besides its verdict (e.g. who reached a pod while its site was cut); failures are `notes`. */
-  readonly facts?: readonly string[];
-  /**
-   * The whole matrix right before the fault: measured for it, or the previous matrix (the main check or the previous
-   * fault's after) when that ended just before (see beforeAgeMs).
-   */
-  readonly before?: MatrixCount;
-  /** How long before the fault started its "before" matrix ended, ms. */
-  readonly beforeAgeMs?: number;
-  readonly after?: MatrixCount;
-  /** How long the matrices before and after took, ms. */
-  readonly matrixMs?: { readonly before: number; readonly after: number };
-  /** Slowest sample's convergence; undefined when a sample never answered again. */
-  readonly convergenceMs?: number;
-  /** Loss over all sample pings while the fault lasted and until recovery. */
-  readonly lossPct?: number;
-  /** Longest time a sample went without a reply, ms. */
-  readonly maxGapMs?: number;
-  /** From the heal until every tunnel pair was on its expected path again (hole-punched pairs direct again), ms. */
-  readonly pathsBackMs?: number;
-  readonly samples?: readonly SampleStats[];
-  /** The TCP flows held open through the fault. */
-  readonly flows?: readonly FlowResult[];
-  /** Wall time of the CNI ADDs this fault made (pod start latency). */
-  readonly podStartMs?: readonly number[];
-  /** How long the fault was held (ms). */
-  readonly heldMs?: number;
-  readonly durationMs?: number;
-  readonly notes?: readonly string[];
-  /** `--kubernetes`: the clients (every pod and node) that reached the lab's ClusterIP Service after the fault, of all. */
-  readonly service?: { readonly answered: number; readonly of: number };
-  /** Faults with loss windows: where the fault could cost packets (ms from its start). */
-  readonly windows?: readonly LossWindow[];
-}
-
-/** The result of a fault from its parts: ok when the matrix after works, every sample recovered and nothing else broke. */
-export function judgeFault(target: LabFaultTarget, parts: {
-  before: MatrixCount; after: MatrixCount; matrixMs?: { before: number; after: number }; samples: readonly SampleStats[]; flows?: readonly FlowResult[]; podStartMs?: readonly number[];
-  heldMs: number; pathsBackMs?: number; beforeAgeMs?: number; durationMs: number; notes: readonly string[];
-  /** Where the fault could cost packets (ms from its start). */
-  windows?: readonly LossWindow[];
-}): LabFaultResult {
-  const sent = parts.samples.reduce((n, s) => n + s.sent, 0);
-  const received = parts.samples.reduce((n, s) => n + s.received, 0);
-  const lossPct = sent === 0 ? undefined : Math.round(((sent - received) / sent) * 1000) / 10;
-  const unrecovered = parts.samples.filter((s) => s.convergenceMs === undefined);
-  const notes = [...parts.notes];
-  if (!parts.before.ok) notes.push(`${parts.before.shouldWork - parts.before.working} of ${parts.before.shouldWork} cells that should work failed already before the fault`);
-  if (unrecovered.length > 0) notes.push(`no reply again from ${unrecovered.map((s) => `${s.from} -> ${s.to}`).join(', ')}`);
-  if (!parts.after.ok) notes.push(`${parts.after.shouldWork - parts.after.working} of ${parts.after.shouldWork} cells that should work fail after the fault${parts.after.failed?.length ? ` (${parts.after.failed.join('; ')})` : ''}`);
-  if (target.lossless && lossPct !== undefined && lossPct > 5) notes.push(`${lossPct}% loss although the data plane should not notice this fault`);
-  for (const f of parts.flows ?? []) if (!f.survived) notes.push(`the TCP flow ${f.from} -> ${f.to} broke (${f.error ?? 'no echo'})`);
-  if (target.strict) {
-    for (const s of parts.samples) {
-      const free = target.strict.lossFree.some((p) => p.from === s.from && p.to === s.to);
-      const lost = s.sent - s.received - (s.lostInHand ?? 0);
-      if (free && lost > 0) notes.push(`${s.from} -> ${s.to} lost ${lost} packets; it should lose none${s.lostInHand ? ` but the ${s.lostInHand} the killed agent held` : ''}`);
-      else if (!free && (s.lostOutsideWindows ?? 0) > 0) {
-        const runs = (s.outsideRuns ?? []).map((r) => `${r.lost} from +${(r.fromMs / 1000).toFixed(1)} s to +${(r.toMs / 1000).toFixed(1)} s`).join(', ');
-        const allowed = (parts.windows ?? []).map((w) => `${w.label} +${(w.fromMs / 1000).toFixed(1)} to +${(w.toMs / 1000).toFixed(1)} s`).join(', ');
-        notes.push(`${s.from} -> ${s.to} lost ${s.lostOutsideWindows} packets outside the fault's allowed windows (${runs}; allowed: ${allowed || 'none'})`);
-      }
-    }
-  }
-  const maxGapMs = parts.samples.length === 0 ? undefined : Math.max(...parts.samples.map((s) => s.maxGapMs));
-  const convergenceMs = unrecovered.length > 0 || parts.samples.length === 0 ? undefined : Math.max(...parts.samples.map((s) => s.convergenceMs ?? 0));
-  return {
-    kind: target.kind, description: target.description, ok: notes.length === 0, before: parts.before, after: parts.after, ...(parts.matrixMs ? { matrixMs: parts.matrixMs } : {}),
-    ...(convergenceMs !== undefined ? { convergenceMs } : {}), ...(lossPct !== undefined ? { lossPct } : {}), ...(maxGapMs !== undefined ? { maxGapMs } : {}), samples: parts.samples,
-    ...(parts.flows ? { flows: parts.flows } : {}), ...(parts.podStartMs ? { podStartMs: parts.podStartMs } : {}), heldMs: parts.heldMs,
-    ...(parts.pathsBackMs !== undefined ? { pathsBackMs: parts.pathsBackMs } : {}), ...(parts.beforeAgeMs !== undefined ? { beforeAgeMs: parts.beforeAgeMs } : {}),
-    durationMs: parts.durationMs, notes, ...(parts.windows && parts.windows.length > 0 ? { windows: parts.windows } : {}),
-  };
-}
-
-/** The fault table for the terminal. */
-export function renderFaults(results: readonly LabFaultResult[]): string[] {
-  const count = (m: MatrixCount | undefined) => (m ? `${m.working}/${m.shouldWork}` : '-');
-  const rows = [['fault', 'result', 'before', 'after', 'held', 'convergence', 'loss', 'longest gap', 'pod start', 'notes']];
-  for (const r of results) {
-    rows.push([
-      r.kind, r.skipped ? 'skipped' : r.ok ? 'ok' : 'FAIL', count(r.before), count(r.after), r.heldMs === undefined ? '-' : `${r.heldMs} ms`,
-      r.skipped ? '-' : r.convergenceMs === undefined ? 'never' : `${r.convergenceMs} ms`, r.lossPct === undefined ? '-' : `${r.lossPct}%`, r.maxGapMs === undefined ? '-' : `${r.maxGapMs} ms`,
-      r.podStartMs && r.podStartMs.length > 0 ? `${Math.max(...r.podStartMs)} ms` : '-', r.skipped ?? [...(r.service ? [`Service ${r.service.answered}/${r.service.of}`] : []), ...(r.notes ?? [])].join('; '),
-    ]);
-  }
-  const widths = rows.reduce<number[]>((w, r) => r.map((v, i) => Math.max(w[i] ?? 0, v.length)), []);
-  return rows.map((r) => r.map((v, i) => (i === 0 || i === 1 || i === r.length - 1 ? v.padEnd(widths[i] ?? 0) : v.padStart(widths[i] ?? 0))).join('  ').trimEnd());
 }
