@@ -21,9 +21,9 @@ import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { AtollError, asAtollError, atollError } from '../core/errors.ts';
 import {
-  agentConfigFor, type LabNamespace, labPrefix, type LabPlan, type LabSetupStep, relayConfigFor,
-  NODE_HOST_PATHS, NODE_KUBELET_PATHS, planLab, renderLabSetup, runIdOfNetns,
+  agentConfigFor, type LabNamespace, labPrefix, type LabPlan, relayConfigFor, NODE_HOST_PATHS, NODE_KUBELET_PATHS, planLab, runIdOfNetns,
 } from './plan/plan.ts';
+import { type LabSetupStep, renderLabSetup } from './plan/setup.ts';
 import { describeLabSpec, type LabSpec } from './plan/spec.ts';
 import { IpRoute2 } from '../adapters/kernel/iproute2.ts';
 import { type LabState, LabStateStore } from './io/lab-state.ts';

@@ -26,10 +26,6 @@
 import { CLOUD_SITE, type LabSpec, labUsesUdp, type NatType, type UplinkConditions } from './spec.ts';
 import { natRuleset, uplinkQdiscLines } from './setup.ts';
 
-// For src/lab/lab.ts, which imported them from here before they moved; import them from ./setup.ts there and drop
-// this.
-export { type LabSetupStep, renderLabSetup } from './setup.ts';
-
 export const LAB_NETNS_PREFIX = 'atl-lab-';
 /** A run id: 4 lowercase hex digits. */
 export const LAB_RUN_ID = /^[0-9a-f]{4}$/;
