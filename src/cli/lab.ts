@@ -1,6 +1,7 @@
 /**
- * `atoll lab up | run | down`: parses flags, wires src/lab/lab.ts, prints the terminal report and writes the JSON
- * one and the picture. (`atoll lab probe` is the lab's own helper inside each pod.)
+ * `atoll lab up | run | down`: parses flags, wires src/lab (lab.ts builds the lab, lab-checks.ts checks it, faults.ts
+ * runs the faults, lab-down.ts removes it), prints the terminal report and writes the JSON one and the picture.
+ * (`atoll lab probe` is the lab's own helper inside each pod.)
  */
 import { existsSync, writeFileSync } from 'node:fs';
 import { LAB_FLAG_OPTIONS, LAB_FLAGS_HELP, type LabFlags, labPodsFromFlag, labSpecFromFlags } from '../lab/lab-spec.ts';
