@@ -19,7 +19,8 @@ import { Mutex } from '../core/mutex.ts';
 import type { Clock, Logger } from '../core/ports.ts';
 import type { FsIpamStore } from '../adapters/node/ipam-store-fs.ts';
 import type { IpRoute2 } from '../adapters/kernel/iproute2.ts';
-import { initNetlink, LinkWatch, netlinkError, RtnlSocket } from '../adapters/kernel/netlink.ts';
+import { initNetlink, netlinkError, RtnlSocket } from '../adapters/kernel/netlink.ts';
+import { LinkWatch } from '../adapters/kernel/link-watch.ts';
 import { inNetns } from '../adapters/kernel/netns.ts';
 import { writeSysctl, writeSysctlHere } from '../adapters/kernel/sysctl.ts';
 

@@ -37,10 +37,6 @@ import {
 import { errnoText } from './errno.ts';
 import { netlinkCalls } from './libc.ts';
 
-// For src/agent/pod-network.ts, which imported it from here before it moved; import it from ./link-watch.ts there
-// and drop this.
-export { LinkWatch } from './link-watch.ts';
-
 /**
  * Each send that waits in the kernel holds one libuv pool thread. With the default 4, a burst of 30 DELs deletes
  * 4 veths at a time (150 ms here for all 30), while the kernel runs deletions in parallel and shares their RCU
