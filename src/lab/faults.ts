@@ -1,6 +1,6 @@
 /**
  * The lab's faults, for real, run one after the other on the live lab and judged (what hits whom, and how the results
- * are judged, is planned in src/lab/plan/faults.ts): the whole matrix right before and after each, sample pings and
+ * are judged, is planned in src/lab/plan/faults.ts and src/lab/plan/fault-results.ts): the whole matrix right before and after each, sample pings and
  * TCP flows held across it (src/lab/samplers.ts), the fault itself held and healed (src/lab/fault-actions.ts: kills
  * and restarts by PID, an edge router's uplink cut and flapped, a node "rebooted", pods re-created; its Kubernetes
  * forms in src/lab/lab-kube-faults.ts), then until every sample answers and every tunnel pair is back on its expected
@@ -13,10 +13,9 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { asAtollError } from '../core/errors.ts';
-import {
-  CLOCK_JUMP, type FlowResult, judgeFault, type LabFaultKind, type LabFaultResult, type LabFaultTarget, lostOutsideWindows, type LossWindow, windowsFor, type MatrixCount,
-  peerCutRuleset, planFault, sampleStats, type SampleStats,
-} from './plan/faults.ts';
+import { CLOCK_JUMP, type LabFaultKind, type LabFaultTarget, peerCutRuleset, planFault } from './plan/faults.ts';
+import { lostOutsideWindows, type LossWindow, sampleStats, type SampleStats, windowsFor } from './plan/fault-samples.ts';
+import { type FlowResult, judgeFault, type LabFaultResult, type MatrixCount } from './plan/fault-results.ts';
 import { labChartEndpoints } from './plan/kubernetes.ts';
 import { verdictOf } from './plan/report.ts';
 import { readTunnelStatus, statusSocketOf } from '../adapters/ops/status-socket.ts';

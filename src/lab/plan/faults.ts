@@ -11,11 +11,6 @@ import { CLOUD_SITE, labUsesUdp } from './spec.ts';
 import { type LabPlan, udpBlockedAt } from './plan.ts';
 import { expectationOf, expectedPath, type LabPath } from './paths.ts';
 
-// For src/lab/faults.ts, which imported them from here before they moved; import them from ./fault-samples.ts and
-// ./fault-results.ts there and drop these.
-export { lostOutsideWindows, type LossWindow, sampleStats, type SampleStats, windowsFor } from './fault-samples.ts';
-export { type FlowResult, judgeFault, type LabFaultResult, type MatrixCount } from './fault-results.ts';
-
 export type LabFaultKind = 'controller-kill' | 'relay-kill' | 'direct-path-cut' | 'agent-restart' | 'offline-restart' | 'pod-recreate' | 'uplink-cut' | 'uplink-flap' | 'node-reboot'
   | 'offline-restart-all' | 'nat-reboot-offline' | 'clock-jump' | 'readdress-offline' | 'statefulset-recreate' | 'crash-offline' | 'agent-roll' | 'node-delete';
 
