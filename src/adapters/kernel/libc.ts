@@ -39,6 +39,11 @@ export interface NetlinkCalls {
   close: AsyncFn<[number], number>;
 }
 
+/** The numbers both netlink users pass to those calls (Linux's, on every architecture Atoll runs on). */
+export const NETLINK = Object.freeze({
+  AF_NETLINK: 16, SOCK_RAW: 3, SOCK_CLOEXEC: 0o2000000, NETLINK_ROUTE: 0, SOL_SOCKET: 1, SO_RCVTIMEO: 20, EAGAIN: 11, EINTR: 4,
+});
+
 let netlink: NetlinkCalls | undefined;
 
 /** The netlink socket calls, declared on first use. */

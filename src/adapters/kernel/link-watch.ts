@@ -7,19 +7,13 @@ import koffi from 'koffi';
 import { atollError } from '../../core/errors.ts';
 import { AF_UNSPEC, decodeLink, decodeMessages, RTM_DELLINK } from '../../core/net/netlink-codec.ts';
 import { errnoText } from './errno.ts';
-import { netlinkCalls } from './libc.ts';
+import { NETLINK, netlinkCalls } from './libc.ts';
 
-const AF_NETLINK = 16;
-const SOCK_RAW = 3;
-const SOCK_CLOEXEC = 0o2000000;
-const NETLINK_ROUTE = 0;
-const SOL_SOCKET = 1;
-const SO_RCVTIMEO = 20;
+const { AF_NETLINK, SOCK_RAW, SOCK_CLOEXEC, NETLINK_ROUTE, SOL_SOCKET, SO_RCVTIMEO, EAGAIN, EINTR } = NETLINK;
+
 const SO_RCVBUFFORCE = 33;
 const RTMGRP_LINK = 1;
 const ENOBUFS = 105;
-const EAGAIN = 11;
-const EINTR = 4;
 
 /**
  * Link removals announced by the kernel (RTM_DELLINK on the RTNLGRP_LINK multicast group) in the namespace the

@@ -35,7 +35,9 @@ import {
   NLM_F_ACK, NLM_F_DUMP_INTR, NLMSG_DONE, NLMSG_ERROR, type NlMessage, type NlRequest, type RouteInfo,
 } from '../../core/net/netlink-codec.ts';
 import { errnoText } from './errno.ts';
-import { netlinkCalls } from './libc.ts';
+import { NETLINK, netlinkCalls } from './libc.ts';
+
+const { AF_NETLINK, SOCK_RAW, SOCK_CLOEXEC, NETLINK_ROUTE, SOL_SOCKET, SO_RCVTIMEO, EAGAIN, EINTR } = NETLINK;
 
 /**
  * Each send that waits in the kernel holds one libuv pool thread. With the default 4, a burst of 30 DELs deletes
@@ -46,19 +48,11 @@ import { netlinkCalls } from './libc.ts';
 export const THREADPOOL_SIZE = 32;
 process.env.UV_THREADPOOL_SIZE ??= String(THREADPOOL_SIZE);
 
-const AF_NETLINK = 16;
-const SOCK_RAW = 3;
-const SOCK_CLOEXEC = 0o2000000;
-const NETLINK_ROUTE = 0;
 const SOL_NETLINK = 270;
 const NETLINK_CAP_ACK = 10;
 const NETLINK_EXT_ACK = 11;
 const MSG_DONTWAIT = 0x40;
 const MSG_TRUNC = 0x20;
-const SOL_SOCKET = 1;
-const SO_RCVTIMEO = 20;
-const EAGAIN = 11;
-const EINTR = 4;
 const ENODEV = 19;
 const RECV_BUFFER = 32 * 1024;
 /** A dump's parts are at most a page or two each here; iproute2 reads them into 32 KB. */
@@ -123,7 +117,7 @@ export class RtnlSocket {
    * @param protocol NETLINK_ROUTE, or NETLINK_NETFILTER for {@link nftGeneration}.
    * @throws AtollError KERNEL_OP_FAILED with the errno.
    */
-  static open(where = "the agent's namespace", protocol = NETLINK_ROUTE): RtnlSocket {
+  static open(where = "the agent's namespace", protocol: number = NETLINK_ROUTE): RtnlSocket {
     const c = netlinkCalls();
     const fd = c.socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, protocol);
     if (fd < 0) throw atollError('KERNEL_OP_FAILED', `netlink: opening a netlink socket (protocol ${protocol}) in ${where} failed: ${errnoText(koffi.errno())}`);
