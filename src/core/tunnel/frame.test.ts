@@ -1,5 +1,6 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
+import { AtollError } from '../errors.ts';
 import { encodeFrame, FRAME_HEADER, FRAME_KIND, FrameDecoder, FrameError, MAX_FRAME_PAYLOAD, PEER_ID_LEN, peerIdOfPin, pinOfPeerId, writeFrameHeader } from './frame.ts';
 
 function payload(n: number, seed: number): Uint8Array {
@@ -92,7 +93,7 @@ describe('tunnel framing', () => {
     for (const len of [0, MAX_FRAME_PAYLOAD + 1, 0x00ffffff]) {
       const d = new FrameDecoder();
       const h = new Uint8Array([len >>> 24, (len >>> 16) & 255, (len >>> 8) & 255, len & 255]);
-      assert.throws(() => d.push(h, () => assert.fail('no frame')), FrameError);
+      assert.throws(() => d.push(h, () => assert.fail('no frame')), (err: unknown) => err instanceof FrameError && err instanceof AtollError && err.code === 'TUNNEL_FRAME_INVALID');
       assert.throws(() => d.push(encodeFrame(payload(3, 0)), () => undefined), FrameError);
     }
     assert.throws(() => writeFrameHeader(new Uint8Array(FRAME_HEADER), 0, 0), RangeError);

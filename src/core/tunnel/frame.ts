@@ -13,6 +13,7 @@
  * Why 3 length bytes: with GSO offloads a TUN read returns superpackets of up to 64 KB (src/adapters/tunnel/tun.ts), which
  * 2 bytes cannot length, and 24 bits hold any frame.
  */
+import { AtollError } from '../errors.ts';
 
 export const FRAME_KIND = Object.freeze({ packet: 0, control: 1, relayedControl: 3 });
 export type FrameKind = (typeof FRAME_KIND)[keyof typeof FRAME_KIND];
@@ -61,10 +62,13 @@ export function pinOfPeerId(id: Uint8Array): string {
 
 const HEX: readonly string[] = Array.from({ length: 256 }, (_, b) => b.toString(16).padStart(2, '0'));
 
-/** A stream that breaks the framing: the peer is broken or hostile, and its stream must be closed. */
-export class FrameError extends Error {
+/**
+ * A stream that breaks the framing: the peer is broken or hostile, and its stream must be closed. Code
+ * TUNNEL_FRAME_INVALID; the message names the kind and length read.
+ */
+export class FrameError extends AtollError {
   constructor(message: string) {
-    super(message);
+    super('TUNNEL_FRAME_INVALID', { message, fix: 'the far end speaks another tunnel protocol or is broken: run the same Atoll version on agents and relay' });
     this.name = 'FrameError';
   }
 }
