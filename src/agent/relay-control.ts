@@ -133,9 +133,14 @@ export class RelayControl {
       `the relay ${this.#relayAddress} did not answer the circuit request within ${ASK_TIMEOUT_MS / 1000} s`, 'the agent asks again with backoff; check that the relay runs and is not overloaded'));
   }
 
-  /** Sends our public address to the peer `peerPin` through the relay, on `stream`. @throws when it does not answer in time. */
+  /**
+   * Sends our public address to the peer `peerPin` through the relay, on `stream`. @throws when it does not answer in
+   * time; TUNNEL_PIN_INVALID (before anything is sent or awaited) when `peerPin` is not a pin.
+   */
   askPunch(stream: TunnelStream, peerPin: string, me: Observed): Promise<PunchAck> {
-    return this.#ask(this.#punchAnswers, (n) => stream.sendRelayedControl(peerIdOfPin(peerPin), { t: 'punch', n, host: me.host, port: me.port }),
+    // the id first: a throw from inside #ask's send would leave its timer to reject a promise nobody holds
+    const peerId = peerIdOfPin(peerPin);
+    return this.#ask(this.#punchAnswers, (n) => stream.sendRelayedControl(peerId, { t: 'punch', n, host: me.host, port: me.port }),
       () => atollError('TUNNEL_PUNCH_FAILED', `the peer ${peerPin} did not answer the punch request through the relay within ${ASK_TIMEOUT_MS / 1000} s`,
         'the relay carries the pair meanwhile and punching is retried with backoff; check that the peer\'s agent runs and is connected to the relay'));
   }

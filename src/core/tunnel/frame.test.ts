@@ -45,7 +45,9 @@ describe('tunnel framing', () => {
     assert.equal(id[0], 0x0f);
     assert.equal(id[31], 0xa1);
     assert.equal(pinOfPeerId(id), pin);
-    assert.throws(() => peerIdOfPin('sha256:abc'), /not a key pin/);
+    for (const bad of ['sha256:abc', `sha256:${'0F'.repeat(32)}`, `${'0f'.repeat(32)}`, '']) {
+      assert.throws(() => peerIdOfPin(bad), (err: unknown) => err instanceof AtollError && err.code === 'TUNNEL_PIN_INVALID' && /not a key pin/.test(err.message), bad);
+    }
   });
 
   test('kind byte, 3-byte big-endian length, then the payload', () => {

@@ -13,7 +13,7 @@
  * Why 3 length bytes: with GSO offloads a TUN read returns superpackets of up to 64 KB (src/adapters/tunnel/tun.ts), which
  * 2 bytes cannot length, and 24 bits hold any frame.
  */
-import { AtollError } from '../errors.ts';
+import { AtollError, atollError } from '../errors.ts';
 
 export const FRAME_KIND = Object.freeze({ packet: 0, control: 1, relayedControl: 3 });
 export type FrameKind = (typeof FRAME_KIND)[keyof typeof FRAME_KIND];
@@ -42,10 +42,17 @@ export function encodeFrame(payload: Uint8Array, kind: FrameKind = FRAME_KIND.pa
   return out;
 }
 
-/** The peer id (32 bytes) of a pin `sha256:<64 hex>`. @throws RangeError on anything else. */
+/**
+ * The peer id (32 bytes) of a pin `sha256:<64 hex>`.
+ * @throws AtollError TUNNEL_PIN_INVALID on anything else (a peer's pin is a node record's tunnelKey, which the
+ *   controller takes as any string).
+ */
 export function peerIdOfPin(pin: string): Uint8Array {
   const m = /^sha256:([0-9a-f]{64})$/.exec(pin);
-  if (!m) throw new RangeError(`"${pin}" is not a key pin (sha256:<64 hex digits>)`);
+  if (!m) {
+    throw atollError('TUNNEL_PIN_INVALID', `"${pin.slice(0, 80)}" is not a key pin (sha256:<64 hex digits>)`,
+      "the node record with this tunnelKey was not written by an Atoll agent of this version: restart that node's agent, or deregister the node and join it again");
+  }
   const hex = m[1] as string;
   const out = new Uint8Array(PEER_ID_LEN);
   for (let i = 0; i < PEER_ID_LEN; i++) out[i] = Number.parseInt(hex.slice(2 * i, 2 * i + 2), 16);
