@@ -7,6 +7,7 @@
 import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { atollError } from '../../core/errors.ts';
+import { MAX_GENERATION } from '../../core/tunnel/hello.ts';
 import { writeFileDurably } from '../durable-file.ts';
 
 export interface DatagramPeerMemory {
@@ -41,7 +42,9 @@ export class DatagramStateFile {
     try {
       const s = JSON.parse(readFileSync(this.path, 'utf8')) as DatagramLocalState;
       // only a cause: the catch below throws CONFIG_FILE_INVALID with it
-      if (!Number.isInteger(s.port) || !Number.isSafeInteger(s.generation) || typeof s.peers !== 'object' || s.peers === null) throw new Error('missing port, generation or peers');
+      if (!Number.isInteger(s.port) || typeof s.peers !== 'object' || s.peers === null) throw new Error('missing port or peers');
+      // only a cause too; far below MAX_GENERATION, so the generations counted up from it stay valid for any node's life
+      if (!Number.isInteger(s.generation) || s.generation < 0 || s.generation >= MAX_GENERATION / 2) throw new Error(`generation ${s.generation} is not an integer from 0 to below 2^52`);
       return s;
     } catch (cause) {
       throw atollError('CONFIG_FILE_INVALID', `the tunnel's datagram state ${this.path} is unreadable`,

@@ -27,6 +27,8 @@ export const MAX_FRAME_PAYLOAD = 65_535 + 10;
 
 /** Writes the prefix for a `kind` frame of `length` payload bytes into `buf` at `offset`. */
 export function writeFrameHeader(buf: Uint8Array, offset: number, length: number, kind: FrameKind = FRAME_KIND.packet): void {
+  // cannot happen: frames hold an IPv4 packet from the TUN device (at least a header, its total length a 16-bit field),
+  // a control message Atoll wrote itself, or the payload of a frame the decoder already checked against these bounds
   if (!Number.isInteger(length) || length < 1 || length > MAX_FRAME_PAYLOAD) throw new RangeError(`frame payload of ${length} bytes is outside 1..${MAX_FRAME_PAYLOAD}`);
   buf[offset] = kind;
   buf[offset + 1] = (length >>> 16) & 255;

@@ -64,7 +64,11 @@ export type HelloDrop = 'helloMalformed' | 'helloUnknownPeer' | 'helloBadSignatu
 
 /** The bytes of a hello before its signature, into a new buffer of {@link HELLO_LEN} (the caller signs and appends). */
 export function writeHello(generation: number, spki: Uint8Array, eph: Uint8Array, echo: Uint8Array | undefined, derived: boolean): Uint8Array {
+  // cannot happen: the keys are Node's own exports of an Ed25519 and an X25519 key, and the echo a peer's ephemeral key
+  // as parseHello cut it (src/adapters/tunnel/datagram-hello.ts)
   if (spki.length !== HELLO_SPKI_LEN || eph.length !== HELLO_KEY_LEN || (echo && echo.length !== HELLO_KEY_LEN)) throw new RangeError('hello keys of the wrong size');
+  // cannot happen: generations start from the state file, whose load() takes them only below 2^52, and rise by one per
+  // new ephemeral key (src/adapters/tunnel/datagram-state-file.ts)
   if (!Number.isSafeInteger(generation) || generation < 0) throw new RangeError(`bad hello generation ${generation}`);
   const out = new Uint8Array(HELLO_LEN);
   out[0] = HELLO_TYPE;
