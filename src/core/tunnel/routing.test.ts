@@ -1,5 +1,6 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
+import { AtollError } from '../errors.ts';
 import { parseCidr, parseIpv4 } from '../net/ipv4.ts';
 import { packetDestination, packetSource, PeerRoutes, VNET_HDR_LEN } from './routing.ts';
 
@@ -47,6 +48,8 @@ describe('tunnel routing', () => {
   });
 
   test('the same block for two peers is refused', () => {
-    assert.throws(() => new PeerRoutes([{ id: 'x', blocks: [cidr('10.1.0.0/24')] }, { id: 'y', blocks: [cidr('10.1.0.0/24')] }]), /claimed by both x and y/);
+    assert.throws(() => new PeerRoutes([{ id: 'x', blocks: [cidr('10.1.0.0/24')] }, { id: 'y', blocks: [cidr('10.1.0.0/24')] }]),
+      (err: unknown) => err instanceof AtollError && err.code === 'ROUTE_BLOCK_CONFLICT' && /block 10\.1\.0\.0\/24 is claimed by both x and y/.test(err.message));
+    assert.doesNotThrow(() => new PeerRoutes([{ id: 'x', blocks: [cidr('10.1.0.0/24'), cidr('10.1.0.0/24')] }]), 'one peer naming its block twice');
   });
 });

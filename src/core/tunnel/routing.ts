@@ -5,7 +5,8 @@
  *
  * Packets here are as the TUN device gives them with IFF_VNET_HDR: a 10-byte virtio-net header, then the IP packet.
  */
-import { type Cidr, cidrContains } from '../net/ipv4.ts';
+import { atollError } from '../errors.ts';
+import { type Cidr, cidrContains, formatCidr } from '../net/ipv4.ts';
 
 /** Bytes of the virtio-net header in front of every packet (TUNSETVNETHDRSZ). */
 export const VNET_HDR_LEN = 10;
@@ -33,7 +34,8 @@ export function packetSource(pkt: Uint8Array): number | undefined {
 
 /**
  * The peers' blocks as a lookup table. Immutable: build a new one when peers or blocks change.
- * @throws RangeError when two peers claim overlapping-equal blocks (the same prefix twice).
+ * @throws AtollError ROUTE_BLOCK_CONFLICT when two peers claim the same block (the same prefix twice): the peers come
+ *   from the cluster's node records, which should never hold that.
  */
 export class PeerRoutes {
   /** Longest prefix first, so the first match wins. */
@@ -45,9 +47,12 @@ export class PeerRoutes {
     const seen = new Map<string, string>();
     for (const p of peers) {
       for (const b of p.blocks) {
-        const key = `${b.base}/${b.bits}`;
+        const key = formatCidr(b);
         const other = seen.get(key);
-        if (other !== undefined && other !== p.id) throw new RangeError(`block ${key} is claimed by both ${other} and ${p.id}`);
+        if (other !== undefined && other !== p.id) {
+          throw atollError('ROUTE_BLOCK_CONFLICT', `block ${key} is claimed by both ${other} and ${p.id}`,
+            `the controller leases a block to one node only: run atoll ipam check on the controller host, and release ${key} from the node that should not hold it (atoll node deregister)`);
+        }
         seen.set(key, p.id);
         entries.push({ block: b, peer: p.id });
       }
