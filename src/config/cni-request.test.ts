@@ -44,6 +44,21 @@ test('bad input gets the spec code', () => {
   for (const [name, fn, code] of cases) assert.equal(codeOf(fn)[1], code, name);
 });
 
+test('CNI_IFNAME: 1 to 15 printable ASCII characters (bytes) other than space, / and :', () => {
+  const ifName = (name: string) => decodeCniRequest(env({ CNI_IFNAME: name }), conf()).ifName;
+  for (const ok of ['eth0', 'net1', 'a', 'x'.repeat(15), '!-.09;@~_Zz', 'eth0.100']) assert.equal(ifName(ok), ok);
+  const bad = [
+    'eth€', // 4 characters, 6 bytes: fine by length, but not ASCII
+    'é'.repeat(15), // 15 characters, 30 bytes
+    '\u{1F600}eth0', // a character of two UTF-16 units
+    'x'.repeat(16), 'eth 0', 'eth/0', 'eth:0', 'eth\t0', 'eth\u007f', 'eth\u0000', '.', '..',
+  ];
+  for (const name of bad) {
+    assert.deepEqual(codeOf(() => ifName(name)), ['CNI_ENV_INVALID', 4], JSON.stringify(name));
+  }
+  assert.throws(() => ifName('eth€'), (err: unknown) => err instanceof AtollError && /CNI_IFNAME "eth€" is not valid/.test(err.message) && err.fix === 'it must be an interface name of 1 to 15 printable ASCII characters other than space, / and :');
+});
+
 test('DEL accepts an empty CNI_NETNS; STATUS needs no CNI_PATH', () => {
   assert.equal(decodeCniRequest(env({ CNI_COMMAND: 'DEL', CNI_NETNS: '' }), conf()).netns, '');
   assert.equal(decodeCniRequest({ CNI_COMMAND: 'STATUS' }, conf({}, '1.1.0')).verb, 'STATUS');

@@ -22,7 +22,13 @@ import {
 export const MAX_STDIN_BYTES = 1 << 20;
 
 const CONTAINER_ID = /^[A-Za-z0-9][A-Za-z0-9_.-]*$/;
-const IFNAME = /^[^\s/:]{1,15}$/;
+/**
+ * An interface name: 1 to 15 printable ASCII characters (so 1 to 15 bytes: Linux's IFNAMSIZ is 16 with the NUL) other
+ * than space, `/` and `:`. The kernel takes other bytes too, but a name counted in UTF-16 units could pass at 15
+ * characters and be longer than 15 bytes.
+ */
+const IFNAME = /^[!-.0-9;-~]{1,15}$/;
+const IFNAME_RULE = 'an interface name of 1 to 15 printable ASCII characters other than space, / and :';
 const NETNS_PATH = /^\/[A-Za-z0-9_./@:+-]+$/;
 const ARG_KEYS = ['K8S_POD_NAMESPACE', 'K8S_POD_NAME', 'K8S_POD_UID', 'K8S_POD_INFRA_CONTAINER_ID', 'IgnoreUnknown'] as const;
 
@@ -131,7 +137,7 @@ export function decodeCniRequest(env: Readonly<Record<string, string | undefined
   const verb = decodeVerb(env);
   const needsAttachment = verb === 'ADD' || verb === 'DEL' || verb === 'CHECK';
   const containerId = needsAttachment ? requireEnv(env, 'CNI_CONTAINERID', verb, CONTAINER_ID, 'letters, digits, _ . - starting with a letter or digit') : '';
-  const ifName = needsAttachment ? requireEnv(env, 'CNI_IFNAME', verb, IFNAME, 'an interface name of 1 to 15 characters without / : or spaces') : '';
+  const ifName = needsAttachment ? requireEnv(env, 'CNI_IFNAME', verb, IFNAME, IFNAME_RULE) : '';
   if (ifName === '.' || ifName === '..') throw envInvalid(`CNI_IFNAME "${ifName}" is not valid`, 'pick another interface name');
   let netns = '';
   if (verb === 'ADD' || verb === 'CHECK') netns = requireEnv(env, 'CNI_NETNS', verb, NETNS_PATH, 'an absolute path to a network namespace');
