@@ -15,6 +15,7 @@ import { join } from 'node:path';
 import type { ClusterStore, KvEntry, KvList, LeaderElection, TxnCompare, TxnOp, TxnResult, WatchEvent } from '../../core/cluster/store.ts';
 import { AtollError, atollError } from '../../core/errors.ts';
 import { Mutex } from '../../core/mutex.ts';
+import { lowerBound } from '../../core/sorted.ts';
 import type { Clock, Logger } from '../../core/ports.ts';
 import { checkTxnOps } from './store-txn-check.ts';
 import { acquireLock, applyOps, encodeLogLine, ignoreMissing, load, type Loaded, LOG_FILE, releaseLock, SNAPSHOT_TMP, writeSnapshot } from './store-embedded-files.ts';
@@ -298,16 +299,4 @@ function deliver(w: Watcher, events: readonly WatchEvent[]): boolean {
     w.fail(err);
     return false;
   }
-}
-
-/** Index of the first key >= `key`. */
-function lowerBound(sorted: readonly string[], key: string): number {
-  let lo = 0;
-  let hi = sorted.length;
-  while (lo < hi) {
-    const mid = (lo + hi) >>> 1;
-    if (sorted[mid]! < key) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo;
 }

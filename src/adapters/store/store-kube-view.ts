@@ -13,6 +13,7 @@
  * overlap another.
  */
 import type { KvEntry, KvList } from '../../core/cluster/store.ts';
+import { lowerBound } from '../../core/sorted.ts';
 import type { KubeClient } from '../kube/kube-client.ts';
 import { ENTRY_KINDS, type EntryKind, KIND_PLURAL, keyOfName, objectName } from './store-kube-names.ts';
 import { API_PATH, type EntryObject, type EntrySpec, latestOps, type LogObject, type LogSpec, resolveKey, STORE_LABEL, toKv } from './store-kube-log.ts';
@@ -226,15 +227,4 @@ export class KubeStoreView {
     this.#view.delete(key);
     this.#sorted = undefined;
   }
-}
-
-/** The first index of `sorted` whose string is not below `s`. */
-function lowerBound(sorted: readonly string[], s: string): number {
-  let lo = 0;
-  let hi = sorted.length;
-  while (lo < hi) {
-    const mid = (lo + hi) >>> 1;
-    if (sorted[mid]! < s) lo = mid + 1; else hi = mid;
-  }
-  return lo;
 }
