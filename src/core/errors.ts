@@ -72,7 +72,7 @@ export const ERROR_CATALOGUE = {
   NODE_LABELS_INVALID: { cni: CniCode.generic, summary: "a Node's Atoll labels are malformed (the node keeps its last good placement)" },
   COMMUNITY_INVALID: { cni: CniCode.generic, summary: 'a Community names unknown nodes, or a node is in two communities' },
   TUNNEL_MESSAGE_INVALID: { cni: CniCode.generic, summary: 'a tunnel peer or the relay sent a control message that is not one of the protocol (the stream is closed)' },
-  ROUTE_BLOCK_CONFLICT: { cni: CniCode.generic, summary: "two tunnel peers claim the same pod block in the cluster's node records (the tunnel keeps the peers and routes it had)" },
+  ROUTE_BLOCK_CONFLICT: { cni: CniCode.generic, summary: "two tunnel peers claim the same pod block in the cluster's node records (the tunnel keeps its previous peer table)" },
   TUNNEL_PIN_INVALID: { cni: CniCode.generic, summary: "a tunnel key pin (a node's tunnelKey in the registry) is not sha256:<64 hex digits>" },
   TUNNEL_FRAME_INVALID: { cni: CniCode.generic, summary: "a tunnel peer or the relay sent bytes that break the stream's framing: an unknown frame kind, or a length of 0 or over the limit (the stream is closed)" },
   OPS_LISTEN_FAILED: { cni: CniCode.generic, summary: 'the metrics and health listener could not bind its address (in use, or not on this host)' },
