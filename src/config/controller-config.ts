@@ -106,7 +106,8 @@ export const nodeFieldsSchema = z.strictObject({
   community: z._default(label, ''),
   addresses: z._default(z.array(ipv4).check(z.maxLength(16)), []),
   vtepMac: z._default(mac, ''),
-  tunnelKey: z._default(upTo(512), ''),
+  /** The pin of the node's tunnel key (src/adapters/pki.ts `spkiPin`), or empty when it runs no tunnel. */
+  tunnelKey: z._default(z.union([z.string().check(z.regex(/^sha256:[0-9a-f]{64}$/, 'must be sha256:<64 lowercase hex digits>, the pin of the node\'s tunnel key')), z.literal('')]), ''),
   agentVersion: z._default(upTo(64), ''),
   annotations: z._default(
     z.record(z.string().check(z.regex(/^([a-z0-9.-]{1,253}\/)?[A-Za-z0-9._-]{1,63}$/, 'must be a Kubernetes annotation key')), upTo(1024))

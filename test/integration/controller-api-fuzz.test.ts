@@ -257,7 +257,7 @@ function generateCases(rng: Rng, n: number, t: Target): Case[] {
           ['name', 'Upper-Case'], ['name', ''], ['name', 'a/b'], ['name', 'x'.repeat(300)], ['name', '-lead'], ['name', 'a..b/'],
           ['identity', 'not base64!'], ['identity', 'A'.repeat(300)], ['addresses', ['300.1.1.1']], ['addresses', ['10.0.0.1/24']],
           ['addresses', Array.from({ length: 17 }, (_, i) => `10.0.0.${i}`)], ['vtepMac', '02:00:00:00:00:0A'], ['vtepMac', '02:00:00:00:00'],
-          ['site', 'x'.repeat(64)], ['site', 'bad label!'], ['agentVersion', 'v'.repeat(65)], ['tunnelKey', 'k'.repeat(513)], ['token', 't'.repeat(257)],
+          ['site', 'x'.repeat(64)], ['site', 'bad label!'], ['agentVersion', 'v'.repeat(65)], ['tunnelKey', 'k'.repeat(513)], ['tunnelKey', 'k1'], ['tunnelKey', `sha256:${'AB'.repeat(32)}`], ['token', 't'.repeat(257)],
         ]);
         body[field] = value;
         return { kind: `join bad ${field}`, body: json(body) };

@@ -47,7 +47,7 @@ export function encodeFrame(payload: Uint8Array, kind: FrameKind = FRAME_KIND.pa
 /**
  * The peer id (32 bytes) of a pin `sha256:<64 hex>`.
  * @throws AtollError TUNNEL_PIN_INVALID on anything else (a peer's pin is a node record's tunnelKey, which the
- *   controller takes as any string).
+ *   controller refuses in any other form, but a Kubernetes store's node annotations can be edited by hand).
  */
 export function peerIdOfPin(pin: string): Uint8Array {
   const m = /^sha256:([0-9a-f]{64})$/.exec(pin);
