@@ -15,7 +15,7 @@ import { join } from 'node:path';
 import { dumpNetns, inNetns, leftoverNetns, rootSkipReason, sh } from '../../harness/netns.ts';
 import { until } from '../../harness/wait.ts';
 import { PROJECT_NODE } from '../../src/lab/agent-process.ts';
-import type { DatagramPathStats } from '../../src/adapters/tunnel/datagram-path.ts';
+import type { DatagramPathStats } from '../../src/adapters/tunnel/datagram-path-types.ts';
 import { makeTunnelSide, removeTunnelBed, startTunnelNode, tunnelSpecOf, tunnelStats, type TunnelSide as Side, wireTunnelBed } from '../support/tunnel-bed.ts';
 import { HELLO_LEN } from '../../src/core/tunnel/hello.ts';
 
