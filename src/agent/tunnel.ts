@@ -260,9 +260,11 @@ export class Tunnel {
     const { nodeName: name, role, port } = this.#init;
     const plan = planTunnel({ name, role, port, community, relay: this.#init.relay !== undefined }, peers, remote);
     const changed = JSON.stringify(plan) !== JSON.stringify(this.#plan);
-    this.#plan = plan;
     if (changed) {
+      // first what can refuse the plan (two peers claiming one block): a refused plan changes nothing, and is tried
+      // again at the next sync
       endpoint.setPeers(plan.peers.map((p) => ({ id: p.name, blocks: p.blocks })));
+      this.#plan = plan;
       this.#datagrams?.setPeers(plan.peers.map((p) => ({ id: p.name, pin: p.pin })));
       this.#c.log.info('tunnel peers', { peers: plan.peers.map((p) => `${p.name} (${p.dial ? `dial ${p.dial.host}:${p.dial.port}` : p.mode})`), skipped: plan.skipped });
       for (const p of plan.peers) this.#notePath(p.name);
