@@ -2,7 +2,7 @@
  * One peer's datagram path as time sees it: when it is usable, what a keepalive or packet received changes, what each
  * tick sends, when hellos rebuild the path and when a packet may go on it all the same. Pure, with the time passed in
  * (`now`: a steady clock in ms; `wall`: ms since the epoch, only for what `atoll peers` shows); the adapter
- * (src/adapters/tunnel/datagram-path.ts) keeps the socket, the keys and the timers, and asks here.
+ * (src/adapters/tunnel/datagram-path.ts) keeps the socket and the timers (the keys: datagram-keys.ts), and asks here.
  *
  * Design notes (why):
  * - Usable = we hear the peer (an authentic datagram within the dead interval, and a full-size one within

@@ -9,7 +9,7 @@
  *
  * The first 16 bytes are the AEAD's additional data; the payload is a packet as the TUN device holds it (its 10-byte
  * virtio-net header, then the IP packet), or for a keepalive one flag byte. The nonce is 4 zero bytes and the 8
- * counter bytes: each direction of each pair has its own key (the sender's, src/adapters/tunnel/datagram-path.ts), and a
+ * counter bytes: each direction of each pair has its own key (the sender's, src/adapters/tunnel/datagram-keys.ts), and a
  * sender never reuses a counter under a key, so a (key, nonce) pair never repeats.
  */
 import { VNET_HDR_LEN } from './routing.ts';

@@ -2,7 +2,7 @@
  * The datagram path's own handshake, `hello`: how two nodes agree on datagram keys with no stream between them, so an
  * edge-to-edge path comes back while the relay and the controller are unreachable (an agent restarted, a NAT that
  * rebooted, keys that must rotate during a long outage). Pure: the layout, and what to do with a hello given what a
- * node remembers of its peer; src/adapters/tunnel/datagram-hello.ts does the cryptography, src/adapters/tunnel/datagram-path.ts
+ * node remembers of its peer; src/adapters/tunnel/datagram-hello.ts does the cryptography, src/adapters/tunnel/datagram-hello-exchange.ts
  * the sending.
  *
  *   hello = type 3 (1) | flags (1) | 0 (2) | generation (8, big-endian) | sender's public key, SPKI DER (44) |

@@ -1,6 +1,6 @@
 /**
  * The kept region's description: which peers the datagram path had, their addresses and which of the region's slots
- * hold their keys, written by the agent at every change and read by its next process (src/adapters/tunnel/datagram-path.ts;
+ * hold their keys, written by the agent at every change and read by its next process (src/adapters/tunnel/datagram-kept-peers.ts;
  * the region itself is native, held by the keeper). Pure. The text comes from a previous process that may have died
  * mid-write or been another version: {@link parseKeptDescription} takes what is well formed and nothing else, so a bad
  * description costs the keeping (the paths are rebuilt), never the agent's start.

@@ -11,7 +11,7 @@
  *   (answers to `circuit`), `circuit-join` (a peer asked for a circuit to you);
  * - relayed control frames, agent -> agent through the relay: `punch`, `punch-ack` (hole punching);
  * - control frames, agent -> agent on any tunnel stream of the pair (direct or a circuit): `udp-key`, `udp-key-ack`
- *   (the datagram path's keys and addresses, src/adapters/tunnel/datagram-path.ts).
+ *   (the datagram path's keys and addresses, src/adapters/tunnel/datagram-keys.ts).
  *
  * Decoding validates every field a handler reads (types, port ranges, key pins, circuit tokens) and keeps only
  * those; keys it does not know are ignored. Whatever fails is an error: the stream that carried it is closed, as for
