@@ -19,11 +19,13 @@ import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { AtollError, asAtollError, atollError, type ErrorCode } from '../core/errors.ts';
 import type { Clock, Logger } from '../core/ports.ts';
-import type { ClusterRegistry, NodeEvent } from '../core/cluster/registry.ts';
-import type { NodeFields } from '../core/cluster/model.ts';
+import type { ClusterRegistry } from '../core/cluster/registry.ts';
+import { type ViewLine, viewScope } from '../core/cluster/view.ts';
+import type { NodeFields, NodeRecord } from '../core/cluster/model.ts';
 import { ReplayGuard } from '../core/cluster/signing.ts';
 import { joinRequestSchema, nodeFieldsSchema, usageReportSchema } from '../config/controller-config.ts';
 import { verifyRequest } from '../adapters/node/node-identity.ts';
+import type { ViewFeed } from './view-feed.ts';
 
 export interface Leadership {
   isLeader(): boolean;
@@ -38,6 +40,8 @@ export interface NodeAdmission {
 
 export interface ApiServerComponents {
   readonly registry: ClusterRegistry;
+  /** The nodes as watchers see them (one store watch for all of them). */
+  readonly feed: ViewFeed;
   /** Without it, any node with a bootstrap token may join with the fields it sends. */
   readonly admission?: NodeAdmission;
   readonly log: Logger;
@@ -73,6 +77,11 @@ const STATUS: Partial<Record<ErrorCode, number>> = {
 };
 
 const WATCH_PING_MS = 15_000;
+/**
+ * A watcher with this much written and not yet taken is dropped (it reconnects and resumes by revision): a reader
+ * that stalls must not hold the controller's memory. 64 MiB: a cloud node's snapshot of 100,000 nodes fits.
+ */
+export const WATCH_BUFFER_LIMIT = 64 << 20;
 /** Refuses bytes that are not UTF-8 instead of replacing them (JSON text is UTF-8, RFC 8259). */
 const UTF8 = new TextDecoder('utf-8', { fatal: true });
 
@@ -228,56 +237,65 @@ export class ApiServer {
 
   async #watch(req: IncomingMessage, res: ServerResponse, url: URL, body: Buffer): Promise<void> {
     const auth = req.headers.authorization;
+    let viewer: NodeRecord | undefined;
     if (auth !== undefined) {
-      // a relay: its token lets it watch and do nothing else
+      // a relay: its token lets it watch (every node) and do nothing else
       if (!auth.startsWith('Bearer ') || !tokenMatches(auth.slice(7), this.#init.relayTokens)) throw unauthenticated('relay token missing or wrong');
     } else {
       const node = req.headers['x-atoll-node'];
       if (typeof node !== 'string') throw unauthenticated('missing x-atoll-node');
-      await this.#verifySelf(req, node, body);
+      viewer = await this.#verifySelf(req, node, body);
     }
     const afterText = url.searchParams.get('after') ?? '0';
     if (!/^\d{1,15}$/.test(afterText)) throw bad(`after=${afterText} is not a revision`);
-    let after = Number(afterText);
+    const after = Number(afterText);
+    const feed = this.#c.feed;
+    if (!feed.loaded) throw atollError('STORE_UNAVAILABLE', 'this controller replica has not read the nodes from its store yet', 'watch again in a moment (agents do); if it lasts, check the controller\'s store');
     const abort = new AbortController();
     this.#watches.add(abort);
     res.on('close', () => abort.abort());
     res.writeHead(200, { 'content-type': 'application/x-ndjson', 'cache-control': 'no-store' });
-    const line = (v: unknown) => res.write(JSON.stringify(v) + '\n');
-    const ping = setInterval(() => line({ type: 'ping' }), WATCH_PING_MS);
-    try {
-      for (;;) {
-        if (after === 0) {
-          const snap = await this.#c.registry.snapshot();
-          line({ type: 'snapshot', revision: snap.revision, nodes: snap.nodes });
-          after = snap.revision;
-        }
-        try {
-          await this.#c.registry.watchNodes(after, (events: NodeEvent[]) => {
-            for (const e of events) line(e);
-            after = events.at(-1)?.revision ?? after;
-          }, abort.signal);
-          break;
-        } catch (e) {
-          if (!(e instanceof AtollError && e.code === 'STORE_COMPACTED')) throw e;
-          after = 0; // history is gone: send a fresh snapshot
-        }
+    const write = (text: string) => {
+      if (abort.signal.aborted) return;
+      res.write(`${text}\n`);
+      if (res.writableLength > WATCH_BUFFER_LIMIT) {
+        const err = atollError('API_WATCH_TOO_SLOW', `the watcher ${viewer?.name ?? '(a relay)'} left ${res.writableLength} bytes of its stream unread`,
+          'it reconnects and resumes; if this repeats, check that host\'s CPU and its link to the controller');
+        this.#c.log.warn('watch dropped', { err: err.message, code: err.code });
+        abort.abort();
+        res.destroy();
       }
+    };
+    const ping = setInterval(() => write('{"type":"ping"}'), WATCH_PING_MS);
+    // the views as this replica holds them now, then every change to them: no await between the two
+    const views = feed.views;
+    const scope = viewScope(viewer && (views.node(viewer.name) ?? viewer));
+    const resume = after === 0 ? { kind: 'snapshot' as const, line: views.snapshot(scope) } : views.resume(scope, after);
+    const lines: readonly ViewLine[] = resume.kind === 'snapshot' ? [resume.line] : resume.lines;
+    for (const line of lines) write(JSON.stringify(line));
+    const unwatch = views.watch(scope, { send: (_line, text) => write(text) });
+    try {
+      await new Promise<void>((resolve) => {
+        if (abort.signal.aborted) return resolve();
+        abort.signal.addEventListener('abort', () => resolve(), { once: true });
+      });
     } finally {
+      unwatch();
       clearInterval(ping);
       this.#watches.delete(abort);
       res.end();
     }
   }
 
-  /** Verifies the request is signed by the registered key of `name`. */
-  async #verifySelf(req: IncomingMessage, name: string, body: Buffer): Promise<void> {
+  /** Verifies the request is signed by the registered key of `name`; returns the signer's record. */
+  async #verifySelf(req: IncomingMessage, name: string, body: Buffer): Promise<NodeRecord> {
     const signer = req.headers['x-atoll-node'];
     if (typeof signer !== 'string') throw unauthenticated('missing x-atoll-node');
     const record = await this.#c.registry.node(signer);
     if (!record) throw unauthenticated(`node ${signer} is not registered`);
     this.#verifySignature(req, record.identity, signer, body);
     if (signer !== name) throw atollError('API_FORBIDDEN', `node ${signer} asked to act on node ${name}`, 'a node may only change its own record');
+    return record;
   }
 
   #verifySignature(req: IncomingMessage, identity: string, name: string, body: Buffer): void {

@@ -16,6 +16,7 @@ import { ensureControllerPki } from '../adapters/pki.ts';
 import { KubeClient } from '../adapters/kube/kube-client.ts';
 import { loadKubeConnection } from '../adapters/kube/kube-config.ts';
 import { ApiServer, type Leadership } from './api-server.ts';
+import { ViewFeed } from './view-feed.ts';
 import { KubeNodes } from './kube-nodes.ts';
 import type { OpsServer, Readiness } from '../adapters/ops/ops-server.ts';
 import { cidrSize } from '../core/net/ipv4.ts';
@@ -36,6 +37,7 @@ export class Controller {
   #leading = false;
   #campaign: Promise<void> | undefined;
   #registry: ClusterRegistry | undefined;
+  #feed: ViewFeed | undefined;
   #caHash = '';
   #kube: KubeClient | undefined;
   #kubeNodes: KubeNodes | undefined;
@@ -135,8 +137,10 @@ export class Controller {
       await this.#kubeNodes.start();
       log.info('following Kubernetes Nodes', { server: kube.server });
     }
+    this.#feed = new ViewFeed({ registry: this.#registry, log: log.child('views') });
+    this.#feed.start();
     this.#api = new ApiServer(
-      { registry: this.#registry, admission: this.#kubeNodes, log: log.child('api'), clock: this.#c.clock, leadership },
+      { registry: this.#registry, feed: this.#feed, admission: this.#kubeNodes, log: log.child('api'), clock: this.#c.clock, leadership },
       { host: cfg.listenHost, port: cfg.listenPort, key: pki.keyPem, certChain: pki.certChainPem, bootstrapTokens: cfg.bootstrapTokens, adminToken: cfg.adminToken, relayTokens: cfg.relayTokens, maxBodyBytes: cfg.maxBodyBytes },
     );
     this.#port = await this.#api.start();
@@ -172,6 +176,7 @@ export class Controller {
   async stop(): Promise<void> {
     this.#abort.abort();
     await this.#api?.stop();
+    await this.#feed?.stop();
     await this.#kubeNodes?.stop();
     await this.#election?.resign().catch(() => undefined);
     await this.#campaign;

@@ -1,6 +1,6 @@
 /**
  * Waiting for the lab's agents to converge, and reading what they use: every agent holds a block and knows every
- * node (their state files), every node routes its site's and its tunnel peers' blocks (protocol 44 routes in its
+ * node of its view (their state files), every node routes its site's and its tunnel peers' blocks (protocol 44 routes in its
  * namespace), every tunnel pair runs over its expected path (`atoll peers`, through the agents' status sockets).
  * Every wait is bounded and fails with LAB_STEP_FAILED naming what is missing.
  */
@@ -8,12 +8,14 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { atollError } from '../core/errors.ts';
-import { type LabPlan, udpBlockedAt } from './plan/plan.ts';
+import { type LabNode, type LabPlan, udpBlockedAt } from './plan/plan.ts';
 import { expectationOf, expectedPath, type LabPath } from './plan/paths.ts';
 import { labUsesUdp } from './plan/spec.ts';
 import { IpRoute2 } from '../adapters/kernel/iproute2.ts';
 import { readTunnelStatus, statusSocketOf } from '../adapters/ops/status-socket.ts';
 import type { PeerPath } from '../core/tunnel/status.ts';
+import { inView, type ViewPlace, viewScope } from '../core/cluster/view.ts';
+import { ROLE_ANNOTATION } from '../core/tunnel/plan.ts';
 import { mapLimit, nsPath } from './running-lab.ts';
 
 const BLOCKS_TIMEOUT_MS = 60_000;
@@ -35,14 +37,20 @@ function nodeState(dataDir: string): NodeState {
   }
 }
 
-/** Waits until every agent holds a block and knows every node with its blocks and VTEP MAC. */
+/** Where node `n` stands in the controller's views (src/core/cluster/view.ts): its site, community and tunnel role. */
+function placeOf(n: LabNode): ViewPlace {
+  const role = (n.agentConfig.tunnel as { role?: string } | undefined)?.role;
+  return { name: n.name, site: n.site, community: n.community, annotations: role ? { [ROLE_ANNOTATION]: role } : {} };
+}
+
+/** Waits until every agent holds a block and knows every node of its view with its blocks and VTEP MAC. */
 export async function waitForBlocksAndPeers(plan: LabPlan, agentLog: (node: string) => Promise<string>): Promise<void> {
   const deadline = Date.now() + BLOCKS_TIMEOUT_MS;
-  const names = plan.nodes.map((n) => n.name);
   const missing = () => plan.nodes.flatMap((n) => {
     const s = nodeState(n.dataDir);
     const known = new Set(s.peers.filter((p) => p.blocks.length > 0 && p.vtepMac).map((p) => p.name));
-    const lacks = names.filter((x) => !known.has(x));
+    const scope = viewScope(placeOf(n));
+    const lacks = plan.nodes.filter((m) => inView(scope, placeOf(m)) && !known.has(m.name)).map((m) => m.name);
     if (s.blocks.length === 0) return [`${n.name} has no block`];
     return lacks.length > 0 ? [`${n.name} does not know ${lacks.join(', ')}`] : [];
   });

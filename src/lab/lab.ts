@@ -229,7 +229,7 @@ async function startRelay(b: Build, caCertHash: string): Promise<{ relay: Servic
   return { relay, relayPin };
 }
 
-/** Phase: an agent per node, then until each holds a block, knows every node and routes its site's and tunnel peers' blocks. */
+/** Phase: an agent per node, then until each holds a block, knows every node of its view and routes its site's and tunnel peers' blocks. */
 async function startAgents(b: Build, peers: { podRuntime: LabPodRuntime; caCertHash: string; relayPin: string }): Promise<void> {
   const { plan, agents } = b;
   b.step = 'starting the agents';
@@ -246,7 +246,7 @@ async function startAgents(b: Build, peers: { podRuntime: LabPodRuntime; caCertH
   await awaitAgentsConverged(b, t, async (node) => agents.get(node)?.logTail(15) ?? '');
 }
 
-/** Phase, after the agents started: until each holds a block, knows every node and routes its site's and tunnel peers' blocks. */
+/** Phase, after the agents started: until each holds a block, knows every node of its view and routes its site's and tunnel peers' blocks. */
 async function awaitAgentsConverged(b: Build, t: number, agentLog: (node: string) => Promise<string>): Promise<void> {
   const { plan } = b;
   b.step = 'waiting for blocks and peers';
