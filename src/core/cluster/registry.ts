@@ -4,9 +4,9 @@
  * is ever leased twice, whatever the number of controller replicas.
  */
 import { AtollError, atollError } from '../errors.ts';
-import { type Cidr, formatCidr } from '../net/ipv4.ts';
+import { type Cidr, formatCidr, parseCidr } from '../net/ipv4.ts';
 import type { Clock } from '../ports.ts';
-import { auditLeases, firstFreeBlock, type LeaseProblem } from './blocks.ts';
+import { auditLeases, FreeBlocks, type LeaseProblem } from './blocks.ts';
 import {
   type BlockLease,
   blockKey,
@@ -60,11 +60,15 @@ export class ClusterRegistry {
   readonly #c: RegistryComponents;
   readonly #init: RegistryInit;
   /** Blocks this registry is trying to lease right now: concurrent grants pick others instead of racing for one. */
-  readonly #pending = new Set<string>();
+  readonly #pending = new Map<string, Cidr>();
+  /** Which blocks are leased, as far as this replica knows: listed from the store at its first grant. */
+  readonly #free: FreeBlocks;
+  #freeListed = false;
 
   constructor(components: RegistryComponents, init: RegistryInit) {
     this.#c = components;
     this.#init = init;
+    this.#free = new FreeBlocks(init.clusterCidrs, init.blockBits);
   }
 
   /**
@@ -152,14 +156,22 @@ export class ClusterRegistry {
     for (let attempt = 0; attempt < MAX_RACE_RETRIES; attempt++) {
       const existing = await this.#c.store.get(nodeKey(name));
       if (!existing) throw notRegistered(name);
-      const { entries } = await this.#c.store.list(BLOCKS_PREFIX);
-      const mine = entries.filter((e) => parse<BlockLease>(e).node === name);
+      // the record lists its blocks (written with each lease): their keys, not a scan of every lease
+      const listed = parse<NodeRecord>(existing).blocks.flatMap((b) => parseCidr(b) ?? []);
+      const mine = (await Promise.all(listed.map((b) => this.#c.store.get(blockKey(b)))))
+        .filter((e): e is NonNullable<typeof e> => e !== undefined && parse<BlockLease>(e).node === name);
       const usage = await this.#c.store.get(usageKey(name));
       const res = await this.#c.store.txn(
         [{ key: nodeKey(name), modRevision: existing.modRevision }, ...mine.map((e) => ({ key: e.key, modRevision: e.modRevision }))],
         [{ type: 'delete', key: nodeKey(name) }, ...mine.map((e) => ({ type: 'delete' as const, key: e.key })), ...(usage ? [{ type: 'delete' as const, key: usageKey(name) }] : [])],
       );
-      if (res.succeeded) return mine.map((e) => parse<BlockLease>(e).cidr);
+      if (res.succeeded) {
+        for (const e of mine) {
+          const block = blockOfKey(e.key);
+          if (block) this.#free.release(block);
+        }
+        return mine.map((e) => parse<BlockLease>(e).cidr);
+      }
     }
     throw this.#contended(name);
   }
@@ -193,15 +205,18 @@ export class ClusterRegistry {
 
   /** Leases one more block to `name` (if it is under its maximum); returns all its blocks. */
   async #grant(name: string): Promise<string[]> {
+    if (!this.#freeListed) await this.#listLeases();
     for (let attempt = 0; attempt < MAX_RACE_RETRIES; attempt++) {
       const node = await this.#c.store.get(nodeKey(name));
       if (!node) throw notRegistered(name);
-      const leases = await this.leases();
       const mine = [...parse<NodeRecord>(node).blocks];
       if (mine.length >= this.#init.maxBlocksPerNode) return mine;
-      const leased = new Set(leases.map((l) => l.cidr));
-      const block = firstFreeBlock(this.#init.clusterCidrs, this.#init.blockBits, new Set([...leased, ...this.#pending]))
-        ?? firstFreeBlock(this.#init.clusterCidrs, this.#init.blockBits, leased);
+      let block = this.#free.take();
+      if (!block) {
+        // none free as far as this replica knows: leases released through another replica count too
+        await this.#listLeases();
+        block = this.#free.take();
+      }
       if (!block) {
         throw atollError('CLUSTER_CIDR_EXHAUSTED', `every /${this.#init.blockBits} block of ${this.#init.clusterCidrs.map(formatCidr).join(', ')} is leased`,
           'add a cluster CIDR to the controller configuration, or deregister nodes that are gone');
@@ -210,7 +225,7 @@ export class ClusterRegistry {
       const blocks = sortCidrs([...mine, lease.cidr]);
       const record: NodeRecord = { ...parse<NodeRecord>(node), blocks };
       // the block must still be free and the node unchanged; its record lists the new block in the same transaction
-      this.#pending.add(lease.cidr);
+      this.#pending.set(lease.cidr, block);
       let res;
       try {
         res = await this.#c.store.txn(
@@ -221,8 +236,17 @@ export class ClusterRegistry {
         this.#pending.delete(lease.cidr);
       }
       if (res.succeeded) return blocks;
+      // lost a race: for the block (leased through another replica: it stays taken) or for the node's record
+      if (!(await this.#c.store.get(blockKey(block)))) this.#free.release(block);
     }
     throw this.#contended(name);
+  }
+
+  /** Lists the leases into {@link FreeBlocks}, keeping the blocks grants are leasing right now taken. */
+  async #listLeases(): Promise<void> {
+    const leases = await this.leases();
+    this.#free.reset([...leases.map((l) => l.block), ...this.#pending.values()]);
+    this.#freeListed = true;
   }
 
   #contended(name: string): AtollError {
