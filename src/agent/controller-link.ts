@@ -2,7 +2,7 @@
  * The agent's link to the controller: join (bootstrap token + node key), keep the node's blocks, report usage so a
  * spare block arrives before the node runs out, and follow the peer stream, saving all of it locally. It runs in
  * the background and never blocks pod networking: while the controller is unreachable the agent works from its
- * saved state and retries with backoff.
+ * saved state and retries with backoff. The stream's lines are applied in batches ({@link PEERS_SETTLE_MS}).
  */
 import { existsSync, readFileSync } from 'node:fs';
 import { asAtollError } from '../core/errors.ts';
@@ -10,7 +10,8 @@ import type { NodeFields, NodeRecord } from '../core/cluster/model.ts';
 import type { IpamUsage } from '../core/ipam/sticky-pool.ts';
 import type { Clock, Logger } from '../core/ports.ts';
 import type { ClusterState, ClusterStateFile } from '../adapters/node/cluster-state-file.ts';
-import { applyWatchLine, ControllerClient, type WatchLine } from '../adapters/node/controller-client.ts';
+import { ControllerClient, type WatchLine } from '../adapters/node/controller-client.ts';
+import { compareText } from '../core/order.ts';
 import { writeFileDurably } from '../adapters/durable-file.ts';
 import type { NodeIdentity } from '../adapters/node/node-identity.ts';
 import { discoverPinnedCa } from '../adapters/pki.ts';
@@ -44,6 +45,12 @@ export interface ControllerLinkInit {
 
 export type LinkState = 'connecting' | 'connected' | 'offline';
 
+/**
+ * Watch lines that come within this of each other are applied, saved and handed on once: a cloud node that follows
+ * thousands of nodes joining would otherwise rewrite its state file and plan every peer again per line.
+ */
+export const PEERS_SETTLE_MS = 50;
+
 export class ControllerLink {
   readonly #c: ControllerLinkComponents;
   readonly #init: ControllerLinkInit;
@@ -54,6 +61,8 @@ export class ControllerLink {
   /** Since when the agent has had no controller session (ms since epoch; the start until the first one). */
   #offlineSince: number | undefined;
   #loop: Promise<void> | undefined;
+  /** The peers with the watch lines of the last {@link PEERS_SETTLE_MS} applied, and their revision: not saved yet. */
+  #settling: { peers: Map<string, NodeRecord>; revision: number; timer: NodeJS.Timeout } | undefined;
 
   constructor(components: ControllerLinkComponents, init: ControllerLinkInit) {
     this.#c = components;
@@ -82,6 +91,7 @@ export class ControllerLink {
   async stop(): Promise<void> {
     this.#abort.abort();
     await this.#loop;
+    this.#settle();
   }
 
   async #run(): Promise<void> {
@@ -122,6 +132,7 @@ export class ControllerLink {
         await client.watch(this.#state.revision, (line) => this.#onLine(line), session.signal);
       } finally {
         session.abort();
+        this.#settle();
         this.#abort.signal.removeEventListener('abort', stopSession);
         await reporter;
       }
@@ -150,7 +161,23 @@ export class ControllerLink {
 
   #onLine(line: WatchLine): void {
     if (line.type === 'ping') return;
-    this.#save({ ...this.#state, peers: applyWatchLine(this.#state.peers, line), revision: line.revision });
+    this.#settling ??= { peers: new Map(this.#state.peers.map((p) => [p.name, p])), revision: line.revision, timer: setTimeout(() => this.#settle(), PEERS_SETTLE_MS) };
+    const { peers } = this.#settling;
+    if (line.type === 'snapshot') {
+      peers.clear();
+      for (const n of line.nodes) peers.set(n.name, n);
+    } else if (line.type === 'put') peers.set(line.node.name, line.node);
+    else peers.delete(line.name);
+    this.#settling.revision = line.revision;
+  }
+
+  /** Saves the peers the settling lines made, and hands them on. */
+  #settle(): void {
+    const s = this.#settling;
+    if (!s) return;
+    clearTimeout(s.timer);
+    this.#settling = undefined;
+    this.#save({ ...this.#state, peers: [...s.peers.values()].sort((a, b) => compareText(a.name, b.name)), revision: s.revision });
     this.#c.onPeers?.(this.#state.peers);
   }
 

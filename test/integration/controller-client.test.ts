@@ -154,3 +154,45 @@ test('a watch line that is not JSON, or not a watch line, ends the watch with CO
     server.close();
   }
 });
+
+test('a burst of watch lines is applied, saved and handed on once, not per line', async () => {
+  const pki = await ensureControllerPki(join(dir, 'data', 'pki'), { hosts: ['127.0.0.1'] });
+  const line = (v: unknown) => JSON.stringify(v) + '\n';
+  let burst = line({ type: 'snapshot', revision: 10, nodes: [record('peer-000', ['10.100.0.0/26'])] });
+  for (let i = 1; i <= 300; i++) burst += line({ type: 'put', revision: 10 + i, node: record(`peer-${String(i).padStart(3, '0')}`, []) });
+  burst += line({ type: 'delete', revision: 311, name: 'peer-000' });
+  const server = createHttpsServer({ cert: pki.certChainPem, key: pki.keyPem }, (req, res) => {
+    req.resume();
+    if (req.url?.startsWith('/v1/watch')) {
+      res.writeHead(200, { 'content-type': 'application/x-ndjson' });
+      res.write(burst);
+      return; // left open
+    }
+    res.writeHead(200, { 'content-type': 'application/json' });
+    res.end(JSON.stringify(req.url === '/v1/join' ? { node: record('client-n4', ['10.100.2.0/26']), blocks: ['10.100.2.0/26'] } : { blocks: ['10.100.2.0/26'] }));
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const url = `https://127.0.0.1:${(server.address() as { port: number }).port}`;
+  const caPath = join(dir, 'burst-ca.crt');
+  writeFileSync(caPath, pki.caPem);
+  const handed: number[] = [];
+  const statePath = join(dir, 'burst-state.json');
+  const link = new ControllerLink({
+    log: jsonLogger({ level: 'error', write: () => {} }), clock: Date.now, identity: memoryIdentity(), stateFile: new ClusterStateFile(statePath),
+    onBlocks: async () => {}, usage: () => ({ capacity: 62, allocated: 0, reserved: 0, free: 62 }), onPeers: (peers) => handed.push(peers.length),
+  }, { urls: [url], token: TOKEN, caCertHash: pki.caHash, caPath, nodeName: 'client-n4', fields: { site: 'edge-1', community: '', addresses: [], vtepMac: '', tunnelKey: '', agentVersion: 'test' }, usagePeriodMs: 60_000, retryMinMs: 20, retryMaxMs: 50 });
+  try {
+    link.start();
+    await until('the link to reach the burst\'s last revision', () => link.state.revision === 311, 10_000, 20);
+    assert.equal(link.peers.length, 300);
+    assert.equal(link.peers[0]?.name, 'peer-001', 'sorted by name, peer-000 deleted');
+    assert.ok(handed.length <= 3, `302 lines handed on in ${handed.length} batches`);
+    assert.equal(handed.at(-1), 300);
+    const saved = JSON.parse(readFileSync(statePath, 'utf8')) as { revision: number; peers: unknown[] };
+    assert.deepEqual([saved.revision, saved.peers.length], [311, 300]);
+  } finally {
+    await link.stop();
+    server.closeAllConnections();
+    server.close();
+  }
+});
