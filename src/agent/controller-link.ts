@@ -11,7 +11,7 @@ import type { IpamUsage } from '../core/ipam/sticky-pool.ts';
 import type { Clock, Logger } from '../core/ports.ts';
 import type { ClusterState, ClusterStateFile } from '../adapters/node/cluster-state-file.ts';
 import { ControllerClient, type WatchLine } from '../adapters/node/controller-client.ts';
-import { compareText } from '../core/order.ts';
+import { WatchBatch } from '../adapters/node/watch-batch.ts';
 import { writeFileDurably } from '../adapters/durable-file.ts';
 import type { NodeIdentity } from '../adapters/node/node-identity.ts';
 import { discoverPinnedCa } from '../adapters/pki.ts';
@@ -45,10 +45,7 @@ export interface ControllerLinkInit {
 
 export type LinkState = 'connecting' | 'connected' | 'offline';
 
-/**
- * Watch lines that come within this of each other are applied, saved and handed on once: a cloud node that follows
- * thousands of nodes joining would otherwise rewrite its state file and plan every peer again per line.
- */
+/** Watch lines that come within this of each other are applied, saved and handed on once (src/adapters/node/watch-batch.ts). */
 export const PEERS_SETTLE_MS = 50;
 
 export class ControllerLink {
@@ -61,14 +58,17 @@ export class ControllerLink {
   /** Since when the agent has had no controller session (ms since epoch; the start until the first one). */
   #offlineSince: number | undefined;
   #loop: Promise<void> | undefined;
-  /** The peers with the watch lines of the last {@link PEERS_SETTLE_MS} applied, and their revision: not saved yet. */
-  #settling: { peers: Map<string, NodeRecord>; revision: number; timer: NodeJS.Timeout } | undefined;
+  readonly #lines: WatchBatch;
 
   constructor(components: ControllerLinkComponents, init: ControllerLinkInit) {
     this.#c = components;
     this.#init = init;
     this.#state = components.stateFile.load();
     this.#offlineSince = components.clock();
+    this.#lines = new WatchBatch(PEERS_SETTLE_MS, () => this.#state.peers, (peers, revision) => {
+      this.#save({ ...this.#state, peers, revision });
+      this.#c.onPeers?.(peers);
+    });
   }
 
   get state(): ClusterState {
@@ -91,7 +91,7 @@ export class ControllerLink {
   async stop(): Promise<void> {
     this.#abort.abort();
     await this.#loop;
-    this.#settle();
+    this.#lines.settle();
   }
 
   async #run(): Promise<void> {
@@ -132,7 +132,7 @@ export class ControllerLink {
         await client.watch(this.#state.revision, (line) => this.#onLine(line), session.signal);
       } finally {
         session.abort();
-        this.#settle();
+        this.#lines.settle();
         this.#abort.signal.removeEventListener('abort', stopSession);
         await reporter;
       }
@@ -160,25 +160,7 @@ export class ControllerLink {
   }
 
   #onLine(line: WatchLine): void {
-    if (line.type === 'ping') return;
-    this.#settling ??= { peers: new Map(this.#state.peers.map((p) => [p.name, p])), revision: line.revision, timer: setTimeout(() => this.#settle(), PEERS_SETTLE_MS) };
-    const { peers } = this.#settling;
-    if (line.type === 'snapshot') {
-      peers.clear();
-      for (const n of line.nodes) peers.set(n.name, n);
-    } else if (line.type === 'put') peers.set(line.node.name, line.node);
-    else peers.delete(line.name);
-    this.#settling.revision = line.revision;
-  }
-
-  /** Saves the peers the settling lines made, and hands them on. */
-  #settle(): void {
-    const s = this.#settling;
-    if (!s) return;
-    clearTimeout(s.timer);
-    this.#settling = undefined;
-    this.#save({ ...this.#state, peers: [...s.peers.values()].sort((a, b) => compareText(a.name, b.name)), revision: s.revision });
-    this.#c.onPeers?.(this.#state.peers);
+    if (line.type !== 'ping') this.#lines.add(line);
   }
 
   async #applyBlocks(blocks: readonly string[]): Promise<void> {

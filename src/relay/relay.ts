@@ -23,7 +23,8 @@ import { AtollError, atollError } from '../core/errors.ts';
 import { peerIdOfPin, pinOfPeerId } from '../core/tunnel/frame.ts';
 import { relayAllows, type RelayMember, relayMembers } from '../core/tunnel/plan.ts';
 import type { NodeRecord } from '../core/cluster/model.ts';
-import { applyWatchLine, ControllerClient } from '../adapters/node/controller-client.ts';
+import { ControllerClient } from '../adapters/node/controller-client.ts';
+import { WatchBatch } from '../adapters/node/watch-batch.ts';
 import { ClusterStateFile } from '../adapters/node/cluster-state-file.ts';
 import { discoverPinnedCa, spkiPin } from '../adapters/pki.ts';
 import { loadOrCreateTunnelCredentials } from '../adapters/tunnel/tunnel-credentials.ts';
@@ -54,6 +55,8 @@ export interface RelayStats {
 
 /** The relay logs its counters this often (when they changed). */
 const STATS_LOG_MS = 60_000;
+/** Watch lines that come within this of each other are applied and saved once (src/adapters/node/watch-batch.ts). */
+const WATCH_SETTLE_MS = 50;
 
 interface Session {
   readonly member: RelayMember;
@@ -242,16 +245,20 @@ export class Relay {
       try {
         const caPem = await this.#ca();
         const client = new ControllerClient({ urls: this.#cfg.controller.urls, caPem, nodeName: 'relay', bearerToken: this.#cfg.controller.token });
+        const lines = new WatchBatch(WATCH_SETTLE_MS, () => this.#nodes, (nodes, revision) => {
+          this.#nodes = nodes;
+          this.#registryLoaded = true;
+          this.#registry.save({ blocks: [], revision, peers: nodes });
+          this.#setMembers();
+        });
         try {
           await client.watch(this.#registry.load().revision, (line) => {
             if (line.type === 'ping') return;
             backoff.reset();
-            this.#nodes = applyWatchLine(this.#nodes, line);
-            this.#registryLoaded = true;
-            this.#registry.save({ blocks: [], revision: line.revision, peers: this.#nodes });
-            this.#setMembers();
+            lines.add(line);
           }, signal);
         } finally {
+          lines.settle();
           client.close();
         }
       } catch (err) {

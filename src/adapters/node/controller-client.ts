@@ -10,7 +10,6 @@ import { type ConnectionOptions, createSecureContext, type SecureContext } from 
 import { AtollError, atollError, ERROR_CATALOGUE, type ErrorCode } from '../../core/errors.ts';
 import type { NodeRecord, NodeFields, NodeUsage } from '../../core/cluster/model.ts';
 import { type NodeIdentity, signRequest } from './node-identity.ts';
-import { compareText } from '../../core/order.ts';
 import { decodeWatchLine, type WatchLine } from '../../config/watch-line.ts';
 
 export interface ControllerClientInit {
@@ -25,15 +24,6 @@ export interface ControllerClientInit {
 }
 
 export type { WatchLine };
-
-/** The node list after a watch line (a snapshot replaces it; a put or delete changes one node), sorted by name. */
-export function applyWatchLine(nodes: readonly NodeRecord[], line: Exclude<WatchLine, { type: 'ping' }>): NodeRecord[] {
-  let out: NodeRecord[];
-  if (line.type === 'snapshot') out = [...line.nodes];
-  else if (line.type === 'put') out = [...nodes.filter((p) => p.name !== line.node.name), line.node];
-  else out = nodes.filter((p) => p.name !== line.name);
-  return out.sort((a, b) => compareText(a.name, b.name));
-}
 
 interface Answer {
   readonly status: number;
