@@ -90,6 +90,8 @@ export class Tunnel {
   #plan: TunnelPlan = { peers: [], skipped: [] };
   readonly #dialers = new Map<string, PeerLoop>();
   #chain: Promise<void> = Promise.resolve();
+  /** The arguments of the latest sync not started yet: the passes queued behind a running one take these. */
+  #wanted: { peers: readonly NodeRecord[]; selection: PeerSelection } | undefined;
   #refused = 0;
   readonly #abort = new AbortController();
   /** The relay, its circuits and punching: with a relay configured. */
@@ -244,11 +246,17 @@ export class Tunnel {
 
   /**
    * Brings peers, routes and dialers in line with `peers`, as `selection` sees them (this node, and which peers are
-   * outside its site). Serialised: calls run one after the other. A failed route batch is logged and retried at the
-   * next call.
+   * outside its site). Serialised and coalesced: calls made while a sync runs are merged into one more with the
+   * latest arguments (a pass over 100,000 peers takes seconds; one per update of a burst would queue without end).
+   * A failed route batch is logged and retried at the next call.
    */
   sync(peers: readonly NodeRecord[], selection: PeerSelection): Promise<void> {
-    this.#chain = this.#chain.then(() => this.#sync(peers, selection)).catch((err: unknown) => {
+    this.#wanted = { peers, selection };
+    this.#chain = this.#chain.then(() => {
+      const wanted = this.#wanted;
+      this.#wanted = undefined;
+      return wanted && this.#sync(wanted.peers, wanted.selection);
+    }).catch((err: unknown) => {
       this.#c.log.error('tunnel sync failed; retrying at the next resync', { err });
     });
     return this.#chain;
