@@ -14,12 +14,12 @@
  */
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { existsSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, release, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { adminRequest } from '../src/adapters/node/controller-client.ts';
-import { ATOLL_BIN, PROJECT_NODE } from '../src/lab/agent-process.ts';
+import { PROJECT_NODE } from '../src/lab/agent-process.ts';
 import { TestAgent } from '../harness/agent.ts';
 import { type ControllerProc, TestCloud } from '../harness/cloud.ts';
 import { type EtcdCluster, etcdSkipReason, startEtcdCluster } from '../harness/etcd.ts';
@@ -27,10 +27,8 @@ import { type ControlPlane, startControlPlane } from '../harness/kube.ts';
 import { simulateJoins, type SimulationReport } from '../harness/join-simulator.ts';
 import { delNetns, isRoot, leftoverNetns, RUN_PREFIX } from '../harness/netns.ts';
 import { intOption, median, nearestRank, parseBenchArgs, removeRunTempDirs } from './common.ts';
-import { freePort } from '../harness/ports.ts';
+import { ADMIN_TOKEN, BOOTSTRAP_TOKEN, type Controller, startController, stopController } from './controller-process.ts';
 
-const BOOTSTRAP_TOKEN = 'atoll-bench-bootstrap-0123456789';
-const ADMIN_TOKEN = 'atoll-bench-admin-0123456789abcdef';
 const AGENT_RSS_TARGET_MIB = 80;
 const KIB_PER_MIB = 1024;
 
@@ -157,63 +155,6 @@ async function sampleMem(pid: number, count: number, everyMs = 1000): Promise<{ 
     rssKiB.push(memOf(pid).rssKiB);
   }
   return { rssKiB, hwmKiB: memOf(pid).hwmKiB };
-}
-
-// ---------------------------------------------------------------------------------------------------------------
-// A controller process on loopback
-
-interface Controller {
-  readonly proc: ChildProcess;
-  readonly pid: number;
-  readonly url: string;
-  readonly caPem: string;
-  readonly log: string;
-}
-
-
-/**
- * Starts `bin/atoll controller` (the bundle users run) with a fresh data directory and the configuration sections
- * `sections` (the store's); resolves once it serves.
- */
-async function startController(fx: Fixture, name: string, sections: Record<string, unknown>): Promise<Controller> {
-  const port = await freePort();
-  const dataDir = join(fx.dir, name);
-  const url = `https://127.0.0.1:${port}`;
-  const configPath = join(fx.dir, `${name}.json`);
-  writeFileSync(configPath, JSON.stringify({
-    listenHost: '127.0.0.1', listenPort: port, advertiseUrl: url, clusterCidrs: ['10.0.0.0/8'], blockBits: 26, maxBlocksPerNode: 4, refillBelow: 8,
-    dataDir, bootstrapTokens: [BOOTSTRAP_TOKEN], adminToken: ADMIN_TOKEN, ...sections,
-  }));
-  const log = join(fx.dir, `${name}.log`);
-  const proc = spawn(ATOLL_BIN, ['controller', '--config', configPath], { stdio: ['ignore', 'pipe', openSync(log, 'w')] });
-  fx.procs.add(proc);
-  await new Promise<void>((resolve, reject) => {
-    let text = '';
-    const timer = setTimeout(() => reject(new Error(`controller ${name} not serving within 60 s:\n${readFileSync(log, 'utf8').slice(-2000)}`)), 60_000);
-    proc.stdout?.on('data', (d: Buffer) => {
-      text += d.toString();
-      if (/caCertHash sha256:/.test(text)) {
-        clearTimeout(timer);
-        resolve();
-      }
-    });
-    proc.once('exit', (code) => {
-      clearTimeout(timer);
-      reject(new Error(`controller ${name} exited with ${code}:\n${readFileSync(log, 'utf8').slice(-2000)}`));
-    });
-  });
-  return { proc, pid: proc.pid as number, url, caPem: readFileSync(join(dataDir, 'pki', 'ca.crt'), 'utf8'), log };
-}
-
-async function stopController(fx: Fixture, c: Controller): Promise<void> {
-  if (c.proc.exitCode === null && c.proc.signalCode === null) {
-    const exited = new Promise((r) => c.proc.once('exit', r));
-    c.proc.kill('SIGTERM');
-    const t = setTimeout(() => c.proc.kill('SIGKILL'), 5000);
-    await exited;
-    clearTimeout(t);
-  }
-  fx.procs.delete(c.proc);
 }
 
 /**

@@ -5,6 +5,9 @@
  * deadline. Optionally each node then reports usage once with free = 0, which makes the controller lease it a
  * second block (an unanswered report is retried the same way, as an agent that never learnt of its new block would).
  *
+ * Imported, each node's fields can be chosen (`fields`: its site, community, addresses, annotations, tunnel key) and
+ * each joined node's key is handed back (`onJoined`), so that a caller can act as that node afterwards.
+ *
  * At most `concurrency` requests are in flight at once; a node waiting out its backoff holds no slot. It prints (CLI)
  * or returns (import) one report; the CLI's stdout carries only that JSON object, progress goes to stderr as JSON
  * lines `{"progress":{"joined":N,"reported":M,"ms":T}}`.
@@ -16,7 +19,7 @@ import { generateKeyPairSync, randomBytes, sign } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { asAtollError } from '../src/core/errors.ts';
-import type { NodeFields } from '../src/core/cluster/model.ts';
+import type { NodeFields, NodeRecord } from '../src/core/cluster/model.ts';
 import { ControllerClient } from '../src/adapters/node/controller-client.ts';
 import type { NodeIdentity } from '../src/adapters/node/node-identity.ts';
 
@@ -25,8 +28,15 @@ export interface SimulationInit {
   readonly caPem: string;
   readonly token: string;
   readonly count: number;
-  /** Node names are `${prefix}${index}` (index from 0, zero-padded to the width of count - 1). */
+  /** Node names are `${prefix}${index}` (index from 0, zero-padded to the width of count - 1): {@link simulatedName}. */
   readonly prefix: string;
+  /**
+   * The fields node `index` joins with, over the defaults (no site, community, address, annotation or tunnel key; a
+   * random MAC). Called once per node, before its first join attempt.
+   */
+  readonly fields?: (index: number, name: string) => Partial<NodeFields>;
+  /** Called once for each node whose join succeeded, with its key: to act as that node afterwards (sign, watch). */
+  readonly onJoined?: (joined: JoinedNode) => void;
   /** Give up on nodes not done this long after the start. */
   readonly deadlineMs: number;
   /** Requests in flight at once (default 64). */
@@ -43,6 +53,15 @@ export interface SimulationInit {
   /** Called every `progressMs` with the running counts. */
   readonly onProgress?: (p: SimulationProgress) => void;
   readonly progressMs?: number;
+}
+
+/** A node that joined: its index and name, its in-memory key, and the controller's answer. */
+export interface JoinedNode {
+  readonly index: number;
+  readonly name: string;
+  readonly identity: NodeIdentity;
+  readonly node: NodeRecord;
+  readonly blocks: readonly string[];
 }
 
 export interface SimulationProgress {
@@ -94,6 +113,11 @@ export function memoryIdentity(): NodeIdentity {
   };
 }
 
+/** The name of simulated node `index` of `count`: `${prefix}${index}`, the index zero-padded to the width of count - 1. */
+export function simulatedName(prefix: string, count: number, index: number): string {
+  return `${prefix}${String(index).padStart(String(Math.max(0, count - 1)).length, '0')}`;
+}
+
 /** A counting semaphore: at most `n` holders. */
 class Slots {
   #free: number;
@@ -126,7 +150,6 @@ export async function simulateJoins(init: SimulationInit): Promise<SimulationRep
   const slots = new Slots(init.concurrency ?? 64);
   const retryMin = init.retryMinMs ?? 100;
   const retryMax = init.retryMaxMs ?? 2000;
-  const width = String(Math.max(0, init.count - 1)).length;
   const blocks: Record<string, string[]> = {};
   const errors = new Map<string, ErrorSample>();
   const joinDoneMs: number[] = [];
@@ -182,15 +205,16 @@ export async function simulateJoins(init: SimulationInit): Promise<SimulationRep
   const progress = init.onProgress && setInterval(() => init.onProgress?.({ joined: joinDoneMs.length, reported: reportDoneMs.length, ms: elapsed() }), init.progressMs ?? 250);
 
   const simulateNode = async (index: number): Promise<boolean> => {
-    const name = `${init.prefix}${String(index).padStart(width, '0')}`;
+    const name = simulatedName(init.prefix, init.count, index);
     const identity = memoryIdentity();
     const client = new ControllerClient({ urls: init.urls, caPem: init.caPem, identity, nodeName: name, timeoutMs: init.requestTimeoutMs });
     try {
-      const fields: NodeFields = { site: '', community: '', addresses: [], vtepMac: randomMac(), tunnelKey: '', agentVersion: 'join-simulator' };
+      const fields: NodeFields = { site: '', community: '', addresses: [], vtepMac: randomMac(), tunnelKey: '', agentVersion: 'join-simulator', ...init.fields?.(index, name) };
       const joined = await retrying(() => client.join(init.token, identity.publicKey, fields), joinRequestMs);
       if (joined) {
         blocks[name] = joined.blocks;
         joinDoneMs.push(elapsed());
+        init.onJoined?.({ index, name, identity, node: joined.node, blocks: joined.blocks });
       }
       settleJoin();
       if (!joined) return false;
