@@ -11,6 +11,8 @@
 #                                        0 -> 30 Ready, Atoll's CNI against bridge + host-local; the agent's idle RSS
 #   sh bench/run.sh circuits [options]   the relay's circuits at scale: 1000 open, 16 busy, joined in the kernel against
 #                                        Node's stream piping; threads, memory and CPU per Gbit/s (no root needed)
+#   sh bench/run.sh watch-view [options] what each agent receives from the controller's watch stream: bytes to join, per
+#                                        change elsewhere and nearby, delay; edge and cloud nodes and the relay (no root)
 # Options pass through (--smoke, --json FILE, ...; --help lists them).
 set -eu
 cd "$(dirname "$0")/.."
@@ -20,6 +22,7 @@ case "${1:-}" in
   tunnel) shift; exec node_modules/.bin/node bench/tunnel.ts "$@" ;;
   kubelet) shift; exec node_modules/.bin/node bench/kubelet.ts "$@" ;;
   circuits) shift; exec node_modules/.bin/node bench/circuits.ts "$@" ;;
+  watch-view) shift; exec node_modules/.bin/node bench/watch-view.ts "$@" ;;
   cni) shift ;;
 esac
 exec node_modules/.bin/node bench/cni-latency.ts "$@"
