@@ -69,6 +69,8 @@ export const controllerConfigSchema = z.strictObject({
   /** Follow Kubernetes Node objects (admission, labels, deletion, annotations); absent: nodes join with a token alone. */
   kubernetes: z.optional(kubernetesSchema),
   maxBodyBytes: z._default(intIn(1024, 1 << 20), 64 * 1024),
+  /** A watcher that leaves more of its stream than this unread is dropped (it resumes when it reconnects). */
+  watchBufferBytes: z._default(intIn(64 * 1024, 1 << 30), 64 << 20),
   /** /healthz, /readyz and /metrics over HTTP; off when absent. */
   metrics: z.optional(metricsSchema(METRICS_PORTS.controller)),
 });

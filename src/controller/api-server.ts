@@ -59,6 +59,8 @@ export interface ApiServerInit {
   /** Tokens a relay presents to watch the nodes (and do nothing else). */
   readonly relayTokens: readonly string[];
   readonly maxBodyBytes: number;
+  /** A watcher with more than this written and not yet taken is dropped (API_WATCH_TOO_SLOW). */
+  readonly watchBufferBytes: number;
 }
 
 const STATUS: Partial<Record<ErrorCode, number>> = {
@@ -77,11 +79,6 @@ const STATUS: Partial<Record<ErrorCode, number>> = {
 };
 
 const WATCH_PING_MS = 15_000;
-/**
- * A watcher with this much written and not yet taken is dropped (it reconnects and resumes by revision): a reader
- * that stalls must not hold the controller's memory. 64 MiB: a cloud node's snapshot of 100,000 nodes fits.
- */
-export const WATCH_BUFFER_LIMIT = 64 << 20;
 /** Refuses bytes that are not UTF-8 instead of replacing them (JSON text is UTF-8, RFC 8259). */
 const UTF8 = new TextDecoder('utf-8', { fatal: true });
 
@@ -255,10 +252,13 @@ export class ApiServer {
     this.#watches.add(abort);
     res.on('close', () => abort.abort());
     res.writeHead(200, { 'content-type': 'application/x-ndjson', 'cache-control': 'no-store' });
+    // what the watcher must take first (its snapshot, or the changes it missed) does not count against its buffer
+    let owed = 0;
     const write = (text: string) => {
       if (abort.signal.aborted) return;
       res.write(`${text}\n`);
-      if (res.writableLength > WATCH_BUFFER_LIMIT) {
+      // a reader that stalls must not hold the controller's memory: drop it, and it resumes when it reconnects
+      if (res.writableLength > owed + this.#init.watchBufferBytes) {
         const err = atollError('API_WATCH_TOO_SLOW', `the watcher ${viewer?.name ?? '(a relay)'} left ${res.writableLength} bytes of its stream unread`,
           'it reconnects and resumes; if this repeats, check that host\'s CPU and its link to the controller');
         this.#c.log.warn('watch dropped', { err: err.message, code: err.code });
@@ -272,7 +272,9 @@ export class ApiServer {
     const scope = viewScope(viewer && (views.node(viewer.name) ?? viewer));
     const resume = after === 0 ? { kind: 'snapshot' as const, line: views.snapshot(scope) } : views.resume(scope, after);
     const lines: readonly ViewLine[] = resume.kind === 'snapshot' ? [resume.line] : resume.lines;
-    for (const line of lines) write(JSON.stringify(line));
+    const first = lines.map((line) => `${JSON.stringify(line)}\n`).join('');
+    owed = Buffer.byteLength(first);
+    res.write(first);
     const unwatch = views.watch(scope, { send: (_line, text) => write(text) });
     try {
       await new Promise<void>((resolve) => {

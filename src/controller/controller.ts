@@ -141,7 +141,7 @@ export class Controller {
     this.#feed.start();
     this.#api = new ApiServer(
       { registry: this.#registry, feed: this.#feed, admission: this.#kubeNodes, log: log.child('api'), clock: this.#c.clock, leadership },
-      { host: cfg.listenHost, port: cfg.listenPort, key: pki.keyPem, certChain: pki.certChainPem, bootstrapTokens: cfg.bootstrapTokens, adminToken: cfg.adminToken, relayTokens: cfg.relayTokens, maxBodyBytes: cfg.maxBodyBytes },
+      { host: cfg.listenHost, port: cfg.listenPort, key: pki.keyPem, certChain: pki.certChainPem, bootstrapTokens: cfg.bootstrapTokens, adminToken: cfg.adminToken, relayTokens: cfg.relayTokens, maxBodyBytes: cfg.maxBodyBytes, watchBufferBytes: cfg.watchBufferBytes },
     );
     this.#port = await this.#api.start();
     this.#campaign = this.#campaignLoop();

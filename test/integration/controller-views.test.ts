@@ -2,8 +2,10 @@
  * Each agent's watch carries its own view of the registry, through a real controller (embedded store) over HTTPS,
  * signed as each node: an edge node gets its site, its community and the cloud nodes, and the changes to those only;
  * it resumes from its revision; a node that moves community leaves one view and enters another; a cloud node gets
- * everything.
+ * everything; a watcher that stops reading is dropped, and the others go on.
  */
+import type { IncomingMessage } from 'node:http';
+import { request } from 'node:https';
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -15,6 +17,7 @@ import type { NodeFields } from '../../src/core/cluster/model.ts';
 import { ROLE_ANNOTATION } from '../../src/core/tunnel/plan.ts';
 import { jsonLogger } from '../../src/adapters/ops/json-logger.ts';
 import { ControllerClient } from '../../src/adapters/node/controller-client.ts';
+import { type NodeIdentity, signRequest } from '../../src/adapters/node/node-identity.ts';
 import { Controller } from '../../src/controller/controller.ts';
 import { memoryIdentity } from '../../harness/join-simulator.ts';
 import { RUN_PREFIX } from '../../harness/netns.ts';
@@ -56,6 +59,10 @@ describe('scoped watch views through the controller', () => {
   const dir = mkdtempSync(join(tmpdir(), `${RUN_PREFIX}views-`));
   let controller: Controller;
   const clients = new Map<string, ControllerClient>();
+  const identities = new Map<string, NodeIdentity>();
+  const logs: { msg?: string; code?: string }[] = [];
+  let port = 0;
+  let ca = '';
   const fields = new Map<string, NodeFields>();
   const watchers: Watcher[] = [];
   const watch = (name: string, from = 0) => {
@@ -71,14 +78,14 @@ describe('scoped watch views through the controller', () => {
   };
 
   before(async () => {
-    const port = await freePort();
+    port = await freePort();
     const config = parseControllerConfig({
       listenHost: '127.0.0.1', listenPort: port, advertiseUrl: `https://127.0.0.1:${port}`, clusterCidrs: ['10.100.0.0/16'], blockBits: 26,
-      dataDir: join(dir, 'data'), bootstrapTokens: [TOKEN], adminToken: 'atoll-views-admin-0123456789abcdef',
+      dataDir: join(dir, 'data'), bootstrapTokens: [TOKEN], adminToken: 'atoll-views-admin-0123456789abcdef', watchBufferBytes: 256 * 1024,
     });
-    controller = new Controller({ log: jsonLogger({ level: 'error', write: () => {} }), clock: Date.now }, config);
+    controller = new Controller({ log: jsonLogger({ level: 'warn', write: (l) => logs.push(JSON.parse(l) as { msg?: string; code?: string }) }), clock: Date.now }, config);
     await controller.start();
-    const ca = readFileSync(join(dir, 'data', 'pki', 'ca.crt'), 'utf8');
+    ca = readFileSync(join(dir, 'data', 'pki', 'ca.crt'), 'utf8');
     // two cloud nodes; communities c1 (sites s1, s2) and c2 (sites s3, s4), two nodes a site
     const nodes: [string, string, string, 'cloud' | 'edge'][] = [['cloud-1', 'cloud', '', 'cloud'], ['cloud-2', 'cloud', '', 'cloud']];
     for (const [community, sites] of [['c1', ['s1', 's2']], ['c2', ['s3', 's4']]] as const) {
@@ -90,6 +97,7 @@ describe('scoped watch views through the controller', () => {
       const f: NodeFields = { site, community, addresses: [`192.0.2.${i + 10}`], vtepMac: '', tunnelKey: '', agentVersion: 'test', annotations: { [ROLE_ANNOTATION]: role } };
       await client.join(TOKEN, identity.publicKey, f);
       clients.set(name, client);
+      identities.set(name, identity);
       fields.set(name, f);
     }
   });
@@ -149,5 +157,37 @@ describe('scoped watch views through the controller', () => {
     assert.equal(fresh?.type, 'snapshot');
     assert.deepEqual(fresh?.type === 'snapshot' && fresh.nodes.map((n) => n.name).sort(), ['cloud-1', 'cloud-2', 's2-1', 's2-2', 's3-1', 's3-2', 's4-1', 's4-2']);
     await Promise.all([oldPeer.stop(), newPeer.stop(), mover.stop()]);
+  });
+
+  test('a watcher that stops reading is dropped with API_WATCH_TOO_SLOW once its stream holds more than watchBufferBytes; the others go on', async () => {
+    // cloud-2 opens a watch (it sees every node) and never reads it
+    const target = '/v1/watch?after=0';
+    const headers = signRequest(identities.get('cloud-2') as NodeIdentity, { method: 'GET', path: target, node: 'cloud-2', body: Buffer.alloc(0), now: Date.now() });
+    let closed = false;
+    let stalledRes: IncomingMessage | undefined;
+    const stalled = request({ host: '127.0.0.1', port, path: target, method: 'GET', ca, headers }, (res) => {
+      stalledRes = res;
+      res.pause();
+      res.on('close', () => { closed = true; });
+      res.on('error', () => { closed = true; });
+    });
+    stalled.on('error', () => { closed = true; });
+    stalled.end();
+    const reader = watch('s3-1');
+    await until('the reader\'s snapshot', () => reader.lines.length > 0, 10_000);
+    // s4-2 changes its annotations (14 KB a line) until the controller drops the stalled watcher
+    const big = Object.fromEntries(Array.from({ length: 14 }, (_, i) => [`example.com/big-${i}`, String(i % 10).repeat(1000)]));
+    let updates = 0;
+    for (const end = Date.now() + 60_000; Date.now() < end && !logs.some((l) => l.code === 'API_WATCH_TOO_SLOW'); updates++) {
+      await update('s4-2', { annotations: { ...big, [ROLE_ANNOTATION]: 'edge', 'example.com/n': String(updates) } });
+    }
+    const dropped = logs.find((l) => l.code === 'API_WATCH_TOO_SLOW');
+    assert.equal(dropped?.msg, 'watch dropped', `${updates} updates of 14 KB did not get the stalled watcher dropped: ${JSON.stringify(logs)}`);
+    // read on: what the controller wrote before it dropped the watch, then its end
+    stalledRes?.resume();
+    await until('the stalled watch to end', () => closed, 10_000);
+    await until('the reader to have every update', () => reader.lines.filter((l) => l.type === 'put' && l.node.name === 's4-2').length === updates, 10_000);
+    stalled.destroy();
+    await reader.stop();
   });
 });
