@@ -10,6 +10,7 @@ import type { NodeRecord } from '../core/cluster/model.ts';
 import { type Cidr, cidrsOverlap, parseCidr } from '../core/net/ipv4.ts';
 import { AF_BRIDGE, AF_INET, IFF_UP, NETLINK_NETFILTER, NUD_PERMANENT, RT_TABLE_MAIN } from '../core/net/netlink-codec.ts';
 import { renderNftRuleset } from '../core/overlay/nft.ts';
+import { afterProbe, DIRECT_LOSS_GRACE_MS, probeDue, type Reach } from '../core/overlay/reach.ts';
 import { diffOverlay, type DirectRouting, type NeighEntry, type OverlayPeer, type OverlayPlan, planOverlay, renderOverlayDiff, ROUTE_PROTO, type RouteEntry } from '../core/overlay/plan.ts';
 import type { Logger } from '../core/ports.ts';
 import type { BridgeFdb } from '../adapters/kernel/bridge-fdb.ts';
@@ -42,14 +43,12 @@ export interface OverlayInit {
   readonly clusterCidrs: readonly Cidr[];
 }
 
-/** How often a peer's reachability is re-probed. */
-const PROBE_TTL_MS = 60_000;
 
 export class Overlay {
   readonly #c: OverlayComponents;
   readonly #init: OverlayInit;
   readonly #responder = new ProbeResponder();
-  readonly #reach = new Map<string, { reachable: boolean; at: number }>();
+  readonly #reach = new Map<string, Reach>();
   #last: OverlayPlan | undefined;
   /** The nft ruleset last applied and the ruleset generation right after, when that commit was ours alone. */
   #nftApplied: { ruleset: string; generation: number } | undefined;
@@ -152,10 +151,15 @@ export class Overlay {
     const cached = this.#reach.get(p.name);
     let reachable = cached?.reachable ?? false;
     const needsProbe = !(this.#init.site !== '' && p.site !== ''); // labels on both sides decide without a probe
-    if (needsProbe && underlay && (!cached || Date.now() - cached.at > PROBE_TTL_MS)) {
-      reachable = (await probeDirect(this.#init.underlay, underlay, this.#init.probePort)).reachable;
+    if (needsProbe && underlay && probeDue(cached, Date.now())) {
+      const answered = (await probeDirect(this.#init.underlay, underlay, this.#init.probePort)).reachable;
+      const now = afterProbe(cached, answered, Date.now());
+      reachable = now.reachable;
       if (cached?.reachable !== reachable) this.#c.log.info('peer reachability', { peer: p.name, underlay, direct: reachable });
-      this.#reach.set(p.name, { reachable, at: Date.now() });
+      else if (now.failingSince !== undefined && cached.failingSince === undefined) {
+        this.#c.log.info('peer missed a reachability probe; keeping its direct path while it may be restarting', { peer: p.name, underlay, graceMs: DIRECT_LOSS_GRACE_MS });
+      }
+      this.#reach.set(p.name, now);
     }
     return { name: p.name, site: p.site, underlay, vtepMac: p.vtepMac, blocks, reachable };
   }
