@@ -508,6 +508,26 @@ describe('EmbeddedStore: log, snapshot and lock', () => {
     await store.close();
   });
 
+  test('transactions decided while the log is written share its next write (group commit): each resolves on disk, decided on what came before it, and a read of a key waits for its write', async () => {
+    const dir = freshDir();
+    let store = await EmbeddedStore.open(dir);
+    const base = (await store.txn([], [put('g/base', 'x')])).revision;
+    // 200 at once: creates of distinct keys, then 50 that each want g/0 absent (one wins), decided in call order
+    const creates = Array.from({ length: 200 }, (_, i) => store.txn([{ key: `g/${i}`, modRevision: 0 }], [put(`g/${i}`, String(i))]));
+    const racers = Array.from({ length: 50 }, () => store.txn([{ key: 'g/0', modRevision: 0 }], [put('g/0', 'racer')]));
+    const read = store.get('g/0');
+    const results = await Promise.all(creates);
+    assert.deepEqual(results.map((r) => r.revision), Array.from({ length: 200 }, (_, i) => base + 1 + i));
+    assert.equal((await Promise.all(racers)).filter((r) => r.succeeded).length, 0, 'g/0 was decided created before any racer');
+    assert.equal((await read)?.value, '0', 'the read waited for the write of g/0');
+    await store.close();
+    store = await EmbeddedStore.open(dir);
+    const listed = await store.list('g/');
+    assert.equal(listed.entries.length, 201);
+    assert.equal(listed.revision, base + 200);
+    await store.close();
+  });
+
   test('closing ends watches with STORE_UNAVAILABLE and refuses further calls', async () => {
     const store = await EmbeddedStore.open(freshDir());
     const ended = assert.rejects(store.watch('', 0, never, new AbortController().signal), { code: 'STORE_UNAVAILABLE' });
