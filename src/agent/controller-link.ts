@@ -95,7 +95,8 @@ export class ControllerLink {
   }
 
   async #run(): Promise<void> {
-    const backoff = new Backoff({ minMs: this.#init.retryMinMs ?? 500, maxMs: this.#init.retryMaxMs ?? 30_000 }, sleep);
+    // jittered: when a controller replica goes, its agents must not all come back to the next one at one instant
+    const backoff = new Backoff({ minMs: this.#init.retryMinMs ?? 500, maxMs: this.#init.retryMaxMs ?? 30_000, jitter: { fraction: 0.5, random: Math.random } }, sleep);
     while (!this.#abort.signal.aborted) {
       try {
         await this.#session(() => backoff.reset());

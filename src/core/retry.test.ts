@@ -61,6 +61,19 @@ describe('Backoff', () => {
     assert.equal(t.now, 17_500);
   });
 
+  test('with jitter each wait is cut by up to its fraction, at random; the delays still double', async () => {
+    const t = new ManualClock();
+    const draws = [0, 1, 0.5];
+    const b = new Backoff({ minMs: 1000, maxMs: 8000, jitter: { fraction: 0.5, random: () => draws.shift() ?? 0 } }, t.sleep);
+    for (let i = 0; i < 3; i++) {
+      const waited = b.wait();
+      await t.advance(1000 * 2 ** i);
+      await waited;
+    }
+    assert.deepEqual(t.slept, [1000, 1000, 3000]);
+    assert.equal(b.delayMs, 8000);
+  });
+
   test('reset starts over at minMs; a reset during a wait still doubles after it, as the loops it replaced did', async () => {
     const t = new ManualClock();
     const b = new Backoff({ minMs: 250, maxMs: 5000 }, t.sleep);

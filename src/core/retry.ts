@@ -10,10 +10,15 @@ export interface BackoffInit {
   readonly minMs: number;
   /** Waits double up to this. */
   readonly maxMs: number;
+  /**
+   * With a random source: each wait is cut by up to this fraction of it, at random, so that many clients that lost
+   * one server together (agents whose controller replica died) do not all come back at the same instant.
+   */
+  readonly jitter?: { readonly fraction: number; readonly random: () => number };
 }
 
 /**
- * Exponential backoff without jitter: waits start at `minMs` and double after each wait up to `maxMs`; `reset()`
+ * Exponential backoff, with jitter when asked: waits start at `minMs` and double after each wait up to `maxMs`; `reset()`
  * (an attempt succeeded) starts over. Callers decide when to reset, so "succeeded" can mean "a stream lived long
  * enough" as well as "the call returned".
  */
@@ -40,7 +45,8 @@ export class Backoff {
 
   /** Waits the current delay (less when `signal` aborts), then doubles it up to `maxMs`. */
   async wait(signal?: AbortSignal): Promise<void> {
-    await this.#sleep(this.#delayMs, signal);
+    const j = this.#init.jitter;
+    await this.#sleep(j ? Math.round(this.#delayMs * (1 - j.fraction * j.random())) : this.#delayMs, signal);
     this.#delayMs = Math.min(this.#init.maxMs, this.#delayMs * 2);
   }
 }
