@@ -27,7 +27,7 @@ const TRACE_USAGE = `usage: atoll trace FROM TO [--json] [--config FILE | --sock
 
 Explains hop by hop how a packet from pod FROM (on this node) reaches pod TO, from this node's agent (root): same
 node; same site over VXLAN to a node's VTEP, or a direct route; beyond the site the tunnel, direct, hole-punched or
-relayed through the relay; or why there is no path (communities differ, the peer down since when, no block owner,
+relayed through the relay; or why there is no path (communities differ, the peer down since when, no block owner, outside an edge node's view,
 hole punching failed and the relay down) and where it breaks. Exit 0 with a path, 1 without.
   FROM, TO        a pod IPv4 address, or namespace/name of a pod on this node
   --json          the explanation as JSON

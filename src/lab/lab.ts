@@ -254,7 +254,7 @@ async function awaitAgentsConverged(b: Build, t: number, agentLog: (node: string
   b.step = 'waiting for same-site and tunnel routes';
   await waitForSiteRoutes(plan);
   b.timingsMs.agents = since(t);
-  b.say(`  agents: ${plan.nodes.length} up; each holds a block, knows all ${plan.nodes.length} nodes and routes its site's and its tunnel peers' blocks (${secs(b.timingsMs.agents)})`);
+  b.say(`  agents: ${plan.nodes.length} up; each holds a block, knows every node of its view and routes its site's and its tunnel peers' blocks (${secs(b.timingsMs.agents)})`);
 }
 
 /** Phase: until every tunnel pair runs over its expected path (hole-punched, relayed, cloud <-> edge). */

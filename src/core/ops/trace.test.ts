@@ -43,7 +43,7 @@ const cases: [string, string, TracePath, RegExp][] = [
   ['peer down', '10.244.7.9', 'broken', /peer d-1 is down since 1970-01-01T00:16:40\.000Z \(60 s ago\); hole punching failed \(timed out, as behind a symmetric NAT\)/],
   ['communities differ', '10.244.8.9', 'not allowed', /communities differ: blue here, red there/],
   ['not in the plan yet', '10.244.9.9', 'broken', /not in this node's tunnel plan yet/],
-  ['no block owner', '10.99.0.1', 'broken', /no block owner/],
+  ['an address no node of its view holds (an edge node is sent its site, its community and the clouds)', '10.99.0.1', 'not allowed', /no node of this node's view holds a block containing 10\.99\.0\.1/],
   ['a free address of this node', '10.244.1.4', 'broken', /no pod has it now/],
 ];
 
@@ -54,6 +54,14 @@ for (const [name, to, path, text] of cases) {
     assert.match(renderTrace(t).join('\n'), text);
   });
 }
+
+test('trace: a node that sees every node (a cloud node) knows no owner of an address: broken', () => {
+  const cloud = node('cloud-1', 'cloud', '', 'cloud', '10.244.4.0/26', '192.0.2.10');
+  const st = status({ node: cloud, ipam: { ...status().ipam, blocks: cloud.blocks, pods: [{ ip: '10.244.4.2', namespace: 'default', name: 'api' }] } });
+  const t = tracePath(st, '10.244.4.2', '10.99.0.1');
+  assert.equal(t.path, 'broken');
+  assert.match(renderTrace(t).join('\n'), /no block owner/);
+});
 
 test('trace: a down peer with the relay down says both', () => {
   const st = status();
@@ -87,10 +95,15 @@ test('renderStatus: peers on the datagram path count as udp, dialled or punched'
   assert.match(text, /^tunnel {4}4 peers: 3 udp, 0 direct, 0 hole-punched, 0 relayed, 1 down$/m);
 });
 
-test('trace with the controller\'s view: agreement, or an agent that is behind', () => {
+test('trace with the controller\'s view: agreement, a node outside an edge node\'s view, or an agent that is behind', () => {
   const view = status().nodes.map((n) => ({ name: n.name, blocks: n.blocks }));
   assert.equal(tracePath(status(), '10.244.1.2', '10.244.2.9', view).controller, 'the controller agrees: node a-2 holds 10.244.2.9');
-  const behind = tracePath(status({ controller: { state: 'offline', lastError: 'x' } }), '10.244.1.2', '10.99.0.1', [...view, { name: 'z-1', blocks: ['10.99.0.0/26'] }]);
+  const outside = tracePath(status({ controller: { state: 'offline', lastError: 'x' } }), '10.244.1.2', '10.99.0.1', [...view, { name: 'z-1', blocks: ['10.99.0.0/26'] }]);
+  assert.equal(outside.path, 'not allowed');
+  assert.match(renderTrace(outside).join('\n'), /controller: the controller says node z-1 holds 10\.99\.0\.1, which this agent does not know: a node outside this node's view \(another site and community\), or one it has not heard of yet \(this agent's controller link is offline\)/);
+  const cloud = node('cloud-1', 'cloud', '', 'cloud', '10.244.4.0/26', '192.0.2.10');
+  const fromCloud = status({ node: cloud, controller: { state: 'offline', lastError: 'x' }, ipam: { ...status().ipam, blocks: cloud.blocks, pods: [{ ip: '10.244.4.2', namespace: 'default', name: 'api' }] } });
+  const behind = tracePath(fromCloud, '10.244.4.2', '10.99.0.1', [...view, { name: 'z-1', blocks: ['10.99.0.0/26'] }]);
   assert.equal(behind.path, 'broken');
   assert.match(renderTrace(behind).join('\n'), /controller: the controller says node z-1 holds 10\.99\.0\.1, but this agent does not know it: its view is behind \(this agent's controller link is offline\)/);
   assert.equal(tracePath(status(), '10.244.1.2', '10.99.0.1', view).controller, 'the controller agrees: no node holds 10.99.0.1');

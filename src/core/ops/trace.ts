@@ -8,6 +8,8 @@
  * its matrix measured; `broken` is a path that should exist and does not now.
  */
 import { cidrContains, parseCidr, parseIpv4 } from '../net/ipv4.ts';
+import { viewScope } from '../cluster/view.ts';
+import { ROLE_ANNOTATION } from '../tunnel/plan.ts';
 import { pathKindOf } from '../tunnel/status.ts';
 import type { AgentStatus, StatusNode } from './agent-status.ts';
 
@@ -66,6 +68,7 @@ export function tracePath(st: AgentStatus, fromIp: string, toIp: string, control
   let note: string;
   if (!owner) note = t.to.node ? `the controller leases ${toIp} to no node, yet this agent has node ${t.to.node} holding it (${link})` : `the controller agrees: no node holds ${toIp}`;
   else if (owner.name === t.to.node) note = `the controller agrees: node ${owner.name} holds ${toIp}`;
+  else if (!t.to.node && t.path === 'not allowed') note = `the controller says node ${owner.name} holds ${toIp}, which this agent does not know: a node outside this node's view (another site and community), or one it has not heard of yet (${link})`;
   else note = `the controller says node ${owner.name} holds ${toIp}, but this agent ${t.to.node ? `has node ${t.to.node}` : 'does not know it'}: its view is behind (${link})`;
   return { ...t, controller: note };
 }
@@ -80,7 +83,14 @@ function traceFromAgent(st: AgentStatus, fromIp: string, toIp: string): TraceRes
     ({ from: { ip: fromIp, node: self }, to: { ip: toIp, node: dst?.name }, path, hops, ...(reason ? { reason } : {}) });
   hops.push(`${fromIp} leaves its pod on node ${self} through the bridge (its default gateway)`);
   if (to === undefined) return result('broken', `${toIp} is not an IPv4 address`);
-  if (!dst) return result('broken', `no node holds a block containing ${toIp} (no block owner): it is no pod address this node knows of`);
+  if (!dst) {
+    const { name, site, community, role } = st.node;
+    if (!viewScope({ name, site, community, annotations: role ? { [ROLE_ANNOTATION]: role } : {} }).all) {
+      // the controller sends an edge node its own view (src/core/cluster/view.ts): a node outside it is no peer
+      return result('not allowed', `no node of this node's view holds a block containing ${toIp}: an edge node is sent only its site, its community and the cloud nodes, so if ${toIp} is a pod's, its node is an edge node of another site and community (not allowed)`);
+    }
+    return result('broken', `no node holds a block containing ${toIp} (no block owner): it is no pod address this node knows of`);
+  }
 
   if (dst.name === self) {
     const pod = st.ipam.pods.find((p) => p.ip === toIp);
