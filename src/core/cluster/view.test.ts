@@ -118,6 +118,16 @@ test('a watcher resumes from its revision while the history reaches back to it, 
   assert.deepEqual(tail.kind === 'changes' && tail.lines.map((l) => l.revision), [38, 39, 40]);
 });
 
+test('a watcher whose own node moved while it was away resumes with a snapshot of its new view', () => {
+  const v = new NodeViews(100);
+  v.load(topology(), 10);
+  v.apply([{ revision: 11, name: 's1-1', after: rec('s1-1', 's1', 'c2', 'edge') }]);
+  const r = v.resume(viewScope(v.node('s1-1')), 10);
+  assert.equal(r.kind, 'snapshot');
+  assert.deepEqual(r.kind === 'snapshot' && names(r.line), ['cloud-1', 'cloud-2', 's1-1', 's1-2', 's3-1', 's3-2', 's4-1', 's4-2']);
+  assert.equal(v.resume(viewScope(v.node('s2-1')), 10).kind, 'changes', 'another watcher resumes with the changes');
+});
+
 test('loading a fresh listing (the store compacted what the views missed) sends every watcher a snapshot', () => {
   const v = new NodeViews(100);
   v.load(topology(), 1);

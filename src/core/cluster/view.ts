@@ -151,13 +151,16 @@ export class NodeViews {
   /**
    * What a watcher of `scope` that holds the views as of revision `after` is missing: the lines of the changes since
    * (a put for each node now in its view, a delete for each that was and is no more), or a snapshot when the history
-   * no longer reaches back to `after`, or `after` is ahead of these views (a store restored from a backup).
+   * no longer reaches back to `after`, when `after` is ahead of these views (a store restored from a backup), or when
+   * the watcher's own node moved meanwhile (what it holds is another view's).
    */
   resume(scope: ViewScope, after: number): Resume {
     if (after < this.#historyFrom || after > this.#revision) return { kind: 'snapshot', line: this.snapshot(scope) };
     const lines: ViewLine[] = [];
     for (let i = this.#firstAfter(after); i < this.#history.length; i++) {
-      const line = lineFor(scope, this.#history[i] as NodeChange);
+      const c = this.#history[i] as NodeChange;
+      if (c.name === scope.name && c.before && c.after && rescoped(c.before, c.after)) return { kind: 'snapshot', line: this.snapshot(scope) };
+      const line = lineFor(scope, c);
       if (line) lines.push(line);
     }
     return { kind: 'changes', lines };
