@@ -8,6 +8,7 @@
  *   POST   /v1/nodes/:name/usage     signed by :name                            -> { blocks }
  *   GET    /v1/nodes/:name/blocks    signed by :name                            -> { blocks }
  *   GET    /v1/watch?after=REV       signed by any node, or a relay's token: NDJSON, a snapshot (unless resuming) then changes
+ *   GET    /v1/policy                signed by any node: NDJSON, the node's part of the NetworkPolicy state, then changes
  *   DELETE /v1/nodes/:name           admin                                      -> { released }
  *   GET    /v1/ipam                  admin                                      -> report
  *   GET    /v1/health                anyone                                     -> { leader }
@@ -26,6 +27,7 @@ import { ReplayGuard } from '../core/cluster/signing.ts';
 import { joinRequestSchema, nodeFieldsSchema, usageReportSchema } from '../config/controller-config.ts';
 import { verifyRequest } from '../adapters/node/node-identity.ts';
 import type { ViewFeed } from './view-feed.ts';
+import type { KubePolicy } from './kube-policy.ts';
 
 export interface Leadership {
   isLeader(): boolean;
@@ -44,6 +46,8 @@ export interface ApiServerComponents {
   readonly feed: ViewFeed;
   /** Without it, any node with a bootstrap token may join with the fields it sends. */
   readonly admission?: NodeAdmission;
+  /** NetworkPolicy state, when the controller follows Kubernetes (else /v1/policy answers POLICY_NOT_SERVED). */
+  readonly policy?: KubePolicy;
   readonly log: Logger;
   readonly clock: Clock;
   readonly leadership: Leadership;
@@ -75,6 +79,7 @@ const STATUS: Partial<Record<ErrorCode, number>> = {
   API_TOO_LARGE: 413,
   CLUSTER_CIDR_EXHAUSTED: 507,
   API_NOT_LEADER: 503,
+  POLICY_NOT_SERVED: 404,
   STORE_UNAVAILABLE: 503,
 };
 
@@ -161,6 +166,7 @@ export class ApiServer {
       if (method === 'GET' && path === '/v1/health') return send(res, 200, { leader: this.#c.leadership.isLeader(), leaderUrl: await this.#c.leadership.leaderUrl() });
       if (method === 'POST' && path === '/v1/join') return send(res, 200, await this.#join(req, body));
       if (method === 'GET' && path === '/v1/watch') return await this.#watch(req, res, url, body);
+      if (method === 'GET' && path === '/v1/policy') return await this.#policyWatch(req, res, body);
       if (method === 'GET' && path === '/v1/ipam') {
         this.#admin(req);
         return send(res, 200, await this.#c.registry.ipamReport());
@@ -276,6 +282,46 @@ export class ApiServer {
     owed = Buffer.byteLength(first);
     res.write(first);
     const unwatch = views.watch(scope, { send: (_line, text) => write(text) });
+    try {
+      await new Promise<void>((resolve) => {
+        if (abort.signal.aborted) return resolve();
+        abort.signal.addEventListener('abort', () => resolve(), { once: true });
+      });
+    } finally {
+      unwatch();
+      clearInterval(ping);
+      this.#watches.delete(abort);
+      res.end();
+    }
+  }
+
+  /** Streams a node its part of the NetworkPolicy state (src/controller/kube-policy.ts), with pings, until it leaves. */
+  async #policyWatch(req: IncomingMessage, res: ServerResponse, body: Buffer): Promise<void> {
+    const node = req.headers['x-atoll-node'];
+    if (typeof node !== 'string') throw unauthenticated('missing x-atoll-node');
+    const viewer = await this.#verifySelf(req, node, body);
+    const policy = this.#c.policy;
+    if (!policy) throw atollError('POLICY_NOT_SERVED', 'this controller does not follow Kubernetes, so it has no NetworkPolicies to serve', 'turn networkPolicy off in the agent configuration, or run the controller with kubernetes set');
+    if (!policy.synced) throw atollError('STORE_UNAVAILABLE', 'this controller replica has not read the NetworkPolicies, Namespaces and Pods yet', 'watch again in a moment (agents do)');
+    const abort = new AbortController();
+    this.#watches.add(abort);
+    res.on('close', () => abort.abort());
+    res.writeHead(200, { 'content-type': 'application/x-ndjson', 'cache-control': 'no-store' });
+    let owed = -1;
+    const write = (text: string) => {
+      if (abort.signal.aborted) return;
+      res.write(text);
+      // the snapshot is owed; a reader that stalls past the buffer after it is dropped, as on /v1/watch
+      if (owed < 0) owed = res.writableLength;
+      else if (res.writableLength > owed + this.#init.watchBufferBytes) {
+        const err = atollError('API_WATCH_TOO_SLOW', `the policy watcher ${viewer.name} left ${res.writableLength} bytes of its stream unread`, 'it reconnects and gets a snapshot; if this repeats, check that host\'s CPU and its link to the controller');
+        this.#c.log.warn('policy watch dropped', { err: err.message, code: err.code });
+        abort.abort();
+        res.destroy();
+      }
+    };
+    const ping = setInterval(() => write('{"type":"ping"}\n'), WATCH_PING_MS);
+    const unwatch = policy.watch(viewer.name, (lines) => write(lines.map((l) => `${JSON.stringify(l)}\n`).join('')));
     try {
       await new Promise<void>((resolve) => {
         if (abort.signal.aborted) return resolve();

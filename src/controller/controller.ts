@@ -18,6 +18,8 @@ import { loadKubeConnection } from '../adapters/kube/kube-config.ts';
 import { ApiServer, type Leadership } from './api-server.ts';
 import { ViewFeed } from './view-feed.ts';
 import { KubeNodes } from './kube-nodes.ts';
+import { KubePolicy } from './kube-policy.ts';
+import { inView, viewScope } from '../core/cluster/view.ts';
 import type { OpsServer, Readiness } from '../adapters/ops/ops-server.ts';
 import { cidrSize } from '../core/net/ipv4.ts';
 import { TimedStore, type StoreObserver } from './timed-store.ts';
@@ -41,6 +43,7 @@ export class Controller {
   #caHash = '';
   #kube: KubeClient | undefined;
   #kubeNodes: KubeNodes | undefined;
+  #policy: KubePolicy | undefined;
   #port = 0;
   #ops: OpsServer | undefined;
 
@@ -137,10 +140,20 @@ export class Controller {
       await this.#kubeNodes.start();
       log.info('following Kubernetes Nodes', { server: kube.server });
     }
-    this.#feed = new ViewFeed({ registry: this.#registry, log: log.child('views') });
-    this.#feed.start();
+    const feed = new ViewFeed({ registry: this.#registry, log: log.child('views') });
+    this.#feed = feed;
+    feed.start();
+    if (kube) {
+      // NetworkPolicies are served once read; joins and the node watch do not wait for them
+      const reachable = (viewer: string, other: string) => {
+        const there = feed.views.node(other);
+        return there === undefined || inView(viewScope(feed.views.node(viewer)), there);
+      };
+      this.#policy = new KubePolicy({ kube, log: log.child('policy'), reachable });
+      this.#policy.start().then(() => log.info('following NetworkPolicies, Namespaces and Pods', { policies: this.#policy?.policyCount }), (err: unknown) => log.error('following NetworkPolicies failed', { err: asAtollError(err).message }));
+    }
     this.#api = new ApiServer(
-      { registry: this.#registry, feed: this.#feed, admission: this.#kubeNodes, log: log.child('api'), clock: this.#c.clock, leadership },
+      { registry: this.#registry, feed, admission: this.#kubeNodes, policy: this.#policy, log: log.child('api'), clock: this.#c.clock, leadership },
       { host: cfg.listenHost, port: cfg.listenPort, key: pki.keyPem, certChain: pki.certChainPem, bootstrapTokens: cfg.bootstrapTokens, adminToken: cfg.adminToken, relayTokens: cfg.relayTokens, maxBodyBytes: cfg.maxBodyBytes, watchBufferBytes: cfg.watchBufferBytes },
     );
     this.#port = await this.#api.start();
@@ -178,6 +191,7 @@ export class Controller {
     await this.#api?.stop();
     await this.#feed?.stop();
     await this.#kubeNodes?.stop();
+    await this.#policy?.stop();
     await this.#election?.resign().catch(() => undefined);
     await this.#campaign;
     await this.#store?.close();

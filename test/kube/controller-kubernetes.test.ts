@@ -18,6 +18,7 @@ import { jsonLogger } from '../../src/adapters/ops/json-logger.ts';
 import { ControllerClient } from '../../src/adapters/node/controller-client.ts';
 import type { NodeFields, NodeRecord } from '../../src/core/cluster/model.ts';
 import { ROLE_ANNOTATION } from '../../src/core/tunnel/plan.ts';
+import { HeldPolicyView, type PolicyLine } from '../../src/core/policy/scope.ts';
 import { memoryIdentity } from '../../harness/join-simulator.ts';
 import { freePort } from '../../harness/ports.ts';
 import { until } from '../../harness/wait.ts';
@@ -216,5 +217,47 @@ describe('the controller on a real kube-apiserver', { timeout: 400_000 }, () => 
     assert.ok(Date.now() - t0 >= 2_500, 'not before the grace period');
     const leased = new Set((await controller.registry?.leases())?.map((l) => l.cidr));
     for (const b of blocks) assert.ok(!leased.has(b), `${b} released`);
+  });
+  test('each node is sent its part of the NetworkPolicy state, then only what changes (the RBAC of the manifest)', async () => {
+    const pods = [['shop', 'web', 'edge-a1', '10.1.0.2', 'web'], ['db', 'pg', 'cloud-1', '10.2.0.2', 'pg'], ['db', 'other', 'edge-a1', '10.1.0.3', 'other']] as const;
+    cp.kubectl(['apply', '-f', '-'], [
+      ...['shop', 'db'].map((ns) => `apiVersion: v1\nkind: Namespace\nmetadata: {name: ${ns}, labels: {team: ${ns}}}\n`),
+      ...pods.map(([ns, name, nodeName, , app]) => `apiVersion: v1\nkind: Pod\nmetadata: {name: ${name}, namespace: ${ns}, labels: {app: ${app}}}\nspec: {nodeName: ${nodeName}, containers: [{name: c, image: agnhost, ports: [{name: sql, containerPort: 5432}]}]}\n`),
+      'apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: web-out, namespace: shop}\nspec: {podSelector: {matchLabels: {app: web}}, policyTypes: [Egress], egress: [{to: [{namespaceSelector: {matchLabels: {team: db}}, podSelector: {matchLabels: {app: pg}}}], ports: [{port: sql}]}]}\n',
+    ].join('---\n'));
+    for (const [ns, name, , ip] of pods) {
+      cp.kubectl(['patch', 'pod', name, '-n', ns, '--subresource=status', '--type=merge', '-p', JSON.stringify({ status: { phase: 'Running', podIP: ip, podIPs: [{ ip }] } })]);
+    }
+    const lines: PolicyLine[] = [];
+    const ac = new AbortController();
+    const watching = (clients.get('edge-a1') as ControllerClient).watchPolicy((l) => lines.push(l), ac.signal).catch((e: unknown) => e);
+    try {
+      const held = new HeldPolicyView();
+      const view = () => {
+        for (const l of lines.splice(0)) held.apply(l);
+        return held.view();
+      };
+      await until('edge-a1 holding the policy of its pod and the pod it names', () => {
+        const v = view();
+        return v.policies.length === 1 && v.pods.length === 3;
+      }, 20_000);
+      const v = view();
+      assert.deepEqual(v.policies.map((p) => `${p.namespace}/${p.name}`), ['shop/web-out']);
+      assert.deepEqual(v.policies[0]?.egress, [{ peers: [{ namespaceSelector: { matchLabels: { team: 'db' } }, podSelector: { matchLabels: { app: 'pg' } } }], ports: [{ protocol: 'TCP', port: 'sql' }] }]);
+      // its own two pods, and the cloud pod its policy names; namespaces with their labels
+      assert.deepEqual(v.pods.map((p) => `${p.namespace}/${p.name}@${p.node} ${p.ip}`), ['db/other@edge-a1 10.1.0.3', 'db/pg@cloud-1 10.2.0.2', 'shop/web@edge-a1 10.1.0.2']);
+      assert.deepEqual(v.namespaces.find((n) => n.name === 'db')?.labels, { team: 'db', 'kubernetes.io/metadata.name': 'db' });
+      // a label change on the named pod arrives as one put, not a new snapshot
+      cp.kubectl(['label', 'pod', 'pg', '-n', 'db', 'tier=gold']);
+      await until('the label change sent', () => lines.some((l) => l.type === 'put' && l.pod?.name === 'pg' && l.pod.labels.tier === 'gold'), 10_000);
+      assert.ok(lines.every((l) => l.type !== 'snapshot'), 'changes, not snapshots');
+      // the policy deleted: a delete line
+      cp.kubectl(['delete', 'networkpolicy', 'web-out', '-n', 'shop']);
+      await until('the policy delete sent', () => lines.some((l) => l.type === 'delete' && l.policy === 'shop/web-out'), 10_000);
+      assert.ok(view().pods.every((p) => p.node === 'edge-a1'), 'the remote pod goes with the policy that named it');
+    } finally {
+      ac.abort();
+      await watching;
+    }
   });
 });

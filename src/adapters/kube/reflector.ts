@@ -19,6 +19,11 @@ export interface ReflectorInit {
   readonly what: string;
 }
 
+/** How the cache names an object: `namespace/name` for a namespaced one, `name` for a cluster-wide one. */
+function cacheKey(o: KubeObject): string {
+  return o.metadata.namespace ? `${o.metadata.namespace}/${o.metadata.name}` : o.metadata.name;
+}
+
 export class Reflector<T extends KubeObject> {
   readonly #kube: KubeClient;
   readonly #log: Logger;
@@ -53,6 +58,7 @@ export class Reflector<T extends KubeObject> {
     return this.#synced;
   }
 
+  /** The object named `name` (`namespace/name` for a namespaced kind). */
   get(name: string): T | undefined {
     return this.#items.get(name);
   }
@@ -78,7 +84,7 @@ export class Reflector<T extends KubeObject> {
         if (rv === '') {
           const list = await this.#kube.list<T>(this.#init.path, { labelSelector: this.#init.labelSelector, signal });
           this.#items.clear();
-          for (const o of list.items) this.#items.set(o.metadata.name, o);
+          for (const o of list.items) this.#items.set(cacheKey(o), o);
           rv = list.resourceVersion;
           this.#markSynced();
           this.#changed();
@@ -86,8 +92,8 @@ export class Reflector<T extends KubeObject> {
         await this.#kube.watch<T>(this.#init.path, rv, (e) => {
           rv = e.object.metadata.resourceVersion ?? rv;
           if (e.type === 'BOOKMARK') return;
-          if (e.type === 'DELETED') this.#items.delete(e.object.metadata.name);
-          else this.#items.set(e.object.metadata.name, e.object);
+          if (e.type === 'DELETED') this.#items.delete(cacheKey(e.object));
+          else this.#items.set(cacheKey(e.object), e.object);
           this.#changed();
         }, { labelSelector: this.#init.labelSelector, signal });
         backoff.reset();

@@ -11,6 +11,8 @@ import { AtollError, atollError, ERROR_CATALOGUE, type ErrorCode } from '../../c
 import type { NodeRecord, NodeFields, NodeUsage } from '../../core/cluster/model.ts';
 import { type NodeIdentity, signRequest } from './node-identity.ts';
 import { decodeWatchLine, type WatchLine } from '../../config/watch-line.ts';
+import { decodePolicyLine } from '../../config/policy-line.ts';
+import type { PolicyLine } from '../../core/policy/scope.ts';
 
 export interface ControllerClientInit {
   readonly urls: readonly string[];
@@ -74,13 +76,24 @@ export class ControllerClient {
    * Streams node changes after `after` (0: a snapshot first) until the stream ends, the signal aborts, or no line
    * arrives for `idleMs` (the server pings every 15 s). Resolves when the stream ends; rejects when it cannot start.
    */
-  async watch(after: number, onLine: (line: WatchLine) => void, signal: AbortSignal, idleMs = 45_000): Promise<void> {
-    const path = `/v1/watch?after=${after}`;
+  watch(after: number, onLine: (line: WatchLine) => void, signal: AbortSignal, idleMs = 45_000): Promise<void> {
+    return this.#follow(`/v1/watch?after=${after}`, decodeWatchLine, onLine, signal, idleMs);
+  }
+
+  /**
+   * Streams this node's part of the NetworkPolicy state: a snapshot, then changes, until the stream ends, the signal
+   * aborts, or no line arrives for `idleMs`. Rejects with POLICY_NOT_SERVED when the controller follows no Kubernetes.
+   */
+  watchPolicy(onLine: (line: PolicyLine) => void, signal: AbortSignal, idleMs = 45_000): Promise<void> {
+    return this.#follow('/v1/policy', decodePolicyLine, onLine, signal, idleMs);
+  }
+
+  async #follow<L>(path: string, decode: (text: string, source: string) => L, onLine: (line: L) => void, signal: AbortSignal, idleMs: number): Promise<void> {
     let lastErr: unknown;
     for (let i = 0; i < this.#init.urls.length; i++) {
       const idx = (this.#preferred + i) % this.#init.urls.length;
       try {
-        await this.#stream(this.#init.urls[idx] as string, path, onLine, signal, idleMs);
+        await this.#stream(this.#init.urls[idx] as string, path, decode, onLine, signal, idleMs);
         this.#preferred = idx;
         return;
       } catch (err) {
@@ -147,7 +160,7 @@ export class ControllerClient {
     });
   }
 
-  #stream(base: string, path: string, onLine: (l: WatchLine) => void, signal: AbortSignal, idleMs: number): Promise<void> {
+  #stream<L>(base: string, path: string, decode: (text: string, source: string) => L, onLine: (l: L) => void, signal: AbortSignal, idleMs: number): Promise<void> {
     const url = new URL(path, base);
     const empty = Buffer.alloc(0);
     return new Promise((resolve, reject) => {
@@ -169,7 +182,7 @@ export class ControllerClient {
             while ((nl = buf.indexOf('\n')) >= 0) {
               const text = buf.slice(0, nl);
               buf = buf.slice(nl + 1);
-              if (text) onLine(decodeWatchLine(text, base));
+              if (text) onLine(decode(text, base));
             }
           } catch (err) {
             // a bad line (CONTROLLER_WATCH_INVALID) or a failing handler ends this watch; the caller watches again

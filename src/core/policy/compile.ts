@@ -14,7 +14,7 @@
  */
 import { type Cidr, parseCidr, parseIpv4 } from '../net/ipv4.ts';
 import { normalizeRanges, type Range, rangeOfCidr, rangesContain, subtractRanges } from '../net/ranges.ts';
-import { keyOf, type NetworkPolicy, type PolicyNamespace, type PolicyPeer, type PolicyPod, type PolicyPort, type PolicyProtocol, type PolicyRule } from './model.ts';
+import { keyOf, type LabelSelector, type NetworkPolicy, type PolicyNamespace, type PolicyPeer, type PolicyPod, type PolicyPort, type PolicyProtocol, type PolicyRule } from './model.ts';
 import { matchesSelector, selectorKey } from './selector.ts';
 
 export type L4 = 'tcp' | 'udp' | 'sctp';
@@ -71,43 +71,54 @@ export interface PolicyInput {
 
 const L4_OF: Record<PolicyProtocol, L4> = { TCP: 'tcp', UDP: 'udp', SCTP: 'sctp' };
 
-interface KnownPod {
-  readonly pod: PolicyPod;
-  readonly ip: number;
+/**
+ * Pods by namespace, with the namespaces' labels, answering "which pods does this peer name" once per distinct
+ * (policy namespace, selectors). Shared by the node's compiler and the controller's per-node scoping.
+ */
+export class PodIndex<P extends PolicyPod = PolicyPod> {
+  readonly #byNamespace = new Map<string, { pod: P; ip: number }[]>();
+  readonly #nsLabels: Map<string, Readonly<Record<string, string>>>;
+  readonly #cache = new Map<string, { pod: P; ip: number }[]>();
+  /** Every pod with an IPv4 address, in input order. */
+  readonly all: readonly { readonly pod: P; readonly ip: number }[];
+
+  constructor(pods: Iterable<P>, namespaces: Iterable<PolicyNamespace>) {
+    const all: { pod: P; ip: number }[] = [];
+    for (const pod of pods) {
+      const ip = parseIpv4(pod.ip);
+      if (ip === undefined) continue;
+      const entry = { pod, ip };
+      all.push(entry);
+      const list = this.#byNamespace.get(pod.namespace);
+      if (list) list.push(entry);
+      else this.#byNamespace.set(pod.namespace, [entry]);
+    }
+    this.all = all;
+    this.#nsLabels = new Map([...namespaces].map((n) => [n.name, n.labels]));
+  }
+
+  /** The pods a pod peer (selectors, not an ipBlock) of a policy in `policyNs` names. */
+  podsOf(policyNs: string, peer: { readonly podSelector?: LabelSelector; readonly namespaceSelector?: LabelSelector }): readonly { readonly pod: P; readonly ip: number }[] {
+    const key = `${peer.namespaceSelector === undefined ? policyNs : ''}|${selectorKey(peer.podSelector)}|${selectorKey(peer.namespaceSelector)}`;
+    const hit = this.#cache.get(key);
+    if (hit) return hit;
+    const namespaces = peer.namespaceSelector === undefined ? [policyNs] : [...this.#byNamespace.keys()].filter((ns) => matchesSelector(peer.namespaceSelector ?? {}, this.#nsLabels.get(ns) ?? {}));
+    const out: { pod: P; ip: number }[] = [];
+    for (const ns of namespaces) {
+      for (const p of this.#byNamespace.get(ns) ?? []) {
+        if (peer.podSelector === undefined || matchesSelector(peer.podSelector, p.pod.labels)) out.push(p);
+      }
+    }
+    this.#cache.set(key, out);
+    return out;
+  }
 }
 
 /** Compiles the policies for the node's pods. */
 export function compilePolicies(input: PolicyInput): PolicyPlan {
   const problems: PolicyProblem[] = [];
-  const pods: KnownPod[] = [];
-  for (const pod of input.pods) {
-    const ip = parseIpv4(pod.ip);
-    if (ip !== undefined) pods.push({ pod, ip });
-  }
-  const byNamespace = new Map<string, KnownPod[]>();
-  for (const p of pods) {
-    const list = byNamespace.get(p.pod.namespace);
-    if (list) list.push(p);
-    else byNamespace.set(p.pod.namespace, [p]);
-  }
-  const nsLabels = new Map(input.namespaces.map((n) => [n.name, n.labels]));
-  const peerCache = new Map<string, KnownPod[]>();
-
-  /** The known pods a pod peer names, evaluated once per distinct (policy namespace, selectors). */
-  const podsOfPeer = (policyNs: string, peer: { podSelector?: NetworkPolicy['podSelector']; namespaceSelector?: NetworkPolicy['podSelector'] }): KnownPod[] => {
-    const key = `${peer.namespaceSelector === undefined ? policyNs : ''}|${selectorKey(peer.podSelector)}|${selectorKey(peer.namespaceSelector)}`;
-    const hit = peerCache.get(key);
-    if (hit) return hit;
-    const namespaces = peer.namespaceSelector === undefined ? [policyNs] : [...byNamespace.keys()].filter((ns) => matchesSelector(peer.namespaceSelector ?? {}, nsLabels.get(ns) ?? {}));
-    const out: KnownPod[] = [];
-    for (const ns of namespaces) {
-      for (const p of byNamespace.get(ns) ?? []) {
-        if (peer.podSelector === undefined || matchesSelector(peer.podSelector, p.pod.labels)) out.push(p);
-      }
-    }
-    peerCache.set(key, out);
-    return out;
-  };
+  const index = new PodIndex(input.pods, input.namespaces);
+  const pods = index.all;
 
   /** A peer as address ranges; undefined (matches nothing) when it cannot be read. */
   const rangesOfPeer = (policy: NetworkPolicy, peer: PolicyPeer): Range[] => {
@@ -130,7 +141,7 @@ export function compilePolicies(input: PolicyInput): PolicyPlan {
       }
       return subtractRanges([rangeOfCidr(cidr)], except);
     }
-    return podsOfPeer(policy.namespace, peer).map((p) => ({ first: p.ip, last: p.ip }));
+    return index.podsOf(policy.namespace, peer).map((p) => ({ first: p.ip, last: p.ip }));
   };
 
   /** The addresses of a rule's peers, 'any' when it has none. */

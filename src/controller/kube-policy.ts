@@ -1,0 +1,151 @@
+/**
+ * The controller on Kubernetes: NetworkPolicies, Namespaces and Pods, followed by list + watch
+ * (src/adapters/kube/reflector.ts), turned into the policy model once (src/core/kube/policy-objects.ts), and served to
+ * each node as its own part of it (src/core/policy/scope.ts): a snapshot when it connects, then only the lines that
+ * change its part. Changes arriving together are handled in one pass; a pass also runs every 30 s, so a node that
+ * moves site or community (which changes the remote pods it can reach) gets its new part within that.
+ *
+ * Every replica serves the stream (reads only). A policy part that cannot be read is logged once per distinct problem
+ * (POLICY_UNSUPPORTED) and enforced more strictly than written.
+ */
+import { asAtollError, type AtollError } from '../core/errors.ts';
+import type { Logger } from '../core/ports.ts';
+import { namespaceFromKube, podFromKube, policyFromKube } from '../core/kube/policy-objects.ts';
+import { keyOf, type NetworkPolicy, type PolicyNamespace } from '../core/policy/model.ts';
+import { diffPolicyView, type NodePolicyView, type PolicyLine, PolicyPeers, type PolicyWorld, type ViewPod } from '../core/policy/scope.ts';
+import type { KubeClient, KubeObject } from '../adapters/kube/kube-client.ts';
+import { Reflector } from '../adapters/kube/reflector.ts';
+
+export const NETWORK_POLICIES_PATH = '/apis/networking.k8s.io/v1/networkpolicies';
+const NAMESPACES_PATH = '/api/v1/namespaces';
+const PODS_PATH = '/api/v1/pods';
+const COALESCE_MS = 100;
+const RESYNC_MS = 30_000;
+
+export interface KubePolicyComponents {
+  readonly kube: KubeClient;
+  readonly log: Logger;
+  /** Whether node `viewer` can reach pods on node `other` at all (its registry view). */
+  readonly reachable: (viewer: string, other: string) => boolean;
+}
+
+interface Watcher {
+  readonly node: string;
+  sent: NodePolicyView;
+  readonly send: (lines: readonly PolicyLine[]) => void;
+}
+
+export class KubePolicy {
+  readonly #c: KubePolicyComponents;
+  readonly #abort = new AbortController();
+  readonly #policies: Reflector<KubeObject>;
+  readonly #namespaces: Reflector<KubeObject>;
+  readonly #pods: Reflector<KubeObject>;
+  readonly #watchers = new Set<Watcher>();
+  #peers = new PolicyPeers({ policies: new Map(), namespaces: new Map(), pods: new Map() });
+  #policyCount = 0;
+  #reported = new Set<string>();
+  #timer: NodeJS.Timeout | undefined;
+  #resync: NodeJS.Timeout | undefined;
+
+  constructor(c: KubePolicyComponents) {
+    this.#c = c;
+    const r = (path: string, what: string) => new Reflector<KubeObject>({ kube: c.kube, log: c.log }, { path, what });
+    this.#policies = r(NETWORK_POLICIES_PATH, 'NetworkPolicies');
+    this.#namespaces = r(NAMESPACES_PATH, 'Namespaces');
+    this.#pods = r(PODS_PATH, 'Pods');
+  }
+
+  /** Starts following; resolves once all three caches hold their first list. */
+  async start(): Promise<void> {
+    const signal = this.#abort.signal;
+    for (const r of [this.#policies, this.#namespaces, this.#pods]) {
+      r.onChange(() => this.#poke());
+      r.start(signal);
+    }
+    await Promise.all([this.#policies.synced(signal), this.#namespaces.synced(signal), this.#pods.synced(signal)]);
+    this.#rebuild();
+    this.#resync = setInterval(() => this.#poke(), RESYNC_MS);
+  }
+
+  get synced(): boolean {
+    return this.#policies.hasSynced && this.#namespaces.hasSynced && this.#pods.hasSynced;
+  }
+
+  /** How many NetworkPolicies the controller follows. */
+  get policyCount(): number {
+    return this.#policyCount;
+  }
+
+  /**
+   * Serves node `node` its part: `send` gets a snapshot now, then the lines of every change to it. Returns the
+   * function that stops it.
+   */
+  watch(node: string, send: (lines: readonly PolicyLine[]) => void): () => void {
+    const view = this.#viewOf(node);
+    const w: Watcher = { node, sent: view, send };
+    this.#watchers.add(w);
+    send([{ type: 'snapshot', ...view }]);
+    return () => this.#watchers.delete(w);
+  }
+
+  async stop(): Promise<void> {
+    this.#abort.abort();
+    clearTimeout(this.#timer);
+    clearInterval(this.#resync);
+    await Promise.all([this.#policies.stopped(), this.#namespaces.stopped(), this.#pods.stopped()]);
+  }
+
+  #viewOf(node: string): NodePolicyView {
+    return this.#peers.viewOf(node, (other) => this.#c.reachable(node, other));
+  }
+
+  #poke(): void {
+    if (this.#timer || this.#abort.signal.aborted || !this.synced) return;
+    this.#timer = setTimeout(() => {
+      this.#timer = undefined;
+      try {
+        this.#rebuild();
+        for (const w of this.#watchers) {
+          const next = this.#viewOf(w.node);
+          const lines = diffPolicyView(w.sent, next);
+          w.sent = next;
+          if (lines.length > 0) w.send(lines);
+        }
+      } catch (err) {
+        this.#c.log.error('serving policy changes failed; the next change or resync tries again', { err: asAtollError(err).message });
+      }
+    }, COALESCE_MS);
+  }
+
+  /** The world from the three caches, converted once, and the peers index over it. */
+  #rebuild(): void {
+    const policies = new Map<string, NetworkPolicy>();
+    const problems: AtollError[] = [];
+    for (const obj of this.#policies.list()) {
+      const got = policyFromKube(obj);
+      if (!got) continue;
+      policies.set(keyOf(got.policy), got.policy);
+      problems.push(...got.problems);
+    }
+    const namespaces = new Map<string, PolicyNamespace>();
+    for (const obj of this.#namespaces.list()) {
+      const ns = namespaceFromKube(obj);
+      if (ns) namespaces.set(ns.name, ns);
+    }
+    const pods = new Map<string, ViewPod>();
+    for (const obj of this.#pods.list()) {
+      const got = podFromKube(obj);
+      if (got) pods.set(keyOf(got.pod), { ...got.pod, node: got.node });
+    }
+    const world: PolicyWorld = { policies, namespaces, pods };
+    this.#peers = new PolicyPeers(world);
+    this.#policyCount = policies.size;
+    const now = new Set<string>();
+    for (const p of problems) {
+      now.add(p.message);
+      if (!this.#reported.has(p.message)) this.#c.log.warn('a NetworkPolicy is enforced more strictly than written', { code: p.code, err: p.message, fix: p.fix });
+    }
+    this.#reported = now;
+  }
+}
