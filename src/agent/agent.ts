@@ -19,6 +19,8 @@ import { ClusterStateFile } from '../adapters/node/cluster-state-file.ts';
 import { loadOrCreateIdentity } from '../adapters/node/node-identity.ts';
 import { type CniServer, startCniServer } from './cni-server.ts';
 import { ControllerLink } from './controller-link.ts';
+import { PolicyEnforcer } from './policy.ts';
+import { writeSysctl } from '../adapters/kernel/sysctl.ts';
 import { Overlay } from './overlay.ts';
 import { flannelAnnotations } from '../core/overlay/flannel.ts';
 import { vxlanMtu } from '../core/overlay/plan.ts';
@@ -60,6 +62,7 @@ export class Agent {
   #status: Server | undefined;
   #timer: NodeJS.Timeout | undefined;
   #link: ControllerLink | undefined;
+  #policy: PolicyEnforcer | undefined;
   #overlay: Overlay | undefined;
   #tunnel: Tunnel | undefined;
   #tunnelCredentials: TunnelCredentials | undefined;
@@ -160,7 +163,8 @@ export class Agent {
     }
     initNetns();
     this.#pods = new PodNetwork(
-      { ip: this.#c.ip, store: new FsIpamStore(cfg.dataDir, cfg.network), log: log.child('pods'), clock: this.#c.clock, ageClock: this.#c.ageClock },
+      { ip: this.#c.ip, store: new FsIpamStore(cfg.dataDir, cfg.network), log: log.child('pods'), clock: this.#c.clock, ageClock: this.#c.ageClock,
+        onRecordsChanged: () => this.#policy?.poke() },
       { nodeName: cfg.nodeName, network: cfg.network, bridge: cfg.bridge, mtu, blocks, reservationTtlMs: cfg.reservationTtl },
     );
     await this.#pods.start();
@@ -192,6 +196,13 @@ export class Agent {
     }
     this.#peersOffline = saved.peers;
     await this.#syncPeers(saved.peers); // from local state: works with the controller unreachable
+    if (cfg.networkPolicy) {
+      const pods = this.#pods;
+      writeSysctl('net/bridge/bridge-nf-call-iptables', '1'); // pod-to-pod traffic over the bridge crosses the forward hook
+      this.#policy = new PolicyEnforcer({ nft: new Nft(), log: log.child('policy'), pods: () => ({ records: pods.ipam.records(), blocks: pods.ipam.blocks }) },
+        { nodeName: cfg.nodeName, statePath: join(cfg.dataDir, 'policy-view.json') });
+      await this.#policy.start(); // the kept view, in force before any ADD is served
+    }
     if (cfg.controller) this.#startLink(cfg.controller, stateFile, vtepMac);
     this.#server = await startCniServer(cfg.socketPath, this.#pods, log.child('cni'), this.#observeCni);
     this.#status = await startStatusServer(statusSocketOf(cfg.socketPath), () => this.#tunnel?.status(), () => this.status());
@@ -273,10 +284,12 @@ export class Agent {
         stateFile,
         onBlocks: async (leased) => {
           await pods.setBlocks(this.#blocksWith(leased));
+          this.#policy?.poke();
           await this.#syncPeers(this.#link?.peers ?? []);
         },
         usage: () => pods.ipam.usage(),
         onPeers: (peers) => void this.#syncPeers(peers),
+        ...(this.#policy ? { followPolicy: (client, signal) => (this.#policy as PolicyEnforcer).follow(client, signal) } : {}),
       },
       {
         urls: controller.urls,
@@ -301,6 +314,7 @@ export class Agent {
   async stop(): Promise<void> {
     this.#ready = false;
     await this.#link?.stop();
+    await this.#policy?.stop();
     this.#overlay?.stop();
     await this.#tunnel?.stop();
     if (this.#timer) clearInterval(this.#timer);
@@ -316,6 +330,7 @@ export class Agent {
       await this.#pods?.ensureBridge();
       await this.#pods?.reconcile();
       await this.#syncPeers(this.#link?.peers ?? this.#peersOffline);
+      await this.#policy?.resync();
     } catch (err) {
       this.#c.log.error('resync failed; retrying next period', { err });
     }

@@ -28,6 +28,8 @@ export interface ControllerLinkComponents {
   readonly usage: () => IpamUsage;
   /** Called with the peer set whenever it changes. */
   readonly onPeers?: (peers: readonly NodeRecord[]) => void;
+  /** Follows another stream of the controller (NetworkPolicy) with the session's client until the signal aborts. */
+  readonly followPolicy?: (client: ControllerClient, signal: AbortSignal) => Promise<void>;
 }
 
 export interface ControllerLinkInit {
@@ -128,6 +130,7 @@ export class ControllerLink {
       const stopSession = () => session.abort();
       this.#abort.signal.addEventListener('abort', stopSession);
       const reporter = this.#reportUsage(client, session.signal);
+      const policy = this.#c.followPolicy?.(client, session.signal);
       try {
         await this.#reportOnce(client);
         await client.watch(this.#state.revision, (line) => this.#onLine(line), session.signal);
@@ -136,6 +139,7 @@ export class ControllerLink {
         this.#lines.settle();
         this.#abort.signal.removeEventListener('abort', stopSession);
         await reporter;
+        await policy;
       }
     } finally {
       client.close();

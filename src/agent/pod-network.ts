@@ -35,6 +35,8 @@ export interface PodNetworkComponents {
    * it saw (src/adapters/timers.ts jumpFreeWallClock), so a clock stepped by days expires no reservation.
    */
   readonly ageClock?: Clock;
+  /** Told after the pod records change in memory (an ADD, DEL or GC): NetworkPolicy follows the node's pods. */
+  readonly onRecordsChanged?: () => void;
 }
 
 export interface PodNetworkInit {
@@ -390,6 +392,7 @@ export class PodNetwork implements PodNetworkPort {
     if (changes.length === 0) return Promise.resolve();
     const before = changes.map((c) => this.#ipam.get(c.record.ip));
     this.#ipam.apply(changes);
+    this.#c.onRecordsChanged?.();
     const after = changes.map((c) => this.#ipam.get(c.record.ip));
     return this.#c.store.persistQueued(changes).catch((err: unknown) => {
       for (let i = changes.length - 1; i >= 0; i--) {

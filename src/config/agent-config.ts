@@ -115,6 +115,11 @@ export const agentConfigSchema = z.strictObject({
       keepMs: z._default(intIn(0, 86_400_000), 60_000),
     })]), {}),
   })),
+  /**
+   * Enforce Kubernetes NetworkPolicy on this node's pods, as the controller serves it (it must follow Kubernetes);
+   * kept on disk and enforced while the controller is away.
+   */
+  networkPolicy: z._default(z.boolean(), false),
   /** Cluster pod ranges: pod traffic to them is never masqueraded (every known block is included anyway). */
   clusterCidrs: z._default(z.array(cidr), []),
   /** /healthz, /readyz and /metrics over HTTP; off when absent. */

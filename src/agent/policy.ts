@@ -1,0 +1,197 @@
+/**
+ * NetworkPolicy on one node: follows the node's part of the policy state from the controller (`GET /v1/policy`), keeps
+ * it on disk, compiles it for the node's pods (src/core/policy/compile.ts) and applies the rendered ruleset
+ * (src/core/policy/nft.ts) in one `nft -f` transaction whenever it differs from the last one applied.
+ *
+ * Offline rules: the view is written crash-safely after every change and read back at start, and the agent applies it
+ * before it serves any CNI ADD; the kernel keeps the last ruleset across an agent restart or crash, so a view file
+ * that cannot be read leaves that ruleset in force (never an open door) until the controller sends a snapshot. A
+ * pod's own address and veth come from the node's IPAM records, so a pod restarted while the cloud is away is
+ * enforced on with its last known labels as soon as it has its (sticky) address.
+ */
+import { existsSync, readFileSync } from 'node:fs';
+import { asAtollError, atollError } from '../core/errors.ts';
+import type { Logger } from '../core/ports.ts';
+import { type Cidr, formatIpv4 } from '../core/net/ipv4.ts';
+import { compilePolicies, type PolicyPlan } from '../core/policy/compile.ts';
+import { keyOf } from '../core/policy/model.ts';
+import { renderPolicyRuleset } from '../core/policy/nft.ts';
+import { HeldPolicyView, type NodePolicyView, type PolicyLine } from '../core/policy/scope.ts';
+import type { IpamRecord } from '../core/ipam/sticky-pool.ts';
+import { hostVethName } from '../core/plan/pod-plan.ts';
+import { Backoff } from '../core/retry.ts';
+import { decodePolicyLine } from '../config/policy-line.ts';
+import { writeFileDurablyAsync } from '../adapters/durable-file.ts';
+import type { Nft } from '../adapters/kernel/nft.ts';
+import type { ControllerClient } from '../adapters/node/controller-client.ts';
+import { sleep } from '../adapters/timers.ts';
+
+/** Changes arriving together are applied in one transaction. */
+const COALESCE_MS = 20;
+/** How long to wait before asking again a controller that follows no Kubernetes. */
+const NOT_SERVED_RETRY_MS = 5 * 60_000;
+
+export interface PolicyComponents {
+  readonly nft: Nft;
+  readonly log: Logger;
+  /** The node's pod records and blocks now (IPAM). */
+  readonly pods: () => { readonly records: readonly IpamRecord[]; readonly blocks: readonly Cidr[] };
+}
+
+export interface PolicyInit {
+  readonly nodeName: string;
+  /** Where the node's view is kept. */
+  readonly statePath: string;
+}
+
+export interface PolicyStatus {
+  readonly policies: number;
+  readonly isolatedPods: number;
+  /** When the ruleset in force was applied (ms since epoch), if any was this run. */
+  readonly appliedAt?: number;
+  /** Whether a view has been received from the controller (or read from disk) this run. */
+  readonly hasView: boolean;
+}
+
+export class PolicyEnforcer {
+  readonly #c: PolicyComponents;
+  readonly #init: PolicyInit;
+  readonly #held = new HeldPolicyView();
+  #hasView = false;
+  #applied: string | undefined;
+  #appliedAt: number | undefined;
+  #plan: PolicyPlan = { pods: [], problems: [] };
+  #reported = new Set<string>();
+  #timer: NodeJS.Timeout | undefined;
+  #chain: Promise<void> = Promise.resolve();
+  #dirty = false;
+
+  constructor(c: PolicyComponents, init: PolicyInit) {
+    this.#c = c;
+    this.#init = init;
+  }
+
+  /**
+   * Reads the kept view and applies it. Call before the CNI socket serves. A view file that cannot be read is logged
+   * (POLICY_STATE_INVALID) and ignored: the ruleset already in the kernel stays until the controller sends a view.
+   */
+  async start(): Promise<void> {
+    const view = this.#load();
+    if (!view) return;
+    this.#held.apply({ type: 'snapshot', ...view });
+    this.#hasView = true;
+    await this.sync();
+  }
+
+  /** Follows the controller's policy stream with `client` until `signal` aborts (one connected session). */
+  async follow(client: ControllerClient, signal: AbortSignal): Promise<void> {
+    const backoff = new Backoff({ minMs: 1000, maxMs: 30_000 }, sleep);
+    while (!signal.aborted) {
+      try {
+        await client.watchPolicy((line) => this.#onLine(line), signal);
+        backoff.reset();
+      } catch (e) {
+        if (signal.aborted) return;
+        const err = asAtollError(e);
+        if (err.code === 'POLICY_NOT_SERVED') {
+          this.#report(err.message, () => this.#c.log.warn('the controller serves no NetworkPolicies; enforcing what this node last had', { code: err.code, err: err.message }));
+          await sleep(NOT_SERVED_RETRY_MS, signal);
+          continue;
+        }
+        this.#c.log.debug('policy stream ended; following again', { err: err.message, code: err.code, retryInMs: backoff.delayMs });
+        await backoff.wait(signal);
+      }
+    }
+  }
+
+  /** Asks for a sync soon: a pod was added or deleted, or the blocks changed. */
+  poke(): void {
+    if (this.#timer) return;
+    this.#timer = setTimeout(() => {
+      this.#timer = undefined;
+      const save = this.#dirty;
+      this.#dirty = false;
+      this.#chain = this.#chain.then(async () => {
+        if (save) await this.#save();
+        await this.sync();
+      }).catch((e: unknown) => this.#c.log.error('applying NetworkPolicy failed; the next change retries', { err: asAtollError(e).message, code: asAtollError(e).code }));
+    }, COALESCE_MS);
+  }
+
+  /** Compiles the view for the node's pods and applies the ruleset when it differs from the one last applied. */
+  async sync(): Promise<void> {
+    if (!this.#hasView) return;
+    const view = this.#held.view();
+    const { records, blocks } = this.#c.pods();
+    const active = records.filter((r) => r.releasedAt === undefined);
+    const mine = new Map(active.map((r) => [`${r.namespace}/${r.name}`, r]));
+    // the node's own record of a pod's address wins over what the API last said (sticky, and known while offline)
+    const pods = view.pods.map((p) => {
+      const r = p.node === this.#init.nodeName ? mine.get(keyOf(p)) : undefined;
+      return r ? { ...p, ip: formatIpv4(r.ip) } : p;
+    });
+    const local = new Set(view.pods.filter((p) => p.node === this.#init.nodeName).map(keyOf));
+    const plan = compilePolicies({ policies: view.policies, namespaces: view.namespaces, pods, local });
+    for (const p of plan.problems) this.#report(`${p.policy}: ${p.message}`, () => this.#c.log.warn('a NetworkPolicy is enforced more strictly than written', { code: 'POLICY_UNSUPPORTED', policy: p.policy, err: p.message }));
+    const ruleset = renderPolicyRuleset(plan, { sources: active.map((r) => ({ port: hostVethName(r.containerId, r.ifName), ip: formatIpv4(r.ip) })), localBlocks: blocks });
+    if (ruleset === this.#applied) return;
+    await this.#c.nft.apply(ruleset);
+    this.#applied = ruleset;
+    this.#appliedAt = Date.now();
+    this.#plan = plan;
+    this.#c.log.info('NetworkPolicy applied', { policies: view.policies.length, isolatedPods: plan.pods.length });
+  }
+
+  /** Applies the ruleset again even if unchanged (the periodic resync: heals a table someone removed). */
+  async resync(): Promise<void> {
+    this.#applied = undefined;
+    await this.sync();
+  }
+
+  /** The plan in force, for `atoll trace`. */
+  get plan(): PolicyPlan {
+    return this.#plan;
+  }
+
+  status(): PolicyStatus {
+    return { policies: this.#held.view().policies.length, isolatedPods: this.#plan.pods.length, hasView: this.#hasView, ...(this.#appliedAt ? { appliedAt: this.#appliedAt } : {}) };
+  }
+
+  async stop(): Promise<void> {
+    clearTimeout(this.#timer);
+    await this.#chain;
+  }
+
+  #onLine(line: PolicyLine): void {
+    if (line.type === 'ping') return;
+    this.#held.apply(line);
+    this.#hasView = true;
+    this.#dirty = true;
+    this.poke();
+  }
+
+  #report(key: string, log: () => void): void {
+    if (this.#reported.has(key)) return;
+    this.#reported.add(key);
+    log();
+  }
+
+  async #save(): Promise<void> {
+    await writeFileDurablyAsync(this.#init.statePath, `${JSON.stringify({ type: 'snapshot', ...this.#held.view() })}\n`);
+  }
+
+  #load(): NodePolicyView | undefined {
+    const path = this.#init.statePath;
+    if (!existsSync(path)) return undefined;
+    try {
+      const line = decodePolicyLine(readFileSync(path, 'utf8').trim(), path);
+      if (line.type !== 'snapshot') throw new Error(`holds a ${line.type} line, not a snapshot`);
+      return line;
+    } catch (cause) {
+      const err = atollError('POLICY_STATE_INVALID', `the NetworkPolicy view kept in ${path} cannot be read: ${asAtollError(cause).message}`,
+        'nothing to do: the ruleset already in the kernel stays in force until the controller sends this node its view, which replaces the file', cause);
+      this.#c.log.error('kept NetworkPolicy view unreadable; keeping the ruleset in the kernel', { code: err.code, err: err.message });
+      return undefined;
+    }
+  }
+}
