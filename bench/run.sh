@@ -13,6 +13,8 @@
 #                                        Node's stream piping; threads, memory and CPU per Gbit/s (no root needed)
 #   sh bench/run.sh watch-view [options] what each agent receives from the controller's watch stream: bytes to join, per
 #                                        change elsewhere and nearby, delay; edge and cloud nodes and the relay (no root)
+#   sh bench/run.sh policy [options]     NetworkPolicy: 1,000 policies and 10,000 pods compiled, rendered and applied;
+#                                        pod-to-pod iperf3 under that ruleset against none
 # Options pass through (--smoke, --json FILE, ...; --help lists them).
 set -eu
 cd "$(dirname "$0")/.."
@@ -23,6 +25,7 @@ case "${1:-}" in
   kubelet) shift; exec node_modules/.bin/node bench/kubelet.ts "$@" ;;
   circuits) shift; exec node_modules/.bin/node bench/circuits.ts "$@" ;;
   watch-view) shift; exec node_modules/.bin/node bench/watch-view.ts "$@" ;;
+  policy) shift; exec node_modules/.bin/node bench/policy.ts "$@" ;;
   cni) shift ;;
 esac
 exec node_modules/.bin/node bench/cni-latency.ts "$@"

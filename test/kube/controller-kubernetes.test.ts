@@ -177,7 +177,9 @@ describe('the controller on a real kube-apiserver', { timeout: 400_000 }, () => 
     assert.ok(can('atoll-controller', 'watch', 'nodes'));
     assert.ok(can('atoll-controller', 'patch', 'nodes'));
     assert.ok(can('atoll-controller', 'update', 'leases.coordination.k8s.io'));
-    for (const [verb, what] of [['get', 'secrets'], ['list', 'pods'], ['delete', 'nodes'], ['create', 'deployments.apps'], ['update', 'communities.atoll.dev']]) {
+    // NetworkPolicy: reads the policies and the pods and namespaces they select, writes none of them
+    for (const what of ['networkpolicies.networking.k8s.io', 'pods', 'namespaces']) assert.ok(can('atoll-controller', 'watch', what), `controller may watch ${what}`);
+    for (const [verb, what] of [['get', 'secrets'], ['delete', 'pods'], ['patch', 'pods'], ['update', 'networkpolicies.networking.k8s.io'], ['delete', 'nodes'], ['create', 'deployments.apps'], ['update', 'communities.atoll.dev']]) {
       assert.ok(canNot('atoll-controller', verb as string, what as string), `controller may not ${verb} ${what}`);
     }
     for (const who of ['atoll-agent', 'atoll-relay']) {

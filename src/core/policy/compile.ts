@@ -79,6 +79,7 @@ export class PodIndex<P extends PolicyPod = PolicyPod> {
   readonly #byNamespace = new Map<string, { pod: P; ip: number }[]>();
   readonly #nsLabels: Map<string, Readonly<Record<string, string>>>;
   readonly #cache = new Map<string, { pod: P; ip: number }[]>();
+  readonly #ranges = new Map<string, Range[]>();
   /** Every pod with an IPv4 address, in input order. */
   readonly all: readonly { readonly pod: P; readonly ip: number }[];
 
@@ -99,7 +100,7 @@ export class PodIndex<P extends PolicyPod = PolicyPod> {
 
   /** The pods a pod peer (selectors, not an ipBlock) of a policy in `policyNs` names. */
   podsOf(policyNs: string, peer: { readonly podSelector?: LabelSelector; readonly namespaceSelector?: LabelSelector }): readonly { readonly pod: P; readonly ip: number }[] {
-    const key = `${peer.namespaceSelector === undefined ? policyNs : ''}|${selectorKey(peer.podSelector)}|${selectorKey(peer.namespaceSelector)}`;
+    const key = peerKey(policyNs, peer);
     const hit = this.#cache.get(key);
     if (hit) return hit;
     const namespaces = peer.namespaceSelector === undefined ? [policyNs] : [...this.#byNamespace.keys()].filter((ns) => matchesSelector(peer.namespaceSelector ?? {}, this.#nsLabels.get(ns) ?? {}));
@@ -112,6 +113,18 @@ export class PodIndex<P extends PolicyPod = PolicyPod> {
     this.#cache.set(key, out);
     return out;
   }
+
+  /** The addresses of {@link podsOf}, normalised, computed once per distinct peer. */
+  rangesOf(policyNs: string, peer: { readonly podSelector?: LabelSelector; readonly namespaceSelector?: LabelSelector }): readonly Range[] {
+    const key = peerKey(policyNs, peer);
+    let ranges = this.#ranges.get(key);
+    if (!ranges) this.#ranges.set(key, (ranges = normalizeRanges(this.podsOf(policyNs, peer).map((p) => ({ first: p.ip, last: p.ip })))));
+    return ranges;
+  }
+}
+
+function peerKey(policyNs: string, peer: { readonly podSelector?: LabelSelector; readonly namespaceSelector?: LabelSelector }): string {
+  return `${peer.namespaceSelector === undefined ? policyNs : ''}|${selectorKey(peer.podSelector)}|${selectorKey(peer.namespaceSelector)}`;
 }
 
 /** Compiles the policies for the node's pods. */
@@ -121,7 +134,7 @@ export function compilePolicies(input: PolicyInput): PolicyPlan {
   const pods = index.all;
 
   /** A peer as address ranges; undefined (matches nothing) when it cannot be read. */
-  const rangesOfPeer = (policy: NetworkPolicy, peer: PolicyPeer): Range[] => {
+  const rangesOfPeer = (policy: NetworkPolicy, peer: PolicyPeer): readonly Range[] => {
     if ('ipBlock' in peer) {
       const cidr = parseBlock(peer.ipBlock.cidr);
       if (cidr === 'v6') return [];
@@ -141,11 +154,15 @@ export function compilePolicies(input: PolicyInput): PolicyPlan {
       }
       return subtractRanges([rangeOfCidr(cidr)], except);
     }
-    return index.podsOf(policy.namespace, peer).map((p) => ({ first: p.ip, last: p.ip }));
+    return index.rangesOf(policy.namespace, peer);
   };
 
   /** The addresses of a rule's peers, 'any' when it has none. */
-  const peersOfRule = (policy: NetworkPolicy, rule: PolicyRule): readonly Range[] | 'any' => (rule.peers.length === 0 ? 'any' : normalizeRanges(rule.peers.flatMap((peer) => rangesOfPeer(policy, peer))));
+  const peersOfRule = (policy: NetworkPolicy, rule: PolicyRule): readonly Range[] | 'any' => {
+    if (rule.peers.length === 0) return 'any';
+    if (rule.peers.length === 1) return rangesOfPeer(policy, rule.peers[0] as PolicyPeer);
+    return normalizeRanges(rule.peers.flatMap((peer) => rangesOfPeer(policy, peer)));
+  };
 
   const ingressPeers = new Map<string, readonly Range[] | 'any'>();
   const compileIngress = (policy: NetworkPolicy, target: PolicyPod): CompiledRule[] => {
@@ -197,11 +214,17 @@ export function compilePolicies(input: PolicyInput): PolicyPlan {
   };
 
   const egressCache = new Map<string, CompiledRule[]>();
+  const policiesByNs = new Map<string, NetworkPolicy[]>();
+  for (const pol of [...input.policies].sort((a, b) => (keyOf(a) < keyOf(b) ? -1 : 1))) {
+    const list = policiesByNs.get(pol.namespace);
+    if (list) list.push(pol);
+    else policiesByNs.set(pol.namespace, [pol]);
+  }
   const out: PodPolicy[] = [];
   for (const p of pods) {
     const key = keyOf(p.pod);
     if (!input.local.has(key)) continue;
-    const selecting = input.policies.filter((pol) => pol.namespace === p.pod.namespace && matchesSelector(pol.podSelector, p.pod.labels)).sort((a, b) => (keyOf(a) < keyOf(b) ? -1 : 1));
+    const selecting = (policiesByNs.get(p.pod.namespace) ?? []).filter((pol) => matchesSelector(pol.podSelector, p.pod.labels));
     if (selecting.length === 0) continue;
     const ingressPolicies = selecting.filter((pol) => pol.policyTypes.includes('Ingress'));
     const egressPolicies = selecting.filter((pol) => pol.policyTypes.includes('Egress'));

@@ -57,10 +57,14 @@ function portsClause(ports: readonly PortMatch[]): string[] {
 /** The whole transaction for `nft -f -`: both tables declared, deleted and re-created. */
 export function renderPolicyRuleset(plan: PolicyPlan, node: { readonly sources: readonly PodSource[]; readonly localBlocks: readonly Cidr[] }): string {
   const sets = new Map<string, { name: string; ranges: readonly Range[] }>();
+  const byList = new Map<readonly Range[], string>(); // the compiler shares one list among the rules naming one peer
   const setOf = (ranges: readonly Range[]): string => {
+    const known = byList.get(ranges);
+    if (known) return known;
     const key = ranges.map((r) => `${r.first}-${r.last}`).join(',');
     let s = sets.get(key);
     if (!s) sets.set(key, (s = { name: `peers${sets.size}`, ranges }));
+    byList.set(ranges, s.name);
     return s.name;
   };
   const ruleLines = (rules: readonly CompiledRule[], dir: 'ingress' | 'egress'): string[] => {
