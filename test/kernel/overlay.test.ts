@@ -131,6 +131,26 @@ describe('same-site overlay over VXLAN', { skip: rootSkipReason(), timeout: 300_
     assert.equal(vtepMac(a), before);
   });
 
+  test("a neighbour's probe while an agent is down moves nothing: the direct path is kept and carries traffic", async () => {
+    const [v1, v2] = agents as [TestAgent, TestAgent];
+    const from = pods[0] as Pod;
+    const to = pods[2] as Pod;
+    assert.equal(to.node, v2);
+    const routes = () => sh('ip', ['-n', v1.netns, 'route', 'show', 'proto', '44']).trim();
+    const before = routes();
+    const logFrom = readFileSync(v1.logPath, 'utf8').length;
+    await v2.stop('SIGKILL');
+    try {
+      // v1 probes v2 again once its last answer is a probe period (60 s) old: the probe meets v2's agent down
+      await until("v1's probe of v2 unanswered (or v1 moving v2 off its direct path)", () => readFileSync(v1.logPath, 'utf8').slice(logFrom).includes('peer missed a reachability probe') || routes() !== before, 90_000, 500);
+      await sleep(3_000); // a resync (2 s here) after the probe
+      assert.equal(routes(), before, 'the same-site routes to v2 stay');
+      assert.equal(pingable(from, to.ip), true, `kernel VXLAN still carries v1's pod to v2's with v2's agent down${v1.dump()}`);
+    } finally {
+      await v2.start();
+    }
+  });
+
   test('"reboot" with the controller down: devices and rules gone, agent restarted: same MAC, nothing changed on peers', async () => {
     const a = agents[2] as TestAgent;
     const before = vtepMac(a);
