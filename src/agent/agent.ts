@@ -139,6 +139,7 @@ export class Agent {
       },
       ...(plan ? { overlay: { vtepAddress: plan.vtepAddress, sitePeers: plan.sitePeers, remotePeers: plan.remotePeers } } : {}),
       tunnel: this.#tunnel?.status() ?? null,
+      ...(this.#policy ? { policy: this.#policy.status() } : {}),
       nodes,
     };
   }

@@ -17,6 +17,8 @@ import { startControlPlane, type ControlPlane } from '../../harness/kube.ts';
 import { rootSkipReason, sh } from '../../harness/netns.ts';
 import { until } from '../../harness/wait.ts';
 import { PROJECT_NODE } from '../../src/lab/agent-process.ts';
+import { readAgentStatus, statusSocketOf } from '../../src/adapters/ops/status-socket.ts';
+import { renderStatus } from '../../src/core/ops/agent-status.ts';
 
 const PROBE = fileURLToPath(new URL('../support/l4-probe.ts', import.meta.url));
 
@@ -90,6 +92,9 @@ describe('NetworkPolicy from the API to the kernel, kept while the controller is
     cp.kubectl(['apply', '-f', '-'], 'apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: a-from-b, namespace: default}\nspec: {podSelector: {matchLabels: {pod: a}}, ingress: [{from: [{podSelector: {matchLabels: {pod: b}}}], ports: [{port: 80}]}]}\n');
     await until('the policy enforced', () => matrix().join() === ENFORCED.join(), 20_000, 200);
     assert.match(readFileSync(join(agent.dataDir, 'policy-view.json'), 'utf8'), /"a-from-b"/, 'the view kept on disk');
+    const st = await readAgentStatus(statusSocketOf(agent.socket));
+    assert.deepEqual({ ...st.policy, appliedAt: typeof st.policy?.appliedAt }, { policies: 1, isolatedPods: 1, hasView: true, appliedAt: 'number' });
+    assert.match(renderStatus(st).join('\n'), /^policy {4}1 policies for this node's pods, 1 pods isolated, applied \d+s ago$/m);
   });
 
   test('controller away: an agent restarted on a kernel without our tables enforces the kept view before it serves', async () => {

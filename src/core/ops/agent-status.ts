@@ -39,6 +39,15 @@ export interface AgentStatus {
   /** The same-site overlay's plan (absent without an overlay): how each peer of this site is reached. */
   readonly overlay?: { readonly vtepAddress: string | undefined; readonly sitePeers: readonly { readonly name: string; readonly path: 'vxlan' | 'direct' }[]; readonly remotePeers: readonly string[] };
   readonly tunnel: TunnelStatus | null;
+  /** NetworkPolicy on this node (absent when `networkPolicy` is off). */
+  readonly policy?: {
+    readonly policies: number;
+    readonly isolatedPods: number;
+    /** Whether the node holds a view (from the controller, or kept on disk). */
+    readonly hasView: boolean;
+    /** When the ruleset in force was applied this run (ms since epoch). */
+    readonly appliedAt?: number;
+  };
   /** Every node as this agent knows it, itself included. */
   readonly nodes: readonly StatusNode[];
 }
@@ -74,6 +83,9 @@ export function renderStatus(st: AgentStatus): string[] {
     out.push(`tunnel    ${st.tunnel.peers.length} peers: ${n.udp} udp, ${n.direct} direct, ${n['hole-punched']} hole-punched, ${n.relayed} relayed, ${n.down} down${st.tunnel.skipped.length ? `; ${st.tunnel.skipped.length} without a path` : ''}`);
     if (st.tunnel.relay) out.push(`relay     ${st.tunnel.relay.address} ${st.tunnel.relay.connected ? 'connected' : 'NOT connected'}`);
   } else out.push('tunnel    off');
+  if (!st.policy) out.push('policy    off');
+  else if (!st.policy.hasView) out.push('policy    on, no view yet (the ruleset in the kernel, if any, stays in force)');
+  else out.push(`policy    ${st.policy.policies} policies for this node's pods, ${st.policy.isolatedPods} pods isolated${st.policy.appliedAt === undefined ? '' : `, applied ${ago(st.now - st.policy.appliedAt)} ago`}`);
   const versions = new Map<string, number>();
   for (const node of st.nodes) versions.set(node.agentVersion || '?', (versions.get(node.agentVersion || '?') ?? 0) + 1);
   out.push(`cluster   ${st.nodes.length} nodes; agent versions ${[...versions].map(([v, c]) => `${v} x${c}`).join(', ')}`);

@@ -86,6 +86,10 @@ test('renderStatus: link, blocks, peers by path, versions', () => {
   assert.match(text, /addresses 2 in use, 1 reserved, 59 free of 62; sticky re-uses 1/);
   assert.match(text, /tunnel {4}4 peers: 0 udp, 1 direct, 1 hole-punched, 1 relayed, 1 down; 1 without a path/);
   assert.match(text, /cluster {3}9 nodes; agent versions 0\.1\.0 x9/);
+  assert.match(text, /^policy {4}off$/m);
+  const on = (policy: NonNullable<ReturnType<typeof status>['policy']>) => renderStatus({ ...status(), policy }).join('\n');
+  assert.match(on({ policies: 0, isolatedPods: 0, hasView: false }), /^policy {4}on, no view yet \(the ruleset in the kernel, if any, stays in force\)$/m);
+  assert.match(on({ policies: 3, isolatedPods: 2, hasView: true, appliedAt: status().now - 5_000 }), /^policy {4}3 policies for this node's pods, 2 pods isolated, applied 5s ago$/m);
 });
 
 test('renderStatus: peers on the datagram path count as udp, dialled or punched', () => {
