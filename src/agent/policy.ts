@@ -1,7 +1,8 @@
 /**
  * NetworkPolicy on one node: follows the node's part of the policy state from the controller (`GET /v1/policy`), keeps
- * it on disk, compiles it for the node's pods (src/core/policy/compile.ts) and applies the rendered ruleset
- * (src/core/policy/nft.ts) in one `nft -f` transaction whenever it differs from the last one applied.
+ * it on disk, compiles it for the node's pods (src/core/policy/compile.ts) and applies what changed since the tables
+ * it last applied (src/core/policy/nft.ts) in one `nft -f` transaction, or both tables whole when something else
+ * committed since or the delta fails.
  *
  * Offline rules: the view is written crash-safely after every change and read back at start, and the agent applies it
  * before it serves any CNI ADD; the kernel keeps the last ruleset across an agent restart or crash, so a view file
@@ -15,7 +16,9 @@ import type { Logger } from '../core/ports.ts';
 import { type Cidr, formatIpv4 } from '../core/net/ipv4.ts';
 import { compilePolicies, type PolicyPlan } from '../core/policy/compile.ts';
 import { keyOf } from '../core/policy/model.ts';
-import { renderPolicyRuleset } from '../core/policy/nft.ts';
+import { buildPolicyTables, type PolicyTables, renderPolicyDelta, renderPolicyTables } from '../core/policy/nft.ts';
+import { NETLINK_NETFILTER } from '../core/net/netlink-codec.ts';
+import { RtnlSocket } from '../adapters/kernel/netlink.ts';
 import { HeldPolicyView, type NodePolicyView, type PolicyLine } from '../core/policy/scope.ts';
 import type { IpamRecord } from '../core/ipam/sticky-pool.ts';
 import { hostVethName } from '../core/plan/pod-plan.ts';
@@ -58,7 +61,8 @@ export class PolicyEnforcer {
   readonly #init: PolicyInit;
   readonly #held = new HeldPolicyView();
   #hasView = false;
-  #applied: string | undefined;
+  /** The tables last applied, and the ruleset generation right after, when that commit was the only one since. */
+  #kept: { tables: PolicyTables; generation: number } | undefined;
   #appliedAt: number | undefined;
   #plan: PolicyPlan = { pods: [], problems: [] };
   #reported = new Set<string>();
@@ -133,18 +137,50 @@ export class PolicyEnforcer {
     const local = new Set(view.pods.filter((p) => p.node === this.#init.nodeName).map(keyOf));
     const plan = compilePolicies({ policies: view.policies, namespaces: view.namespaces, pods, local });
     for (const p of plan.problems) this.#report(`${p.policy}: ${p.message}`, () => this.#c.log.warn('a NetworkPolicy is enforced more strictly than written', { code: 'POLICY_UNSUPPORTED', policy: p.policy, err: p.message }));
-    const ruleset = renderPolicyRuleset(plan, { sources: active.map((r) => ({ port: hostVethName(r.containerId, r.ifName), ip: formatIpv4(r.ip) })), localBlocks: blocks });
-    if (ruleset === this.#applied) return;
-    await this.#c.nft.apply(ruleset);
-    this.#applied = ruleset;
+    const tables = buildPolicyTables(plan, { sources: active.map((r) => ({ port: hostVethName(r.containerId, r.ifName), ip: formatIpv4(r.ip) })), localBlocks: blocks });
+    // only what changed when the kernel holds what we last applied (no commit since ours), else both tables whole
+    const before = await this.#generation();
+    const kept = this.#kept !== undefined && before !== undefined && before === this.#kept.generation ? this.#kept : undefined;
+    const delta = kept ? renderPolicyDelta(kept.tables, tables) : undefined;
+    if (delta === '') {
+      this.#plan = plan;
+      return;
+    }
+    this.#kept = undefined;
+    try {
+      await this.#c.nft.apply(delta ?? renderPolicyTables(tables));
+    } catch (err) {
+      if (delta === undefined) throw err;
+      this.#c.log.warn('applying the NetworkPolicy change alone failed; applying both tables whole', { err: asAtollError(err).message });
+      await this.#c.nft.apply(renderPolicyTables(tables));
+    }
+    const after = await this.#generation();
+    if (before !== undefined && after === ((before + 1) >>> 0)) this.#kept = { tables, generation: after };
     this.#appliedAt = Date.now();
     this.#plan = plan;
-    this.#c.log.info('NetworkPolicy applied', { policies: view.policies.length, isolatedPods: plan.pods.length });
+    this.#c.log.info('NetworkPolicy applied', { policies: view.policies.length, isolatedPods: plan.pods.length, whole: delta === undefined });
   }
 
-  /** Applies the ruleset again even if unchanged (the periodic resync: heals a table someone removed). */
+  /** The agent namespace's nftables ruleset generation, or undefined when it cannot be read (then: apply whole). */
+  async #generation(): Promise<number | undefined> {
+    try {
+      const sock = RtnlSocket.open("the agent's namespace", NETLINK_NETFILTER);
+      try {
+        return await sock.nftGeneration();
+      } finally {
+        sock.close();
+      }
+    } catch (err) {
+      this.#c.log.debug('cannot read the nftables ruleset generation; applying the policy tables whole', { err: asAtollError(err).message });
+      return undefined;
+    }
+  }
+
+  /**
+   * The periodic resync: a sync, which applies both tables whole when anything committed since our last apply (a
+   * table someone removed comes back; the overlay's own commits count too, so one whole apply may follow each of them).
+   */
   async resync(): Promise<void> {
-    this.#applied = undefined;
     await this.sync();
   }
 

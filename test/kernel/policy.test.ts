@@ -14,11 +14,41 @@ import { until } from '../../harness/wait.ts';
 import { PROJECT_NODE } from '../../src/lab/agent-process.ts';
 import { compilePolicies, decide, type L4, type PolicyPlan } from '../../src/core/policy/compile.ts';
 import type { NetworkPolicy, PolicyPod } from '../../src/core/policy/model.ts';
-import { renderPolicyRuleset } from '../../src/core/policy/nft.ts';
+import { buildPolicyTables, renderPolicyDelta, renderPolicyRuleset, renderPolicyTables } from '../../src/core/policy/nft.ts';
 import { type Cidr, parseCidr, parseIpv4 } from '../../src/core/net/ipv4.ts';
 import { Nft } from '../../src/adapters/kernel/nft.ts';
 
 const PROBE = fileURLToPath(new URL('../support/l4-probe.ts', import.meta.url));
+
+/**
+ * A namespace's nftables ruleset as comparable data: no handles, counters zeroed, sets and chains by name with their
+ * elements sorted, each chain's rules in order.
+ */
+function normalizedRuleset(ns: string): unknown {
+  const items = (JSON.parse(sh('ip', ['netns', 'exec', ns, 'nft', '-j', 'list', 'ruleset'])) as { nftables: Record<string, Record<string, unknown>>[] }).nftables;
+  const strip = (v: unknown): unknown => {
+    if (Array.isArray(v)) return v.map(strip);
+    if (v && typeof v === 'object') {
+      const o = v as Record<string, unknown>;
+      if ('counter' in o && Object.keys(o).length === 1) return { counter: {} };
+      return Object.fromEntries(Object.entries(o).filter(([k]) => k !== 'handle').map(([k, x]) => [k, strip(x)]));
+    }
+    return v;
+  };
+  const out: Record<string, unknown> = {};
+  const rules: Record<string, unknown[]> = {};
+  for (const item of items) {
+    const [kind, body] = Object.entries(item)[0] as [string, Record<string, unknown>];
+    if (kind === 'metainfo') continue;
+    const b = strip(body) as Record<string, unknown>;
+    if (kind === 'rule') (rules[`${b.family} ${b.table} ${b.chain}`] ??= []).push(b.expr);
+    else {
+      if (Array.isArray(b.elem)) b.elem = [...b.elem].map((e) => JSON.stringify(e)).sort();
+      out[`${kind} ${b.family} ${b.table ?? ''} ${b.name}`] = b;
+    }
+  }
+  return { objects: Object.fromEntries(Object.entries(out).sort()), rules: Object.fromEntries(Object.entries(rules).sort()) };
+}
 
 interface Bed {
   readonly name: string;
@@ -48,6 +78,7 @@ describe('NetworkPolicy enforced by nftables', { skip: rootSkipReason(), timeout
   let node = '';
   const pods: Bed[] = [];
   let plan: PolicyPlan;
+  let model: PolicyPod[] = [];
   let ruleset = '';
 
   const attempts = (targets: readonly Bed[]) => targets.flatMap((t) => (['tcp/80', 'tcp/81', 'udp/80'] as const).map((k) => ({ ip: t.ip, proto: k.slice(0, 3) as L4, port: Number(k.slice(4)), to: t.name })));
@@ -104,7 +135,7 @@ describe('NetworkPolicy enforced by nftables', { skip: rootSkipReason(), timeout
       await until(`the prober serving in ${p.ns}`, () => sh('ss', ['-N', p.ns, '-Hltn', 'sport', '=', ':81']).trim() !== '', 10_000, 20);
     }
 
-    const model: PolicyPod[] = pods.map((p) => ({
+    model = pods.map((p) => ({
       namespace: p.name.split('/')[0] as string,
       name: p.name.split('/')[1] as string,
       ip: p.ip,
@@ -146,6 +177,33 @@ describe('NetworkPolicy enforced by nftables', { skip: rootSkipReason(), timeout
 
   test('the node itself still reaches a pod that refuses every other pod on that port', () => {
     assert.deepEqual(probe(node, [{ ip: '10.0.1.10', proto: 'tcp', port: 81 }, { ip: '10.0.1.11', proto: 'tcp', port: 80 }]), [true, true]);
+  });
+
+  test('a delta (only what changed) leaves the kernel holding what the whole new ruleset would, and enforcing it', async () => {
+    const sources = pods.filter((p) => p.veth).map((p) => ({ port: p.veth as string, ip: p.ip }));
+    const localBlocks = [parseCidr('10.0.1.0/24') as Cidr];
+    const before = buildPolicyTables(plan, { sources, localBlocks });
+    // a-from-b gone, c now refuses everyone but y, b2 a new pod labelled b on another node (a peer of nothing now)
+    const nextPlan = compilePolicies({
+      policies: [...policies.filter((p) => p.name !== 'a-from-b'), { namespace: 'x', name: 'c-from-y', podSelector: { matchLabels: { pod: 'c' } }, policyTypes: ['Ingress'], egress: [], ingress: [{ peers: [{ namespaceSelector: { matchLabels: { ns: 'y' } } }], ports: [] }] }],
+      namespaces: [{ name: 'x', labels: { ns: 'x' } }, { name: 'y', labels: { ns: 'y' } }],
+      pods: [...model, { namespace: 'y', name: 'r2', ip: '10.0.2.11', labels: { pod: 'r2' }, ports: [] }],
+      local: new Set(['x/a', 'x/b', 'x/c']),
+    });
+    const after = buildPolicyTables(nextPlan, { sources, localBlocks });
+    const delta = renderPolicyDelta(before, after);
+    assert.ok(delta.length > 0 && !delta.includes('delete table'), delta);
+    await new Nft().apply(delta, { netns: `/run/netns/${node}` });
+    const fresh = addNetns('pol-fresh');
+    try {
+      await new Nft().apply(renderPolicyTables(after), { netns: `/run/netns/${fresh}` });
+      assert.deepEqual(normalizedRuleset(node), normalizedRuleset(fresh), `the delta:\n${delta}`);
+    } finally {
+      delNetns(fresh);
+    }
+    const want = expected((from, to, proto, port) => decide(nextPlan, { src: parseIpv4(from.ip) as number, dst: parseIpv4(to) as number, protocol: proto, port }).allowed);
+    assert.ok(want.includes('x/b -> x/a tcp/81: yes') && want.includes('x/a -> x/c tcp/80: no') && want.includes('y/r -> x/c tcp/80: yes'), 'a opened, c closed but to y');
+    assert.deepEqual(observed(), want, failureDump());
   });
 
   test("a pod cannot pass a rule by sending from a neighbour's address or a remote pod's", async () => {

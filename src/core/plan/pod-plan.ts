@@ -13,23 +13,10 @@
  * - `arp_notify` on the pod interface makes the kernel send a gratuitous ARP when the link comes up with its address.
  */
 import { type Cidr, formatIpv4, gatewayOf } from '../net/ipv4.ts';
+import { fnv1a, hex } from '../fnv.ts';
 import { getLink, newAddr4, newDefaultRoute4, newVeth, type NlRequest, setBridgePortHairpin, setUp } from '../net/netlink-codec.ts';
 
 export const HOST_VETH_PREFIX = 'atl';
-
-/** 32-bit FNV-1a; pure and stable across runs. */
-function fnv1a(text: string, seed = 0x811c9dc5): number {
-  let h = seed >>> 0;
-  for (let i = 0; i < text.length; i++) {
-    h ^= text.charCodeAt(i);
-    h = Math.imul(h, 0x01000193) >>> 0;
-  }
-  return h >>> 0;
-}
-
-function hex(n: number, width: number): string {
-  return n.toString(16).padStart(width, '0').slice(-width);
-}
 
 /** The host-side veth name of an attachment: 15 characters, `atl` + 12 hex digits. */
 export function hostVethName(containerId: string, ifName: string): string {

@@ -7,7 +7,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { compilePolicies, decide, type L4, type PolicyPlan } from './compile.ts';
 import { keyOf, type NetworkPolicy, type PolicyNamespace, type PolicyPod, type PolicyRule } from './model.ts';
-import { renderPolicyRuleset } from './nft.ts';
+import { buildPolicyTables, renderPolicyDelta, renderPolicyRuleset } from './nft.ts';
 import { parseCidr, parseIpv4, type Cidr } from '../net/ipv4.ts';
 import { formatRange, normalizeRanges, subtractRanges } from '../net/ranges.ts';
 import { matchesSelector } from './selector.ts';
@@ -179,7 +179,7 @@ test('ranges: subtract, merge, and the shortest nft element', () => {
   assert.equal(formatRange({ first: c('10.0.0.64/26').base, last: c('10.0.0.64/26').base + 63 }), '10.0.0.64/26');
 });
 
-test('the ruleset (golden): maps by address, one set per distinct peer list, egress returns, ingress accepts', () => {
+test('the ruleset (golden): maps by address, chains named by address, one set per distinct peers named by what they are, egress returns, ingress accepts', () => {
   const plan = compilePolicies({
     policies: [
       policy({ name: 'web', podSelector: { matchLabels: { pod: 'a' } }, policyTypes: ['Ingress', 'Egress'], ingress: [rule({ peers: [{ podSelector: { matchLabels: { pod: 'b' } } }], ports: [{ protocol: 'TCP', port: 80 }, { protocol: 'TCP', port: 8000, endPort: 8080 }, { protocol: 'UDP' }] })], egress: [rule({ peers: [{ podSelector: { matchLabels: { pod: 'b' } } }] })] }),
@@ -194,24 +194,22 @@ test('the ruleset (golden): maps by address, one set per distinct peer list, egr
     'delete table inet atoll_policy',
     'table inet atoll_policy {',
     '  comment "managed by atoll; do not edit"',
-    '  set peers0 { type ipv4_addr; flags interval; elements = { 10.0.1.11 }; }',
-    '  map egress { type ipv4_addr : verdict; elements = { 10.0.1.10 : jump egress0 }; }',
-    '  map ingress { type ipv4_addr : verdict; elements = { 10.0.1.10 : jump ingress0 }; }',
+    '  set peers_2a40cf793c08 { type ipv4_addr; flags interval; elements = { 10.0.1.11 }; }',
+    '  map egress { type ipv4_addr : verdict; elements = { 10.0.1.10 : jump egress_10_0_1_10 }; }',
+    '  map ingress { type ipv4_addr : verdict; elements = { 10.0.1.10 : jump ingress_10_0_1_10 }; }',
     '  chain forward {',
     '    type filter hook forward priority filter; policy accept;',
     '    ct state established,related accept',
     '    ip saddr vmap @egress',
     '    ip daddr vmap @ingress',
     '  }',
-    '  chain egress0 {',
-    '    comment "egress of x/a"',
-    '    ip daddr @peers0 return comment "x/web egress rule 0"',
+    '  chain egress_10_0_1_10 {',
+    '    ip daddr @peers_2a40cf793c08 return comment "x/web egress rule 0"',
     '    counter drop comment "egress of x/a: no rule allows"',
     '  }',
-    '  chain ingress0 {',
-    '    comment "ingress of x/a"',
-    '    ip saddr @peers0 meta l4proto tcp th dport { 80, 8000-8080 } accept comment "x/web ingress rule 0"',
-    '    ip saddr @peers0 meta l4proto udp accept comment "x/web ingress rule 0"',
+    '  chain ingress_10_0_1_10 {',
+    '    ip saddr @peers_2a40cf793c08 meta l4proto tcp th dport { 80, 8000-8080 } accept comment "x/web ingress rule 0"',
+    '    ip saddr @peers_2a40cf793c08 meta l4proto udp accept comment "x/web ingress rule 0"',
     '    counter drop comment "ingress of x/a: no rule allows"',
     '  }',
     '}',
@@ -228,6 +226,31 @@ test('the ruleset (golden): maps by address, one set per distinct peer list, egr
     `    iifname "atl*" ether type ip ip saddr @pod_addresses iifname . ip saddr != @pod_sources counter drop comment "a pod sending from another pod's address"`,
     '  }',
     '}',
+    '',
+  ].join('\n'));
+});
+
+test('the delta (golden): only what changed, new things first, gone things last; nothing when nothing changed', () => {
+  const tables = (policies: NetworkPolicy[], morePods: PolicyPod[] = []) => buildPolicyTables(
+    compilePolicies({ policies, namespaces, pods: [...pods, ...morePods], local: new Set(['x/a', 'x/b']) }),
+    { sources: [{ port: 'atl000000000001', ip: '10.0.1.10' }], localBlocks: [parseCidr('10.0.1.0/24') as Cidr] },
+  );
+  const fromB = policy({ name: 'a-from-b', podSelector: { matchLabels: { pod: 'a' } }, ingress: [rule({ peers: [{ podSelector: { matchLabels: { pod: 'b' } } }] })] });
+  const before = tables([fromB]);
+  assert.equal(renderPolicyDelta(before, before), '');
+  // another pod labelled b: one element added to the set, nothing else
+  const extra: PolicyPod = { namespace: 'x', name: 'b2', ip: '10.0.1.20', labels: { pod: 'b' }, ports: [] };
+  assert.equal(renderPolicyDelta(before, tables([fromB], [extra])), 'add element inet atoll_policy peers_2a40cf793c08 { 10.0.1.20 }\n');
+  // the policy replaced by a deny for b: a's chain and its set go (after its map entry), b's chain comes
+  const denyB = policy({ name: 'deny-b', podSelector: { matchLabels: { pod: 'b' } } });
+  assert.equal(renderPolicyDelta(before, tables([denyB])), [
+    'add chain inet atoll_policy ingress_10_0_1_11',
+    'add rule inet atoll_policy ingress_10_0_1_11 counter drop comment "ingress of x/b: no rule allows"',
+    'delete element inet atoll_policy ingress { 10.0.1.10 }',
+    'add element inet atoll_policy ingress { 10.0.1.11 : jump ingress_10_0_1_11 }',
+    'flush chain inet atoll_policy ingress_10_0_1_10',
+    'delete chain inet atoll_policy ingress_10_0_1_10',
+    'delete set inet atoll_policy peers_2a40cf793c08',
     '',
   ].join('\n'));
 });

@@ -33,6 +33,11 @@ export interface CompiledRule {
   readonly rule: number;
   /** Remote addresses allowed (sources for ingress, destinations for egress), normalised; 'any' for every address. */
   readonly peers: readonly Range[] | 'any';
+  /**
+   * What the peers are, not what they hold now (the selectors or ipBlocks, and a named port's resolution): equal for
+   * rules naming the same peers, and unchanged when only the pods they match change. The ruleset names its sets by it.
+   */
+  readonly peerKey: string;
   readonly ports: readonly PortMatch[] | 'any';
 }
 
@@ -158,6 +163,7 @@ export function compilePolicies(input: PolicyInput): PolicyPlan {
   };
 
   /** The addresses of a rule's peers, 'any' when it has none. */
+  const keyOfRulePeers = (policy: NetworkPolicy, rule: PolicyRule): string => rule.peers.map((peer) => ('ipBlock' in peer ? `ip:${peer.ipBlock.cidr}!${peer.ipBlock.except.join(',')}` : peerKey(policy.namespace, peer))).join('+');
   const peersOfRule = (policy: NetworkPolicy, rule: PolicyRule): readonly Range[] | 'any' => {
     if (rule.peers.length === 0) return 'any';
     if (rule.peers.length === 1) return rangesOfPeer(policy, rule.peers[0] as PolicyPeer);
@@ -174,7 +180,7 @@ export function compilePolicies(input: PolicyInput): PolicyPlan {
       let peers = ingressPeers.get(cacheKey);
       if (peers === undefined) ingressPeers.set(cacheKey, (peers = peersOfRule(policy, rule)));
       if (peers !== 'any' && peers.length === 0) return;
-      out.push({ policy: keyOf(policy), rule: index, peers, ports });
+      out.push({ policy: keyOf(policy), rule: index, peers, peerKey: keyOfRulePeers(policy, rule), ports });
     });
     return out;
   };
@@ -184,12 +190,13 @@ export function compilePolicies(input: PolicyInput): PolicyPlan {
     policy.egress.forEach((rule, index) => {
       const peers = peersOfRule(policy, rule);
       if (peers !== 'any' && peers.length === 0) return;
+      const key = keyOfRulePeers(policy, rule);
       if (rule.ports.length === 0) {
-        out.push({ policy: keyOf(policy), rule: index, peers, ports: 'any' });
+        out.push({ policy: keyOf(policy), rule: index, peers, peerKey: key, ports: 'any' });
         return;
       }
       const numeric = rule.ports.filter((p) => typeof p.port !== 'string').flatMap((p) => resolvePort(p, undefined));
-      if (numeric.length > 0) out.push({ policy: keyOf(policy), rule: index, peers, ports: numeric });
+      if (numeric.length > 0) out.push({ policy: keyOf(policy), rule: index, peers, peerKey: key, ports: numeric });
       const named = rule.ports.filter((p) => typeof p.port === 'string');
       if (named.length === 0) return;
       // a named port is the destination pod's: group the known pods inside the peers by what the name resolves to
@@ -207,7 +214,7 @@ export function compilePolicies(input: PolicyInput): PolicyPlan {
       }
       for (const key of [...groups.keys()].sort()) {
         const g = groups.get(key) as { port: PortMatch; ips: Range[] };
-        out.push({ policy: keyOf(policy), rule: index, peers: normalizeRanges(g.ips), ports: [g.port] });
+        out.push({ policy: keyOf(policy), rule: index, peers: normalizeRanges(g.ips), peerKey: `${key}/${g.port.protocol}/${g.port.first}`, ports: [g.port] });
       }
     });
     return out;

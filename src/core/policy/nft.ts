@@ -19,6 +19,7 @@
 import { type Cidr, formatCidr, formatIpv4 } from '../net/ipv4.ts';
 import { formatRange, type Range } from '../net/ranges.ts';
 import { HOST_VETH_PREFIX } from '../plan/pod-plan.ts';
+import { fnv1a, hex } from '../fnv.ts';
 import type { CompiledRule, PolicyPlan, PortMatch } from './compile.ts';
 
 export const POLICY_TABLE = 'atoll_policy';
@@ -54,71 +55,108 @@ function portsClause(ports: readonly PortMatch[]): string[] {
   });
 }
 
-/** The whole transaction for `nft -f -`: both tables declared, deleted and re-created. */
-export function renderPolicyRuleset(plan: PolicyPlan, node: { readonly sources: readonly PodSource[]; readonly localBlocks: readonly Cidr[] }): string {
-  const sets = new Map<string, { name: string; ranges: readonly Range[] }>();
-  const byList = new Map<readonly Range[], string>(); // the compiler shares one list among the rules naming one peer
-  const setOf = (ranges: readonly Range[]): string => {
-    const known = byList.get(ranges);
-    if (known) return known;
-    const key = ranges.map((r) => `${r.first}-${r.last}`).join(',');
-    let s = sets.get(key);
-    if (!s) sets.set(key, (s = { name: `peers${sets.size}`, ranges }));
-    byList.set(ranges, s.name);
-    return s.name;
+/** What the two tables hold, as data: what {@link renderPolicyTables} writes whole and {@link renderPolicyDelta} diffs. */
+export interface PolicyTables {
+  /** Peer sets of the inet table by name: their interval elements, as nft writes them. */
+  readonly sets: ReadonlyMap<string, readonly string[]>;
+  /** Pod address -> its egress or ingress chain. */
+  readonly egress: ReadonlyMap<string, string>;
+  readonly ingress: ReadonlyMap<string, string>;
+  /** The per-pod chains by name: their rules. */
+  readonly chains: ReadonlyMap<string, readonly string[]>;
+  /** The bridge table's three sets. */
+  readonly localBlocks: readonly string[];
+  readonly podAddresses: readonly string[];
+  readonly podSources: readonly string[];
+}
+
+/**
+ * The tables for a plan. Names are stable, so a change touches only what changed: a pod's chains are named by its
+ * address, a peer set by what its peers are (the compiler's `peerKey`), not by what they hold now.
+ */
+export function buildPolicyTables(plan: PolicyPlan, node: { readonly sources: readonly PodSource[]; readonly localBlocks: readonly Cidr[] }): PolicyTables {
+  const sets = new Map<string, readonly string[]>();
+  const setKeys = new Map<string, string>();
+  const setOf = (rule: CompiledRule, ranges: readonly Range[]): string => {
+    let name = `peers_${hex(fnv1a(rule.peerKey), 8)}${hex(fnv1a(rule.peerKey, 0x12345678), 4)}`;
+    // two keys with one hash (48 bits: not expected) get distinct names, still stable while both exist
+    for (let i = 1; setKeys.has(name) && setKeys.get(name) !== rule.peerKey; i++) name = `${name.slice(0, 18)}_${i}`;
+    if (!setKeys.has(name)) {
+      setKeys.set(name, rule.peerKey);
+      sets.set(name, ranges.map(formatRange));
+    }
+    return name;
   };
   const ruleLines = (rules: readonly CompiledRule[], dir: 'ingress' | 'egress'): string[] => {
     const addr = dir === 'ingress' ? 'ip saddr' : 'ip daddr';
     const verdict = dir === 'ingress' ? 'accept' : 'return';
     const lines: string[] = [];
     for (const r of rules) {
-      const peer = r.peers === 'any' ? '' : `${addr} @${setOf(r.peers)} `;
+      const peer = r.peers === 'any' ? '' : `${addr} @${setOf(r, r.peers)} `;
       const note = comment(`${r.policy} ${dir} rule ${r.rule}`);
-      if (r.ports === 'any') lines.push(`    ${peer}${verdict} ${note}`);
-      else for (const ports of portsClause(r.ports)) lines.push(`    ${peer}${ports} ${verdict} ${note}`);
+      if (r.ports === 'any') lines.push(`${peer}${verdict} ${note}`);
+      else for (const ports of portsClause(r.ports)) lines.push(`${peer}${ports} ${verdict} ${note}`);
     }
     return lines;
   };
-
-  const chains: string[] = [];
-  const ingressMap: string[] = [];
-  const egressMap: string[] = [];
-  plan.pods.forEach((pod, i) => {
+  const chains = new Map<string, readonly string[]>();
+  const egress = new Map<string, string>();
+  const ingress = new Map<string, string>();
+  for (const pod of plan.pods) {
+    const ip = formatIpv4(pod.ip);
+    const id = ip.replaceAll('.', '_');
     if (pod.egress) {
-      egressMap.push(`${formatIpv4(pod.ip)} : jump egress${i}`);
-      chains.push(`  chain egress${i} {`, `    ${comment(`egress of ${pod.pod}`)}`, ...ruleLines(pod.egress, 'egress'), `    counter drop ${comment(`egress of ${pod.pod}: no rule allows`)}`, '  }');
+      egress.set(ip, `egress_${id}`);
+      chains.set(`egress_${id}`, [...ruleLines(pod.egress, 'egress'), `counter drop ${comment(`egress of ${pod.pod}: no rule allows`)}`]);
     }
     if (pod.ingress) {
-      ingressMap.push(`${formatIpv4(pod.ip)} : jump ingress${i}`);
-      chains.push(`  chain ingress${i} {`, `    ${comment(`ingress of ${pod.pod}`)}`, ...ruleLines(pod.ingress, 'ingress'), `    counter drop ${comment(`ingress of ${pod.pod}: no rule allows`)}`, '  }');
+      ingress.set(ip, `ingress_${id}`);
+      chains.set(`ingress_${id}`, [...ruleLines(pod.ingress, 'ingress'), `counter drop ${comment(`ingress of ${pod.pod}: no rule allows`)}`]);
     }
-  });
-  const elements = (items: readonly string[]): string => (items.length === 0 ? '' : ` elements = { ${items.join(', ')} };`);
+  }
   const sources = [...node.sources].sort((a, b) => (a.port < b.port ? -1 : a.port > b.port ? 1 : 0));
+  return {
+    sets, egress, ingress, chains,
+    localBlocks: node.localBlocks.map(formatCidr),
+    podAddresses: [...new Set(sources.map((s) => s.ip))],
+    podSources: sources.map((s) => `"${s.port}" . ${s.ip}`),
+  };
+}
 
+const INET = `inet ${POLICY_TABLE}`;
+const BRIDGE = `bridge ${POLICY_TABLE}`;
+
+function elements(items: readonly string[]): string {
+  return items.length === 0 ? '' : ` elements = { ${items.join(', ')} };`;
+}
+
+const mapItems = (m: ReadonlyMap<string, string>) => [...m].map(([ip, chain]) => `${ip} : jump ${chain}`);
+
+/** The whole transaction for `nft -f -`: both tables declared, deleted and re-created. */
+export function renderPolicyTables(t: PolicyTables): string {
   return [
-    `table inet ${POLICY_TABLE}`,
-    `delete table inet ${POLICY_TABLE}`,
-    `table inet ${POLICY_TABLE} {`,
+    `table ${INET}`,
+    `delete table ${INET}`,
+    `table ${INET} {`,
     `  comment "managed by atoll; do not edit"`,
-    ...[...sets.values()].map((s) => `  set ${s.name} { type ipv4_addr; flags interval;${elements(s.ranges.map(formatRange))} }`),
-    `  map egress { type ipv4_addr : verdict;${elements(egressMap)} }`,
-    `  map ingress { type ipv4_addr : verdict;${elements(ingressMap)} }`,
+    ...[...t.sets].map(([name, items]) => `  set ${name} { type ipv4_addr; flags interval;${elements(items)} }`),
+    `  map egress { type ipv4_addr : verdict;${elements(mapItems(t.egress))} }`,
+    `  map ingress { type ipv4_addr : verdict;${elements(mapItems(t.ingress))} }`,
     `  chain forward {`,
     `    type filter hook forward priority filter; policy accept;`,
     `    ct state established,related accept`,
     `    ip saddr vmap @egress`,
     `    ip daddr vmap @ingress`,
     `  }`,
-    ...chains,
+    ...[...t.chains].flatMap(([name, rules]) => [`  chain ${name} {`, ...rules.map((r) => `    ${r}`), '  }']),
     `}`,
-    `table bridge ${POLICY_TABLE}`,
-    `delete table bridge ${POLICY_TABLE}`,
-    `table bridge ${POLICY_TABLE} {`,
+    `table ${BRIDGE}`,
+    `delete table ${BRIDGE}`,
+    `table ${BRIDGE} {`,
     `  comment "managed by atoll; do not edit"`,
-    `  set local_blocks { type ipv4_addr; flags interval;${elements(node.localBlocks.map(formatCidr))} }`,
-    `  set pod_addresses { type ipv4_addr;${elements([...new Set(sources.map((s) => s.ip))])} }`,
-    `  set pod_sources { type ifname . ipv4_addr;${elements(sources.map((s) => `"${s.port}" . ${s.ip}`))} }`,
+    `  set local_blocks { type ipv4_addr; flags interval;${elements(t.localBlocks)} }`,
+    `  set pod_addresses { type ipv4_addr;${elements(t.podAddresses)} }`,
+    `  set pod_sources { type ifname . ipv4_addr;${elements(t.podSources)} }`,
     `  chain prerouting {`,
     `    type filter hook prerouting priority filter; policy accept;`,
     `    iifname "${HOST_VETH_PREFIX}*" ether type ip ip saddr != @local_blocks counter drop ${comment("a pod sending from outside the node's blocks")}`,
@@ -127,4 +165,59 @@ export function renderPolicyRuleset(plan: PolicyPlan, node: { readonly sources: 
     `}`,
     '',
   ].join('\n');
+}
+
+/** The whole transaction for a plan (see {@link renderPolicyTables}). */
+export function renderPolicyRuleset(plan: PolicyPlan, node: { readonly sources: readonly PodSource[]; readonly localBlocks: readonly Cidr[] }): string {
+  return renderPolicyTables(buildPolicyTables(plan, node));
+}
+
+/** Elements of `before` not in `after` and of `after` not in `before`. */
+function diffItems(before: readonly string[], after: readonly string[]): { gone: string[]; added: string[] } {
+  const b = new Set(before);
+  const a = new Set(after);
+  return { gone: before.filter((x) => !a.has(x)), added: after.filter((x) => !b.has(x)) };
+}
+
+/**
+ * One transaction that turns tables holding `before` into tables holding `after`, touching only what differs: set
+ * elements added and removed, a changed chain flushed and filled again, map entries replaced, what is gone deleted
+ * last (a chain after the map entry that jumps to it, a set after the rules that name it). Precondition: the kernel
+ * holds `before` exactly (the caller falls back to {@link renderPolicyTables} when it cannot be sure, or when this
+ * fails); then the result equals `renderPolicyTables(after)` but for counters. Empty when nothing differs.
+ */
+export function renderPolicyDelta(before: PolicyTables, after: PolicyTables): string {
+  const lines: string[] = [];
+  const elementLines = (table: string, set: string, was: readonly string[], now: readonly string[]) => {
+    const { gone, added } = diffItems(was, now);
+    if (gone.length > 0) lines.push(`delete element ${table} ${set} { ${gone.join(', ')} }`);
+    if (added.length > 0) lines.push(`add element ${table} ${set} { ${added.join(', ')} }`);
+  };
+  for (const [name, items] of after.sets) {
+    const was = before.sets.get(name);
+    if (was === undefined) {
+      lines.push(`add set ${INET} ${name} { type ipv4_addr; flags interval; }`);
+      if (items.length > 0) lines.push(`add element ${INET} ${name} { ${items.join(', ')} }`);
+    } else elementLines(INET, name, was, items);
+  }
+  for (const [name, rules] of after.chains) {
+    const was = before.chains.get(name);
+    if (was && was.join('\n') === rules.join('\n')) continue;
+    lines.push(was ? `flush chain ${INET} ${name}` : `add chain ${INET} ${name}`);
+    for (const r of rules) lines.push(`add rule ${INET} ${name} ${r}`);
+  }
+  for (const map of ['egress', 'ingress'] as const) {
+    const was = before[map];
+    const now = after[map];
+    const gone = [...was].filter(([ip, chain]) => now.get(ip) !== chain).map(([ip]) => ip);
+    const added = [...now].filter(([ip, chain]) => was.get(ip) !== chain).map(([ip, chain]) => `${ip} : jump ${chain}`);
+    if (gone.length > 0) lines.push(`delete element ${INET} ${map} { ${gone.join(', ')} }`);
+    if (added.length > 0) lines.push(`add element ${INET} ${map} { ${added.join(', ')} }`);
+  }
+  for (const name of before.chains.keys()) if (!after.chains.has(name)) lines.push(`flush chain ${INET} ${name}`, `delete chain ${INET} ${name}`);
+  for (const name of before.sets.keys()) if (!after.sets.has(name)) lines.push(`delete set ${INET} ${name}`);
+  elementLines(BRIDGE, 'local_blocks', before.localBlocks, after.localBlocks);
+  elementLines(BRIDGE, 'pod_addresses', before.podAddresses, after.podAddresses);
+  elementLines(BRIDGE, 'pod_sources', before.podSources, after.podSources);
+  return lines.length === 0 ? '' : `${lines.join('\n')}\n`;
 }
