@@ -115,15 +115,25 @@ export class PolicyEnforcer {
       this.#timer = undefined;
       const save = this.#dirty;
       this.#dirty = false;
-      this.#chain = this.#chain.then(async () => {
+      this.#serially(async () => {
         if (save) await this.#save();
-        await this.sync();
+        await this.#syncNow();
       }).catch((e: unknown) => this.#c.log.error('applying NetworkPolicy failed; the next change retries', { err: asAtollError(e).message, code: asAtollError(e).code }));
     }, COALESCE_MS);
   }
 
-  /** Compiles the view for the node's pods and applies the ruleset when it differs from the one last applied. */
-  async sync(): Promise<void> {
+  /** Compiles the view for the node's pods and applies what changed (after any sync under way: one at a time). */
+  sync(): Promise<void> {
+    return this.#serially(() => this.#syncNow());
+  }
+
+  #serially(step: () => Promise<void>): Promise<void> {
+    const run = this.#chain.then(step);
+    this.#chain = run.catch(() => undefined);
+    return run;
+  }
+
+  async #syncNow(): Promise<void> {
     if (!this.#hasView) return;
     const view = this.#held.view();
     const { records, blocks } = this.#c.pods();
