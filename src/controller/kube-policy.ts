@@ -10,7 +10,7 @@
  */
 import { asAtollError, type AtollError } from '../core/errors.ts';
 import type { Logger } from '../core/ports.ts';
-import { namespaceFromKube, podFromKube, policyFromKube } from '../core/kube/policy-objects.ts';
+import { keepNamespace, keepPod, namespaceFromKube, podFromKube, policyFromKube } from '../core/kube/policy-objects.ts';
 import { keyOf, type NetworkPolicy, type PolicyNamespace } from '../core/policy/model.ts';
 import { diffPolicyView, type NodePolicyView, type PolicyLine, PolicyPeers, type PolicyWorld, type ViewPod } from '../core/policy/scope.ts';
 import type { KubeClient, KubeObject } from '../adapters/kube/kube-client.ts';
@@ -50,10 +50,10 @@ export class KubePolicy {
 
   constructor(c: KubePolicyComponents) {
     this.#c = c;
-    const r = (path: string, what: string) => new Reflector<KubeObject>({ kube: c.kube, log: c.log }, { path, what });
+    const r = (path: string, what: string, keep?: (o: KubeObject) => KubeObject) => new Reflector<KubeObject>({ kube: c.kube, log: c.log }, { path, what, ...(keep ? { keep } : {}) });
     this.#policies = r(NETWORK_POLICIES_PATH, 'NetworkPolicies');
-    this.#namespaces = r(NAMESPACES_PATH, 'Namespaces');
-    this.#pods = r(PODS_PATH, 'Pods');
+    this.#namespaces = r(NAMESPACES_PATH, 'Namespaces', keepNamespace);
+    this.#pods = r(PODS_PATH, 'Pods', keepPod);
   }
 
   /** Starts following; resolves once all three caches hold their first list. */

@@ -11,12 +11,17 @@ import { Backoff } from '../../core/retry.ts';
 import { sleep } from '../timers.ts';
 import type { KubeClient, KubeObject } from './kube-client.ts';
 
-export interface ReflectorInit {
+export interface ReflectorInit<T extends KubeObject = KubeObject> {
   /** The collection path, e.g. /api/v1/nodes. */
   readonly path: string;
   readonly labelSelector?: string;
   /** What the log calls these objects. */
   readonly what: string;
+  /**
+   * What the cache keeps of each object (all of it when absent): a reflector over every Pod of a large cluster keeps
+   * the few fields it reads, not megabytes of specs.
+   */
+  readonly keep?: (o: T) => T;
 }
 
 /** How the cache names an object: `namespace/name` for a namespaced one, `name` for a cluster-wide one. */
@@ -27,14 +32,14 @@ function cacheKey(o: KubeObject): string {
 export class Reflector<T extends KubeObject> {
   readonly #kube: KubeClient;
   readonly #log: Logger;
-  readonly #init: ReflectorInit;
+  readonly #init: ReflectorInit<T>;
   readonly #items = new Map<string, T>();
   readonly #listeners = new Set<() => void>();
   #synced = false;
   #syncedWaiters: (() => void)[] = [];
   #loop: Promise<void> | undefined;
 
-  constructor(components: { kube: KubeClient; log: Logger }, init: ReflectorInit) {
+  constructor(components: { kube: KubeClient; log: Logger }, init: ReflectorInit<T>) {
     this.#kube = components.kube;
     this.#log = components.log;
     this.#init = init;
@@ -84,7 +89,7 @@ export class Reflector<T extends KubeObject> {
         if (rv === '') {
           const list = await this.#kube.list<T>(this.#init.path, { labelSelector: this.#init.labelSelector, signal });
           this.#items.clear();
-          for (const o of list.items) this.#items.set(cacheKey(o), o);
+          for (const o of list.items) this.#items.set(cacheKey(o), this.#keep(o));
           rv = list.resourceVersion;
           this.#markSynced();
           this.#changed();
@@ -93,7 +98,7 @@ export class Reflector<T extends KubeObject> {
           rv = e.object.metadata.resourceVersion ?? rv;
           if (e.type === 'BOOKMARK') return;
           if (e.type === 'DELETED') this.#items.delete(cacheKey(e.object));
-          else this.#items.set(cacheKey(e.object), e.object);
+          else this.#items.set(cacheKey(e.object), this.#keep(e.object));
           this.#changed();
         }, { labelSelector: this.#init.labelSelector, signal });
         backoff.reset();
@@ -109,6 +114,10 @@ export class Reflector<T extends KubeObject> {
         await backoff.wait(signal);
       }
     }
+  }
+
+  #keep(o: T): T {
+    return this.#init.keep ? this.#init.keep(o) : o;
   }
 
   #markSynced(): void {

@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { namespaceFromKube, podFromKube, policyFromKube } from './policy-objects.ts';
+import { keepNamespace, keepPod, namespaceFromKube, podFromKube, policyFromKube } from './policy-objects.ts';
 
 // the API reference's example policy ("NetworkPolicy", Kubernetes concepts), as the API server returns it
 const example = {
@@ -80,4 +80,19 @@ test('pods: only those holding a cluster address, with their named container por
   assert.equal(podFromKube(pod({}, { phase: 'Pending' })), undefined, 'no address yet');
   assert.equal(podFromKube(pod({}, { podIP: '10.1.0.5', phase: 'Succeeded' })), undefined, 'finished: its address may be handed out again');
   assert.deepEqual(namespaceFromKube({ metadata: { name: 'x', labels: { 'kubernetes.io/metadata.name': 'x' } } }), { name: 'x', labels: { 'kubernetes.io/metadata.name': 'x' } });
+});
+
+test('what the controller keeps of a Pod and a Namespace reads the same as the whole object', () => {
+  const full = {
+    metadata: { namespace: 'x', name: 'a', labels: { app: 'web' }, resourceVersion: '7', annotations: { big: 'x'.repeat(1000) }, managedFields: [{}] },
+    spec: { nodeName: 'n1', containers: [{ name: 'c', image: 'i', env: [{ name: 'A', value: 'b' }], ports: [{ name: 'http', containerPort: 8080 }] }], volumes: [{}] },
+    status: { podIP: '10.1.0.5', phase: 'Running', conditions: [{}] },
+  };
+  const kept = keepPod(full);
+  assert.deepEqual(podFromKube(kept), podFromKube(full));
+  assert.ok(JSON.stringify(kept).length < 300, JSON.stringify(kept));
+  assert.equal(kept.metadata.resourceVersion, '7', 'the watch resumes from it');
+  assert.deepEqual(podFromKube(keepPod({ ...full, spec: { ...full.spec, hostNetwork: true } })), undefined);
+  const ns = { metadata: { name: 'x', labels: { team: 'a' }, resourceVersion: '3', annotations: { a: 'b' } } };
+  assert.deepEqual(namespaceFromKube(keepNamespace(ns)), namespaceFromKube(ns));
 });

@@ -174,3 +174,18 @@ export function podFromKube(obj: unknown): { pod: PolicyPod; node: string } | un
   }
   return { pod: { namespace, name, ip, labels: stringMap(obj.metadata.labels) ?? {}, ports }, node: obj.spec.nodeName };
 }
+
+/** The fields of a Namespace {@link namespaceFromKube} reads (what a controller's cache keeps), and its version. */
+export function keepNamespace<T extends { metadata: { name: string; labels?: Readonly<Record<string, string>>; resourceVersion?: string } }>(o: T): T {
+  const { name, labels, resourceVersion } = o.metadata;
+  return { metadata: { name, labels, resourceVersion } } as T;
+}
+
+/** The fields of a Pod {@link podFromKube} reads (what a controller's cache keeps of every pod), and its version. */
+export function keepPod<T extends { metadata: { name: string } }>(o: T): T {
+  const { name, namespace, labels, resourceVersion } = o.metadata as Json;
+  const spec = isObject((o as unknown as Json).spec) ? (o as unknown as Json).spec as Json : {};
+  const status = isObject((o as unknown as Json).status) ? (o as unknown as Json).status as Json : {};
+  const containers = Array.isArray(spec.containers) ? spec.containers.map((c) => ({ ports: isObject(c) ? c.ports : undefined })) : [];
+  return { metadata: { name, namespace, labels, resourceVersion }, spec: { nodeName: spec.nodeName, hostNetwork: spec.hostNetwork, containers }, status: { podIP: status.podIP, phase: status.phase } } as unknown as T;
+}
