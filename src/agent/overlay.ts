@@ -8,7 +8,7 @@
 import { atollError } from '../core/errors.ts';
 import type { NodeRecord } from '../core/cluster/model.ts';
 import { type Cidr, cidrsOverlap, parseCidr } from '../core/net/ipv4.ts';
-import { AF_BRIDGE, AF_INET, IFF_UP, NETLINK_NETFILTER, NUD_PERMANENT, RT_TABLE_MAIN } from '../core/net/netlink-codec.ts';
+import { AF_BRIDGE, AF_INET, IFF_UP, NUD_PERMANENT, RT_TABLE_MAIN } from '../core/net/netlink-codec.ts';
 import { renderNftRuleset } from '../core/overlay/nft.ts';
 import { afterProbe, DIRECT_LOSS_GRACE_MS, probeDue, type Reach } from '../core/overlay/reach.ts';
 import { diffOverlay, type DirectRouting, type NeighEntry, type OverlayPeer, type OverlayPlan, planOverlay, renderOverlayDiff, ROUTE_PROTO, type RouteEntry } from '../core/overlay/plan.ts';
@@ -183,12 +183,7 @@ export class Overlay {
   /** The agent namespace's nftables ruleset generation, or undefined when it cannot be read. */
   async #nftGeneration(): Promise<number | undefined> {
     try {
-      const sock = RtnlSocket.open("the agent's namespace", NETLINK_NETFILTER);
-      try {
-        return await sock.nftGeneration();
-      } finally {
-        sock.close();
-      }
+      return await this.#c.nft.generation();
     } catch (err) {
       this.#c.log.debug('cannot read the nftables ruleset generation; applying the table', { err });
       return undefined;

@@ -17,8 +17,6 @@ import { type Cidr, formatIpv4 } from '../core/net/ipv4.ts';
 import { compilePolicies, type PolicyPlan } from '../core/policy/compile.ts';
 import { keyOf } from '../core/policy/model.ts';
 import { buildPolicyTables, type PolicyTables, renderPolicyDelta, renderPolicyTables } from '../core/policy/nft.ts';
-import { NETLINK_NETFILTER } from '../core/net/netlink-codec.ts';
-import { RtnlSocket } from '../adapters/kernel/netlink.ts';
 import { HeldPolicyView, type NodePolicyView, type PolicyLine } from '../core/policy/scope.ts';
 import type { IpamRecord } from '../core/ipam/sticky-pool.ts';
 import { hostVethName } from '../core/plan/pod-plan.ts';
@@ -174,12 +172,7 @@ export class PolicyEnforcer {
   /** The agent namespace's nftables ruleset generation, or undefined when it cannot be read (then: apply whole). */
   async #generation(): Promise<number | undefined> {
     try {
-      const sock = RtnlSocket.open("the agent's namespace", NETLINK_NETFILTER);
-      try {
-        return await sock.nftGeneration();
-      } finally {
-        sock.close();
-      }
+      return await this.#c.nft.generation();
     } catch (err) {
       this.#c.log.debug('cannot read the nftables ruleset generation; applying the policy tables whole', { err: asAtollError(err).message });
       return undefined;

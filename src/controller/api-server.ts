@@ -254,45 +254,14 @@ export class ApiServer {
     const after = Number(afterText);
     const feed = this.#c.feed;
     if (!feed.loaded) throw atollError('STORE_UNAVAILABLE', 'this controller replica has not read the nodes from its store yet', 'watch again in a moment (agents do); if it lasts, check the controller\'s store');
-    const abort = new AbortController();
-    this.#watches.add(abort);
-    res.on('close', () => abort.abort());
-    res.writeHead(200, { 'content-type': 'application/x-ndjson', 'cache-control': 'no-store' });
-    // what the watcher must take first (its snapshot, or the changes it missed) does not count against its buffer
-    let owed = 0;
-    const write = (text: string) => {
-      if (abort.signal.aborted) return;
-      res.write(`${text}\n`);
-      // a reader that stalls must not hold the controller's memory: drop it, and it resumes when it reconnects
-      if (res.writableLength > owed + this.#init.watchBufferBytes) {
-        const err = atollError('API_WATCH_TOO_SLOW', `the watcher ${viewer?.name ?? '(a relay)'} left ${res.writableLength} bytes of its stream unread`,
-          'it reconnects and resumes; if this repeats, check that host\'s CPU and its link to the controller');
-        this.#c.log.warn('watch dropped', { err: err.message, code: err.code });
-        abort.abort();
-        res.destroy();
-      }
-    };
-    const ping = setInterval(() => write('{"type":"ping"}'), WATCH_PING_MS);
-    // the views as this replica holds them now, then every change to them: no await between the two
     const views = feed.views;
-    const scope = viewScope(viewer && (views.node(viewer.name) ?? viewer));
-    const resume = after === 0 ? { kind: 'snapshot' as const, line: views.snapshot(scope) } : views.resume(scope, after);
-    const lines: readonly ViewLine[] = resume.kind === 'snapshot' ? [resume.line] : resume.lines;
-    const first = lines.map((line) => `${JSON.stringify(line)}\n`).join('');
-    owed = Buffer.byteLength(first);
-    res.write(first);
-    const unwatch = views.watch(scope, { send: (_line, text) => write(text) });
-    try {
-      await new Promise<void>((resolve) => {
-        if (abort.signal.aborted) return resolve();
-        abort.signal.addEventListener('abort', () => resolve(), { once: true });
-      });
-    } finally {
-      unwatch();
-      clearInterval(ping);
-      this.#watches.delete(abort);
-      res.end();
-    }
+    await this.#serveStream(res, viewer?.name ?? '(a relay)', (send) => {
+      // the views as this replica holds them now, then every change to them: no await between the two
+      const scope = viewScope(viewer && (views.node(viewer.name) ?? viewer));
+      const resume = after === 0 ? { kind: 'snapshot' as const, line: views.snapshot(scope) } : views.resume(scope, after);
+      const lines: readonly ViewLine[] = resume.kind === 'snapshot' ? [resume.line] : resume.lines;
+      return { first: lines.map((line) => `${JSON.stringify(line)}\n`).join(''), unsubscribe: views.watch(scope, { send: (_line, text) => send(`${text}\n`) }) };
+    });
   }
 
   /** Streams a node its part of the NetworkPolicy state (src/controller/kube-policy.ts), with pings, until it leaves. */
@@ -303,32 +272,46 @@ export class ApiServer {
     const policy = this.#c.policy;
     if (!policy) throw atollError('POLICY_NOT_SERVED', 'this controller does not follow Kubernetes, so it has no NetworkPolicies to serve', 'turn networkPolicy off in the agent configuration, or run the controller with kubernetes set');
     if (!policy.synced) throw atollError('STORE_UNAVAILABLE', 'this controller replica has not read the NetworkPolicies, Namespaces and Pods yet', 'watch again in a moment (agents do)');
+    await this.#serveStream(res, viewer.name, (send) => {
+      const { snapshot, unwatch } = policy.watch(viewer.name, (lines) => send(lines.map((l) => `${JSON.stringify(l)}\n`).join('')));
+      return { first: `${JSON.stringify(snapshot)}\n`, unsubscribe: unwatch };
+    });
+  }
+
+  /**
+   * Serves an NDJSON stream until the client leaves or the server stops. `begin` returns what the client is owed
+   * first (its snapshot, or the changes it missed) and subscribes to what follows, with no await between the two;
+   * `{"type":"ping"}` goes every 15 s. A client that leaves more than `watchBufferBytes` unread beyond what it was owed
+   * is dropped (API_WATCH_TOO_SLOW): a reader that stalls must not hold the controller's memory; it reconnects.
+   */
+  async #serveStream(res: ServerResponse, who: string, begin: (send: (text: string) => void) => { first: string; unsubscribe: () => void }): Promise<void> {
     const abort = new AbortController();
     this.#watches.add(abort);
     res.on('close', () => abort.abort());
     res.writeHead(200, { 'content-type': 'application/x-ndjson', 'cache-control': 'no-store' });
-    let owed = -1;
-    const write = (text: string) => {
+    let owed = 0;
+    const send = (text: string) => {
       if (abort.signal.aborted) return;
       res.write(text);
-      // the snapshot is owed; a reader that stalls past the buffer after it is dropped, as on /v1/watch
-      if (owed < 0) owed = res.writableLength;
-      else if (res.writableLength > owed + this.#init.watchBufferBytes) {
-        const err = atollError('API_WATCH_TOO_SLOW', `the policy watcher ${viewer.name} left ${res.writableLength} bytes of its stream unread`, 'it reconnects and gets a snapshot; if this repeats, check that host\'s CPU and its link to the controller');
-        this.#c.log.warn('policy watch dropped', { err: err.message, code: err.code });
+      if (res.writableLength > owed + this.#init.watchBufferBytes) {
+        const err = atollError('API_WATCH_TOO_SLOW', `the watcher ${who} left ${res.writableLength} bytes of its stream unread`,
+          'it reconnects and resumes; if this repeats, check that host\'s CPU and its link to the controller');
+        this.#c.log.warn('watch dropped', { err: err.message, code: err.code });
         abort.abort();
         res.destroy();
       }
     };
-    const ping = setInterval(() => write('{"type":"ping"}\n'), WATCH_PING_MS);
-    const unwatch = policy.watch(viewer.name, (lines) => write(lines.map((l) => `${JSON.stringify(l)}\n`).join('')));
+    const ping = setInterval(() => send('{"type":"ping"}\n'), WATCH_PING_MS);
+    const { first, unsubscribe } = begin(send);
+    owed = Buffer.byteLength(first);
+    res.write(first);
     try {
       await new Promise<void>((resolve) => {
         if (abort.signal.aborted) return resolve();
         abort.signal.addEventListener('abort', () => resolve(), { once: true });
       });
     } finally {
-      unwatch();
+      unsubscribe();
       clearInterval(ping);
       this.#watches.delete(abort);
       res.end();

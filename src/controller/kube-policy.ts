@@ -78,15 +78,14 @@ export class KubePolicy {
   }
 
   /**
-   * Serves node `node` its part: `send` gets a snapshot now, then the lines of every change to it. Returns the
-   * function that stops it.
+   * Node `node`'s part now, as a snapshot line, and a subscription: `send` gets the lines of every change to it until
+   * `unwatch` is called.
    */
-  watch(node: string, send: (lines: readonly PolicyLine[]) => void): () => void {
+  watch(node: string, send: (lines: readonly PolicyLine[]) => void): { snapshot: PolicyLine; unwatch: () => void } {
     const view = this.#viewOf(node);
     const w: Watcher = { node, sent: view, send };
     this.#watchers.add(w);
-    send([{ type: 'snapshot', ...view }]);
-    return () => this.#watchers.delete(w);
+    return { snapshot: { type: 'snapshot', ...view }, unwatch: () => this.#watchers.delete(w) };
   }
 
   async stop(): Promise<void> {

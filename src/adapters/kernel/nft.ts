@@ -5,7 +5,9 @@
  * routers' rulesets and its faults' cuts through it too.
  */
 import { atollError } from '../../core/errors.ts';
+import { NETLINK_NETFILTER } from '../../core/net/netlink-codec.ts';
 import { type Exec, exec as realExec } from '../exec.ts';
+import { RtnlSocket } from './netlink.ts';
 
 export class Nft {
   readonly #exec: Exec;
@@ -22,6 +24,21 @@ export class Nft {
     const res = await this.#exec('nft', ['-f', '-'], { input: ruleset, netns: opts.netns });
     if (res.code !== 0) {
       throw atollError('KERNEL_OP_FAILED', `nft -f failed${opts.netns ? ` in ${opts.netns}` : ''}: ${res.stderr.trim()}`, 'check that nftables is installed and the kernel has nf_tables');
+    }
+  }
+
+  /**
+   * The calling namespace's nftables ruleset generation (every committed transaction, anyone's, moves it by one),
+   * read over netlink without spawning `nft`. Callers compare it with the generation their own last commit left to
+   * know whether their tables are as they left them.
+   * @throws AtollError KERNEL_OP_FAILED when it cannot be read (nf_tables not loaded yet at the first request of a boot).
+   */
+  async generation(): Promise<number> {
+    const sock = RtnlSocket.open("the agent's namespace", NETLINK_NETFILTER);
+    try {
+      return await sock.nftGeneration();
+    } finally {
+      sock.close();
     }
   }
 }
