@@ -4,7 +4,7 @@ import { readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs, type ParseArgsOptionsConfig } from 'node:util';
-import { RUN_PREFIX } from '../harness/netns.ts';
+import { addNetns, delNetns, leftoverNetns, RUN_PREFIX } from '../harness/netns.ts';
 
 /** The flags every benchmark has: --smoke, --json FILE, --timeout SECONDS, --help. */
 const COMMON_FLAGS = {
@@ -144,4 +144,61 @@ export function spawnBounded(argv: readonly string[], timeoutMs: number, o: Spaw
     });
   });
   return { child, done };
+}
+
+/**
+ * What a bench that builds namespaces and starts processes must remove however it ends: its namespaces (with this
+ * process's unique prefix) and its processes (killed by PID). {@link cleanup} is idempotent; a bench with more to
+ * remove (agents, a cloud, a directory) extends {@link cleanupMore}, which runs after the processes die and before
+ * the namespaces go.
+ */
+export class NetnsFixture {
+  readonly namespaces = new Set<string>();
+  readonly live = new Set<ChildProcess>();
+  #stopping = false;
+  #cleaned: Promise<void> | undefined;
+
+  get stopping(): boolean {
+    return this.#stopping;
+  }
+
+  /** A namespace with the run prefix and loopback up, removed at cleanup; returns its full name. */
+  addNetns(name: string): string {
+    if (this.#stopping) throw new Error('the benchmark is stopping');
+    const full = addNetns(name);
+    this.namespaces.add(full);
+    return full;
+  }
+
+  delNetns(full: string): void {
+    delNetns(full);
+    this.namespaces.delete(full);
+  }
+
+  /** Starts argv, killed (SIGKILL, by PID) after `timeoutMs`; the process is tracked for cleanup meanwhile. */
+  start(argv: readonly string[], timeoutMs: number): { child: ChildProcess; done: Promise<Spawned> } {
+    if (this.#stopping) throw new Error('the benchmark is stopping');
+    const started = spawnBounded(argv, timeoutMs);
+    this.live.add(started.child);
+    started.done.finally(() => this.live.delete(started.child)).catch(() => undefined);
+    return started;
+  }
+
+  cleanup(): Promise<void> {
+    this.#cleaned ??= this.#cleanup();
+    return this.#cleaned;
+  }
+
+  protected async cleanupMore(): Promise<void> {
+    // nothing more by default
+  }
+
+  async #cleanup(): Promise<void> {
+    this.#stopping = true;
+    for (const c of this.live) c.kill('SIGKILL');
+    await this.cleanupMore();
+    for (const ns of this.namespaces) delNetns(ns);
+    for (const ns of leftoverNetns()) delNetns(ns); // only names with this process's unique prefix
+    removeRunTempDirs();
+  }
 }

@@ -16,7 +16,6 @@
  * Usage: node bench/overlay.ts [--smoke] [--only programming|throughput] [--peers N] [--reps R] [--time S]
  *        [--json FILE] [--timeout SECONDS] [--enforce]
  */
-import type { ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, release, tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -33,9 +32,9 @@ import type { Logger } from '../src/core/ports.ts';
 import { PROJECT_NODE } from '../src/lab/agent-process.ts';
 import { TestAgent } from '../harness/agent.ts';
 import { type ControllerProc, TestCloud } from '../harness/cloud.ts';
-import { addNetns, delNetns, isRoot, leftoverNetns, RUN_PREFIX, sh } from '../harness/netns.ts';
+import { isRoot, leftoverNetns, RUN_PREFIX, sh } from '../harness/netns.ts';
 import { until } from '../harness/wait.ts';
-import { cleanUpOnExit, exitStatus, fmt, intOption, median, parseBenchArgs, removeRunTempDirs, runBench, spawnBounded, type Spawned, table } from './common.ts';
+import { cleanUpOnExit, exitStatus, fmt, intOption, median, NetnsFixture, parseBenchArgs, runBench, type Spawned, table } from './common.ts';
 
 const SELF = import.meta.filename;
 const PEERS_TARGET_MS = 1000;
@@ -105,41 +104,13 @@ function parseOptions(argv: readonly string[]): Options {
 // ---------------------------------------------------------------------------------------------------------------
 // Resources: every namespace, directory and process this run creates, and their removal
 
-class Fixture {
+class Fixture extends NetnsFixture {
   readonly dir: string = mkdtempSync(join(tmpdir(), `${RUN_PREFIX}overlay-bench-`));
   cloud: TestCloud | undefined;
   readonly agents: TestAgent[] = [];
-  readonly namespaces = new Set<string>();
-  readonly live = new Set<ChildProcess>();
-  #stopping = false;
-  #cleaned: Promise<void> | undefined;
 
-  get stopping(): boolean {
-    return this.#stopping;
-  }
-
-  /** A namespace with the run prefix and loopback up, removed at cleanup; returns its full name. */
-  addNetns(name: string): string {
-    if (this.#stopping) throw new Error('the benchmark is stopping');
-    const full = addNetns(name);
-    this.namespaces.add(full);
-    return full;
-  }
-
-  delNetns(full: string): void {
-    delNetns(full);
-    this.namespaces.delete(full);
-  }
-
-  /** Idempotent: kills the processes it started (by PID), the agents and controller, removes namespaces and files. */
-  cleanup(): Promise<void> {
-    this.#cleaned ??= this.#cleanup();
-    return this.#cleaned;
-  }
-
-  async #cleanup(): Promise<void> {
-    this.#stopping = true;
-    for (const c of this.live) c.kill('SIGKILL');
+  /** The agents and the controller, then the run's directory (namespaces go after, in {@link NetnsFixture}). */
+  protected override async cleanupMore(): Promise<void> {
     for (const a of this.agents) {
       try {
         await a.cleanup();
@@ -152,25 +123,13 @@ class Fixture {
     } catch (e) {
       process.stderr.write(`bench: cloud cleanup failed: ${String(e)}\n`);
     }
-    for (const ns of this.namespaces) delNetns(ns);
-    for (const ns of leftoverNetns()) delNetns(ns); // only names with this process's unique prefix
     rmSync(this.dir, { recursive: true, force: true });
-    removeRunTempDirs();
   }
-}
-
-/** Starts argv, killed (SIGKILL, by PID) after `timeoutMs`; the process is tracked for cleanup meanwhile. */
-function start(fx: Fixture, argv: readonly string[], timeoutMs: number): { child: ChildProcess; done: Promise<Spawned> } {
-  if (fx.stopping) throw new Error('the benchmark is stopping');
-  const started = spawnBounded(argv, timeoutMs);
-  fx.live.add(started.child);
-  started.done.finally(() => fx.live.delete(started.child)).catch(() => undefined);
-  return started;
 }
 
 /** Runs argv to its end, bounded as `start` does. */
 async function run(fx: Fixture, argv: readonly string[], timeoutMs: number): Promise<Spawned> {
-  return start(fx, argv, timeoutMs).done;
+  return fx.start(argv, timeoutMs).done;
 }
 
 const log = (msg: string) => process.stderr.write(`bench: ${msg}\n`);
@@ -571,7 +530,7 @@ async function setUpReference(fx: Fixture, nodes: readonly Node[]): Promise<Pod[
 
 /** One iperf3 run: a one-off server in `server`, a client in `client`; both bounded in time and killed by PID. */
 async function iperf(fx: Fixture, client: Pod, server: Pod, seconds: number, sendingNode: string, vxlanDev: string): Promise<Omit<IperfSample, 'side' | 'run' | 'load'>> {
-  const srv = start(fx, inNs(server.ns, ['iperf3', '-s', '-1', '-p', String(IPERF_PORT)]), (seconds + 40) * 1000);
+  const srv = fx.start(inNs(server.ns, ['iperf3', '-s', '-1', '-p', String(IPERF_PORT)]), (seconds + 40) * 1000);
   srv.done.catch(() => undefined); // a failure to start shows as the client's failure; never an unhandled rejection
   try {
     await until('the iperf3 server to listen', async () => (await run(fx, inNs(server.ns, ['ss', '-Hltn', `sport = :${IPERF_PORT}`]), 5000)).stdout.trim() !== '', 10_000);

@@ -34,9 +34,9 @@ import { keyOf, type LabelSelector, type NamedPort, type NetworkPolicy, type Pol
 import { buildPolicyTables, type PodSource, POLICY_TABLE, type PolicyTables, renderPolicyDelta, renderPolicyRuleset, renderPolicyTables } from '../src/core/policy/nft.ts';
 import { renderNftRuleset } from '../src/core/overlay/nft.ts';
 import { PROJECT_NODE } from '../src/lab/agent-process.ts';
-import { addNetns, delNetns, isRoot, leftoverNetns, sh } from '../harness/netns.ts';
+import { isRoot, leftoverNetns, sh } from '../harness/netns.ts';
 import { until } from '../harness/wait.ts';
-import { cleanUpOnExit, exitStatus, fmt, intOption, median, parseBenchArgs, removeRunTempDirs, runBench, spawnBounded, type Spawned, table } from './common.ts';
+import { cleanUpOnExit, exitStatus, fmt, intOption, median, NetnsFixture, parseBenchArgs, runBench, type Spawned, table } from './common.ts';
 import { bootstrapRatio, type RatioInterval } from './ratio-interval.ts';
 import { seeded } from './seeded.ts';
 
@@ -115,55 +115,9 @@ function parseOptions(argv: readonly string[]): Options {
 // ---------------------------------------------------------------------------------------------------------------
 // Resources: every namespace and process this run creates, and their removal
 
-class Fixture {
-  readonly namespaces = new Set<string>();
-  readonly live = new Set<ChildProcess>();
-  #stopping = false;
-  #cleaned: Promise<void> | undefined;
 
-  get stopping(): boolean {
-    return this.#stopping;
-  }
-
-  /** A namespace with the run prefix and loopback up, removed at cleanup; returns its full name. */
-  addNetns(name: string): string {
-    if (this.#stopping) throw new Error('the benchmark is stopping');
-    const full = addNetns(name);
-    this.namespaces.add(full);
-    return full;
-  }
-
-  delNetns(full: string): void {
-    delNetns(full);
-    this.namespaces.delete(full);
-  }
-
-  /** Idempotent: kills the processes it started (by PID), removes its namespaces (tables and links go with them). */
-  cleanup(): Promise<void> {
-    this.#cleaned ??= this.#cleanup();
-    return this.#cleaned;
-  }
-
-  async #cleanup(): Promise<void> {
-    this.#stopping = true;
-    for (const c of this.live) c.kill('SIGKILL');
-    for (const ns of this.namespaces) delNetns(ns);
-    for (const ns of leftoverNetns()) delNetns(ns); // only names with this process's unique prefix
-    removeRunTempDirs();
-  }
-}
-
-/** Starts argv, killed (SIGKILL, by PID) after `timeoutMs`; the process is tracked for cleanup meanwhile. */
-function start(fx: Fixture, argv: readonly string[], timeoutMs: number): { child: ChildProcess; done: Promise<Spawned> } {
-  if (fx.stopping) throw new Error('the benchmark is stopping');
-  const started = spawnBounded(argv, timeoutMs);
-  fx.live.add(started.child);
-  started.done.finally(() => fx.live.delete(started.child)).catch(() => undefined);
-  return started;
-}
-
-async function run(fx: Fixture, argv: readonly string[], timeoutMs: number): Promise<Spawned> {
-  return start(fx, argv, timeoutMs).done;
+async function run(fx: NetnsFixture, argv: readonly string[], timeoutMs: number): Promise<Spawned> {
+  return fx.start(argv, timeoutMs).done;
 }
 
 /** Kills a process this run started (by PID) unless it has ended within `graceMs`, and waits for it. */
@@ -541,7 +495,7 @@ async function timedBuild(nft: Nft, input: PolicyInput, node: Cluster['node'], n
   return { steps: { compileMs: t1 - t0, renderMs: t2 - t1, applyMs: t3 - t2, totalMs: t3 - t0 }, plan, tables, text };
 }
 
-async function rebuild(fx: Fixture, opts: Options, cluster: Cluster): Promise<RebuildResults> {
+async function rebuild(fx: NetnsFixture, opts: Options, cluster: Cluster): Promise<RebuildResults> {
   const nft = new Nft();
   const samples: RebuildSample[] = [];
   let size: RulesetSize | undefined;
@@ -610,7 +564,7 @@ interface ThroughputResults {
  * both sides, as on every Atoll node), a bridge holding the node's gateway, and the client and server pods on veths
  * named by {@link hostVethName}, at the addresses the ruleset knows them by. No link leads out.
  */
-function buildNode(fx: Fixture, c: Cluster): { node: string; client: Pod; server: Pod } {
+function buildNode(fx: NetnsFixture, c: Cluster): { node: string; client: Pod; server: Pod } {
   const node = fx.addNetns('pol-node');
   sh('ip', ['netns', 'exec', node, 'sysctl', '-qw', 'net.ipv4.ip_forward=1', 'net.bridge.bridge-nf-call-iptables=1']);
   sh('ip', ['netns', 'exec', node, 'nft', '-f', '-'], renderNftRuleset({ localBlocks: [parseCidr(NODE_BLOCK) as Cidr], clusterCidrs: [parseCidr('10.200.0.0/16') as Cidr] }));
@@ -642,7 +596,7 @@ async function setSide(nft: Nft, node: string, side: Side, ruleset: string): Pro
 }
 
 /** The client tries the server's iperf3 port and CLOSED_PORT (test/support/l4-probe.ts; answered within 800 ms). */
-async function probePorts(fx: Fixture, client: Pod, server: Pod): Promise<boolean[]> {
+async function probePorts(fx: NetnsFixture, client: Pod, server: Pod): Promise<boolean[]> {
   const list = [IPERF_PORT, CLOSED_PORT].map((port) => ({ ip: server.ip, proto: 'tcp', port }));
   const res = await run(fx, inNs(client.ns, [PROJECT_NODE, PROBE, 'try', JSON.stringify(list)]), 30_000);
   if (res.code !== 0) throw new Error(`the prober in ${client.ns} failed (exit ${res.code}): ${res.stderr}`);
@@ -653,8 +607,8 @@ async function probePorts(fx: Fixture, client: Pod, server: Pod): Promise<boolea
  * The bed works and the ruleset bites: with a prober serving both ports in the server, the client reaches both with
  * no tables, and only the iperf3 port with the ruleset.
  */
-async function checkEnforced(fx: Fixture, nft: Nft, node: string, client: Pod, server: Pod, ruleset: string): Promise<ProbeCheck> {
-  const srv = start(fx, inNs(server.ns, [PROJECT_NODE, PROBE, 'serve', String(IPERF_PORT), String(CLOSED_PORT)]), 120_000);
+async function checkEnforced(fx: NetnsFixture, nft: Nft, node: string, client: Pod, server: Pod, ruleset: string): Promise<ProbeCheck> {
+  const srv = fx.start(inNs(server.ns, [PROJECT_NODE, PROBE, 'serve', String(IPERF_PORT), String(CLOSED_PORT)]), 120_000);
   srv.done.catch(() => undefined);
   try {
     await until('the prober serving in the server pod', () => sh('ss', ['-N', server.ns, '-Hltn', 'sport', '=', `:${CLOSED_PORT}`]).trim() !== '', 20_000, 50);
@@ -673,8 +627,8 @@ async function checkEnforced(fx: Fixture, nft: Nft, node: string, client: Pod, s
 }
 
 /** One iperf3 run: a one-off server in `server`, a client in `client`; both bounded in time and killed by PID. */
-async function iperf(fx: Fixture, client: Pod, server: Pod, seconds: number): Promise<Omit<IperfSample, 'side' | 'run' | 'load'>> {
-  const srv = start(fx, inNs(server.ns, ['iperf3', '-s', '-1', '-p', String(IPERF_PORT)]), (seconds + 40) * 1000);
+async function iperf(fx: NetnsFixture, client: Pod, server: Pod, seconds: number): Promise<Omit<IperfSample, 'side' | 'run' | 'load'>> {
+  const srv = fx.start(inNs(server.ns, ['iperf3', '-s', '-1', '-p', String(IPERF_PORT)]), (seconds + 40) * 1000);
   srv.done.catch(() => undefined); // a failure to start shows as the client's failure; never an unhandled rejection
   try {
     await until('the iperf3 server to listen', () => sh('ss', ['-N', server.ns, '-Hltn', 'sport', '=', `:${IPERF_PORT}`]).trim() !== '', 10_000, 50);
@@ -699,7 +653,7 @@ async function iperf(fx: Fixture, client: Pod, server: Pod, seconds: number): Pr
   }
 }
 
-async function throughput(fx: Fixture, opts: Options, cluster: Cluster): Promise<ThroughputResults> {
+async function throughput(fx: NetnsFixture, opts: Options, cluster: Cluster): Promise<ThroughputResults> {
   const plan = compilePolicies(cluster.input);
   const path = checkPair(plan, cluster);
   const ruleset = renderPolicyRuleset(plan, cluster.node);
@@ -828,7 +782,7 @@ async function main(): Promise<number> {
   const t0 = now();
   const cluster = synthesize(SEED);
   const synthMs = now() - t0;
-  const fx = new Fixture();
+  const fx = new NetnsFixture();
   const watchdog = cleanUpOnExit(fx, opts.timeoutS);
   const results: Results = {};
   const seconds: Record<string, number> = {};
