@@ -12,6 +12,25 @@ import { atollError, type ErrorCode } from '../core/errors.ts';
 // (en from zod/locales, not z.locales.en: the namespace would bundle all of zod's ~50 locales.)
 z.config(en());
 
+/**
+ * One line of a controller stream (`stream`, e.g. "the watch stream of controller https://..."), decoded against
+ * `schema` as a `what` ("watch line").
+ * @throws AtollError CONTROLLER_WATCH_INVALID when the text is not JSON or not such a line; the message names the
+ *   stream, the fields and the line's start, `fix` says what the reader does about it.
+ */
+export function decodeStreamLine<S extends z.ZodMiniType>(schema: S, text: string, what: string, stream: string, fix: string): z.output<S> {
+  const excerpt = JSON.stringify(text.length > 80 ? `${text.slice(0, 80)}...` : text);
+  let raw: unknown;
+  try {
+    raw = JSON.parse(text);
+  } catch (cause) {
+    throw atollError('CONTROLLER_WATCH_INVALID', `${stream} sent a line that is not JSON: ${excerpt}`, fix, cause);
+  }
+  const res = schema.safeParse(raw);
+  if (!res.success) throw atollError('CONTROLLER_WATCH_INVALID', `${stream} sent a line that is not a ${what} (${describeIssues(res.error)}): ${excerpt}`, fix);
+  return res.data;
+}
+
 /** `key.path: message` of every issue, joined with `; ` (the top level named `(top)`). */
 export function describeIssues(error: z.core.$ZodError): string {
   return error.issues.map((i) => `${i.path.join('.') || '(top)'}: ${i.message}`).join('; ');

@@ -6,8 +6,7 @@
  * narrows what a rule allows.
  */
 import * as z from 'zod/mini';
-import { describeIssues } from './json-file.ts';
-import { atollError } from '../core/errors.ts';
+import { decodeStreamLine } from './json-file.ts';
 import type { PolicyLine } from '../core/policy/scope.ts';
 
 const labels = z.record(z.string(), z.string());
@@ -55,14 +54,5 @@ export const policyLineSchema = z.discriminatedUnion('type', [
  */
 export function decodePolicyLine(text: string, source: string): PolicyLine {
   const fix = 'the agent keeps enforcing the policies it last applied, ends this stream and asks again for a snapshot; if this repeats, run the same Atoll version on the controller and here';
-  const excerpt = JSON.stringify(text.length > 80 ? `${text.slice(0, 80)}...` : text);
-  let raw: unknown;
-  try {
-    raw = JSON.parse(text);
-  } catch (cause) {
-    throw atollError('CONTROLLER_WATCH_INVALID', `the policy stream of controller ${source} sent a line that is not JSON: ${excerpt}`, fix, cause);
-  }
-  const res = policyLineSchema.safeParse(raw);
-  if (!res.success) throw atollError('CONTROLLER_WATCH_INVALID', `the policy stream of controller ${source} sent a line that is not a policy line (${describeIssues(res.error)}): ${excerpt}`, fix);
-  return res.data as PolicyLine;
+  return decodeStreamLine(policyLineSchema, text, 'policy line', `the policy stream of controller ${source}`, fix) as PolicyLine;
 }

@@ -6,8 +6,7 @@
  * agent keeps following it. A line of an unknown `type` is refused: the agent cannot apply what it does not know.
  */
 import * as z from 'zod/mini';
-import { describeIssues } from './json-file.ts';
-import { atollError } from '../core/errors.ts';
+import { decodeStreamLine } from './json-file.ts';
 import type { NodeRecord } from '../core/cluster/model.ts';
 
 export type WatchLine =
@@ -51,16 +50,5 @@ export const watchLineSchema = z.discriminatedUnion('type', [
 export function decodeWatchLine(text: string, source: string): WatchLine {
   const fix = 'the agent or relay ends this watch and watches again from its last good revision; if this repeats, run the same ' +
     'Atoll version on the controller and here, and check that nothing between them (a proxy) rewrites the stream';
-  const excerpt = JSON.stringify(text.length > 80 ? `${text.slice(0, 80)}...` : text);
-  let raw: unknown;
-  try {
-    raw = JSON.parse(text);
-  } catch (cause) {
-    throw atollError('CONTROLLER_WATCH_INVALID', `the watch stream of controller ${source} sent a line that is not JSON: ${excerpt}`, fix, cause);
-  }
-  const res = watchLineSchema.safeParse(raw);
-  if (!res.success) {
-    throw atollError('CONTROLLER_WATCH_INVALID', `the watch stream of controller ${source} sent a line that is not a watch line (${describeIssues(res.error)}): ${excerpt}`, fix);
-  }
-  return res.data;
+  return decodeStreamLine(watchLineSchema, text, 'watch line', `the watch stream of controller ${source}`, fix);
 }
