@@ -150,6 +150,10 @@ describe('cross-site tunnel in the agent: edge dials cloud', { skip: rootSkipRea
   let cloudNode: TestAgent;
   let edgeNode: TestAgent;
   const pods: Pod[] = [];
+  const pathOf = async (a: TestAgent, peer: string) => (await readTunnelStatus(statusSocketOf(a.socket)).catch(() => null))?.peers.find((p) => p.name === peer)?.path;
+  /** Until both agents carry each other on the datagram path (a run of only the keeper tests starts right after setup). */
+  const bothOnDatagramPath = () => until('both ends on the datagram path', async () => (await pathOf(edgeNode, 'tc1')) === 'udp' && (await pathOf(cloudNode, 'te1')) === 'udp', 20_000)
+    .catch((err: Error) => assert.fail(`${err.message}\n${diag()}`));
 
   before(async () => {
     cloud = new TestCloud();
@@ -226,6 +230,8 @@ describe('cross-site tunnel in the agent: edge dials cloud', { skip: rootSkipRea
 
   test('the loss the keeper tests count is the data plane\'s: 10 echo requests dropped in the far pod count as 10 lost, by sequence number too', async () => {
     const [c, e] = pods as [Pod, Pod];
+    await bothOnDatagramPath();
+    assert.equal(c.node.execIn(c.ns, 'ping', ['-c1', '-W2', e.ip]).code, 0, `the path carries a ping before the count starts\n${diag()}`);
     // the far pod drops icmp_seq 21 to 30 on their way in: a data-plane loss, wherever ping's own socket stands
     sh('ip', ['netns', 'exec', nsName(e), 'nft', '-f', '-'], 'table ip atoll-test-loss {\n  chain in {\n    type filter hook input priority 0;\n    icmp type echo-request icmp sequence 21-30 drop\n  }\n}\n');
     try {
@@ -242,10 +248,8 @@ describe('cross-site tunnel in the agent: edge dials cloud', { skip: rootSkipRea
 
   test('an agent killed (SIGKILL) or stopped (SIGTERM) and started again loses no packet on the datagram path: its keeper hands back the TUN device, the socket and the keys', async () => {
     const [c, e] = pods as [Pod, Pod];
-    const pathOf = async (a: TestAgent, peer: string) => (await readTunnelStatus(statusSocketOf(a.socket)).catch(() => null))?.peers.find((p) => p.name === peer)?.path;
     for (const signal of ['SIGKILL', 'SIGTERM'] as const) {
-      await until('both ends on the datagram path', async () => (await pathOf(edgeNode, 'tc1')) === 'udp' && (await pathOf(cloudNode, 'te1')) === 'udp', 20_000)
-        .catch((err: Error) => assert.fail(`${err.message}\n${diag()}`));
+      await bothOnDatagramPath();
       const keeper = takeHeld(keeperSocketOf(edgeNode.dataDir));
       assert.ok(keeper, `the edge agent runs a keeper\n${diag()}`);
       release(keeper);
@@ -282,9 +286,7 @@ describe('cross-site tunnel in the agent: edge dials cloud', { skip: rootSkipRea
 
   test('an agent down for longer than its peer\'s 3 s deadline (a kubelet\'s crash back-off) loses no ping either: with no stream to it, the peer sends on the datagram path all the same, into the keeper\'s socket', async () => {
     const [c, e] = pods as [Pod, Pod];
-    const pathOf = async (a: TestAgent, peer: string) => (await readTunnelStatus(statusSocketOf(a.socket)).catch(() => null))?.peers.find((p) => p.name === peer)?.path;
-    await until('both ends on the datagram path', async () => (await pathOf(edgeNode, 'tc1')) === 'udp' && (await pathOf(cloudNode, 'te1')) === 'udp', 20_000)
-      .catch((err: Error) => assert.fail(`${err.message}\n${diag()}`));
+    await bothOnDatagramPath();
     // 80 pings at 100 ms from the cloud pod to the edge pod; the edge agent down 5 s in the middle of them (those sent
     // meanwhile wait for the 5 s and the agent's start, seconds on a busy machine)
     const repliesBefore = echoRepliesIn(c);
