@@ -166,7 +166,10 @@ export class PolicyEnforcer {
     if (before !== undefined && after === ((before + 1) >>> 0)) this.#kept = { tables, generation: after };
     this.#appliedAt = Date.now();
     this.#plan = plan;
-    this.#c.log.info('NetworkPolicy applied', { policies: view.policies.length, isolatedPods: plan.pods.length, whole: delta === undefined });
+    // a change is routine (every pod ADD); a whole apply says the tables were rebuilt
+    const fields = { policies: view.policies.length, isolatedPods: plan.pods.length };
+    if (delta === undefined) this.#c.log.info('NetworkPolicy applied, both tables whole', fields);
+    else this.#c.log.debug('NetworkPolicy change applied', fields);
   }
 
   /** The agent namespace's nftables ruleset generation, or undefined when it cannot be read (then: apply whole). */
@@ -185,11 +188,6 @@ export class PolicyEnforcer {
    */
   async resync(): Promise<void> {
     await this.sync();
-  }
-
-  /** The plan in force, for `atoll trace`. */
-  get plan(): PolicyPlan {
-    return this.#plan;
   }
 
   status(): PolicyStatus {
