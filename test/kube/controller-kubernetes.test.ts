@@ -239,10 +239,11 @@ describe('the controller on a real kube-apiserver', { timeout: 400_000 }, () => 
         for (const l of lines.splice(0)) held.apply(l);
         return held.view();
       };
+      // the controller's reflectors may still be backing off (up to 30 s) from the API server's outage in a test above
       await until('edge-a1 holding the policy of its pod and the pod it names', () => {
         const v = view();
         return v.policies.length === 1 && v.pods.length === 3;
-      }, 20_000);
+      }, 60_000);
       const v = view();
       assert.deepEqual(v.policies.map((p) => `${p.namespace}/${p.name}`), ['shop/web-out']);
       assert.deepEqual(v.policies[0]?.egress, [{ peers: [{ namespaceSelector: { matchLabels: { team: 'db' } }, podSelector: { matchLabels: { app: 'pg' } } }], ports: [{ protocol: 'TCP', port: 'sql' }] }]);
