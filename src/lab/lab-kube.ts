@@ -130,6 +130,7 @@ export async function startLabKubernetes(init: LabKubernetesInit): Promise<LabKu
       const kubelet = startKubelet({
         binary: join(bins, 'kubelet'), dir: join(node.dir, 'kubelet'), runtime: ctd, nodeName: node.name, nodeIp: node.underlay,
         labels: labNodeLabels(node), apiServer: { server: controlPlane.server, ca: controlPlane.ca, token: nodeTokens.get(node.name) as string },
+        clientCa: controlPlane.kubeletClientCa,
       });
       kubelets.set(node.name, kubelet);
       init.record(`kubelet ${node.name}`, kubelet.pid);

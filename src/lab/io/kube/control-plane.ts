@@ -12,6 +12,11 @@
  *   serving certificate in its cert dir (it is its own CA). `--authorization-mode=Node,RBAC`.
  * - Readiness is asked with kubectl through the same launcher, so it works whether or not this process can reach
  *   the apiserver's address.
+ * - The apiserver calls kubelets (`kubectl exec`, `logs`, `port-forward`) with a client certificate of a small CA of
+ *   its own (`kubeletClientCa`, which kubelets trust as their x509 client CA), in group system:masters, so a kubelet's
+ *   webhook authorization allows it: as kubeadm's apiserver-kubelet-client. It reaches only kubelets on its own
+ *   network (the lab's cloud nodes; an edge kubelet behind its NAT is out of its reach, as in a real edge cluster
+ *   without a tunnel for it).
  * Processes are stopped by PID (SIGKILL: nothing here needs a graceful stop; etcd runs without fsync).
  */
 import { execFile } from 'node:child_process';
@@ -21,6 +26,7 @@ import { join } from 'node:path';
 import { atollError } from '../../../core/errors.ts';
 import { Child, logTail } from '../child-process.ts';
 import { renderTokenKubeconfig } from './token-kubeconfig.ts';
+import { exec } from '../../../adapters/exec.ts';
 
 const START_DEADLINE_MS = 90_000;
 
@@ -63,6 +69,8 @@ export interface KubeControlPlane {
   readonly server: string;
   /** The apiserver's serving certificate, PEM (self-signed: it is its own CA). */
   readonly ca: string;
+  /** The CA of the apiserver's client certificate for kubelets, PEM: a kubelet's `authentication.x509.clientCAFile`. */
+  readonly kubeletClientCa: string;
   /** A kubeconfig for `token` at `dir/<name>.kubeconfig`, written on demand; returns its path. */
   kubeconfig(token: string, name: string): string;
   /** PIDs by role (etcd, kube-apiserver, ...), for state files and crash clean-up. */
@@ -110,7 +118,9 @@ export async function startKubeControlPlane(init: KubeControlPlaneInit): Promise
   const saKey = join(dir, 'sa.key');
   writeFileSync(saKey, sa.privateKey.export({ type: 'pkcs8', format: 'pem' }) as string, { mode: 0o600 });
   writeFileSync(join(dir, 'sa.pub'), sa.publicKey.export({ type: 'spki', format: 'pem' }) as string);
+  const kubeletClient = await mintKubeletClient(certDir);
   const apiArgs = [
+    '--kubelet-client-certificate', kubeletClient.cert, '--kubelet-client-key', kubeletClient.key,
     '--etcd-servers', etcdUrl, '--cert-dir', certDir, '--secure-port', String(ports.api), '--bind-address', address,
     '--advertise-address', address, '--service-cluster-ip-range', init.serviceCidr, '--allow-privileged=true',
     '--service-account-issuer', 'https://kubernetes.default.svc', '--service-account-key-file', join(dir, 'sa.pub'),
@@ -178,6 +188,7 @@ export async function startKubeControlPlane(init: KubeControlPlaneInit): Promise
     get ca() {
       return ca;
     },
+    kubeletClientCa: kubeletClient.caPem,
     get pids() {
       return Object.fromEntries([...procs].filter(([, p]) => p.running && p.pid !== undefined).map(([role, p]) => [role, p.pid as number]));
     },
@@ -193,4 +204,23 @@ export async function startKubeControlPlane(init: KubeControlPlaneInit): Promise
     logTails,
     stop: () => (stopping ??= stopAll()),
   };
+}
+
+/**
+ * A CA and the apiserver's client certificate for kubelets it signs (CN kube-apiserver-kubelet-client, O
+ * system:masters), EC P-256 keys, with the `openssl` CLI (Node cannot issue certificates), under `certDir`.
+ * @throws AtollError LAB_STEP_FAILED naming the openssl step that failed.
+ */
+async function mintKubeletClient(certDir: string): Promise<{ cert: string; key: string; caPem: string }> {
+  const path = (name: string) => join(certDir, name);
+  const openssl = async (args: readonly string[]) => {
+    const res = await exec('openssl', args);
+    if (res.code !== 0) throw atollError('LAB_STEP_FAILED', `openssl ${args[0]} for the apiserver's kubelet client certificate failed: ${res.stderr.trim()}`, 'install openssl (apt-get install openssl)');
+  };
+  const ec = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes'];
+  await openssl(['req', '-x509', ...ec, '-keyout', path('kubelet-client-ca.key'), '-out', path('kubelet-client-ca.crt'), '-days', '3650', '-subj', '/CN=atoll-lab-kubelet-client-ca']);
+  await openssl(['req', ...ec, '-keyout', path('kubelet-client.key'), '-out', path('kubelet-client.csr'), '-subj', '/O=system:masters/CN=kube-apiserver-kubelet-client']);
+  await openssl(['x509', '-req', '-in', path('kubelet-client.csr'), '-CA', path('kubelet-client-ca.crt'), '-CAkey', path('kubelet-client-ca.key'),
+    '-CAcreateserial', '-out', path('kubelet-client.crt'), '-days', '3650']);
+  return { cert: path('kubelet-client.crt'), key: path('kubelet-client.key'), caPem: readFileSync(path('kubelet-client-ca.crt'), 'utf8') };
 }

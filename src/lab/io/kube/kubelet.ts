@@ -13,8 +13,9 @@
  *   hierarchy, which runc removes with the container.
  * - `resolvConf: ""`: pods get no DNS servers from the host (the lab's namespaces must not address anything
  *   outside them).
- * - The kubelet API (port 10250 on the node IP) takes bearer tokens checked by the apiserver (webhook authn/authz);
- *   nothing is anonymous.
+ * - The kubelet API (port 10250 on the node IP) takes bearer tokens checked by the apiserver (webhook authn/authz)
+ *   and, with `clientCa`, certificates that CA signed (the apiserver's own, for `kubectl exec` and `logs`); nothing
+ *   is anonymous.
  * - It writes vm.overcommit_memory=1, kernel.panic=10 and kernel.panic_on_oops=1 on the machine at start
  *   (`protectKernelDefaults` false), as every kubelet does; other sysctls are namespaced.
  * Stopped by PID; what it mounted under its root dir is unmounted inside containerd's mount namespace.
@@ -49,6 +50,8 @@ export interface KubeletInit {
   readonly labels: Readonly<Record<string, string>>;
   /** The apiserver as this node reaches it, its CA (PEM) and a bearer token of user `system:node:<nodeName>`. */
   readonly apiServer: { readonly server: string; readonly ca: string; readonly token: string };
+  /** PEM of the CA whose client certificates the kubelet API accepts (the control plane's `kubeletClientCa`). Default: none. */
+  readonly clientCa?: string;
   /**
    * klog's `--vmodule` (`file=level,...`: more verbose logs from those source files only), e.g. `generic=5` for the
    * PLEG's `"GenericPLEG: Relisting"` line at the start of each relist. Default: none (`--v=1` everywhere).
@@ -94,6 +97,8 @@ export function renderKubeletConfig(init: {
   socket: string;
   nodeIp: string;
   podLogsDir: string;
+  /** The file of the CA whose client certificates the kubelet API accepts. */
+  clientCaFile?: string;
   featureGates?: Readonly<Record<string, boolean>>;
   failCgroupV1?: boolean;
 }): string {
@@ -108,7 +113,7 @@ export function renderKubeletConfig(init: {
     address: init.nodeIp,
     readOnlyPort: 0,
     healthzBindAddress: '127.0.0.1',
-    authentication: { anonymous: { enabled: false }, webhook: { enabled: true } },
+    authentication: { anonymous: { enabled: false }, webhook: { enabled: true }, ...(init.clientCaFile ? { x509: { clientCAFile: init.clientCaFile } } : {}) },
     authorization: { mode: 'Webhook' },
     resolvConf: '',
     rotateCertificates: false,
@@ -147,7 +152,9 @@ export function startKubelet(init: KubeletInit): Kubelet {
   const podLogsDir = join(init.dir, 'pod-logs');
   mkdirSync(podLogsDir, { recursive: true, mode: 0o755 });
   writeFileSync(caPath, init.apiServer.ca);
-  writeFileSync(configPath, renderKubeletConfig({ socket: init.runtime.socket, nodeIp: init.nodeIp, podLogsDir, featureGates: init.featureGates, failCgroupV1: init.failCgroupV1 }));
+  const clientCaFile = init.clientCa ? join(init.dir, 'client-ca.crt') : undefined;
+  if (clientCaFile) writeFileSync(clientCaFile, init.clientCa as string);
+  writeFileSync(configPath, renderKubeletConfig({ socket: init.runtime.socket, nodeIp: init.nodeIp, podLogsDir, clientCaFile, featureGates: init.featureGates, failCgroupV1: init.failCgroupV1 }));
   writeFileSync(kubeconfigPath, renderTokenKubeconfig(init.apiServer.server, caPath, init.apiServer.token), { mode: 0o600 });
   const ns = `/proc/${init.runtime.pid}/ns`;
   const labels = Object.entries(init.labels).map(([k, v]) => `${k}=${v}`).join(',');
