@@ -4,7 +4,8 @@
  * called when its answer arrives; a sync only reads what is known, so neither a sync nor a CNI ADD ever waits on the
  * runtime. Each call has the runtime's deadline. A sandbox the runtime does not hold yet (containerd registers it
  * once RunPodSandbox, which includes the CNI ADD, has returned), or a runtime that does not answer, is asked again
- * after 50 ms, doubling up to 1 s, for at most 30 s; then, or at once on any other failure, the pod is left to the
+ * every 25 ms for 2 s (the pod is open until then: keep that short), then at intervals doubling up to 1 s, for at
+ * most 30 s; then, or at once on any other failure, the pod is left to the
  * view (as without a runtime) and that is logged once for the sandbox (POLICY_POD_UNCLASSIFIED). A runtime that does
  * not answer is logged once per run (CRI_UNREACHABLE).
  */
@@ -14,7 +15,9 @@ import type { SandboxPod, SandboxRuntime } from '../core/policy/local-pods.ts';
 import { keyOf } from '../core/policy/model.ts';
 import type { Logger } from '../core/ports.ts';
 
-const FIRST_RETRY_MS = 50;
+const FIRST_RETRY_MS = 25;
+/** How long to ask again at FIRST_RETRY_MS before backing off. */
+const EAGER_MS = 2000;
 const MAX_RETRY_MS = 1000;
 const GIVE_UP_MS = 30_000;
 
@@ -103,7 +106,7 @@ export class PodClassifier {
         this.#asking.delete(id);
         return;
       }
-      void this.#ask(runtime, r, firstAt, Math.min(delayMs * 2, MAX_RETRY_MS));
+      void this.#ask(runtime, r, firstAt, Date.now() - firstAt < EAGER_MS ? FIRST_RETRY_MS : Math.min(delayMs * 2, MAX_RETRY_MS));
     }, delayMs);
     this.#timers.add(timer);
   }
