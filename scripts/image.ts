@@ -50,6 +50,9 @@ try {
   mkdirSync(join(app, 'bin'), { recursive: true });
   cpSync(realpathSync('build/current'), join(app, 'build/current'), { recursive: true });
   copyFileSync('package.json', join(app, 'package.json'));
+  // the CRI messages, read at run time under the install root (src/adapters/node/cri-runtime.ts: an agent with criSocket)
+  mkdirSync(join(app, 'src/adapters/node'), { recursive: true });
+  copyFileSync('src/adapters/node/cri-api.proto', join(app, 'src/adapters/node/cri-api.proto'));
   copyFileSync('bin/atoll-cni', join(app, 'bin/atoll-cni'));
   copyFileSync('bin/atoll-keeper', join(app, 'bin/atoll-keeper'));
   copyHostBinary(realpathSync('bin/libatoll-dp.so'), '/opt/atoll/bin/libatoll-dp.so');

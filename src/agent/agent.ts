@@ -20,6 +20,7 @@ import { loadOrCreateIdentity } from '../adapters/node/node-identity.ts';
 import { type CniServer, startCniServer } from './cni-server.ts';
 import { ControllerLink } from './controller-link.ts';
 import { PolicyEnforcer } from './policy.ts';
+import type { CriClient } from '../adapters/node/cri-runtime.ts';
 import { writeSysctl } from '../adapters/kernel/sysctl.ts';
 import { Overlay } from './overlay.ts';
 import { flannelAnnotations } from '../core/overlay/flannel.ts';
@@ -51,6 +52,9 @@ export interface AgentComponents {
 /** The agent's version, as it reports it in its node record (`agentVersion`). */
 export const AGENT_VERSION = '0.1.0';
 
+/** Deadline of one CRI call of the agent's (a sandbox's labels): a runtime slower than this leaves the pod to the view. */
+const CRI_DEADLINE_MS = 2000;
+
 /** The shim the set-up builds, used when the configuration names none. */
 export const DEFAULT_PLUGIN_SOURCE = join(installRoot(), 'bin', 'atoll-cni');
 
@@ -63,6 +67,8 @@ export class Agent {
   #timer: NodeJS.Timeout | undefined;
   #link: ControllerLink | undefined;
   #policy: PolicyEnforcer | undefined;
+  /** The node's container runtime, for NetworkPolicy (closed at stop). */
+  #cri: CriClient | undefined;
   #overlay: Overlay | undefined;
   #tunnel: Tunnel | undefined;
   #tunnelCredentials: TunnelCredentials | undefined;
@@ -200,7 +206,9 @@ export class Agent {
     if (cfg.networkPolicy) {
       const pods = this.#pods;
       writeSysctl('net/bridge/bridge-nf-call-iptables', '1'); // pod-to-pod traffic over the bridge crosses the forward hook
-      this.#policy = new PolicyEnforcer({ nft: new Nft(), log: log.child('policy'), pods: () => ({ records: pods.ipam.records(), blocks: pods.ipam.blocks }) },
+      // loaded only here: the gRPC client costs memory every other agent need not pay
+      this.#cri = cfg.criSocket === undefined ? undefined : (await import('../adapters/node/cri-runtime.ts')).connectCri({ socket: cfg.criSocket, deadlineMs: CRI_DEADLINE_MS });
+      this.#policy = new PolicyEnforcer({ nft: new Nft(), log: log.child('policy'), pods: () => ({ records: pods.ipam.records(), blocks: pods.ipam.blocks }), ...(this.#cri ? { runtime: this.#cri } : {}) },
         { nodeName: cfg.nodeName, statePath: join(cfg.dataDir, 'policy-view.json') });
       await this.#policy.start(); // the kept view, in force before any ADD is served
     }
@@ -316,6 +324,7 @@ export class Agent {
     this.#ready = false;
     await this.#link?.stop();
     await this.#policy?.stop();
+    this.#cri?.close();
     this.#overlay?.stop();
     await this.#tunnel?.stop();
     if (this.#timer) clearInterval(this.#timer);

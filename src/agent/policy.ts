@@ -8,14 +8,16 @@
  * before it serves any CNI ADD; the kernel keeps the last ruleset across an agent restart or crash, so a view file
  * that cannot be read leaves that ruleset in force (never an open door) until the controller sends a snapshot. A
  * pod's own address and veth come from the node's IPAM records, so a pod restarted while the cloud is away is
- * enforced on with its last known labels as soon as it has its (sticky) address.
+ * enforced on with its last known labels as soon as it has its (sticky) address; a pod the view does not know is
+ * classified from the labels of its CRI sandbox when the node's runtime is given (src/agent/pod-classifier.ts, merged
+ * by src/core/policy/local-pods.ts), its namespace's labels and the remote pods staying the view's.
  */
 import { existsSync, readFileSync } from 'node:fs';
 import { asAtollError, atollError } from '../core/errors.ts';
 import type { Logger } from '../core/ports.ts';
 import { type Cidr, formatIpv4 } from '../core/net/ipv4.ts';
 import { compilePolicies, type PolicyPlan } from '../core/policy/compile.ts';
-import { keyOf } from '../core/policy/model.ts';
+import { policyPods, type SandboxRuntime, unknownLocalPods } from '../core/policy/local-pods.ts';
 import { buildPolicyTables, type PolicyTables, renderPolicyDelta, renderPolicyTables } from '../core/policy/nft.ts';
 import { HeldPolicyView, type NodePolicyView, type PolicyLine } from '../core/policy/scope.ts';
 import type { IpamRecord } from '../core/ipam/sticky-pool.ts';
@@ -26,6 +28,7 @@ import { writeFileDurablyAsync } from '../adapters/durable-file.ts';
 import type { Nft } from '../adapters/kernel/nft.ts';
 import type { ControllerClient } from '../adapters/node/controller-client.ts';
 import { sleep } from '../adapters/timers.ts';
+import { PodClassifier } from './pod-classifier.ts';
 
 /** Changes arriving together are applied in one transaction. */
 const COALESCE_MS = 20;
@@ -37,6 +40,8 @@ export interface PolicyComponents {
   readonly log: Logger;
   /** The node's pod records and blocks now (IPAM). */
   readonly pods: () => { readonly records: readonly IpamRecord[]; readonly blocks: readonly Cidr[] };
+  /** The node's container runtime (CRI), to classify pods the view does not know; without it they wait for the view. */
+  readonly runtime?: SandboxRuntime;
 }
 
 export interface PolicyInit {
@@ -67,21 +72,30 @@ export class PolicyEnforcer {
   #timer: NodeJS.Timeout | undefined;
   #chain: Promise<void> = Promise.resolve();
   #dirty = false;
+  readonly #classifier: PodClassifier;
 
   constructor(c: PolicyComponents, init: PolicyInit) {
     this.#c = c;
     this.#init = init;
+    this.#classifier = new PodClassifier({ runtime: c.runtime, log: c.log, onClassified: () => this.poke() });
   }
 
   /**
    * Reads the kept view and applies it. Call before the CNI socket serves. A view file that cannot be read is logged
    * (POLICY_STATE_INVALID) and ignored: the ruleset already in the kernel stays until the controller sends a view.
+   * The node's pods the view does not know are asked about first (each within the runtime's deadline); without a
+   * runtime, that they cannot be classified is logged once (POLICY_POD_UNCLASSIFIED).
    */
   async start(): Promise<void> {
+    if (this.#c.runtime === undefined) {
+      this.#c.log.warn('no criSocket: a pod the NetworkPolicy view does not know (started while the controller is away) is selected by no policy until the controller sends it',
+        { code: 'POLICY_POD_UNCLASSIFIED' });
+    }
     const view = this.#load();
     if (!view) return;
     this.#held.apply({ type: 'snapshot', ...view });
     this.#hasView = true;
+    await this.#classifier.classify(unknownLocalPods(view.pods, this.#active(), this.#init.nodeName)).asked;
     await this.sync();
   }
 
@@ -134,15 +148,13 @@ export class PolicyEnforcer {
   async #syncNow(): Promise<void> {
     if (!this.#hasView) return;
     const view = this.#held.view();
-    const { records, blocks } = this.#c.pods();
-    const active = records.filter((r) => r.releasedAt === undefined);
-    const mine = new Map(active.map((r) => [`${r.namespace}/${r.name}`, r]));
-    // the node's own record of a pod's address wins over what the API last said (sticky, and known while offline)
-    const pods = view.pods.map((p) => {
-      const r = p.node === this.#init.nodeName ? mine.get(keyOf(p)) : undefined;
-      return r ? { ...p, ip: formatIpv4(r.ip) } : p;
-    });
-    const local = new Set(view.pods.filter((p) => p.node === this.#init.nodeName).map(keyOf));
+    const { blocks } = this.#c.pods();
+    const active = this.#active();
+    const nodeName = this.#init.nodeName;
+    // the node's own records' addresses win over what the API last said (sticky, and known while offline); a pod the
+    // view does not know takes the labels of its sandbox, once the runtime told them
+    const { classified } = this.#classifier.classify(unknownLocalPods(view.pods, active, nodeName));
+    const { pods, local } = policyPods({ viewPods: view.pods, active, classified, nodeName });
     const plan = compilePolicies({ policies: view.policies, namespaces: view.namespaces, pods, local });
     for (const p of plan.problems) this.#report(`${p.policy}: ${p.message}`, () => this.#c.log.warn('a NetworkPolicy is enforced more strictly than written', { code: 'POLICY_UNSUPPORTED', policy: p.policy, err: p.message }));
     const tables = buildPolicyTables(plan, { sources: active.map((r) => ({ port: hostVethName(r.containerId, r.ifName), ip: formatIpv4(r.ip) })), localBlocks: blocks });
@@ -172,6 +184,10 @@ export class PolicyEnforcer {
     else this.#c.log.debug('NetworkPolicy change applied', fields);
   }
 
+  #active(): IpamRecord[] {
+    return this.#c.pods().records.filter((r) => r.releasedAt === undefined);
+  }
+
   /** The agent namespace's nftables ruleset generation, or undefined when it cannot be read (then: apply whole). */
   async #generation(): Promise<number | undefined> {
     try {
@@ -195,6 +211,7 @@ export class PolicyEnforcer {
   }
 
   async stop(): Promise<void> {
+    this.#classifier.stop();
     clearTimeout(this.#timer);
     await this.#chain;
   }

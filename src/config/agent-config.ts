@@ -120,6 +120,13 @@ export const agentConfigSchema = z.strictObject({
    * kept on disk and enforced while the controller is away.
    */
   networkPolicy: z._default(z.boolean(), false),
+  /**
+   * The node's container runtime CRI socket (containerd: /run/containerd/containerd.sock). With networkPolicy, a pod
+   * of this node that the kept view does not know (started while the controller was away) is classified from the
+   * labels of its sandbox, asked once per new sandbox; without it, such a pod is selected by no policy until the
+   * controller sends it.
+   */
+  criSocket: z.optional(absPath),
   /** Cluster pod ranges: pod traffic to them is never masqueraded (every known block is included anyway). */
   clusterCidrs: z._default(z.array(cidr), []),
   /** /healthz, /readyz and /metrics over HTTP; off when absent. */

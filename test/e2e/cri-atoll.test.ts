@@ -4,58 +4,13 @@
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, mkdirSync, readdirSync, readFileSync, symlinkSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { randomBytes } from 'node:crypto';
-import { startContainerd, type Containerd } from '../../src/lab/io/containerd/containerd.ts';
-import { TestAgent } from '../../harness/agent.ts';
-import { leftoverNetns, rootSkipReason, sh } from '../../harness/netns.ts';
+import type { TestAgent } from '../../harness/agent.ts';
+import { leftoverNetns, sh } from '../../harness/netns.ts';
+import { criSkipReason, type CriNode, type CriPod as Pod, removePod, runPod, startCriNode as startNode, stopCriNode as stopNode } from '../support/cri-node.ts';
 
-const skip = rootSkipReason() || (existsSync('/usr/bin/containerd') && existsSync('/bin/busybox') ? false : 'needs containerd, runc and busybox-static');
-
-interface Pod {
-  readonly id: string;
-  readonly ip: string;
-  readonly netnsPath: string;
-}
-
-/** An agent and a containerd sharing one node namespace; the agent runs in containerd's mount namespace. */
-async function startNode(name: string, podCidrs: string[]): Promise<{ agent: TestAgent; ctd: Containerd }> {
-  const agent = new TestAgent({ name, podCidrs, config: { chainedPlugins: [{ type: 'portmap', capabilities: { portMappings: true } }] } });
-  mkdirSync(agent.binDir, { recursive: true });
-  for (const p of ['loopback', 'portmap']) symlinkSync(`/usr/lib/cni/${p}`, join(agent.binDir, p));
-  const ctd = await startContainerd({ workDir: join(agent.dir, 'containerd'), netns: agent.netns, cniBinDir: agent.binDir, cniConfDir: agent.confDir });
-  try {
-    await agent.start(15_000, ['nsenter', `--mount=/proc/${ctd.pid}/ns/mnt`, `--net=/var/run/netns/${agent.netns}`, '--']);
-  } catch (err) {
-    await ctd.stop();
-    await agent.cleanup();
-    throw err;
-  }
-  return { agent, ctd };
-}
-
-async function stopNode(n: { agent: TestAgent; ctd: Containerd } | undefined): Promise<void> {
-  if (!n) return;
-  try {
-    await n.ctd.stop();
-  } finally {
-    await n.agent.cleanup();
-  }
-}
-
-async function runPod(ctd: Containerd, name: string, namespace = 'default'): Promise<Pod> {
-  const id = await ctd.cri.runPodSandbox({ name, namespace, uid: randomBytes(8).toString('hex') });
-  const status = await ctd.cri.podSandboxStatus(id);
-  assert.equal(status.state, 'SANDBOX_READY');
-  assert.ok(status.netnsPath);
-  return { id, ip: status.ip, netnsPath: status.netnsPath };
-}
-
-async function removePod(ctd: Containerd, pod: Pod): Promise<void> {
-  await ctd.cri.stopPodSandbox(pod.id);
-  await ctd.cri.removePodSandbox(pod.id);
-}
+const skip = criSkipReason();
 
 function records(agent: TestAgent): Map<string, string[]> {
   const dir = join(agent.dataDir, 'atoll');
@@ -67,7 +22,7 @@ function ourVeths(agent: TestAgent): string[] {
 }
 
 describe('atoll-cni driven by containerd CRI', { skip, timeout: 300_000 }, () => {
-  let node: { agent: TestAgent; ctd: Containerd } | undefined;
+  let node: CriNode | undefined;
   before(async () => {
     node = await startNode('cri', ['10.83.0.0/26']);
   });

@@ -42,10 +42,15 @@ describe('install artefacts', { timeout: 300_000 }, () => {
       assert.match(out, new RegExp(`^${kind.replace(/\./g, '\\.')}/\\S+ (created|configured|unchanged) \\(server dry run\\)$`, 'm'), `${kind} validated`);
     }
     const other = execFileSync(join(kubeBinDir(), 'helm'), ['template', 'atoll', 'deploy/helm/atoll', '--namespace', 'atoll-system',
-      '--set', 'relay.enabled=false', '--set', 'controller.apiServer=http://127.0.0.1:10261', '--set', 'community=c1', '--set', 'image.tag=0.2.0'], { encoding: 'utf8' });
+      '--set', 'relay.enabled=false', '--set', 'controller.apiServer=http://127.0.0.1:10261', '--set', 'community=c1', '--set', 'image.tag=0.2.0',
+      '--set', 'networkPolicy.enabled=true', '--set', 'networkPolicy.criSocket=/run/k3s/containerd/containerd.sock'], { encoding: 'utf8' });
     assert.doesNotMatch(other, /kind: Deployment\nmetadata:\n  name: atoll-relay/);
     assert.match(readFileSync(MANIFEST, 'utf8'), /kind: Deployment\nmetadata:\n  name: atoll-relay/);
     assert.match(other, /"server": "http:\/\/127.0.0.1:10261"/);
+    // NetworkPolicy on: both agents' configurations name the CRI socket, whose folder both agents mount read-only
+    assert.equal(other.match(/"criSocket": "\/run\/k3s\/containerd\/containerd.sock",\n\s+"metrics"[^]*?"networkPolicy": true/g)?.length, 2);
+    assert.equal(other.match(/- name: cri\n {10}mountPath: \/run\/k3s\/containerd\n {10}readOnly: true/g)?.length, 2);
+    assert.doesNotMatch(readFileSync(MANIFEST, 'utf8'), /criSocket|name: cri$/m);
     cp.kubectl(['apply', '--dry-run=server', '-f', '-'], other);
     const secret = execFileSync(process.execPath, ['src/cli/main.ts', 'kubernetes', 'secret'], { encoding: 'utf8' });
     const keys = Object.keys((JSON.parse(secret) as { stringData: Record<string, string> }).stringData);

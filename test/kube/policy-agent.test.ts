@@ -7,20 +7,17 @@
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { TestAgent } from '../../harness/agent.ts';
 import { type ControllerProc, TestCloud } from '../../harness/cloud.ts';
 import { startControlPlane, type ControlPlane } from '../../harness/kube.ts';
 import { rootSkipReason, sh } from '../../harness/netns.ts';
 import { until } from '../../harness/wait.ts';
-import { PROJECT_NODE } from '../../src/lab/agent-process.ts';
+import { answersTcp, servePod } from '../support/pod-probe.ts';
 import { readAgentStatus, statusSocketOf } from '../../src/adapters/ops/status-socket.ts';
 import { renderStatus } from '../../src/core/ops/agent-status.ts';
-
-const PROBE = fileURLToPath(new URL('../support/l4-probe.ts', import.meta.url));
 
 interface Pod {
   readonly name: string;
@@ -38,8 +35,7 @@ describe('NetworkPolicy from the API to the kernel, kept while the controller is
 
   const serve = async (p: Pod) => {
     p.server?.kill('SIGKILL');
-    p.server = spawn('nsenter', [`--net=${p.ns}`, PROJECT_NODE, PROBE, 'serve', '80'], { stdio: 'ignore' });
-    await until(`the prober serving in ${p.name}`, () => agent.execIn(p.ns, 'ss', ['-Hltn', 'sport', '=', ':80']).out.trim() !== '', 10_000, 20);
+    p.server = await servePod(p.ns, 80, p.name);
   };
   const add = (p: Pod, containerId: string) => {
     p.ns = agent.podNetns(`${p.name}${containerId.slice(-1)}`);
@@ -48,10 +44,7 @@ describe('NetworkPolicy from the API to the kernel, kept while the controller is
     p.ip = ((res.json?.ips as { address: string }[])[0]?.address as string).split('/')[0] as string;
   };
   /** Which of `to` answer TCP 80 from pod `from`, as `from->to` lines with yes or no. */
-  const reach = (pairs: readonly [Pod, Pod][]) => pairs.map(([from, to]) => {
-    const res = spawnSync('nsenter', [`--net=${from.ns}`, PROJECT_NODE, PROBE, 'try', JSON.stringify([{ ip: to.ip, proto: 'tcp', port: 80 }])], { encoding: 'utf8', timeout: 15_000 });
-    return `${from.name}->${to.name}: ${res.stdout === '[true]' ? 'yes' : 'no'}`;
-  });
+  const reach = (pairs: readonly [Pod, Pod][]) => pairs.map(([from, to]) => `${from.name}->${to.name}: ${answersTcp(from.ns, to.ip, 80) ? 'yes' : 'no'}`);
   const [a, b, c] = ['a', 'b', 'c'].map((name) => ({ name, ns: '', ip: '' })) as [Pod, Pod, Pod];
   const matrix = () => reach([[b, a], [c, a], [a, c], [b, c]]);
   const ENFORCED = ['b->a: yes', 'c->a: no', 'a->c: yes', 'b->c: yes'];

@@ -30,7 +30,7 @@ import { mkdir, readFile, readlink, writeFile } from 'node:fs/promises';
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { atollError } from '../../../core/errors.ts';
-import { connectCri, type CriClient } from './cri-client.ts';
+import { connectCri, type CriClient } from '../../../adapters/node/cri-runtime.ts';
 import { buildPauseImage, PAUSE_IMAGE_REF } from './pause-image.ts';
 import { type ExecResult, run, runAll, terminate, waitFor } from './commands.ts';
 import { layout, type Paths, renderConfig } from './config.ts';
@@ -68,7 +68,7 @@ export interface ContainerdInit {
    * (they live in containerd's mount namespace), so enter them with `execInNetns` only.
    */
   netnsUnderStateDir?: boolean;
-  /** Deadline of each CRI call; default from cri-client. */
+  /** Deadline of each CRI call; default from src/adapters/node/cri-runtime.ts. */
   criDeadlineMs?: number;
   /**
    * A folder holding another `containerd` and its `containerd-shim-runc-v2` (e.g. containerd 2.x from

@@ -1,19 +1,22 @@
 /**
- * A small promise-based client for the CRI RuntimeService (runtime.v1), as the kubelet uses it for pod sandboxes.
+ * A small promise-based client for the CRI RuntimeService (runtime.v1) of the node's container runtime.
  *
- * Why: end-to-end tests of the CNI plugin must be driven the way Kubernetes drives it, i.e. by a container runtime
- * that received RunPodSandbox/StopPodSandbox/RemovePodSandbox over CRI. The sandbox RPCs are covered, and
- * ListContainers (to find a kubelet's container on a node whose API server is out of reach); the wire messages live
- * in `cri-api.proto` beside this file (a field-number-exact subset of k8s.io/cri-api).
+ * Why: the agent classifies a pod the NetworkPolicy view does not know from the sandbox the kubelet had the runtime
+ * create (PodSandboxStatus: its metadata and labels; src/core/policy/local-pods.ts). The lab and the end-to-end tests
+ * drive the CNI plugin the way Kubernetes does, through the same client (RunPodSandbox, StopPodSandbox,
+ * RemovePodSandbox, and ListContainers to find a kubelet's container on a node whose API server is out of reach).
+ * The wire messages live in `cri-api.proto` beside this file (a field-number-exact subset of k8s.io/cri-api), which
+ * is read at run time (the image ships it). Load this module lazily where memory counts: @grpc/grpc-js is heavy.
  */
 import { join } from 'node:path';
-import { installRoot } from '../../../adapters/install-root.ts';
-import { atollError } from '../../../core/errors.ts';
+import { installRoot } from '../install-root.ts';
+import { atollError } from '../../core/errors.ts';
+import { type SandboxPod, sandboxPodOf, type SandboxRuntime } from '../../core/policy/local-pods.ts';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 
-/** The proto file with the CRI subset, next to this module. */
-export const CRI_PROTO_PATH = join(installRoot(), 'src', 'lab', 'io', 'containerd', 'cri-api.proto');
+/** The proto file with the CRI subset, next to this module (scripts/image.ts copies it into the image). */
+export const CRI_PROTO_PATH = join(installRoot(), 'src', 'adapters', 'node', 'cri-api.proto');
 
 /** Default deadline for one CRI call; RunPodSandbox includes the CNI ADD, so it is generous. */
 export const DEFAULT_CRI_DEADLINE_MS = 60_000;
@@ -93,7 +96,7 @@ export interface RuntimeVersion {
 }
 
 /** Promise-based CRI RuntimeService client limited to pod sandboxes. Every call has a deadline. */
-export interface CriClient {
+export interface CriClient extends SandboxRuntime {
   /** Runtime name and version; useful as a readiness probe. */
   version(): Promise<RuntimeVersion>;
   /** Creates and starts a sandbox (the runtime calls CNI ADD); resolves to the sandbox id. */
@@ -116,8 +119,8 @@ export interface CriClient {
 export interface CriClientInit {
   /** Absolute path of the runtime's gRPC unix socket. */
   socket: string;
-  /** Directory under which each sandbox gets its `log_directory` (`<ns>_<name>_<uid>`). */
-  logRoot: string;
+  /** Directory under which each sandbox this client runs gets its `log_directory` (`<ns>_<name>_<uid>`); none without. */
+  logRoot?: string;
   /** Deadline per call; defaults to {@link DEFAULT_CRI_DEADLINE_MS}. */
   deadlineMs?: number;
   /**
@@ -139,7 +142,7 @@ function runtimeServiceMethods(): Record<RpcName, UnaryDefinition> {
     const pkg = protoLoader.loadSync(CRI_PROTO_PATH, { keepCase: false, enums: String, longs: String, defaults: true });
     const service = pkg['runtime.v1.RuntimeService'];
     if (service === undefined || !('Version' in service)) {
-      throw atollError('LAB_PREREQUISITE_MISSING', `CRI proto ${CRI_PROTO_PATH} has no service runtime.v1.RuntimeService; restore the file`);
+      throw atollError('CRI_CALL_FAILED', `CRI proto ${CRI_PROTO_PATH} has no service runtime.v1.RuntimeService`, 'reinstall Atoll: the file is part of it');
     }
     cachedDefinitions = service as unknown as Record<RpcName, UnaryDefinition>;
   }
@@ -151,7 +154,7 @@ function sandboxConfig(spec: PodSandboxSpec, init: CriClientInit): Message {
   return {
     metadata: { name: spec.name, uid: spec.uid, namespace: spec.namespace, attempt: spec.attempt ?? 0 },
     hostname: spec.hostname ?? spec.name,
-    logDirectory: `${init.logRoot}/${spec.namespace}_${spec.name}_${spec.uid}`,
+    logDirectory: init.logRoot === undefined ? '' : `${init.logRoot}/${spec.namespace}_${spec.name}_${spec.uid}`,
     portMappings: (spec.portMappings ?? []).map((m) => ({
       protocol: m.protocol ?? 'TCP',
       containerPort: m.containerPort,
@@ -202,6 +205,13 @@ function statusView(response: Message): PodSandboxStatusView {
   };
 }
 
+/** The pod of a PodSandboxStatusResponse (non-verbose). */
+function sandboxPodFrom(response: Message): SandboxPod {
+  const status = response['status'] as Message;
+  const meta = status['metadata'] as { name: string; namespace: string; uid: string };
+  return sandboxPodOf(meta, (status['labels'] ?? {}) as Record<string, string>);
+}
+
 /** Converts one ListPodSandbox item into a summary row. */
 function summary(item: Message): PodSandboxSummary {
   const meta = item['metadata'] as { name: string; namespace: string; uid: string; attempt: number };
@@ -232,7 +242,8 @@ function containerSummary(item: Message): ContainerSummary {
  * Opens a CRI RuntimeService client on a unix socket. The channel connects lazily, so this never fails on a
  * socket that is not up yet; the first call does (use `version()` to probe readiness).
  *
- * Errors of every call name the RPC, the socket and the gRPC status, and keep the gRPC error as `cause`.
+ * Errors of every call name the RPC, the socket and the gRPC status, and keep the gRPC error as `cause`:
+ * CRI_UNREACHABLE when nothing answered in time (UNAVAILABLE, DEADLINE_EXCEEDED), CRI_CALL_FAILED otherwise.
  */
 export function connectCri(init: CriClientInit): CriClient {
   const methods = runtimeServiceMethods();
@@ -247,7 +258,10 @@ export function connectCri(init: CriClientInit): CriClient {
         (err, response) => {
           if (err) {
             const code = grpc.status[err.code] ?? String(err.code);
-            reject(atollError('LAB_STEP_FAILED', `CRI ${rpc} on unix socket ${init.socket} failed (${code}): ${err.details}`, 'containerd\'s log says more', err));
+            const unreachable = err.code === grpc.status.UNAVAILABLE || err.code === grpc.status.DEADLINE_EXCEEDED;
+            reject(unreachable
+              ? atollError('CRI_UNREACHABLE', `CRI ${rpc} on unix socket ${init.socket}: no answer (${code}): ${err.details}`, 'check that the container runtime runs and that its socket is this one (mounted into the agent\'s pod, when it runs in one)', err)
+              : atollError('CRI_CALL_FAILED', `CRI ${rpc} on unix socket ${init.socket} failed (${code}): ${err.details}`, 'the container runtime\'s log says more', err));
           } else {
             resolve(response ?? {});
           }
@@ -269,6 +283,16 @@ export function connectCri(init: CriClientInit): CriClient {
     },
     async podSandboxStatus(id) {
       return statusView(await call('PodSandboxStatus', { podSandboxId: id, verbose: true }));
+    },
+    async sandboxPod(id) {
+      let response: Message;
+      try {
+        response = await call('PodSandboxStatus', { podSandboxId: id, verbose: false });
+      } catch (err) {
+        if ((err as { cause?: grpc.ServiceError }).cause?.code === grpc.status.NOT_FOUND) return undefined;
+        throw err;
+      }
+      return sandboxPodFrom(response);
     },
     async stopPodSandbox(id) {
       await call('StopPodSandbox', { podSandboxId: id });
