@@ -206,7 +206,10 @@ export class Agent {
     }
     if (cfg.controller) this.#startLink(cfg.controller, stateFile, vtepMac);
     this.#server = await startCniServer(cfg.socketPath, this.#pods, log.child('cni'), this.#observeCni);
-    this.#status = await startStatusServer(statusSocketOf(cfg.socketPath), () => this.#tunnel?.status(), () => this.status());
+    const policy = this.#policy;
+    this.#status = await startStatusServer(statusSocketOf(cfg.socketPath), {
+      tunnel: () => this.#tunnel?.status(), status: () => this.status(), ...(policy ? { policyTrace: (q) => policy.trace(q) } : {}),
+    });
     const changed = installCni({
       binDir: cfg.cniBinDir,
       confDir: cfg.cniConfDir,

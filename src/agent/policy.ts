@@ -13,8 +13,9 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { asAtollError, atollError } from '../core/errors.ts';
 import type { Logger } from '../core/ports.ts';
-import { type Cidr, formatIpv4 } from '../core/net/ipv4.ts';
-import { compilePolicies, type PolicyPlan } from '../core/policy/compile.ts';
+import { type Cidr, formatIpv4, parseIpv4 } from '../core/net/ipv4.ts';
+import { compilePolicies, explain, type PolicyPlan } from '../core/policy/compile.ts';
+import { parseL4, type PolicyTrace, policyTraceOf } from '../core/ops/policy-trace.ts';
 import { keyOf } from '../core/policy/model.ts';
 import { buildPolicyTables, type PolicyTables, renderPolicyDelta, renderPolicyTables } from '../core/policy/nft.ts';
 import { HeldPolicyView, type NodePolicyView, type PolicyLine } from '../core/policy/scope.ts';
@@ -192,6 +193,22 @@ export class PolicyEnforcer {
 
   status(): PolicyStatus {
     return { policies: this.#held.view().policies.length, isolatedPods: this.#plan.pods.length, hasView: this.#hasView, ...(this.#appliedAt ? { appliedAt: this.#appliedAt } : {}) };
+  }
+
+  /**
+   * Which policy and rule let a flow through on this node, or which side drops it, from the plan in force (`atoll
+   * trace`). `port` is PROTOCOL/NUMBER (`tcp/80`), or absent for every rule that names the remote address.
+   * @throws AtollError POLICY_TRACE_INVALID when `from` or `to` is not an IPv4 address, or `port` not PROTOCOL/NUMBER.
+   */
+  trace(q: { readonly from: string; readonly to: string; readonly port: string | undefined }): PolicyTrace {
+    const src = parseIpv4(q.from);
+    const dst = parseIpv4(q.to);
+    const l4 = q.port === undefined ? undefined : parseL4(q.port);
+    if (src === undefined || dst === undefined || (q.port !== undefined && !l4)) {
+      throw atollError('POLICY_TRACE_INVALID', `cannot trace from ${JSON.stringify(q.from)} to ${JSON.stringify(q.to)}${q.port === undefined ? '' : ` on ${JSON.stringify(q.port)}`}: give two IPv4 addresses and a port as tcp/80`,
+        'use atoll trace FROM TO [--port PROTOCOL/PORT] of the same Atoll version as the agent');
+    }
+    return policyTraceOf(explain(this.#plan, { src, dst, ...(l4 ? { l4 } : {}) }));
   }
 
   async stop(): Promise<void> {

@@ -72,6 +72,7 @@ export const ERROR_CATALOGUE = {
   POLICY_NOT_SERVED: { cni: CniCode.generic, summary: 'the controller does not follow Kubernetes, so it serves no NetworkPolicies' },
   POLICY_STATE_INVALID: { cni: CniCode.generic, summary: "the agent's kept NetworkPolicy view cannot be read; the ruleset in the kernel stays until the controller sends a view" },
   POLICY_UNSUPPORTED: { cni: CniCode.generic, summary: 'a part of a NetworkPolicy could not be read; Atoll enforces the policy more strictly than written (the part says how)' },
+  POLICY_TRACE_INVALID: { cni: CniCode.generic, summary: 'a NetworkPolicy trace asked of the agent names something other than two IPv4 addresses and a PROTOCOL/PORT (tcp, udp or sctp, 1 to 65535)' },
   NODE_NOT_IN_CLUSTER: { cni: CniCode.generic, summary: 'an agent asked to join under a name that has no Kubernetes Node' },
   NODE_LABELS_INVALID: { cni: CniCode.generic, summary: "a Node's Atoll labels are malformed (the node keeps its last good placement)" },
   COMMUNITY_INVALID: { cni: CniCode.generic, summary: 'a Community names unknown nodes, or a node is in two communities' },
