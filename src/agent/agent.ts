@@ -100,6 +100,7 @@ export class Agent {
         ipam: () => this.#pods && { usage: this.#pods.ipam.usage(), blocks: this.#pods.ipam.blocks.length, allocations: this.#pods.allocations },
         tunnel: () => this.#tunnel?.status(),
         link: () => this.#link?.status,
+        policyDrops: () => this.#policy?.droppedPackets(),
       });
       this.#ops = await startOpsServer({ listen: cfg.metrics.listen, registry: metrics.registry, readiness: () => this.readiness() });
     }

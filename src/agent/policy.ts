@@ -17,7 +17,7 @@ import { type Cidr, formatIpv4, parseIpv4 } from '../core/net/ipv4.ts';
 import { compilePolicies, explain, type PolicyPlan } from '../core/policy/compile.ts';
 import { parseL4, type PolicyTrace, policyTraceOf } from '../core/ops/policy-trace.ts';
 import { keyOf } from '../core/policy/model.ts';
-import { buildPolicyTables, type PolicyTables, renderPolicyDelta, renderPolicyTables } from '../core/policy/nft.ts';
+import { buildPolicyTables, POLICY_TABLE, type PolicyTables, renderPolicyDelta, renderPolicyTables, tallyDrops } from '../core/policy/nft.ts';
 import { HeldPolicyView, type NodePolicyView, type PolicyLine } from '../core/policy/scope.ts';
 import type { IpamRecord } from '../core/ipam/sticky-pool.ts';
 import { hostVethName } from '../core/plan/pod-plan.ts';
@@ -68,6 +68,10 @@ export class PolicyEnforcer {
   #timer: NodeJS.Timeout | undefined;
   #chain: Promise<void> = Promise.resolve();
   #dirty = false;
+  /** Drop counts read last, by counter; the totals since start, by `direction policies`; the reading under way. */
+  readonly #dropsRead = new Map<string, number>();
+  readonly #drops = new Map<string, number>();
+  #reading: Promise<ReadonlyMap<string, number>> | undefined;
 
   constructor(c: PolicyComponents, init: PolicyInit) {
     this.#c = c;
@@ -209,6 +213,24 @@ export class PolicyEnforcer {
         'use atoll trace FROM TO [--port PROTOCOL/PORT] of the same Atoll version as the agent');
     }
     return policyTraceOf(explain(this.#plan, { src, dst, ...(l4 ? { l4 } : {}) }));
+  }
+
+  /**
+   * Packets NetworkPolicy dropped on this node since the agent started, by `direction policies` (the policies
+   * isolating the pod, comma-separated), from the pods' drop counters in the kernel (read now; calls at once share
+   * one read). A failed read is logged at debug and answers the totals so far.
+   */
+  droppedPackets(): Promise<ReadonlyMap<string, number>> {
+    this.#reading ??= this.#c.nft.counters(`inet ${POLICY_TABLE}`).then((counters) => {
+      for (const [key, n] of tallyDrops(this.#plan, counters, this.#dropsRead)) this.#drops.set(key, (this.#drops.get(key) ?? 0) + n);
+      return this.#drops;
+    }, (err: unknown) => {
+      this.#c.log.debug('cannot read the NetworkPolicy drop counters', { err: asAtollError(err).message });
+      return this.#drops;
+    }).finally(() => {
+      this.#reading = undefined;
+    });
+    return this.#reading;
   }
 
   async stop(): Promise<void> {

@@ -7,7 +7,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { compilePolicies, decide, explain, type L4, type PolicyPlan, policyProblems } from './compile.ts';
 import { keyOf, type NetworkPolicy, type PolicyNamespace, type PolicyPod, type PolicyRule } from './model.ts';
-import { buildPolicyTables, renderPolicyDelta, renderPolicyRuleset } from './nft.ts';
+import { buildPolicyTables, dropCounterOf, renderPolicyDelta, renderPolicyRuleset, tallyDrops } from './nft.ts';
 import { parseCidr, parseIpv4, type Cidr } from '../net/ipv4.ts';
 import { formatRange, normalizeRanges, subtractRanges } from '../net/ranges.ts';
 import { matchesSelector } from './selector.ts';
@@ -195,6 +195,8 @@ test('the ruleset (golden): maps by address, chains named by address, one set pe
     'table inet atoll_policy {',
     '  comment "managed by atoll; do not edit"',
     '  set peers_2a40cf793c08 { type ipv4_addr; flags interval; elements = { 10.0.1.11 }; }',
+    '  counter drop_egress_10_0_1_10 { }',
+    '  counter drop_ingress_10_0_1_10 { }',
     '  map egress { type ipv4_addr : verdict; elements = { 10.0.1.10 : jump egress_10_0_1_10 }; }',
     '  map ingress { type ipv4_addr : verdict; elements = { 10.0.1.10 : jump ingress_10_0_1_10 }; }',
     '  chain forward {',
@@ -205,12 +207,12 @@ test('the ruleset (golden): maps by address, chains named by address, one set pe
     '  }',
     '  chain egress_10_0_1_10 {',
     '    ip daddr @peers_2a40cf793c08 return comment "x/web egress rule 0"',
-    '    counter drop comment "egress of x/a: no rule allows"',
+    '    counter name "drop_egress_10_0_1_10" drop comment "egress of x/a: no rule allows"',
     '  }',
     '  chain ingress_10_0_1_10 {',
     '    ip saddr @peers_2a40cf793c08 meta l4proto tcp th dport { 80, 8000-8080 } accept comment "x/web ingress rule 0"',
     '    ip saddr @peers_2a40cf793c08 meta l4proto udp accept comment "x/web ingress rule 0"',
-    '    counter drop comment "ingress of x/a: no rule allows"',
+    '    counter name "drop_ingress_10_0_1_10" drop comment "ingress of x/a: no rule allows"',
     '  }',
     '}',
     'table bridge atoll_policy',
@@ -244,12 +246,14 @@ test('the delta (golden): only what changed, new things first, gone things last;
   // the policy replaced by a deny for b: a's chain and its set go (after its map entry), b's chain comes
   const denyB = policy({ name: 'deny-b', podSelector: { matchLabels: { pod: 'b' } } });
   assert.equal(renderPolicyDelta(before, tables([denyB])), [
+    'add counter inet atoll_policy drop_ingress_10_0_1_11',
     'add chain inet atoll_policy ingress_10_0_1_11',
-    'add rule inet atoll_policy ingress_10_0_1_11 counter drop comment "ingress of x/b: no rule allows"',
+    'add rule inet atoll_policy ingress_10_0_1_11 counter name "drop_ingress_10_0_1_11" drop comment "ingress of x/b: no rule allows"',
     'delete element inet atoll_policy ingress { 10.0.1.10 }',
     'add element inet atoll_policy ingress { 10.0.1.11 : jump ingress_10_0_1_11 }',
     'flush chain inet atoll_policy ingress_10_0_1_10',
     'delete chain inet atoll_policy ingress_10_0_1_10',
+    'delete counter inet atoll_policy drop_ingress_10_0_1_10',
     'delete set inet atoll_policy peers_2a40cf793c08',
     '',
   ].join('\n'));
@@ -296,4 +300,17 @@ test('policyProblems finds, from the policy alone, the ipBlocks the compiler can
   ]);
   assert.deepEqual(policyProblems(bad), compile([bad]).problems, 'the same problems as the compiler meets');
   assert.deepEqual(policyProblems(policy({ name: 'ok', ingress: [rule({ peers: [{ ipBlock: { cidr: '2001:db8::/32', except: [] } }] })] })), []);
+});
+
+test('drops are tallied per direction and isolating policies from the pods\' drop counters, through a counter made anew', () => {
+  const plan = compile([policy({ name: 'deny', podSelector: {} }), policy({ name: 'web', podSelector: { matchLabels: { pod: 'a' } } }), policy({ name: 'out', namespace: 'y', policyTypes: ['Egress'] })]);
+  const last = new Map<string, number>();
+  const ip = (ns: string, pod: string) => parseIpv4(ipOf(ns, pod)) as number;
+  const read = (entries: [string, number][]) => tallyDrops(plan, new Map(entries), last);
+  assert.deepEqual(read([[dropCounterOf('ingress', ip('x', 'a')), 5], [dropCounterOf('ingress', ip('x', 'b')), 2], [dropCounterOf('ingress', ip('x', 'c')), 1], [dropCounterOf('egress', ip('y', 'a')), 7], ['drop_ingress_10_9_9_9', 100]]),
+    new Map([['ingress x/deny,x/web', 5], ['ingress x/deny', 3], ['egress y/out', 7]]));
+  // since then: a's count went on, b's counter was made anew (a whole apply) and holds 1, c's chain is gone
+  assert.deepEqual(read([[dropCounterOf('ingress', ip('x', 'a')), 9], [dropCounterOf('ingress', ip('x', 'b')), 1], [dropCounterOf('egress', ip('y', 'a')), 7]]),
+    new Map([['ingress x/deny,x/web', 4], ['ingress x/deny', 1], ['egress y/out', 0]]));
+  assert.deepEqual([...last.keys()].sort(), [dropCounterOf('egress', ip('y', 'a')), dropCounterOf('ingress', ip('x', 'a')), dropCounterOf('ingress', ip('x', 'b'))].sort());
 });
