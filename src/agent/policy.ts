@@ -18,7 +18,7 @@ import { compilePolicies, explain, type PolicyPlan } from '../core/policy/compil
 import { parseL4, type PolicyTrace, policyTraceOf } from '../core/ops/policy-trace.ts';
 import { keyOf } from '../core/policy/model.ts';
 import { buildPolicyTables, POLICY_TABLE, type PolicyTables, renderPolicyDelta, renderPolicyTables, tallyDrops } from '../core/policy/nft.ts';
-import { HeldPolicyView, type NodePolicyView, type PolicyLine } from '../core/policy/scope.ts';
+import { HeldPolicyView, type NodePolicyView, type PolicyLine, policyRevision } from '../core/policy/scope.ts';
 import type { IpamRecord } from '../core/ipam/sticky-pool.ts';
 import { hostVethName } from '../core/plan/pod-plan.ts';
 import { Backoff } from '../core/retry.ts';
@@ -32,6 +32,8 @@ import { sleep } from '../adapters/timers.ts';
 const COALESCE_MS = 20;
 /** How long to wait before asking again a controller that follows no Kubernetes. */
 const NOT_SERVED_RETRY_MS = 5 * 60_000;
+/** How many policy names the status carries. */
+const NAMES_SHOWN = 10;
 
 export interface PolicyComponents {
   readonly nft: Nft;
@@ -48,6 +50,10 @@ export interface PolicyInit {
 
 export interface PolicyStatus {
   readonly policies: number;
+  /** `namespace/name` of the first {@link NAMES_SHOWN} policies of the view, sorted. */
+  readonly names: readonly string[];
+  /** The view's policies' revision (src/core/policy/scope.ts `policyRevision`). */
+  readonly revision: string;
   readonly isolatedPods: number;
   /** When the ruleset in force was applied (ms since epoch), if any was this run. */
   readonly appliedAt?: number;
@@ -196,7 +202,11 @@ export class PolicyEnforcer {
   }
 
   status(): PolicyStatus {
-    return { policies: this.#held.view().policies.length, isolatedPods: this.#plan.pods.length, hasView: this.#hasView, ...(this.#appliedAt ? { appliedAt: this.#appliedAt } : {}) };
+    const { policies } = this.#held.view();
+    return {
+      policies: policies.length, names: policies.slice(0, NAMES_SHOWN).map(keyOf), revision: policyRevision(policies),
+      isolatedPods: this.#plan.pods.length, hasView: this.#hasView, ...(this.#appliedAt ? { appliedAt: this.#appliedAt } : {}),
+    };
   }
 
   /**
