@@ -32,6 +32,8 @@ export function kubeBinDir(): string {
 export interface ControlPlane {
   /** https://127.0.0.1:PORT */
   readonly server: string;
+  /** etcd's client URL, http://127.0.0.1:PORT (its JSON gateway writes what the API server would refuse). */
+  readonly etcd: string;
   /** The serving certificate (self-signed: it is its own CA). */
   readonly ca: string;
   readonly adminToken: string;
@@ -67,8 +69,9 @@ export async function startControlPlane(dir: string, opts: {
   const adminToken = randomBytes(16).toString('hex');
   const nodeTokens = new Map((opts.nodes ?? []).map((n) => [n, randomBytes(16).toString('hex')]));
   const launcher = netns ? ['ip', 'netns', 'exec', netns] : [];
+  const etcdClient = await freePort();
   const kcp = await startKubeControlPlane({
-    bins, dir: root, launcher, address: '127.0.0.1', ports: { etcdClient: await freePort(), etcdPeer: await freePort(), api: await freePort() },
+    bins, dir: root, launcher, address: '127.0.0.1', ports: { etcdClient, etcdPeer: await freePort(), api: await freePort() },
     serviceCidr: '10.96.0.0/16', controllers: opts.controllers, endpointReconciler: opts.endpointReconciler,
     users: [{ token: adminToken, name: 'atoll-test-admin', groups: ['system:masters'] },
       ...[...nodeTokens].map(([n, token]) => ({ token, name: `system:node:${n}`, groups: ['system:nodes'] }))],
@@ -77,6 +80,7 @@ export async function startControlPlane(dir: string, opts: {
 
   const cp: ControlPlane = {
     server: kcp.server,
+    etcd: `http://127.0.0.1:${etcdClient}`,
     get ca() {
       return kcp.ca;
     },

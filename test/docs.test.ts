@@ -73,7 +73,7 @@ test('docs/operations.md lists exactly the metrics the agent, the controller and
   const { registerControllerMetrics } = await import('../src/controller/controller-metrics.ts');
   const { registerRelayMetrics } = await import('../src/relay/relay-metrics.ts');
   const m = new Metrics();
-  registerAgentMetrics(m, { clock: Date.now, ipam: () => undefined, tunnel: () => undefined, link: () => undefined });
+  registerAgentMetrics(m, { clock: Date.now, ipam: () => undefined, tunnel: () => undefined, link: () => undefined, policyDrops: () => undefined });
   registerControllerMetrics(m, { isLeader: () => false, watchClients: () => 0, census: async () => ({ nodes: 0, leasedBlocks: 0 }), totalBlocks: 0 });
   const stats = { connected: 0, forwardedControl: 0, droppedNoDestination: 0, droppedNotAllowed: 0, droppedQueueFull: 0, refused: 0, circuitsOffered: 0 };
   registerRelayMetrics(m, { stats, circuits: () => ({ open: 0, joined: 0, lapsed: 0, badToken: 0, bytes: 0 }), members: () => 0 });

@@ -1,6 +1,7 @@
 /**
- * The agent's metrics: what the CNI socket served, the addresses of this node, its tunnel peers and the link to the
- * controller. Everything but the CNI histogram is read from the agent's own state at scrape time.
+ * The agent's metrics: what the CNI socket served, the addresses of this node, its tunnel peers, the link to the
+ * controller and what NetworkPolicy dropped. Everything but the CNI histogram is read from the agent's own state at
+ * scrape time (the policy drops from the kernel's counters, one `nft` run per scrape).
  */
 import type { Metrics } from '../adapters/ops/metrics.ts';
 import type { IpamUsage } from '../core/ipam/sticky-pool.ts';
@@ -15,6 +16,8 @@ export interface AgentMetricSources {
   readonly ipam: () => { usage: IpamUsage; blocks: number; allocations: Readonly<Record<AllocationHow, number>> } | undefined;
   readonly tunnel: () => TunnelStatus | undefined;
   readonly link: () => { state: LinkState; offlineSince: number | undefined } | undefined;
+  /** NetworkPolicy drops by `direction policies` (read from the kernel: asynchronous), or undefined without policy. */
+  readonly policyDrops: () => Promise<ReadonlyMap<string, number>> | undefined;
 }
 
 const LINK_STATES: readonly LinkState[] = ['connecting', 'connected', 'offline'];
@@ -54,6 +57,12 @@ export function registerAgentMetrics(m: Metrics, s: AgentMetricSources): CniObse
     const r = s.tunnel()?.relay;
     return r ? (r.connected ? 1 : 0) : [];
   });
+
+  m.counter('atoll_policy_dropped_packets_total', 'Packets NetworkPolicy dropped on this node, by direction (ingress, egress) and the policies isolating the pod (namespace/name, comma-separated): one series per distinct set of isolating policies seen on this node',
+    async () => [...(await s.policyDrops()) ?? []].map(([key, n]) => {
+      const space = key.indexOf(' ');
+      return [{ direction: key.slice(0, space), policies: key.slice(space + 1) }, n] as const;
+    }), ['direction', 'policies']);
 
   m.gauge('atoll_controller_link_state', 'The agent\'s link to the controller: 1 for the state it is in (connecting, connected, offline)', () => {
     const l = s.link();

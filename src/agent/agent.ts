@@ -106,6 +106,7 @@ export class Agent {
         ipam: () => this.#pods && { usage: this.#pods.ipam.usage(), blocks: this.#pods.ipam.blocks.length, allocations: this.#pods.allocations },
         tunnel: () => this.#tunnel?.status(),
         link: () => this.#link?.status,
+        policyDrops: () => this.#policy?.droppedPackets(),
       });
       this.#ops = await startOpsServer({ listen: cfg.metrics.listen, registry: metrics.registry, readiness: () => this.readiness() });
     }
@@ -214,7 +215,10 @@ export class Agent {
     }
     if (cfg.controller) this.#startLink(cfg.controller, stateFile, vtepMac);
     this.#server = await startCniServer(cfg.socketPath, this.#pods, log.child('cni'), this.#observeCni);
-    this.#status = await startStatusServer(statusSocketOf(cfg.socketPath), () => this.#tunnel?.status(), () => this.status());
+    const policy = this.#policy;
+    this.#status = await startStatusServer(statusSocketOf(cfg.socketPath), {
+      tunnel: () => this.#tunnel?.status(), status: () => this.status(), ...(policy ? { policyTrace: (q) => policy.trace(q) } : {}),
+    });
     const changed = installCni({
       binDir: cfg.cniBinDir,
       confDir: cfg.cniConfDir,

@@ -15,11 +15,13 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { asAtollError, atollError } from '../core/errors.ts';
 import type { Logger } from '../core/ports.ts';
-import { type Cidr, formatIpv4 } from '../core/net/ipv4.ts';
-import { compilePolicies, type PolicyPlan } from '../core/policy/compile.ts';
+import { type Cidr, formatIpv4, parseIpv4 } from '../core/net/ipv4.ts';
+import { compilePolicies, explain, type PolicyPlan } from '../core/policy/compile.ts';
 import { policyPods, type SandboxRuntime, unknownLocalPods } from '../core/policy/local-pods.ts';
-import { buildPolicyTables, type PolicyTables, renderPolicyDelta, renderPolicyTables } from '../core/policy/nft.ts';
-import { HeldPolicyView, type NodePolicyView, type PolicyLine } from '../core/policy/scope.ts';
+import { parseL4, type PolicyTrace, policyTraceOf } from '../core/ops/policy-trace.ts';
+import { keyOf } from '../core/policy/model.ts';
+import { buildPolicyTables, POLICY_TABLE, type PolicyTables, renderPolicyDelta, renderPolicyTables, tallyDrops } from '../core/policy/nft.ts';
+import { HeldPolicyView, type NodePolicyView, type PolicyLine, policyRevision } from '../core/policy/scope.ts';
 import type { IpamRecord } from '../core/ipam/sticky-pool.ts';
 import { hostVethName } from '../core/plan/pod-plan.ts';
 import { Backoff } from '../core/retry.ts';
@@ -34,6 +36,8 @@ import { PodClassifier } from './pod-classifier.ts';
 const COALESCE_MS = 20;
 /** How long to wait before asking again a controller that follows no Kubernetes. */
 const NOT_SERVED_RETRY_MS = 5 * 60_000;
+/** How many policy names the status carries. */
+const NAMES_SHOWN = 10;
 
 export interface PolicyComponents {
   readonly nft: Nft;
@@ -52,6 +56,10 @@ export interface PolicyInit {
 
 export interface PolicyStatus {
   readonly policies: number;
+  /** `namespace/name` of the first {@link NAMES_SHOWN} policies of the view, sorted. */
+  readonly names: readonly string[];
+  /** The view's policies' revision (src/core/policy/scope.ts `policyRevision`). */
+  readonly revision: string;
   readonly isolatedPods: number;
   /** When the ruleset in force was applied (ms since epoch), if any was this run. */
   readonly appliedAt?: number;
@@ -73,6 +81,10 @@ export class PolicyEnforcer {
   #chain: Promise<void> = Promise.resolve();
   #dirty = false;
   readonly #classifier: PodClassifier;
+  /** Drop counts read last, by counter; the totals since start, by `direction policies`; the reading under way. */
+  readonly #dropsRead = new Map<string, number>();
+  readonly #drops = new Map<string, number>();
+  #reading: Promise<ReadonlyMap<string, number>> | undefined;
 
   constructor(c: PolicyComponents, init: PolicyInit) {
     this.#c = c;
@@ -207,7 +219,45 @@ export class PolicyEnforcer {
   }
 
   status(): PolicyStatus {
-    return { policies: this.#held.view().policies.length, isolatedPods: this.#plan.pods.length, hasView: this.#hasView, ...(this.#appliedAt ? { appliedAt: this.#appliedAt } : {}) };
+    const { policies } = this.#held.view();
+    return {
+      policies: policies.length, names: policies.slice(0, NAMES_SHOWN).map(keyOf), revision: policyRevision(policies),
+      isolatedPods: this.#plan.pods.length, hasView: this.#hasView, ...(this.#appliedAt ? { appliedAt: this.#appliedAt } : {}),
+    };
+  }
+
+  /**
+   * Which policy and rule let a flow through on this node, or which side drops it, from the plan in force (`atoll
+   * trace`). `port` is PROTOCOL/NUMBER (`tcp/80`), or absent for every rule that names the remote address.
+   * @throws AtollError POLICY_TRACE_INVALID when `from` or `to` is not an IPv4 address, or `port` not PROTOCOL/NUMBER.
+   */
+  trace(q: { readonly from: string; readonly to: string; readonly port: string | undefined }): PolicyTrace {
+    const src = parseIpv4(q.from);
+    const dst = parseIpv4(q.to);
+    const l4 = q.port === undefined ? undefined : parseL4(q.port);
+    if (src === undefined || dst === undefined || (q.port !== undefined && !l4)) {
+      throw atollError('POLICY_TRACE_INVALID', `cannot trace from ${JSON.stringify(q.from)} to ${JSON.stringify(q.to)}${q.port === undefined ? '' : ` on ${JSON.stringify(q.port)}`}: give two IPv4 addresses and a port as tcp/80`,
+        'use atoll trace FROM TO [--port PROTOCOL/PORT] of the same Atoll version as the agent');
+    }
+    return policyTraceOf(explain(this.#plan, { src, dst, ...(l4 ? { l4 } : {}) }));
+  }
+
+  /**
+   * Packets NetworkPolicy dropped on this node since the agent started, by `direction policies` (the policies
+   * isolating the pod, comma-separated), from the pods' drop counters in the kernel (read now; calls at once share
+   * one read). A failed read is logged at debug and answers the totals so far.
+   */
+  droppedPackets(): Promise<ReadonlyMap<string, number>> {
+    this.#reading ??= this.#c.nft.counters(`inet ${POLICY_TABLE}`).then((counters) => {
+      for (const [key, n] of tallyDrops(this.#plan, counters, this.#dropsRead)) this.#drops.set(key, (this.#drops.get(key) ?? 0) + n);
+      return this.#drops;
+    }, (err: unknown) => {
+      this.#c.log.debug('cannot read the NetworkPolicy drop counters', { err: asAtollError(err).message });
+      return this.#drops;
+    }).finally(() => {
+      this.#reading = undefined;
+    });
+    return this.#reading;
   }
 
   async stop(): Promise<void> {

@@ -7,7 +7,8 @@ import { blockOwner, type ControllerView, renderTrace, resolvePodRef, tracePath 
 import { asAtollError } from '../core/errors.ts';
 import type { IpamReport } from './admin.ts';
 import { parseIpv4 } from '../core/net/ipv4.ts';
-import { readAgentStatus } from '../adapters/ops/status-socket.ts';
+import { parseL4, type PolicyTrace, renderPolicyTrace } from '../core/ops/policy-trace.ts';
+import { readAgentStatus, readPolicyTrace } from '../adapters/ops/status-socket.ts';
 import { parseCommand, UsageError } from './usage.ts';
 import { SOCKET_OPTIONS, statusSocketFrom } from './peers.ts';
 
@@ -23,13 +24,19 @@ peers by path (direct, hole-punched, relayed, down), the relay, and the agent ve
 ${SOCKET_HELP}
 `;
 
-const TRACE_USAGE = `usage: atoll trace FROM TO [--json] [--config FILE | --socket PATH] [--controller-config FILE]
+const TRACE_USAGE = `usage: atoll trace FROM TO [--port PROTOCOL/PORT] [--json] [--config FILE | --socket PATH] [--controller-config FILE]
 
 Explains hop by hop how a packet from pod FROM (on this node) reaches pod TO, from this node's agent (root): same
 node; same site over VXLAN to a node's VTEP, or a direct route; beyond the site the tunnel, direct, hole-punched or
 relayed through the relay; or why there is no path (communities differ, the peer down since when, no block owner, outside an edge node's view,
-hole punching failed and the relay down) and where it breaks. Exit 0 with a path, 1 without.
+hole punching failed and the relay down) and where it breaks. With networkPolicy on, it also says, from the rules the
+agent enforces, which NetworkPolicy and rule let the packet out of FROM and into TO (when TO is on this node), or
+which side drops it and which policies isolate that pod. Exit 0 with a path the policies allow, 1 without.
   FROM, TO        a pod IPv4 address, or namespace/name of a pod on this node
+  --port PROTOCOL/PORT
+                  the packet's protocol and destination port (tcp/80, udp/53, sctp/9): one verdict, allowed or
+                  dropped; without it, every rule that lets FROM reach TO is listed with the ports it allows, and
+                  the verdict is dropped only when some side allows nothing at all
   --json          the explanation as JSON
 ${SOCKET_HELP}
   --controller-config FILE
@@ -48,9 +55,12 @@ export async function runStatus(argv: string[]): Promise<number> {
 }
 
 export async function runTrace(argv: string[]): Promise<number> {
-  const { values, positionals } = parseCommand(argv, { command: 'atoll trace', usage: TRACE_USAGE, options: { json: { type: 'boolean', default: false }, ...SOCKET_OPTIONS, 'controller-config': { type: 'string' } }, positionals: { min: 2, max: 2 } });
+  const { values, positionals } = parseCommand(argv, { command: 'atoll trace', usage: TRACE_USAGE, options: { json: { type: 'boolean', default: false }, port: { type: 'string' }, ...SOCKET_OPTIONS, 'controller-config': { type: 'string' } }, positionals: { min: 2, max: 2 } });
   const [fromRef, toRef] = positionals as [string, string];
-  const st = await readAgentStatus(statusSocketFrom(values));
+  const l4 = values.port === undefined ? undefined : parseL4(values.port);
+  if (values.port !== undefined && !l4) throw new UsageError('atoll trace', `--port ${values.port}: give PROTOCOL/PORT, tcp, udp or sctp and 1 to 65535 (tcp/80)`, TRACE_USAGE);
+  const socket = statusSocketFrom(values);
+  const st = await readAgentStatus(socket);
   const from = resolvePodRef(fromRef, st);
   const to = resolvePodRef(toRef, st);
   const bad = (message: string) => new UsageError('atoll trace', message, TRACE_USAGE);
@@ -73,7 +83,19 @@ export async function runTrace(argv: string[]): Promise<number> {
   }
   const t = tracePath(st, from, to, view);
   const out = unreachable ? { ...t, controller: unreachable } : t;
-  if (values.json) write(`${JSON.stringify(out, null, 2)}\n`);
-  else for (const line of renderTrace(out)) write(`${line}\n`);
-  return t.path === 'broken' || t.path === 'not allowed' ? 1 : 0;
+  // NetworkPolicy: from the plan the agent enforces, when it enforces one
+  let policy: { trace: PolicyTrace; lines: string[]; verdict: 'allowed' | 'dropped' | 'depends' } | undefined;
+  if (st.policy?.hasView) {
+    const trace = await readPolicyTrace(socket, { from, to, ...(values.port ? { port: values.port } : {}) });
+    policy = { trace, ...renderPolicyTrace(trace, { from, to, ...(l4 ? { l4 } : {}), self: st.node.name, toNode: t.to.node }) };
+  }
+  if (values.json) write(`${JSON.stringify(policy ? { ...out, policy: { verdict: policy.verdict, sides: policy.trace.sides } } : out, null, 2)}\n`);
+  else {
+    for (const line of renderTrace(out)) write(`${line}\n`);
+    if (policy) {
+      write(`  policy: ${policy.verdict === 'depends' ? 'allowed on some ports only' : policy.verdict}${l4 ? ` (${values.port})` : ''}\n`);
+      for (const line of policy.lines) write(`    ${line}\n`);
+    } else if (st.policy) write('  policy: no view yet (the ruleset in the kernel, if any, is in force)\n');
+  }
+  return t.path === 'broken' || t.path === 'not allowed' || policy?.verdict === 'dropped' ? 1 : 0;
 }

@@ -149,7 +149,7 @@ export class Controller {
         const there = feed.views.node(other);
         return there === undefined || inView(viewScope(feed.views.node(viewer)), there);
       };
-      this.#policy = new KubePolicy({ kube, log: log.child('policy'), reachable });
+      this.#policy = new KubePolicy({ kube, log: log.child('policy'), reachable, clock: this.#c.clock, instance: advertiseHost });
       this.#policy.start().then(() => log.info('following NetworkPolicies, Namespaces and Pods', { policies: this.#policy?.policyCount }), (err: unknown) => log.error('following NetworkPolicies failed', { err: asAtollError(err).message }));
     }
     this.#api = new ApiServer(

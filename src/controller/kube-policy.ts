@@ -5,15 +5,20 @@
  * change its part. Changes arriving together are handled in one pass; a pass also runs every 30 s, so a node that
  * moves site or community (which changes the remote pods it can reach) gets its new part within that.
  *
- * Every replica serves the stream (reads only). A policy part that cannot be read is logged once per distinct problem
- * (POLICY_UNSUPPORTED) and enforced more strictly than written.
+ * Every replica serves the stream (reads only). A policy part that cannot be read (POLICY_UNSUPPORTED: what the
+ * conversion meets, and what the compiler would, checked here once per policy from the policy alone) is enforced more
+ * strictly than written, logged once per distinct problem, and reported on the policy's namespace as a Kubernetes
+ * Event once per policy generation (src/core/kube/policy-event.ts: the Event's name makes a second post from another
+ * replica or a restart an AlreadyExists that changes nothing).
  */
-import { asAtollError, type AtollError } from '../core/errors.ts';
+import { asAtollError, type AtollError, atollError } from '../core/errors.ts';
 import type { Logger } from '../core/ports.ts';
 import { keepNamespace, keepPod, namespaceFromKube, podFromKube, policyFromKube } from '../core/kube/policy-objects.ts';
 import { keyOf, type NetworkPolicy, type PolicyNamespace } from '../core/policy/model.ts';
+import { policyProblems } from '../core/policy/compile.ts';
+import { policyGenerationKey, type PolicyRef, policyUnsupportedEvent } from '../core/kube/policy-event.ts';
 import { diffPolicyView, type NodePolicyView, type PolicyLine, PolicyPeers, type PolicyWorld, type ViewPod } from '../core/policy/scope.ts';
-import type { KubeClient, KubeObject } from '../adapters/kube/kube-client.ts';
+import { type KubeClient, type KubeObject, kubeStatusOf } from '../adapters/kube/kube-client.ts';
 import { Reflector } from '../adapters/kube/reflector.ts';
 
 export const NETWORK_POLICIES_PATH = '/apis/networking.k8s.io/v1/networkpolicies';
@@ -27,6 +32,9 @@ export interface KubePolicyComponents {
   readonly log: Logger;
   /** Whether node `viewer` can reach pods on node `other` at all (its registry view). */
   readonly reachable: (viewer: string, other: string) => boolean;
+  readonly clock: () => number;
+  /** This controller replica, as the Events it posts name their reporter (`reportingInstance`). */
+  readonly instance: string;
 }
 
 interface Watcher {
@@ -45,6 +53,10 @@ export class KubePolicy {
   #peers = new PolicyPeers({ policies: new Map(), namespaces: new Map(), pods: new Map() });
   #policyCount = 0;
   #reported = new Set<string>();
+  /** Policy generations whose Event is posted or being posted (see {@link policyGenerationKey}). */
+  #evented = new Set<string>();
+  /** Policy generations whose Event failed to post, logged once each. */
+  #eventFailed = new Set<string>();
   #timer: NodeJS.Timeout | undefined;
   #resync: NodeJS.Timeout | undefined;
 
@@ -121,12 +133,23 @@ export class KubePolicy {
   #rebuild(): void {
     const policies = new Map<string, NetworkPolicy>();
     const problems: AtollError[] = [];
+    const generations = new Set<string>();
     for (const obj of this.#policies.list()) {
       const got = policyFromKube(obj);
       if (!got) continue;
       policies.set(keyOf(got.policy), got.policy);
-      problems.push(...got.problems);
+      const found = [...got.problems, ...policyProblems(got.policy).map((p) => atollError('POLICY_UNSUPPORTED', `NetworkPolicy ${p.policy}: ${p.message}`,
+        'fix the policy (kubectl get networkpolicy -o yaml); until then Atoll enforces it more strictly than written', undefined, { policy: p.policy }))];
+      problems.push(...found);
+      const meta = obj.metadata as KubeObject['metadata'] & { generation?: number };
+      if (meta.uid === undefined || found.length === 0) continue;
+      const ref: PolicyRef = { namespace: got.policy.namespace, name: got.policy.name, uid: meta.uid, generation: meta.generation ?? 0, ...(meta.resourceVersion ? { resourceVersion: meta.resourceVersion } : {}) };
+      generations.add(policyGenerationKey(ref));
+      this.#postEvent(ref, found.map((p) => p.message));
     }
+    // what is remembered of Events stays bounded: only the generations of policies that still have problems
+    for (const k of this.#evented) if (!generations.has(k)) this.#evented.delete(k);
+    for (const k of this.#eventFailed) if (!generations.has(k)) this.#eventFailed.delete(k);
     const namespaces = new Map<string, PolicyNamespace>();
     for (const obj of this.#namespaces.list()) {
       const ns = namespaceFromKube(obj);
@@ -146,5 +169,24 @@ export class KubePolicy {
       if (!this.#reported.has(p.message)) this.#c.log.warn('a NetworkPolicy is enforced more strictly than written', { code: p.code, err: p.message, fix: p.fix });
     }
     this.#reported = now;
+  }
+
+  /** Posts the Event for a policy generation with problems, once; a failed post is logged once and tried again next pass. */
+  #postEvent(ref: PolicyRef, problems: readonly string[]): void {
+    const key = policyGenerationKey(ref);
+    if (this.#evented.has(key)) return;
+    this.#evented.add(key);
+    const event = policyUnsupportedEvent(ref, problems, this.#c.instance, this.#c.clock());
+    this.#c.kube.create(`/apis/events.k8s.io/v1/namespaces/${encodeURIComponent(ref.namespace)}/events`, event, this.#abort.signal).then(
+      () => this.#c.log.info('reported a NetworkPolicy enforced more strictly than written as an Event', { policy: `${ref.namespace}/${ref.name}`, generation: ref.generation, event: event.metadata.name }),
+      (err: unknown) => {
+        if (kubeStatusOf(err)?.status === 409) return; // posted already: by another replica, or before a restart
+        this.#evented.delete(key);
+        if (this.#abort.signal.aborted || this.#eventFailed.has(key)) return;
+        this.#eventFailed.add(key);
+        const e = asAtollError(err);
+        this.#c.log.warn('cannot post the Event for a NetworkPolicy enforced more strictly than written; trying again at the next pass', { code: e.code, err: e.message, policy: `${ref.namespace}/${ref.name}` });
+      },
+    );
   }
 }

@@ -2,8 +2,9 @@
  * NetworkPolicy in the kernel: a node namespace with a bridge and three pods (x/a, x/b, x/c) on veths named as the
  * agent names them, and one remote pod (y/r) behind a routed link, as a pod across VXLAN or the tunnel is. The
  * compiled policies are rendered and applied with nft; then every pod pair, over TCP 80, TCP 81 and UDP 80, must do
- * exactly what the compiler's own `decide` says (unit-tested against truth tables), the node itself still reaches its
- * pods, and a pod cannot pass a rule by sending from a neighbour's address or a remote pod's.
+ * exactly what the compiler's own `decide` says (unit-tested against truth tables), a dropped packet counts on the drop
+ * counter of the side `explain` (what `atoll trace` says) names, the node itself still reaches its pods, and a pod
+ * cannot pass a rule by sending from a neighbour's address or a remote pod's.
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -12,17 +13,17 @@ import { fileURLToPath } from 'node:url';
 import { addNetns, delNetns, inNetns, rootSkipReason, sh } from '../../harness/netns.ts';
 import { until } from '../../harness/wait.ts';
 import { PROJECT_NODE } from '../../src/lab/agent-process.ts';
-import { compilePolicies, decide, type L4, type PolicyPlan } from '../../src/core/policy/compile.ts';
+import { compilePolicies, decide, explain, type L4, type PolicyPlan } from '../../src/core/policy/compile.ts';
 import type { NetworkPolicy, PolicyPod } from '../../src/core/policy/model.ts';
-import { buildPolicyTables, renderPolicyDelta, renderPolicyRuleset, renderPolicyTables } from '../../src/core/policy/nft.ts';
+import { buildPolicyTables, dropCounterOf, renderPolicyDelta, renderPolicyRuleset, renderPolicyTables, tallyDrops } from '../../src/core/policy/nft.ts';
 import { type Cidr, parseCidr, parseIpv4 } from '../../src/core/net/ipv4.ts';
 import { Nft } from '../../src/adapters/kernel/nft.ts';
 
 const PROBE = fileURLToPath(new URL('../support/l4-probe.ts', import.meta.url));
 
 /**
- * A namespace's nftables ruleset as comparable data: no handles, counters zeroed, sets and chains by name with their
- * elements sorted, each chain's rules in order.
+ * A namespace's nftables ruleset as comparable data: no handles, counters (anonymous and named) zeroed, sets and
+ * chains by name with their elements sorted, each chain's rules in order.
  */
 function normalizedRuleset(ns: string): unknown {
   const items = (JSON.parse(sh('ip', ['netns', 'exec', ns, 'nft', '-j', 'list', 'ruleset'])) as { nftables: Record<string, Record<string, unknown>>[] }).nftables;
@@ -44,11 +45,15 @@ function normalizedRuleset(ns: string): unknown {
     if (kind === 'rule') (rules[`${b.family} ${b.table} ${b.chain}`] ??= []).push(b.expr);
     else {
       if (Array.isArray(b.elem)) b.elem = [...b.elem].map((e) => JSON.stringify(e)).sort();
+      if (kind === 'counter') b.packets = b.bytes = 0;
       out[`${kind} ${b.family} ${b.table ?? ''} ${b.name}`] = b;
     }
   }
   return { objects: Object.fromEntries(Object.entries(out).sort()), rules: Object.fromEntries(Object.entries(rules).sort()) };
 }
+
+/** The remote pod y/r. */
+const y = (pods: readonly Bed[]) => pods.find((p) => p.name === 'y/r') as Bed;
 
 interface Bed {
   readonly name: string;
@@ -173,6 +178,41 @@ describe('NetworkPolicy enforced by nftables', { skip: rootSkipReason(), timeout
     // applying the same ruleset again changes nothing
     await new Nft().apply(ruleset, { netns: `/run/netns/${node}` });
     assert.deepEqual(observed(), want, failureDump());
+  });
+
+  test('a dropped packet counts on the drop counter of the side explain names, an allowed one on none; reading counters commits nothing', async () => {
+    const [a, b, c] = pods as [Bed, Bed, Bed];
+    const netns = `/run/netns/${node}`;
+    const ip = (p: Bed) => parseIpv4(p.ip) as number;
+    const sides = (from: Bed, to: Bed, protocol: L4, port: number) => explain(plan, { src: ip(from), dst: ip(to), l4: { protocol, port } })
+      .map((s) => `${s.direction} ${s.pod} [${s.isolatedBy.join(' ')}]: ${s.allowedBy.map((r) => `${r.policy} rule ${r.rule}`).join('; ') || 'DROP'}`);
+    const moved = (was: ReadonlyMap<string, number>, now: ReadonlyMap<string, number>) => [...now].filter(([k, n]) => n !== (was.get(k) ?? 0)).map(([k]) => k).sort();
+    const t0 = await new Nft().counters('inet atoll_policy', { netns });
+    assert.ok(t0.has(dropCounterOf('ingress', ip(a))) && t0.has(dropCounterOf('egress', ip(c))), `a counter per pod chain: ${[...t0.keys()].join(' ')}`);
+
+    assert.deepEqual(sides(b, a, 'tcp', 80), ['ingress x/a [x/a-from-b]: x/a-from-b rule 0']);
+    assert.deepEqual(probe(b.ns, [{ ip: a.ip, proto: 'tcp', port: 80 }]), [true]);
+    const t1 = await new Nft().counters('inet atoll_policy', { netns });
+    assert.deepEqual(moved(t0, t1), [], 'an allowed packet counts on no drop counter');
+
+    assert.deepEqual(sides(c, a, 'tcp', 80), ['egress x/c [x/c-out]: DROP', 'ingress x/a [x/a-from-b]: DROP']);
+    assert.deepEqual(sides(y(pods), a, 'tcp', 80), ['ingress x/a [x/a-from-b]: DROP']);
+    assert.deepEqual(sides(c, b, 'udp', 80), ['egress x/c [x/c-out]: DROP', 'ingress x/b [x/b-from-y]: DROP']);
+    assert.deepEqual(probe(y(pods).ns, [{ ip: a.ip, proto: 'tcp', port: 80 }]), [false]);
+    const t2 = await new Nft().counters('inet atoll_policy', { netns });
+    assert.deepEqual(moved(t1, t2), [dropCounterOf('ingress', ip(a))], 'refused at the ingress of x/a, the side explain names');
+    assert.deepEqual(probe(c.ns, [{ ip: b.ip, proto: 'udp', port: 80 }]), [false]);
+    const t3 = await new Nft().counters('inet atoll_policy', { netns });
+    assert.deepEqual(moved(t2, t3), [dropCounterOf('egress', ip(c))], 'refused at the egress of x/c first: the ingress of x/b never sees it');
+    // as the agent's metric labels them
+    const tally = tallyDrops(plan, t3, new Map(t1));
+    assert.ok((tally.get('ingress x/a-from-b') ?? 0) >= 1 && (tally.get('egress x/c-out') ?? 0) >= 1 && (tally.get('ingress x/b-from-y') ?? 0) === 0, JSON.stringify([...tally]));
+
+    // reading the counters is no commit: the ruleset generation the agent compares stays, so its next change is a delta
+    const generations = inNetns(node, PROJECT_NODE, ['--input-type=module', '-e', `import { Nft } from ${JSON.stringify(new URL('../../src/adapters/kernel/nft.ts', import.meta.url).href)};
+      const nft = new Nft(); const g = await nft.generation(); await nft.counters('inet atoll_policy'); console.log(JSON.stringify([g, await nft.generation()]));`]);
+    const [g0, g1] = JSON.parse(generations.stdout) as [number, number];
+    assert.equal(g1, g0, generations.stderr);
   });
 
   test('the node itself still reaches a pod that refuses every other pod on that port', () => {

@@ -8,6 +8,7 @@
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
+import { randomUUID } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createServer, connect, type Server, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -179,7 +180,9 @@ describe('the controller on a real kube-apiserver', { timeout: 400_000 }, () => 
     assert.ok(can('atoll-controller', 'update', 'leases.coordination.k8s.io'));
     // NetworkPolicy: reads the policies and the pods and namespaces they select, writes none of them
     for (const what of ['networkpolicies.networking.k8s.io', 'pods', 'namespaces']) assert.ok(can('atoll-controller', 'watch', what), `controller may watch ${what}`);
-    for (const [verb, what] of [['get', 'secrets'], ['delete', 'pods'], ['patch', 'pods'], ['update', 'networkpolicies.networking.k8s.io'], ['delete', 'nodes'], ['create', 'deployments.apps'], ['update', 'communities.atoll.dev']]) {
+    // and reports a policy it enforces more strictly than written as an Event: creates them, changes none
+    assert.ok(can('atoll-controller', 'create', 'events.events.k8s.io'));
+    for (const [verb, what] of [['update', 'events.events.k8s.io'], ['delete', 'events.events.k8s.io'], ['create', 'events'], ['get', 'secrets'], ['delete', 'pods'], ['patch', 'pods'], ['update', 'networkpolicies.networking.k8s.io'], ['delete', 'nodes'], ['create', 'deployments.apps'], ['update', 'communities.atoll.dev']]) {
       assert.ok(canNot('atoll-controller', verb as string, what as string), `controller may not ${verb} ${what}`);
     }
     for (const who of ['atoll-agent', 'atoll-relay']) {
@@ -262,5 +265,39 @@ describe('the controller on a real kube-apiserver', { timeout: 400_000 }, () => 
       ac.abort();
       await watching;
     }
+  });
+
+  test('a policy the controller enforces more strictly than written is an Event on its namespace, once per generation, and logged once', async () => {
+    // the API server refuses such a policy (protocol ICMP); one written to its storage (by another version, or
+    // restored from a backup) is served as it is: written here through etcd's JSON gateway
+    const uid = randomUUID();
+    const put = (generation: number, protocol: string) => fetch(`${cp.etcd}/v3/kv/put`, { method: 'POST', body: JSON.stringify({
+      key: Buffer.from('/registry/networkpolicies/shop/odd').toString('base64'),
+      value: Buffer.from(JSON.stringify({ kind: 'NetworkPolicy', apiVersion: 'networking.k8s.io/v1',
+        metadata: { name: 'odd', namespace: 'shop', uid, generation, creationTimestamp: '2026-01-01T00:00:00Z' },
+        spec: { podSelector: {}, policyTypes: ['Ingress'], ingress: [{ ports: [{ protocol, port: 80 }] }] } })).toString('base64'),
+    }) }).then((r) => assert.equal(r.status, 200));
+    const events = async () => (await cp.admin.list<{ metadata: { name: string }; reason: string; type: string; note: string; regarding: { kind: string; name: string; uid: string }; reportingController: string }>('/apis/events.k8s.io/v1/namespaces/shop/events')).items
+      .filter((e) => e.regarding.kind === 'NetworkPolicy' && e.regarding.name === 'odd');
+    const logged = () => logs.filter((l) => l.code === 'POLICY_UNSUPPORTED' && /NetworkPolicy shop\/odd: spec.ingress\[0\].ports\[0\] has protocol "ICMP"/.test(String(l.err))).length;
+    await put(1, 'ICMP');
+    await until('the Event posted', async () => (await events()).length === 1, 60_000);
+    const [e] = await events();
+    assert.deepEqual([e?.type, e?.reason, e?.regarding.uid, e?.reportingController], ['Warning', 'PolicyUnsupported', uid, 'atoll.dev/controller']);
+    assert.match(String(e?.note), /POLICY_UNSUPPORTED.*has protocol "ICMP", not TCP, UDP or SCTP; that port matches nothing/);
+    // other changes make the controller pass over the policies again: no second Event, no second log line
+    for (const v of ['1', '2', '3']) {
+      cp.kubectl(['label', 'namespace', 'shop', `pass=${v}`, '--overwrite']);
+      await new Promise((r) => setTimeout(r, 300));
+    }
+    assert.equal((await events()).length, 1, 'one Event per policy generation');
+    assert.equal(logged(), 1, 'logged once');
+    // a new generation with the problem still in it: a new Event; fixed: none more
+    await put(2, 'SCTP-ish');
+    await until('the second generation\'s Event', async () => (await events()).length === 2, 20_000);
+    await put(3, 'TCP');
+    await new Promise((r) => setTimeout(r, 1000));
+    assert.equal((await events()).length, 2);
+    cp.kubectl(['delete', 'networkpolicy', 'odd', '-n', 'shop']);
   });
 });

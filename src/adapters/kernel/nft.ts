@@ -28,6 +28,22 @@ export class Nft {
   }
 
   /**
+   * The packet counts of table `family name`'s named counters, by counter name (`nft -j list counters table`: a read,
+   * which commits nothing and so leaves the ruleset generation as it was).
+   * @throws AtollError KERNEL_OP_FAILED when nft fails (the table does not exist) or answers something else than JSON.
+   */
+  async counters(table: string, opts: { netns?: string } = {}): Promise<Map<string, number>> {
+    const res = await this.#exec('nft', ['-j', 'list', 'counters', 'table', ...table.split(' ')], { netns: opts.netns });
+    if (res.code !== 0) throw atollError('KERNEL_OP_FAILED', `nft list counters table ${table} failed${opts.netns ? ` in ${opts.netns}` : ''}: ${res.stderr.trim()}`, 'nothing to do if the table is not applied yet; else check nftables');
+    try {
+      const items = (JSON.parse(res.stdout) as { nftables: { counter?: { name: string; packets: number } }[] }).nftables;
+      return new Map(items.flatMap((i) => (i.counter ? [[i.counter.name, i.counter.packets] as const] : [])));
+    } catch (cause) {
+      throw atollError('KERNEL_OP_FAILED', `nft -j list counters table ${table} answered something that is not its JSON`, 'run a supported nftables (1.0 or later)', cause);
+    }
+  }
+
+  /**
    * The calling namespace's nftables ruleset generation (every committed transaction, anyone's, moves it by one),
    * read over netlink without spawning `nft`. Callers compare it with the generation their own last commit left to
    * know whether their tables are as they left them.

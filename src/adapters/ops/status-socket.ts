@@ -1,15 +1,18 @@
 /**
  * The agent's status socket: HTTP on a unix socket beside the CNI socket (root only, mode 0600), read by
  * `atoll peers`, `atoll status`, `atoll trace` and the lab. `GET /v1/peers` answers the tunnel's {@link TunnelStatus}
- * as JSON (`{"tunnel": null}` on a node without a tunnel); `GET /v1/status` the whole {@link AgentStatus}. An adapter,
+ * as JSON (`{"tunnel": null}` on a node without a tunnel); `GET /v1/status` the whole {@link AgentStatus};
+ * `GET /v1/policy/explain?from=IP&to=IP[&port=tcp/80]` the {@link PolicyTrace} of that flow (404 when the agent
+ * enforces no NetworkPolicy, 400 with `error` and `code` for a question it cannot read). An adapter,
  * not part of the agent, because both sides use it: the agent serves it, the CLI and the lab read it.
  */
 import { chmodSync, unlinkSync } from 'node:fs';
 import type { Server } from 'node:http';
-import { atollError } from '../../core/errors.ts';
+import { asAtollError, atollError } from '../../core/errors.ts';
 import { dirname, join } from 'node:path';
 import type { TunnelStatus } from '../../core/tunnel/status.ts';
 import type { AgentStatus } from '../../core/ops/agent-status.ts';
+import type { PolicyTrace } from '../../core/ops/policy-trace.ts';
 
 // not an ESM import, whose facade loads far more (the rule in eslint.config.js says why)
 const { createServer, request } = process.getBuiltinModule('node:http');
@@ -19,7 +22,16 @@ export function statusSocketOf(socketPath: string): string {
   return join(dirname(socketPath), 'atoll-status.sock');
 }
 
-export async function startStatusServer(path: string, tunnel: () => TunnelStatus | undefined, status: () => AgentStatus): Promise<Server> {
+/** What the status socket answers from. */
+export interface StatusSources {
+  readonly tunnel: () => TunnelStatus | undefined;
+  readonly status: () => AgentStatus;
+  /** Absent when the agent enforces no NetworkPolicy. @throws AtollError for a question it cannot read. */
+  readonly policyTrace?: (q: { readonly from: string; readonly to: string; readonly port: string | undefined }) => PolicyTrace;
+}
+
+export async function startStatusServer(path: string, sources: StatusSources): Promise<Server> {
+  const { tunnel, status, policyTrace } = sources;
   try {
     unlinkSync(path);
   } catch {
@@ -34,6 +46,19 @@ export async function startStatusServer(path: string, tunnel: () => TunnelStatus
     if (req.method === 'GET' && req.url === '/v1/status') {
       res.writeHead(200, { 'content-type': 'application/json' });
       res.end(JSON.stringify(status()));
+      return;
+    }
+    const url = new URL(req.url ?? '/', 'http://status');
+    if (req.method === 'GET' && url.pathname === '/v1/policy/explain' && policyTrace) {
+      try {
+        const answer = policyTrace({ from: url.searchParams.get('from') ?? '', to: url.searchParams.get('to') ?? '', port: url.searchParams.get('port') ?? undefined });
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.end(JSON.stringify(answer));
+      } catch (err) {
+        const e = asAtollError(err);
+        res.writeHead(400, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ error: e.message, code: e.code }));
+      }
       return;
     }
     res.writeHead(404, { 'content-type': 'application/json' });
@@ -61,6 +86,15 @@ export async function readTunnelStatus(socketPath: string, timeoutMs = 5000): Pr
  */
 export function readAgentStatus(socketPath: string, timeoutMs = 5000): Promise<AgentStatus> {
   return getJson<AgentStatus>(socketPath, '/v1/status', timeoutMs);
+}
+
+/**
+ * Asks the agent at `socketPath` which policy and rule let a flow through, or which side drops it (its own plan).
+ * @throws AtollError AGENT_UNREACHABLE when nothing answers there, or it enforces no NetworkPolicy (HTTP 404).
+ */
+export function readPolicyTrace(socketPath: string, q: { readonly from: string; readonly to: string; readonly port?: string }, timeoutMs = 5000): Promise<PolicyTrace> {
+  const query = new URLSearchParams({ from: q.from, to: q.to, ...(q.port ? { port: q.port } : {}) });
+  return getJson<PolicyTrace>(socketPath, `/v1/policy/explain?${query}`, timeoutMs);
 }
 
 function getJson<T>(socketPath: string, path: string, timeoutMs: number): Promise<T> {

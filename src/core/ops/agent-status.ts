@@ -42,6 +42,10 @@ export interface AgentStatus {
   /** NetworkPolicy on this node (absent when `networkPolicy` is off). */
   readonly policy?: {
     readonly policies: number;
+    /** The first policies' `namespace/name` (absent from older agents). */
+    readonly names?: readonly string[];
+    /** A content hash of the view's policies, equal wherever the same policies are held (absent from older agents). */
+    readonly revision?: string;
     readonly isolatedPods: number;
     /** Whether the node holds a view (from the controller, or kept on disk). */
     readonly hasView: boolean;
@@ -85,7 +89,11 @@ export function renderStatus(st: AgentStatus): string[] {
   } else out.push('tunnel    off');
   if (!st.policy) out.push('policy    off');
   else if (!st.policy.hasView) out.push('policy    on, no view yet (the ruleset in the kernel, if any, stays in force)');
-  else out.push(`policy    ${st.policy.policies} policies for this node's pods, ${st.policy.isolatedPods} pods isolated${st.policy.appliedAt === undefined ? '' : `, applied ${ago(st.now - st.policy.appliedAt)} ago`}`);
+  else {
+    const p = st.policy;
+    const names = p.names && p.names.length > 0 ? ` (${p.names.join(', ')}${p.names.length < p.policies ? `, and ${p.policies - p.names.length} more` : ''})` : '';
+    out.push(`policy    ${p.policies} policies for this node's pods${names}${p.revision ? `, revision ${p.revision}` : ''}, ${p.isolatedPods} pods isolated${p.appliedAt === undefined ? '' : `, applied ${ago(st.now - p.appliedAt)} ago`}`);
+  }
   const versions = new Map<string, number>();
   for (const node of st.nodes) versions.set(node.agentVersion || '?', (versions.get(node.agentVersion || '?') ?? 0) + 1);
   out.push(`cluster   ${st.nodes.length} nodes; agent versions ${[...versions].map(([v, c]) => `${v} x${c}`).join(', ')}`);

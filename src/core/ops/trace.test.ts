@@ -89,7 +89,9 @@ test('renderStatus: link, blocks, peers by path, versions', () => {
   assert.match(text, /^policy {4}off$/m);
   const on = (policy: NonNullable<ReturnType<typeof status>['policy']>) => renderStatus({ ...status(), policy }).join('\n');
   assert.match(on({ policies: 0, isolatedPods: 0, hasView: false }), /^policy {4}on, no view yet \(the ruleset in the kernel, if any, stays in force\)$/m);
-  assert.match(on({ policies: 3, isolatedPods: 2, hasView: true, appliedAt: status().now - 5_000 }), /^policy {4}3 policies for this node's pods, 2 pods isolated, applied 5s ago$/m);
+  assert.match(on({ policies: 3, isolatedPods: 2, hasView: true, appliedAt: status().now - 5_000 }), /^policy {4}3 policies for this node's pods, 2 pods isolated, applied 5s ago$/m, 'an older agent: no names, no revision');
+  assert.match(on({ policies: 2, names: ['x/allow-web', 'x/deny-all'], revision: '0123456789ab', isolatedPods: 2, hasView: true }), /^policy {4}2 policies for this node's pods \(x\/allow-web, x\/deny-all\), revision 0123456789ab, 2 pods isolated$/m);
+  assert.match(on({ policies: 12, names: ['x/p0', 'x/p1'], revision: '0123456789ab', isolatedPods: 0, hasView: true }), /\(x\/p0, x\/p1, and 10 more\), revision/);
 });
 
 test('renderStatus: peers on the datagram path count as udp, dialled or punched', () => {

@@ -5,9 +5,9 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { compilePolicies, decide, type L4, type PolicyPlan } from './compile.ts';
+import { compilePolicies, decide, explain, type L4, type PolicyPlan, policyProblems } from './compile.ts';
 import { keyOf, type NetworkPolicy, type PolicyNamespace, type PolicyPod, type PolicyRule } from './model.ts';
-import { buildPolicyTables, renderPolicyDelta, renderPolicyRuleset } from './nft.ts';
+import { buildPolicyTables, dropCounterOf, renderPolicyDelta, renderPolicyRuleset, tallyDrops } from './nft.ts';
 import { parseCidr, parseIpv4, type Cidr } from '../net/ipv4.ts';
 import { formatRange, normalizeRanges, subtractRanges } from '../net/ranges.ts';
 import { matchesSelector } from './selector.ts';
@@ -195,6 +195,8 @@ test('the ruleset (golden): maps by address, chains named by address, one set pe
     'table inet atoll_policy {',
     '  comment "managed by atoll; do not edit"',
     '  set peers_2a40cf793c08 { type ipv4_addr; flags interval; elements = { 10.0.1.11 }; }',
+    '  counter drop_egress_10_0_1_10 { }',
+    '  counter drop_ingress_10_0_1_10 { }',
     '  map egress { type ipv4_addr : verdict; elements = { 10.0.1.10 : jump egress_10_0_1_10 }; }',
     '  map ingress { type ipv4_addr : verdict; elements = { 10.0.1.10 : jump ingress_10_0_1_10 }; }',
     '  chain forward {',
@@ -205,12 +207,12 @@ test('the ruleset (golden): maps by address, chains named by address, one set pe
     '  }',
     '  chain egress_10_0_1_10 {',
     '    ip daddr @peers_2a40cf793c08 return comment "x/web egress rule 0"',
-    '    counter drop comment "egress of x/a: no rule allows"',
+    '    counter name "drop_egress_10_0_1_10" drop comment "egress of x/a: no rule allows"',
     '  }',
     '  chain ingress_10_0_1_10 {',
     '    ip saddr @peers_2a40cf793c08 meta l4proto tcp th dport { 80, 8000-8080 } accept comment "x/web ingress rule 0"',
     '    ip saddr @peers_2a40cf793c08 meta l4proto udp accept comment "x/web ingress rule 0"',
-    '    counter drop comment "ingress of x/a: no rule allows"',
+    '    counter name "drop_ingress_10_0_1_10" drop comment "ingress of x/a: no rule allows"',
     '  }',
     '}',
     'table bridge atoll_policy',
@@ -244,13 +246,71 @@ test('the delta (golden): only what changed, new things first, gone things last;
   // the policy replaced by a deny for b: a's chain and its set go (after its map entry), b's chain comes
   const denyB = policy({ name: 'deny-b', podSelector: { matchLabels: { pod: 'b' } } });
   assert.equal(renderPolicyDelta(before, tables([denyB])), [
+    'add counter inet atoll_policy drop_ingress_10_0_1_11',
     'add chain inet atoll_policy ingress_10_0_1_11',
-    'add rule inet atoll_policy ingress_10_0_1_11 counter drop comment "ingress of x/b: no rule allows"',
+    'add rule inet atoll_policy ingress_10_0_1_11 counter name "drop_ingress_10_0_1_11" drop comment "ingress of x/b: no rule allows"',
     'delete element inet atoll_policy ingress { 10.0.1.10 }',
     'add element inet atoll_policy ingress { 10.0.1.11 : jump ingress_10_0_1_11 }',
     'flush chain inet atoll_policy ingress_10_0_1_10',
     'delete chain inet atoll_policy ingress_10_0_1_10',
+    'delete counter inet atoll_policy drop_ingress_10_0_1_10',
     'delete set inet atoll_policy peers_2a40cf793c08',
     '',
   ].join('\n'));
+});
+
+test('explain names the policies isolating each side and the rules letting a flow through, the same ones decide takes', () => {
+  const plan = compile([
+    policy({ name: 'deny-all', podSelector: {} }),
+    policy({ name: 'allow-web', podSelector: { matchLabels: { pod: 'a' } }, ingress: [
+      rule({ peers: [{ ipBlock: { cidr: '192.0.2.0/24', except: [] } }] }),
+      rule({ peers: [{ podSelector: { matchLabels: { pod: 'b' } } }], ports: [{ protocol: 'TCP', port: 80 }, { protocol: 'UDP', port: 'serve-81-udp' }] }),
+      rule({ peers: [{ podSelector: { matchExpressions: [{ key: 'pod', operator: 'In', values: ['b', 'c'] }] }, namespaceSelector: { matchLabels: { ns: 'y' } } }], ports: [{ protocol: 'TCP', port: 8000, endPort: 8080 }] }),
+    ] }),
+    policy({ name: 'out', namespace: 'y', podSelector: { matchLabels: { pod: 'b' } }, policyTypes: ['Egress'], egress: [rule({ peers: [{ namespaceSelector: {} }], ports: [{ protocol: 'TCP' }] })] }),
+  ]);
+  const ip = (ns: string, pod: string) => parseIpv4(ipOf(ns, pod)) as number;
+  const sides = (from: [string, string], to: [string, string], l4?: { protocol: L4; port: number }) =>
+    explain(plan, { src: ip(...from), dst: ip(...to), ...(l4 ? { l4 } : {}) }).map((s) => `${s.direction} ${s.pod} [${s.isolatedBy.join(' ')}]: ${s.allowedBy.map((r) => `${r.policy}#${r.rule} (${r.what})`).join('; ') || 'DROP'}`);
+
+  assert.deepEqual(sides(['x', 'b'], ['x', 'a'], { protocol: 'tcp', port: 80 }), ['ingress x/a [x/allow-web x/deny-all]: x/allow-web#1 (from pods pod=b of x, TCP 80, UDP 81)']);
+  assert.deepEqual(sides(['x', 'c'], ['x', 'a'], { protocol: 'tcp', port: 80 }), ['ingress x/a [x/allow-web x/deny-all]: DROP']);
+  assert.deepEqual(sides(['x', 'b'], ['x', 'a'], { protocol: 'tcp', port: 81 }), ['ingress x/a [x/allow-web x/deny-all]: DROP']);
+  // without a port: every rule naming the remote address, with what it allows
+  assert.deepEqual(sides(['y', 'b'], ['x', 'a']), [
+    'egress y/b [y/out]: y/out#0 (to every pod in every namespace, TCP every port)',
+    'ingress x/a [x/allow-web x/deny-all]: x/allow-web#2 (from pods pod in (b,c) in namespaces ns=y, TCP 8000-8080)',
+  ]);
+  assert.deepEqual(sides(['y', 'b'], ['x', 'a'], { protocol: 'udp', port: 8000 }), ['egress y/b [y/out]: DROP', 'ingress x/a [x/allow-web x/deny-all]: DROP']);
+  // a pod only deny-all isolates, and a pair no policy touches
+  assert.deepEqual(sides(['x', 'a'], ['x', 'c']), ['ingress x/c [x/deny-all]: DROP']);
+  assert.deepEqual(sides(['z', 'a'], ['z', 'b']), []);
+  assert.equal(plan.pods.find((p) => p.pod === 'x/a')?.ingress?.[0]?.what, 'from 192.0.2.0/24, every port');
+
+  // decide is explain's first rule per side, refused at the first side with none
+  assert.deepEqual(decide(plan, { src: ip('y', 'b'), dst: ip('x', 'a'), protocol: 'tcp', port: 8080 }), { allowed: true, egressBy: { policy: 'y/out', rule: 0 }, ingressBy: { policy: 'x/allow-web', rule: 2 } });
+  assert.deepEqual(decide(plan, { src: ip('y', 'b'), dst: ip('x', 'a'), protocol: 'udp', port: 8080 }), { allowed: false, deniedAt: 'egress of y/b' });
+});
+
+test('policyProblems finds, from the policy alone, the ipBlocks the compiler cannot read (once each)', () => {
+  const bad = policy({ name: 'bad', ingress: [rule({ peers: [{ ipBlock: { cidr: '10.0.0.0/33', except: [] } }] }), rule({ peers: [{ ipBlock: { cidr: '10.0.0.0/33', except: [] } }, { ipBlock: { cidr: '10.0.0.0/8', except: ['nope'] } }] })] });
+  assert.deepEqual(policyProblems(bad).map((p) => `${p.policy}: ${p.message}`), [
+    'x/bad: ipBlock cidr "10.0.0.0/33" is not an IPv4 or IPv6 prefix; the peer matches nothing',
+    'x/bad: ipBlock except "nope" is not a prefix; the peer matches nothing',
+  ]);
+  assert.deepEqual(policyProblems(bad), compile([bad]).problems, 'the same problems as the compiler meets');
+  assert.deepEqual(policyProblems(policy({ name: 'ok', ingress: [rule({ peers: [{ ipBlock: { cidr: '2001:db8::/32', except: [] } }] })] })), []);
+});
+
+test('drops are tallied per direction and isolating policies from the pods\' drop counters, through a counter made anew', () => {
+  const plan = compile([policy({ name: 'deny', podSelector: {} }), policy({ name: 'web', podSelector: { matchLabels: { pod: 'a' } } }), policy({ name: 'out', namespace: 'y', policyTypes: ['Egress'] })]);
+  const last = new Map<string, number>();
+  const ip = (ns: string, pod: string) => parseIpv4(ipOf(ns, pod)) as number;
+  const read = (entries: [string, number][]) => tallyDrops(plan, new Map(entries), last);
+  assert.deepEqual(read([[dropCounterOf('ingress', ip('x', 'a')), 5], [dropCounterOf('ingress', ip('x', 'b')), 2], [dropCounterOf('ingress', ip('x', 'c')), 1], [dropCounterOf('egress', ip('y', 'a')), 7], ['drop_ingress_10_9_9_9', 100]]),
+    new Map([['ingress x/deny,x/web', 5], ['ingress x/deny', 3], ['egress y/out', 7]]));
+  // since then: a's count went on, b's counter was made anew (a whole apply) and holds 1, c's chain is gone
+  assert.deepEqual(read([[dropCounterOf('ingress', ip('x', 'a')), 9], [dropCounterOf('ingress', ip('x', 'b')), 1], [dropCounterOf('egress', ip('y', 'a')), 7]]),
+    new Map([['ingress x/deny,x/web', 4], ['ingress x/deny', 1], ['egress y/out', 0]]));
+  assert.deepEqual([...last.keys()].sort(), [dropCounterOf('egress', ip('y', 'a')), dropCounterOf('ingress', ip('x', 'a')), dropCounterOf('ingress', ip('x', 'b'))].sort());
 });

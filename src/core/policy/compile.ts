@@ -15,7 +15,7 @@
 import { type Cidr, parseCidr, parseIpv4 } from '../net/ipv4.ts';
 import { normalizeRanges, type Range, rangeOfCidr, rangesContain, subtractRanges } from '../net/ranges.ts';
 import { keyOf, type LabelSelector, type NetworkPolicy, type PolicyNamespace, type PolicyPeer, type PolicyPod, type PolicyPort, type PolicyProtocol, type PolicyRule } from './model.ts';
-import { matchesSelector, selectorKey } from './selector.ts';
+import { describeSelector, matchesSelector, selectorKey } from './selector.ts';
 
 export type L4 = 'tcp' | 'udp' | 'sctp';
 
@@ -39,6 +39,8 @@ export interface CompiledRule {
    */
   readonly peerKey: string;
   readonly ports: readonly PortMatch[] | 'any';
+  /** The rule in words, for `atoll trace`: `from pods role=web of x, TCP 80`. */
+  readonly what: string;
 }
 
 export interface PodPolicy {
@@ -47,6 +49,8 @@ export interface PodPolicy {
   readonly ip: number;
   /** The policies that select the pod, sorted. */
   readonly policies: readonly string[];
+  /** Of those, the ones that isolate it for ingress and for egress (their `policyTypes`), sorted. */
+  readonly isolatedBy: { readonly ingress: readonly string[]; readonly egress: readonly string[] };
   /** Present when the pod is isolated for ingress: what may come in. */
   readonly ingress?: readonly CompiledRule[];
   /** Present when the pod is isolated for egress: what may go out. */
@@ -138,28 +142,15 @@ export function compilePolicies(input: PolicyInput): PolicyPlan {
   const index = new PodIndex(input.pods, input.namespaces);
   const pods = index.all;
 
-  /** A peer as address ranges; undefined (matches nothing) when it cannot be read. */
+  /** A peer as address ranges; none (matches nothing) when it cannot be read. */
   const rangesOfPeer = (policy: NetworkPolicy, peer: PolicyPeer): readonly Range[] => {
-    if ('ipBlock' in peer) {
-      const cidr = parseBlock(peer.ipBlock.cidr);
-      if (cidr === 'v6') return [];
-      if (!cidr) {
-        problems.push({ policy: keyOf(policy), message: `ipBlock cidr ${JSON.stringify(peer.ipBlock.cidr)} is not an IPv4 or IPv6 prefix; the peer matches nothing` });
-        return [];
-      }
-      const except: Range[] = [];
-      for (const text of peer.ipBlock.except) {
-        const e = parseBlock(text);
-        if (e === 'v6') continue;
-        if (!e) {
-          problems.push({ policy: keyOf(policy), message: `ipBlock except ${JSON.stringify(text)} is not a prefix; the peer matches nothing` });
-          return [];
-        }
-        except.push(rangeOfCidr(e));
-      }
-      return subtractRanges([rangeOfCidr(cidr)], except);
+    if (!('ipBlock' in peer)) return index.rangesOf(policy.namespace, peer);
+    const block = rangesOfBlock(peer.ipBlock);
+    if (typeof block === 'string') {
+      problems.push({ policy: keyOf(policy), message: block });
+      return [];
     }
-    return index.rangesOf(policy.namespace, peer);
+    return block;
   };
 
   /** The addresses of a rule's peers, 'any' when it has none. */
@@ -180,7 +171,7 @@ export function compilePolicies(input: PolicyInput): PolicyPlan {
       let peers = ingressPeers.get(cacheKey);
       if (peers === undefined) ingressPeers.set(cacheKey, (peers = peersOfRule(policy, rule)));
       if (peers !== 'any' && peers.length === 0) return;
-      out.push({ policy: keyOf(policy), rule: index, peers, peerKey: keyOfRulePeers(policy, rule), ports });
+      out.push({ policy: keyOf(policy), rule: index, peers, peerKey: keyOfRulePeers(policy, rule), ports, what: `from ${describePeers(policy, rule)}, ${describePorts(ports)}` });
     });
     return out;
   };
@@ -191,12 +182,13 @@ export function compilePolicies(input: PolicyInput): PolicyPlan {
       const peers = peersOfRule(policy, rule);
       if (peers !== 'any' && peers.length === 0) return;
       const key = keyOfRulePeers(policy, rule);
+      const to = `to ${describePeers(policy, rule)}`;
       if (rule.ports.length === 0) {
-        out.push({ policy: keyOf(policy), rule: index, peers, peerKey: key, ports: 'any' });
+        out.push({ policy: keyOf(policy), rule: index, peers, peerKey: key, ports: 'any', what: `${to}, every port` });
         return;
       }
       const numeric = rule.ports.filter((p) => typeof p.port !== 'string').flatMap((p) => resolvePort(p, undefined));
-      if (numeric.length > 0) out.push({ policy: keyOf(policy), rule: index, peers, peerKey: key, ports: numeric });
+      if (numeric.length > 0) out.push({ policy: keyOf(policy), rule: index, peers, peerKey: key, ports: numeric, what: `${to}, ${describePorts(numeric)}` });
       const named = rule.ports.filter((p) => typeof p.port === 'string');
       if (named.length === 0) return;
       // a named port is the destination pod's: group the known pods inside the peers by what the name resolves to
@@ -214,7 +206,7 @@ export function compilePolicies(input: PolicyInput): PolicyPlan {
       }
       for (const key of [...groups.keys()].sort()) {
         const g = groups.get(key) as { port: PortMatch; ips: Range[] };
-        out.push({ policy: keyOf(policy), rule: index, peers: normalizeRanges(g.ips), peerKey: `${key}/${g.port.protocol}/${g.port.first}`, ports: [g.port] });
+        out.push({ policy: keyOf(policy), rule: index, peers: normalizeRanges(g.ips), peerKey: `${key}/${g.port.protocol}/${g.port.first}`, ports: [g.port], what: `${to} (the pods there with that named port), ${describePorts([g.port])}` });
       }
     });
     return out;
@@ -235,7 +227,7 @@ export function compilePolicies(input: PolicyInput): PolicyPlan {
     if (selecting.length === 0) continue;
     const ingressPolicies = selecting.filter((pol) => pol.policyTypes.includes('Ingress'));
     const egressPolicies = selecting.filter((pol) => pol.policyTypes.includes('Egress'));
-    const entry: { -readonly [K in keyof PodPolicy]: PodPolicy[K] } = { pod: key, ip: p.ip, policies: selecting.map(keyOf) };
+    const entry: { -readonly [K in keyof PodPolicy]: PodPolicy[K] } = { pod: key, ip: p.ip, policies: selecting.map(keyOf), isolatedBy: { ingress: ingressPolicies.map(keyOf), egress: egressPolicies.map(keyOf) } };
     if (ingressPolicies.length > 0) entry.ingress = ingressPolicies.flatMap((pol) => compileIngress(pol, p.pod));
     if (egressPolicies.length > 0) {
       entry.egress = egressPolicies.flatMap((pol) => {
@@ -249,6 +241,55 @@ export function compilePolicies(input: PolicyInput): PolicyPlan {
   }
   out.sort((a, b) => a.ip - b.ip);
   return { pods: out, problems: dedupe(problems) };
+}
+
+/**
+ * The parts of a policy the compiler cannot express (each matches nothing), found from the policy alone: what the
+ * controller reports on the policy (once per policy, not per node or pod) and each agent's compile meets again.
+ */
+export function policyProblems(policy: NetworkPolicy): PolicyProblem[] {
+  const out: PolicyProblem[] = [];
+  for (const rule of [...policy.ingress, ...policy.egress]) {
+    for (const peer of rule.peers) {
+      if (!('ipBlock' in peer)) continue;
+      const block = rangesOfBlock(peer.ipBlock);
+      if (typeof block === 'string') out.push({ policy: keyOf(policy), message: block });
+    }
+  }
+  return dedupe(out);
+}
+
+/** An ipBlock as IPv4 address ranges (none for an IPv6 one), or why it cannot be read. */
+function rangesOfBlock(block: { readonly cidr: string; readonly except: readonly string[] }): Range[] | string {
+  const cidr = parseBlock(block.cidr);
+  if (cidr === 'v6') return [];
+  if (!cidr) return `ipBlock cidr ${JSON.stringify(block.cidr)} is not an IPv4 or IPv6 prefix; the peer matches nothing`;
+  const except: Range[] = [];
+  for (const text of block.except) {
+    const e = parseBlock(text);
+    if (e === 'v6') continue;
+    if (!e) return `ipBlock except ${JSON.stringify(text)} is not a prefix; the peer matches nothing`;
+    except.push(rangeOfCidr(e));
+  }
+  return subtractRanges([rangeOfCidr(cidr)], except);
+}
+
+/** A rule's peers in words: `pods role=web of x`, `pods app=pg in namespaces team=db`, `10.0.0.0/8 except 10.0.1.0/24`. */
+function describePeers(policy: NetworkPolicy, rule: PolicyRule): string {
+  if (rule.peers.length === 0) return 'anywhere';
+  return rule.peers.map((peer) => {
+    if ('ipBlock' in peer) return peer.ipBlock.except.length === 0 ? peer.ipBlock.cidr : `${peer.ipBlock.cidr} except ${peer.ipBlock.except.join(', ')}`;
+    const pods = peer.podSelector === undefined || describeSelector(peer.podSelector) === '' ? 'every pod' : `pods ${describeSelector(peer.podSelector)}`;
+    if (peer.namespaceSelector === undefined) return `${pods} of ${policy.namespace}`;
+    const ns = describeSelector(peer.namespaceSelector);
+    return `${pods} in ${ns === '' ? 'every namespace' : `namespaces ${ns}`}`;
+  }).join(' or ');
+}
+
+/** Port matches in words: `TCP 80`, `TCP 8000-8080, UDP every port`, `every port`. */
+export function describePorts(ports: readonly PortMatch[] | 'any'): string {
+  if (ports === 'any') return 'every port';
+  return ports.map((m) => `${m.protocol.toUpperCase()} ${m.first === undefined ? 'every port' : m.first === m.last ? m.first : `${m.first}-${m.last}`}`).join(', ');
 }
 
 /** An ipBlock prefix; 'v6' for an IPv6 one (it can match no IPv4 packet); undefined when it is neither. */
@@ -293,31 +334,65 @@ export interface Decision {
   readonly ingressBy?: { readonly policy: string; readonly rule: number };
 }
 
-function ruleAllows(rule: CompiledRule, remote: number, pkt: Packet): boolean {
-  if (rule.peers !== 'any' && !rangesContain(rule.peers, remote)) return false;
-  if (rule.ports === 'any') return true;
-  return rule.ports.some((m) => m.protocol === pkt.protocol && (m.first === undefined || (pkt.port >= m.first && pkt.port <= (m.last as number))));
+/** A new connection for {@link explain}: its addresses, and its protocol and port when known. */
+export interface Flow {
+  readonly src: number;
+  readonly dst: number;
+  readonly l4?: { readonly protocol: L4; readonly port: number };
+}
+
+/** One side of a flow that a policy isolates on this node: the source pod's egress, or the destination pod's ingress. */
+export interface PolicySide {
+  readonly direction: 'egress' | 'ingress';
+  /** `namespace/name` of the isolated pod. */
+  readonly pod: string;
+  /** The policies isolating it in this direction, sorted. */
+  readonly isolatedBy: readonly string[];
+  /**
+   * The rules that let the flow through this side, in the order the kernel tries them (the first one is the one it
+   * takes): with a protocol and port, the rules matching the remote address and that port; without, every rule
+   * matching the remote address (its `ports` say what it allows). None: this side drops the flow.
+   */
+  readonly allowedBy: readonly CompiledRule[];
+}
+
+function peersHold(rule: CompiledRule, remote: number): boolean {
+  return rule.peers === 'any' || rangesContain(rule.peers, remote);
+}
+
+function portsHold(rule: CompiledRule, l4: { readonly protocol: L4; readonly port: number }): boolean {
+  return rule.ports === 'any' || rule.ports.some((m) => m.protocol === l4.protocol && (m.first === undefined || (l4.port >= m.first && l4.port <= (m.last as number))));
 }
 
 /**
- * What the node does with a new connection, as its ruleset will: the source's egress rules when the source is one of
- * its isolated pods, then the destination's ingress rules when the destination is. Traffic from or to the node itself
- * never reaches these rules (it does not cross the forward hook).
+ * The sides of `flow` this node's plan judges, in the kernel's order: the source's egress when the source is one of
+ * its isolated pods, then the destination's ingress when the destination is; each with the rules that let the flow
+ * through. An empty list: no policy on this node isolates either end. {@link decide} and `atoll trace` both read it.
+ */
+export function explain(plan: PolicyPlan, flow: Flow): PolicySide[] {
+  const sides: PolicySide[] = [];
+  const side = (direction: 'egress' | 'ingress', pod: PodPolicy | undefined, remote: number) => {
+    const rules = pod?.[direction];
+    if (!pod || !rules) return;
+    const allowedBy = rules.filter((r) => peersHold(r, remote) && (flow.l4 === undefined || portsHold(r, flow.l4)));
+    sides.push({ direction, pod: pod.pod, isolatedBy: pod.isolatedBy[direction], allowedBy });
+  };
+  side('egress', plan.pods.find((p) => p.ip === flow.src), flow.dst);
+  side('ingress', plan.pods.find((p) => p.ip === flow.dst), flow.src);
+  return sides;
+}
+
+/**
+ * What the node does with a new connection, as its ruleset will (see {@link explain}): refused at the first side no
+ * rule lets it through. Traffic from or to the node itself never reaches these rules (it does not cross the forward
+ * hook).
  */
 export function decide(plan: PolicyPlan, pkt: Packet): Decision {
-  const src = plan.pods.find((p) => p.ip === pkt.src);
-  const dst = plan.pods.find((p) => p.ip === pkt.dst);
-  let egressBy: Decision['egressBy'];
-  if (src?.egress) {
-    const rule = src.egress.find((r) => ruleAllows(r, pkt.dst, pkt));
-    if (!rule) return { allowed: false, deniedAt: `egress of ${src.pod}` };
-    egressBy = { policy: rule.policy, rule: rule.rule };
+  const by: { egressBy?: Decision['egressBy']; ingressBy?: Decision['ingressBy'] } = {};
+  for (const s of explain(plan, { src: pkt.src, dst: pkt.dst, l4: { protocol: pkt.protocol, port: pkt.port } })) {
+    const rule = s.allowedBy[0];
+    if (!rule) return { allowed: false, deniedAt: `${s.direction} of ${s.pod}`, ...by };
+    by[s.direction === 'egress' ? 'egressBy' : 'ingressBy'] = { policy: rule.policy, rule: rule.rule };
   }
-  let ingressBy: Decision['ingressBy'];
-  if (dst?.ingress) {
-    const rule = dst.ingress.find((r) => ruleAllows(r, pkt.src, pkt));
-    if (!rule) return { allowed: false, deniedAt: `ingress of ${dst.pod}`, ...(egressBy ? { egressBy } : {}) };
-    ingressBy = { policy: rule.policy, rule: rule.rule };
-  }
-  return { allowed: true, ...(egressBy ? { egressBy } : {}), ...(ingressBy ? { ingressBy } : {}) };
+  return { allowed: true, ...by };
 }

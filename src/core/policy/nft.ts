@@ -8,6 +8,8 @@
  * distinct address list, shared by every rule that names the same addresses. Every path a pod's packets take crosses
  * this hook: routed ones (VXLAN, the tunnel's TUN, the uplink) and, through br_netfilter, ones bridged between two
  * pods of the node. Traffic from and to the node itself (kubelet probes) goes through input and output, never here.
+ * Each pod chain's final drop counts into a named counter of its own (`drop_<chain>`), which the agent reads for its
+ * metrics (`nft list counters`: a read, no commit); a delta that refills the chain keeps the counter and its count.
  *
  * `bridge atoll_policy` makes the address a pod sends from as good as its veth: IPv4 from one of our pod ports is
  * dropped before routing or bridging when its source is outside the node's blocks, or is another known pod's address,
@@ -55,6 +57,42 @@ function portsClause(ports: readonly PortMatch[]): string[] {
   });
 }
 
+/** The name of the chain holding a pod's rules for one direction. */
+function podChain(direction: 'ingress' | 'egress', ip: number): string {
+  return `${direction}_${formatIpv4(ip).replaceAll('.', '_')}`;
+}
+
+/** The named counter the final drop of a pod's chain counts into. */
+export function dropCounterOf(direction: 'ingress' | 'egress', ip: number): string {
+  return `drop_${podChain(direction, ip)}`;
+}
+
+/**
+ * Packets dropped per (direction, policies isolating the pod) since the last reading: the deltas of each pod's drop
+ * counter in `counters` (packets by counter name, as read from the kernel) against `last` (the previous reading, which
+ * is replaced). A counter lower than last time was made anew (a whole apply, or a pod's chain gone and back): all of
+ * its count is new. Keys are `direction` and the isolating policies, comma-separated (`ingress x/a,x/b`).
+ */
+export function tallyDrops(plan: PolicyPlan, counters: ReadonlyMap<string, number>, last: Map<string, number>): Map<string, number> {
+  const out = new Map<string, number>();
+  const seen = new Set<string>();
+  for (const pod of plan.pods) {
+    for (const direction of ['ingress', 'egress'] as const) {
+      if (!pod[direction]) continue;
+      const name = dropCounterOf(direction, pod.ip);
+      const now = counters.get(name);
+      if (now === undefined) continue;
+      const was = last.get(name) ?? 0;
+      const key = `${direction} ${pod.isolatedBy[direction].join(',')}`;
+      out.set(key, (out.get(key) ?? 0) + (now >= was ? now - was : now));
+      last.set(name, now);
+      seen.add(name);
+    }
+  }
+  for (const name of last.keys()) if (!seen.has(name)) last.delete(name);
+  return out;
+}
+
 /** What the two tables hold, as data: what {@link renderPolicyTables} writes whole and {@link renderPolicyDelta} diffs. */
 export interface PolicyTables {
   /** Peer sets of the inet table by name: their interval elements, as nft writes them. */
@@ -62,7 +100,7 @@ export interface PolicyTables {
   /** Pod address -> its egress or ingress chain. */
   readonly egress: ReadonlyMap<string, string>;
   readonly ingress: ReadonlyMap<string, string>;
-  /** The per-pod chains by name: their rules. */
+  /** The per-pod chains by name: their rules (the last one drops, counting into `drop_<chain>`). */
   readonly chains: ReadonlyMap<string, readonly string[]>;
   /** The bridge table's three sets. */
   readonly localBlocks: readonly string[];
@@ -104,14 +142,12 @@ export function buildPolicyTables(plan: PolicyPlan, node: { readonly sources: re
   const ingress = new Map<string, string>();
   for (const pod of plan.pods) {
     const ip = formatIpv4(pod.ip);
-    const id = ip.replaceAll('.', '_');
-    if (pod.egress) {
-      egress.set(ip, `egress_${id}`);
-      chains.set(`egress_${id}`, [...ruleLines(pod.egress, 'egress'), `counter drop ${comment(`egress of ${pod.pod}: no rule allows`)}`]);
-    }
-    if (pod.ingress) {
-      ingress.set(ip, `ingress_${id}`);
-      chains.set(`ingress_${id}`, [...ruleLines(pod.ingress, 'ingress'), `counter drop ${comment(`ingress of ${pod.pod}: no rule allows`)}`]);
+    for (const [dir, map] of [['egress', egress], ['ingress', ingress]] as const) {
+      const rules = pod[dir];
+      if (!rules) continue;
+      const chain = podChain(dir, pod.ip);
+      map.set(ip, chain);
+      chains.set(chain, [...ruleLines(rules, dir), `counter name "${dropCounterOf(dir, pod.ip)}" drop ${comment(`${dir} of ${pod.pod}: no rule allows`)}`]);
     }
   }
   const sources = [...node.sources].sort((a, b) => (a.port < b.port ? -1 : a.port > b.port ? 1 : 0));
@@ -140,6 +176,7 @@ export function renderPolicyTables(t: PolicyTables): string {
     `table ${INET} {`,
     `  comment "managed by atoll; do not edit"`,
     ...[...t.sets].map(([name, items]) => `  set ${name} { type ipv4_addr; flags interval;${elements(items)} }`),
+    ...[...t.chains.keys()].map((name) => `  counter drop_${name} { }`),
     `  map egress { type ipv4_addr : verdict;${elements(mapItems(t.egress))} }`,
     `  map ingress { type ipv4_addr : verdict;${elements(mapItems(t.ingress))} }`,
     `  chain forward {`,
@@ -203,6 +240,7 @@ export function renderPolicyDelta(before: PolicyTables, after: PolicyTables): st
   for (const [name, rules] of after.chains) {
     const was = before.chains.get(name);
     if (was && was.join('\n') === rules.join('\n')) continue;
+    if (!was) lines.push(`add counter ${INET} drop_${name}`);
     lines.push(was ? `flush chain ${INET} ${name}` : `add chain ${INET} ${name}`);
     for (const r of rules) lines.push(`add rule ${INET} ${name} ${r}`);
   }
@@ -214,7 +252,7 @@ export function renderPolicyDelta(before: PolicyTables, after: PolicyTables): st
     if (gone.length > 0) lines.push(`delete element ${INET} ${map} { ${gone.join(', ')} }`);
     if (added.length > 0) lines.push(`add element ${INET} ${map} { ${added.join(', ')} }`);
   }
-  for (const name of before.chains.keys()) if (!after.chains.has(name)) lines.push(`flush chain ${INET} ${name}`, `delete chain ${INET} ${name}`);
+  for (const name of before.chains.keys()) if (!after.chains.has(name)) lines.push(`flush chain ${INET} ${name}`, `delete chain ${INET} ${name}`, `delete counter ${INET} drop_${name}`);
   for (const name of before.sets.keys()) if (!after.sets.has(name)) lines.push(`delete set ${INET} ${name}`);
   elementLines(BRIDGE, 'local_blocks', before.localBlocks, after.localBlocks);
   elementLines(BRIDGE, 'pod_addresses', before.podAddresses, after.podAddresses);

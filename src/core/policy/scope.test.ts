@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { diffPolicyView, HeldPolicyView, PolicyPeers, type PolicyWorld, type ViewPod } from './scope.ts';
+import { diffPolicyView, HeldPolicyView, PolicyPeers, policyRevision, type PolicyWorld, type ViewPod } from './scope.ts';
 import { keyOf, type NetworkPolicy } from './model.ts';
 
 const pod = (ns: string, name: string, node: string, ip: string, labels: Record<string, string> = { app: name }, ports: ViewPod['ports'] = []): ViewPod => ({ namespace: ns, name, node, ip, labels, ports });
@@ -60,4 +60,20 @@ test('the diff carries only what changed, and a held view that applies it equals
   assert.deepEqual(diffPolicyView(after, after), [], 'nothing changed, nothing sent');
   held.apply({ type: 'snapshot', policies: [], namespaces: [], pods: [] });
   assert.deepEqual(held.view(), { policies: [], namespaces: [], pods: [] });
+});
+
+test('a policy revision is the policies\' content: the same however they are ordered or built, another when one changes', () => {
+  const p = (name: string, over: Partial<NetworkPolicy> = {}): NetworkPolicy => ({ namespace: 'x', name, podSelector: { matchLabels: { app: 'web' } }, policyTypes: ['Ingress'], ingress: [], egress: [], ...over });
+  const rev = policyRevision([p('a'), p('b')]);
+  assert.match(rev, /^[0-9a-f]{12}$/);
+  assert.equal(policyRevision([p('b'), p('a')]), rev, 'order');
+  // the same policy, its keys in another order (as a decoder or another producer may build it)
+  const reordered = JSON.parse(JSON.stringify({ egress: [], ingress: [], policyTypes: ['Ingress'], podSelector: { matchLabels: { app: 'web' } }, name: 'b', namespace: 'x' })) as NetworkPolicy;
+  assert.equal(policyRevision([p('a'), reordered]), rev, 'key order');
+  assert.notEqual(policyRevision([p('a'), p('b', { podSelector: { matchLabels: { app: 'api' } } })]), rev);
+  assert.notEqual(policyRevision([p('a')]), rev);
+  // a held view's policies after a snapshot and a put give the revision of the same policies sent whole
+  const held = new HeldPolicyView({ policies: [p('a')], namespaces: [], pods: [] });
+  held.apply({ type: 'put', policy: p('b') });
+  assert.equal(policyRevision(held.view().policies), rev);
 });

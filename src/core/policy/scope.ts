@@ -13,6 +13,7 @@
 import { PodIndex } from './compile.ts';
 import { keyOf, type NetworkPolicy, type PolicyNamespace, type PolicyPod } from './model.ts';
 import { cidrContains, parseCidr } from '../net/ipv4.ts';
+import { fnv1a, hex } from '../fnv.ts';
 
 /** A pod and the node it runs on. */
 export interface ViewPod extends PolicyPod {
@@ -133,6 +134,24 @@ export function diffPolicyView(before: NodePolicyView, after: NodePolicyView): P
     for (const k of old.keys()) if (!seen.has(k)) lines.push({ type: 'delete', [kind]: k } as PolicyLine);
   }
   return lines;
+}
+
+/** JSON with every object's keys sorted: equal text for equal content, however the objects were built. */
+function canonical(v: unknown): string {
+  if (Array.isArray(v)) return `[${v.map(canonical).join(',')}]`;
+  if (v && typeof v === 'object') return `{${Object.keys(v).sort().map((k) => `${JSON.stringify(k)}:${canonical((v as Record<string, unknown>)[k])}`).join(',')}}`;
+  return JSON.stringify(v) ?? 'null';
+}
+
+/**
+ * The revision of a set of policies: 12 hex digits of their content (sorted by key, canonical JSON), equal wherever
+ * the same policies are held (the controller's part for a node, the node's view, its kept file), different when any
+ * of them changes. The stream carries none: anyone holding the policies computes it, so the lines and the kept view
+ * file stay as they were.
+ */
+export function policyRevision(policies: readonly NetworkPolicy[]): string {
+  const text = canonical([...policies].sort(byKey));
+  return `${hex(fnv1a(text), 8)}${hex(fnv1a(text, 0x12345678), 4)}`;
 }
 
 /** A node's view as it receives it: a snapshot, then puts and deletes, each applied in O(1). */

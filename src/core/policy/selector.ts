@@ -35,3 +35,17 @@ export function selectorKey(selector: LabelSelector | undefined): string {
   const exprs = (selector.matchExpressions ?? []).map((r) => [r.key, r.operator, [...r.values].sort()] as const).sort((a, b) => (JSON.stringify(a) < JSON.stringify(b) ? -1 : 1));
   return JSON.stringify([labels, exprs]);
 }
+
+/**
+ * A selector as `kubectl get -l` writes one (`role=web,tier in (a,b),!legacy`); '' for the empty selector, which
+ * selects everything.
+ */
+export function describeSelector(selector: LabelSelector): string {
+  const terms = Object.entries(selector.matchLabels ?? {}).map(([k, v]) => `${k}=${v}`);
+  for (const r of selector.matchExpressions ?? []) {
+    if (r.operator === 'Exists') terms.push(r.key);
+    else if (r.operator === 'DoesNotExist') terms.push(`!${r.key}`);
+    else terms.push(`${r.key} ${r.operator === 'In' ? 'in' : 'notin'} (${r.values.join(',')})`);
+  }
+  return terms.join(',');
+}
