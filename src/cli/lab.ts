@@ -21,10 +21,11 @@ import type { ServiceCheck } from '../lab/lab-kube-service.ts';
 export const LAB_USAGE = `usage: atoll lab <command> [flags]
 
   up [flags] [--detach] [--json FILE] [--svg FILE] [--keep-logs DIR] [--pods cri|direct|auto] [--kubernetes]
+     [--policy] [--image FILE]...
                  build the lab: namespaces, NAT routers, the controller, the relay, an agent per node, pods
                  (root); stays up until Ctrl-C, or with --detach until \`atoll lab down\`
   run [flags] [--json FILE] [--svg FILE] [--keep-logs DIR] [--faults LIST|all|none] [--pods cri|direct|auto]
-      [--prometheus] [--kubernetes]
+      [--prometheus] [--kubernetes] [--policy] [--image FILE]...
                  up, then the connectivity matrix (every pod to every pod, ping and TCP, path and RTT),
                  \`atoll trace\` of every cell against the path measured, then the faults (default all:
                  controller-kill, relay-kill, direct-path-cut, agent-restart, offline-restart, pod-recreate,
@@ -68,6 +69,14 @@ the verdict and the faults).
                 and offline-restart kill the chart's container (SIGKILL in the node's containerd; its kubelet starts it
                 again; offline-restart scales the controller to 0 meanwhile), offline-restart-all the site's agent
                 containers; clock-jump and node-reboot are skipped. Needs containerd and \`make image\`.
+--policy        with --kubernetes: the chart's agents enforce NetworkPolicy (its value networkPolicy.enabled), and
+                once the pods run the lab applies two policies (docs/lab.md): the cloud's db pods accept only web
+                pods, the first edge site's web pods send only to pods outside the cloud; the matrix (and every
+                fault's) expects the pairs they deny to be blocked, through every path, and run's faults sample
+                only pairs they allow
+--image FILE    with --kubernetes: also import this docker-archive image into every node's containerd (repeat for
+                more), for workloads of your own; the apiserver reaches the cloud nodes' kubelets (\`kubectl exec\`,
+                \`logs\`), not the edge ones behind their NAT
 
 flags for up and run:
 ${LAB_FLAGS_HELP}`;
@@ -87,7 +96,7 @@ function writeSvg(path: string | undefined, svg: () => string): void {
 }
 
 async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> {
-  const { values } = parseCommand(argv, { command: `atoll lab ${mode}`, usage: LAB_USAGE, options: { ...LAB_FLAG_OPTIONS, json: { type: 'string' }, svg: { type: 'string' }, 'keep-logs': { type: 'string' }, faults: { type: 'string' }, pods: { type: 'string' }, kubernetes: { type: 'boolean', default: false }, detach: { type: 'boolean', default: false }, prometheus: { type: 'boolean', default: false } } });
+  const { values } = parseCommand(argv, { command: `atoll lab ${mode}`, usage: LAB_USAGE, options: { ...LAB_FLAG_OPTIONS, json: { type: 'string' }, svg: { type: 'string' }, 'keep-logs': { type: 'string' }, faults: { type: 'string' }, pods: { type: 'string' }, kubernetes: { type: 'boolean', default: false }, policy: { type: 'boolean', default: false }, image: { type: 'string', multiple: true }, detach: { type: 'boolean', default: false }, prometheus: { type: 'boolean', default: false } } });
   const spec = labSpecFromFlags(values as LabFlags);
   const pods = labPodsFromFlag(values.pods);
   const faultList = parseFaultList(values.faults ?? (mode === 'run' ? 'all' : 'none'), { kubernetes: values.kubernetes });
@@ -110,6 +119,16 @@ async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> 
   if (spec.metrics === false && values.kubernetes) {
     throw atollError('LAB_SPEC_INVALID', '--no-metrics: with --kubernetes the chart\'s values decide the metrics listeners, not the lab\'s configurations', 'drop --no-metrics with --kubernetes');
   }
+  const images = values.image ?? [];
+  if (!values.kubernetes && (values.policy || images.length > 0)) {
+    throw atollError('LAB_SPEC_INVALID', `${values.policy ? '--policy' : '--image'} is for the Kubernetes lab: the chart's agents enforce NetworkPolicy, and images are imported for its kubelets`, 'add --kubernetes');
+  }
+  if (values.policy && spec.edges.length === 0) {
+    throw atollError('LAB_SPEC_INVALID', '--policy applies the lab\'s NetworkPolicies, one of which restricts the first edge site\'s pods, and the lab has no edge site', 'drop --edge-sites 0, or --policy');
+  }
+  for (const image of images) {
+    if (!existsSync(image)) throw atollError('LAB_PREREQUISITE_MISSING', `--image ${image}: no such file`, 'give the path of a docker-archive tarball (e.g. sh scripts/netpol-e2e.sh builds agnhost\'s)');
+  }
   if (values.kubernetes && spec.sameSite === 'direct') {
     throw atollError('LAB_SPEC_INVALID', '--same-site direct: the chart installs the same-site overlay with its default (VXLAN); it has no value for direct routes', 'drop --same-site direct with --kubernetes');
   }
@@ -121,7 +140,7 @@ async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> 
   const uninstall = installCleanupHandlers(runs);
   const t0 = performance.now();
   const keepLogs = values['keep-logs'];
-  const running = await lab.labUp(spec, { say, keepLogs, pods, runs, kubernetes: values.kubernetes, fakeClocks: faultList.faults.includes('clock-jump') });
+  const running = await lab.labUp(spec, { say, keepLogs, pods, runs, kubernetes: values.kubernetes, networkPolicy: values.policy, images, fakeClocks: faultList.faults.includes('clock-jump') });
   const describe = {
     runId: running.plan.runId, prefix: running.plan.prefix, spec, podCreation: running.podCreation, startedAt: running.state.startedAt,
     uplinkDelayBy: running.plan.delayBy,
@@ -131,12 +150,13 @@ async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> 
       : { controller: { url: running.plan.controller.url, netns: running.plan.controller.netns, caCertHash: running.caCertHash } }),
     nodes: running.plan.nodes.map((n) => ({ name: n.name, site: n.site, community: n.community, netns: n.netns, underlay: n.underlay })),
     pods: running.pods, namespaces: running.state.namespaces, processes: running.state.processes, containerds: running.state.containerds ?? [], timingsMs: { ...running.timingsMs } as Record<string, number>,
-    kubernetes: undefined as KubernetesView | undefined,
+    // with the command line that runs kubectl as the cluster's admin (its namespace and kubeconfig), for tools that drive the lab's cluster
+    kubernetes: undefined as (KubernetesView & { kubectl: readonly string[] }) | undefined,
   };
   if (running.kubernetes) {
     const { kubernetesView } = await import('../lab/lab-kube.ts');
     const view = await kubernetesView(running.kubernetes);
-    describe.kubernetes = view;
+    describe.kubernetes = { ...view, kubectl: running.kubernetes.kubectlCommand };
     say(`  kubernetes nodes (${view.server}):`);
     for (const n of view.nodes) say(`    ${n.name.padEnd(14)} ${(n.ready ? 'Ready' : 'NotReady').padEnd(9)} ${(n.internalIp ?? '').padEnd(15)} ${n.kubeletVersion ?? ''} ${Object.entries(n.labels).map(([k, v]) => `${k}=${v}`).join(',')}`);
     if (view.atoll.length > 0) say(`  atoll pods (${view.atoll[0]?.image ?? ''}): ${view.atoll.map((p) => `${p.name} on ${p.node ?? '-'}${p.ready ? '' : ' (not Ready)'}`).join(', ')}`);
@@ -188,7 +208,7 @@ async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> 
     const v = verdictOf(cells);
     if (v.ok) {
       say(`PASS: all ${v.shouldWork} allowed cells work over their expected path (same node, same site, tunnel direct, hole-punched or relayed); `
-        + `${v.blocked} cells the communities forbid are blocked`);
+        + `${v.blocked} cells the communities${running.policy ? ' or the NetworkPolicies' : ''} forbid are blocked`);
     } else {
       say(`FAIL: ${v.failures.length} cell${v.failures.length === 1 ? '' : 's'} failed (${v.working} of ${v.shouldWork} allowed cells work):`);
       for (const l of renderFailures(cells)) say(`  ${l}`);

@@ -383,7 +383,7 @@ export async function runFaults(lab: RunningLab, faults: readonly LabFaultKind[]
   say(`  faults: ${faults.join(', ')} (samples pinged every ${Number(PING_INTERVAL_S) * 1000} ms; the whole matrix right before and after each)`);
   const results: LabFaultResult[] = [];
   for (const kind of faults) {
-    const planned = planFault(lab.plan, kind, lab.podRuntime.mode, lab.workloadPods);
+    const planned = planFault(lab.plan, kind, lab.podRuntime.mode, lab.workloadPods, lab.policy?.denies);
     const target = kind === 'clock-jump' && !('skipped' in planned) && lab.clockFiles.size === 0
       ? { kind, skipped: LIBFAKETIME ? 'the agents were not started under libfaketime (run with --faults including clock-jump)' : 'libfaketime is not installed (apt install libfaketime)' }
       : planned;

@@ -5,7 +5,7 @@
  */
 import type { LabPlan } from './plan/plan.ts';
 import { classifyRoute, expectationOf, expectedPath, type LabPath, type ObservedRoute } from './plan/paths.ts';
-import { judgeCell, type LabCell, type PingResult, type TcpResult } from './plan/report.ts';
+import { cellExpectation, judgeCell, type LabCell, type PingResult, type TcpResult } from './plan/report.ts';
 import { exec } from '../adapters/exec.ts';
 import { IpRoute2 } from '../adapters/kernel/iproute2.ts';
 import { readAgentStatus, statusSocketOf } from '../adapters/ops/status-socket.ts';
@@ -78,9 +78,11 @@ export async function runChecks(lab: RunningLab, opts: LabOptions): Promise<LabC
       const path = expectedPath(plan, a.node, b.node);
       const route = routes.get(`${a.node}>${b.ip}`) ?? 'no route';
       const [ping, tcp] = await Promise.all([pingFrom(a.enter, b.ip), (probes.get(a.name) as ProbeClient).tcp(b.ip, TCP_TIMEOUT_MS)]);
+      // a pair the topology forbids stays judged by the topology; one it allows may be denied by the lab's policies
+      const deniedBy = expectationOf(path) === 'reachable' ? lab.policy?.denies(a.name, b.name) : undefined;
       const cell: LabCell = {
-        from: a.name, to: b.name, fromNode: a.node, toNode: b.node, fromIp: a.ip, toIp: b.ip, path, expect: expectationOf(path), route,
-        ping, tcp: roundTcp(tcp), ...judgeCell(path, route, ping, tcp),
+        from: a.name, to: b.name, fromNode: a.node, toNode: b.node, fromIp: a.ip, toIp: b.ip, path, expect: cellExpectation(path, deniedBy), route,
+        ping, tcp: roundTcp(tcp), ...judgeCell(path, route, ping, tcp, deniedBy), ...(deniedBy ? { deniedBy } : {}),
       };
       rows.set(a.name, [...(rows.get(a.name) ?? []), cell]);
       const left = (remaining.get(a.name) ?? 1) - 1;

@@ -77,21 +77,31 @@ export function agentPodLogTail(kube: LabKubernetes, node: string, lines = 15): 
  * @throws AtollError LAB_PREREQUISITE_MISSING without the image; LAB_STEP_FAILED naming what did not come up, with
  * the pods' states and log tails.
  */
-export async function installAtoll(kube: LabKubernetes, init: { plan: LabPlan; containerds: ReadonlyMap<string, Containerd>; tag: string; say: (l: string) => void }): Promise<AtollInstall> {
+export async function installAtoll(kube: LabKubernetes, init: {
+  plan: LabPlan;
+  containerds: ReadonlyMap<string, Containerd>;
+  tag: string;
+  /** The chart's `networkPolicy.enabled`. */
+  networkPolicy?: boolean;
+  /** docker-archive images of the user's own, imported beside Atoll's. */
+  images?: readonly string[];
+  say: (l: string) => void;
+}): Promise<AtollInstall> {
   const { plan, say } = init;
   const tarball = atollImageTarball(init.tag);
   if (!existsSync(tarball)) throw atollError('LAB_PREREQUISITE_MISSING', `--kubernetes installs Atoll's image ${tarball}, which is not built`, 'run make image');
   const fail = (what: string, cause?: unknown) => atollError('LAB_STEP_FAILED', `installing Atoll through its chart: ${what}`, `${kube.kubectlCommand.join(' ')} get pods -n ${LAB_ATOLL_NAMESPACE}`, cause);
   let t = performance.now();
-  for (const ctd of init.containerds.values()) await importImage(ctd, tarball);
-  say(`  image: ${tarball} imported into ${init.containerds.size} containerds (${((performance.now() - t) / 1000).toFixed(1)} s)`);
+  const images = [tarball, ...(init.images ?? [])];
+  for (const ctd of init.containerds.values()) for (const image of images) await importImage(ctd, image);
+  say(`  image${images.length === 1 ? '' : 's'}: ${images.join(', ')} imported into ${init.containerds.size} containerds (${((performance.now() - t) / 1000).toFixed(1)} s)`);
   t = performance.now();
   await kube.kubectl(['apply', '-f', '-'], JSON.stringify({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: LAB_ATOLL_NAMESPACE } }));
   const secretRun = await exec(ATOLL_BIN, ['kubernetes', 'secret', '--namespace', LAB_ATOLL_NAMESPACE]);
   if (secretRun.code !== 0) throw fail(`atoll kubernetes secret failed (status ${secretRun.code}): ${secretRun.stderr.trim()}`);
   const secret = JSON.parse(secretRun.stdout) as { stringData: Record<string, string> };
   await kube.kubectl(['apply', '-f', '-'], secretRun.stdout);
-  const values = labChartValues(plan, init.tag);
+  const values = labChartValues(plan, init.tag, { networkPolicy: init.networkPolicy ?? false });
   const manifest = await helmTemplate({ binary: join(kube.bins, 'helm'), chart: join(REPO_ROOT, 'deploy', 'helm', 'atoll'), release: 'atoll', namespace: LAB_ATOLL_NAMESPACE, values });
   await kube.kubectl(['apply', '-f', '-'], manifest).catch((err: Error) => {
     throw fail(`kubectl apply of the rendered chart failed: ${err.message}`, err);

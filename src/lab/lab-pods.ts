@@ -18,7 +18,7 @@ import { existsSync, mkdirSync, readFileSync, symlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import type { LabPodsChoice } from './lab-spec.ts';
 import { atollError } from '../core/errors.ts';
-import { LAB_POD_NAMESPACE, type LabNode, type LabPlan, type LabPod, nodeHostDirs } from './plan/plan.ts';
+import { LAB_POD_NAMESPACE, type LabNode, type LabPlan, type LabPod, nodeContainerdSocket, nodeHostDirs } from './plan/plan.ts';
 import { invokeCni } from './io/cni-invoke.ts';
 import { type Containerd, startContainerd } from './io/containerd/containerd.ts';
 import type { ContainerdLeftovers } from './io/containerd/leftovers.ts';
@@ -202,7 +202,7 @@ export class CriPods implements LabPodRuntime {
         if (!existsSync(join(node.cniBinDir, 'loopback'))) symlinkSync(LOOPBACK_PLUGIN, join(node.cniBinDir, 'loopback'));
         mkdirSync(node.cniConfDir, { recursive: true });
         const cni = init.nodeHostPaths
-          ? { cniBinDir: '/opt/cni/bin', cniConfDir: '/etc/cni/net.d', hostDirs: nodeHostDirs(node), netnsUnderStateDir: false }
+          ? { cniBinDir: '/opt/cni/bin', cniConfDir: '/etc/cni/net.d', hostDirs: nodeHostDirs(node), netnsUnderStateDir: false, socket: nodeContainerdSocket(node) }
           : { cniBinDir: node.cniBinDir, cniConfDir: node.cniConfDir };
         try {
           const ctd = await startContainerd({

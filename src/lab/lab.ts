@@ -36,6 +36,8 @@ import { ServiceProcess } from './service-process.ts';
 import { choosePodMode, CriPods, DirectPods, type LabContainerdRecord, type LabPodInfo, type LabPodRuntime } from './lab-pods.ts';
 import { type LabKubernetes, startLabKubernetes } from './lab-kube.ts';
 import { agentPodLogTail, ATOLL_IMAGE_TAG, type AtollInstall, installAtoll } from './lab-kube-install.ts';
+import { applyLabPolicies } from './lab-kube-policy.ts';
+import { LAB_POLICY_NAMES } from './plan/policy.ts';
 import { KubePods } from './lab-kube-pods.ts';
 import { labPreflight, requireRoot, uplinkDelayMethod } from './lab-preflight.ts';
 import { waitForBlocksAndPeers, waitForSiteRoutes, waitForTunnelPaths } from './lab-convergence.ts';
@@ -87,6 +89,8 @@ interface Build {
   readonly namespaces: readonly LabNamespace[];
   /** `--kubernetes`: Atoll installed through its chart on the lab's kubelets. */
   readonly kubernetes: boolean;
+  /** With `kubernetes`: the chart's agents enforce NetworkPolicy; images imported beside Atoll's. */
+  readonly install: { readonly networkPolicy: boolean; readonly images: readonly string[] };
   readonly say: (l: string) => void;
   readonly timingsMs: Record<string, number>;
   readonly agents: Map<string, AgentProcess>;
@@ -135,7 +139,7 @@ async function beginRun(spec: LabSpec, opts: LabUpOptions): Promise<Build> {
   // the clock-jump fault's site: the first edge site (src/lab/plan/faults.ts), its agents under libfaketime
   const faked = opts.fakeClocks && LIBFAKETIME ? plan.nodes.filter((n) => n.site === spec.edges[0]?.name) : [];
   const clockFiles = new Map(faked.map((n) => [n.name, join(n.dir, 'faketime')]));
-  return { runs, store, spec, plan, mode, why, namespaces, kubernetes: opts.kubernetes ?? false, say, timingsMs: {}, agents: new Map(), clockFiles, run, step: 'preflight' };
+  return { runs, store, spec, plan, mode, why, namespaces, kubernetes: opts.kubernetes ?? false, install: { networkPolicy: opts.networkPolicy ?? false, images: opts.images ?? [] }, say, timingsMs: {}, agents: new Map(), clockFiles, run, step: 'preflight' };
 }
 
 /** Phase: root, the tools, and every kernel feature the spec needs, tried in a throwaway namespace. */
@@ -292,7 +296,7 @@ async function installedThroughKubernetes(b: Build): Promise<{ kube: LabKubernet
   b.runs.runtimes.set(b.plan.runId, kubePods);
   b.step = 'installing Atoll through its chart';
   const t = performance.now();
-  const install = await installAtoll(kube, { plan: b.plan, containerds: podRuntime.containerds, tag: ATOLL_IMAGE_TAG, say: b.say });
+  const install = await installAtoll(kube, { plan: b.plan, containerds: podRuntime.containerds, tag: ATOLL_IMAGE_TAG, ...b.install, say: b.say });
   b.timingsMs.install = since(t);
   await awaitAgentsConverged(b, t, async (node) => agentPodLogTail(kube, node));
   await awaitTunnelPaths(b);
@@ -308,6 +312,15 @@ async function createPods(b: Build, podRuntime: LabPodRuntime): Promise<LabPodIn
   const adds = pods.map((p) => p.addMs ?? 0).sort((x, y) => x - y);
   b.say(`  pods: ${pods.length} created by ${podRuntime.description} (${secs(b.timingsMs.pods)}; ${podRuntime instanceof KubePods ? 'Pod applied to Running' : b.mode === 'cri' ? 'RunPodSandbox' : 'CNI ADD'} median ${adds[Math.floor(adds.length / 2)]} ms, max ${adds.at(-1)} ms)`);
   return pods;
+}
+
+/** Phase (`--policy`): the lab's NetworkPolicies applied, and in force on every node. */
+async function applyPolicies(b: Build, kube: LabKubernetes): Promise<NonNullable<RunningLab['policy']>> {
+  b.step = 'applying the lab\'s NetworkPolicies';
+  const policy = await applyLabPolicies(kube, b.plan);
+  b.timingsMs.policyInForce = policy.inForceMs;
+  b.say(`  policy: ${LAB_POLICY_NAMES.join(', ')} applied, in force on every node ${policy.inForceMs} ms later`);
+  return policy;
 }
 
 /** After a failed phase: saves the logs when asked, removes the whole run, and returns the error to throw. */
@@ -343,10 +356,11 @@ export async function labUp(spec: LabSpec, opts: LabUpOptions): Promise<RunningL
     if (opts.kubernetes) {
       const { kube, install, podRuntime } = await installedThroughKubernetes(b);
       const pods = await createPods(b, podRuntime);
+      const policy = b.install.networkPolicy ? await applyPolicies(b, kube) : undefined;
       b.timingsMs.up = since(t0);
       return {
         plan: b.plan, store: b.store, caCertHash: install.caCertHash, pods, podRuntime, podCreation: podRuntime.description,
-        timingsMs: b.timingsMs, relayPin: install.relayPin, kubernetes: kube, atollInstall: install, workloadPods: [],
+        timingsMs: b.timingsMs, relayPin: install.relayPin, kubernetes: kube, atollInstall: install, workloadPods: [], ...(policy ? { policy } : {}),
         agents: b.agents, runs: b.runs, state: b.run.state, clockFiles: b.clockFiles,
       };
     }

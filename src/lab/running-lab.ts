@@ -31,6 +31,13 @@ export interface LabOptions {
    * created through the API. Needs containerd (`--pods cri` or `auto` with containerd installed).
    */
   readonly kubernetes?: boolean;
+  /** `--policy` (with `kubernetes`): the chart's `networkPolicy.enabled` on: every agent enforces NetworkPolicy. */
+  readonly networkPolicy?: boolean;
+  /**
+   * `--image FILE` (with `kubernetes`): docker-archive images imported into every node's containerd beside Atoll's,
+   * for workloads of the user's own (the Netpol suite's agnhost: scripts/netpol-e2e.sh).
+   */
+  readonly images?: readonly string[];
   /**
    * The first edge site's agents run under libfaketime, their clocks moved through a file per node (the clock-jump
    * fault, src/lab/faults.ts); nothing when libfaketime is not installed.
@@ -67,6 +74,11 @@ export interface RunningLab {
   readonly kubernetes?: LabKubernetes;
   /** How the chart installed Atoll (`--kubernetes`). */
   readonly atollInstall?: AtollInstall;
+  /**
+   * `--policy`: the lab's NetworkPolicies (src/lab/plan/policy.ts), in force on every node `inForceMs` after they
+   * were applied; `denies` is their truth table by pod name (the workloads' pods carry no lab labels).
+   */
+  readonly policy?: { readonly inForceMs: number; denies(from: string, to: string): string | undefined };
   /** The workloads' pods once started (`--kubernetes`, checkWorkloads in src/lab/lab-checks.ts), where the scheduler put them. */
   readonly workloadPods: LabWorkloadPod[];
   /** The libfaketime file of each agent run with faked clocks ({@link LabOptions.fakeClocks}), by node. */

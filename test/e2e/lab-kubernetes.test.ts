@@ -1,9 +1,10 @@
 /**
- * `atoll lab run --kubernetes`, reduced: one cloud and one NATed edge node with a real control plane in the cloud and
- * a real kubelet and kube-proxy per node (the edge kubelet through its NAT), Atoll installed through its chart (the
- * image imported into each node's containerd; agents, controller and relay as the chart's pods, none of them a
- * process of the lab's own), the lab's pods created through the API,
- * the matrix, two faults (agent-restart: the edge agent's container killed; pod-recreate: the Pod deleted and applied
+ * `atoll lab run --kubernetes --policy`, reduced: one cloud and one NATed edge node with a real control plane in the
+ * cloud and a real kubelet and kube-proxy per node (the edge kubelet through its NAT), Atoll installed through its
+ * chart with NetworkPolicy on (the image imported into each node's containerd; agents, controller and relay as the
+ * chart's pods, none of them a process of the lab's own), the lab's pods (two per node) created through the API, the
+ * lab's NetworkPolicies applied (src/lab/plan/policy.ts: here the cloud's db pod accepts only web pods, and the edge's
+ * web pod sends to nothing in the cloud), the matrix with the pairs they deny blocked at either end over the tunnel, two faults (agent-restart: the edge agent's container killed; pod-recreate: the Pod deleted and applied
  * again under its name), the ClusterIP Service (before and after each), the workloads (a Deployment and a StatefulSet with a pod on each node, the matrix
  * between their pods), and nothing of the run left. Needs root, containerd, the Kubernetes binaries
  * (make k8s) and the image (make image; scripts/test.sh builds it); skips otherwise.
@@ -33,6 +34,8 @@ interface Report {
   readonly podCreation: string;
   readonly processes: readonly { role: string; pid: number }[];
   readonly verdict: { ok: boolean; shouldWork: number; working: number };
+  readonly cells: readonly { from: string; to: string; verdict: string; deniedBy?: string }[];
+  readonly timingsMs: { readonly policyInForce?: number };
   readonly faults: readonly LabFaultResult[];
   readonly kubernetes: KubernetesView;
   readonly atoll: { readonly image: string; readonly caCertHash: string };
@@ -62,12 +65,12 @@ function run(args: readonly string[], timeoutMs: number): Promise<{ code: number
 const skip = rootSkipReason() || (hasContainerd ? false : 'needs containerd, runc, busybox-static and the CNI loopback plugin')
   || (existsSync(atollImageTarball(ATOLL_IMAGE_TAG)) ? false : `needs the image ${atollImageTarball(ATOLL_IMAGE_TAG)} (make image)`);
 
-test('atoll lab run --kubernetes: nodes registered with their labels, Atoll installed through its chart, pods through the API, matrix, pod-recreate, agent-restart, Service, workloads; nothing left', { skip, timeout: 400_000 }, async () => {
+test('atoll lab run --kubernetes --policy: nodes registered with their labels, Atoll installed through its chart, pods through the API, NetworkPolicies in force, matrix, pod-recreate, agent-restart, Service, workloads; nothing left', { skip, timeout: 400_000 }, async () => {
   const tmp = mkdtempSync(join(tmpdir(), 'atoll-labk8s-'));
   const started = Date.now();
   try {
     const json = join(tmp, 'report.json');
-    const { out } = await run(['lab', 'run', '--kubernetes', '--cloud-nodes', '1', '--edge-sites', '1', '--nodes-per-site', '1', '--pods-per-node', '1',
+    const { out } = await run(['lab', 'run', '--kubernetes', '--policy', '--cloud-nodes', '1', '--edge-sites', '1', '--nodes-per-site', '1', '--pods-per-node', '2',
       '--faults', 'pod-recreate,agent-restart', '--json', json], 360_000);
     assert.ok(existsSync(json), `no report; output:\n${out}`);
     const report = JSON.parse(readFileSync(json, 'utf8')) as Report;
@@ -94,7 +97,13 @@ test('atoll lab run --kubernetes: nodes registered with their labels, Atoll inst
     assert.match(report.atoll.caCertHash, /^sha256:[0-9a-f]{64}$/);
     assert.deepEqual(report.processes.filter((p) => /^(agent|controller|relay)\b/.test(p.role)), [], 'no Atoll process of the lab\'s own');
 
-    assert.ok(report.verdict.ok && report.verdict.working === 2, `matrix:\n${out}`);
+    // the policies in force on both nodes before the matrix; of the 12 pairs the 3 they deny are blocked (at the
+    // source: the edge's web pod to both cloud pods; at the destination: the edge's db pod to the cloud's db pod)
+    assert.ok((report.timingsMs.policyInForce ?? Infinity) < 30_000, out);
+    const denied = report.cells.filter((c) => c.deniedBy).map((c) => `${c.from}>${c.to} ${c.deniedBy} ${c.verdict}`).sort();
+    assert.deepEqual(denied, ['a-1-p1>cloud-1-p1 edge-web-egress blocked as expected', 'a-1-p1>cloud-1-p2 edge-web-egress blocked as expected',
+      'a-1-p2>cloud-1-p2 db-from-web blocked as expected'], out);
+    assert.ok(report.verdict.ok && report.verdict.shouldWork === 9 && report.verdict.working === 9, `matrix:\n${out}`);
     assert.deepEqual(report.faults.map((f) => f.kind), ['agent-restart', 'pod-recreate'], 'the faults in their order');
     // the edge agent's container killed: its kubelet starts it again, and its keeper holds the datagram path meanwhile;
     // no sample loses a packet but those the agent held at the kill
@@ -103,11 +112,11 @@ test('atoll lab run --kubernetes: nodes registered with their labels, Atoll inst
     for (const s of restart.samples ?? []) assert.equal(s.sent - s.received, s.lostInHand ?? 0, `${s.from} -> ${s.to}:\n${out}`);
     assert.match(restart.facts?.[0] ?? '', /^agent container killed \(SIGKILL\) on a-1; running and ready again after \d+\.\d s$/);
     assert.ok(recreate?.ok, `pod-recreate:\n${out}`);
-    // the workloads' pods (2 + 2) joined the lab's 2 and the 2 nodes as the Service's clients for the faults
-    for (const f of report.faults) assert.deepEqual(f.service, { answered: 8, of: 8 }, `the Service answered every pod and node after ${f.kind}`);
+    // the workloads' pods (2 + 2) joined the lab's 4 and the 2 nodes as the Service's clients for the faults
+    for (const f of report.faults) assert.deepEqual(f.service, { answered: 10, of: 10 }, `the Service answered every pod and node after ${f.kind}`);
 
-    assert.deepEqual(report.service.backends, ['a-1-p1']);
-    for (const from of ['cloud-1-p1', 'a-1-p1', 'node cloud-1', 'node a-1']) assert.ok(report.service.probes.find((p) => p.from === from)?.ok, `Service from ${from}:\n${out}`);
+    assert.deepEqual(report.service.backends, ['a-1-p1', 'a-1-p2']);
+    for (const from of ['cloud-1-p1', 'cloud-1-p2', 'a-1-p1', 'a-1-p2', 'node cloud-1', 'node a-1']) assert.ok(report.service.probes.find((p) => p.from === from)?.ok, `Service from ${from}:\n${out}`);
 
     // workloads through the API: the Deployment's pods one per node, the StatefulSet's by their stable names, the matrix between them
     const w = report.workloads;

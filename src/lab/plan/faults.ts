@@ -126,9 +126,11 @@ export interface LabWorkloadPod {
 
 /**
  * The target of `kind` in `plan`, or the reason it cannot run there (e.g. an uplink fault without edge sites).
- * Deterministic: the first edge site, its first node and that node's first pod.
+ * Deterministic: the first edge site, its first node and that node's first pod. The pairs sampled for loss are pairs
+ * that must work: allowed by the topology, and not denied by `policyDenies` (the lab's NetworkPolicies, `--policy`).
  */
-export function planFault(plan: LabPlan, kind: LabFaultKind, pods: 'cri' | 'direct' | 'kubernetes' = 'direct', workloads: readonly LabWorkloadPod[] = []): LabFaultTarget | LabFaultSkipped {
+export function planFault(plan: LabPlan, kind: LabFaultKind, pods: 'cri' | 'direct' | 'kubernetes' = 'direct', workloads: readonly LabWorkloadPod[] = [],
+  policyDenies: (from: string, to: string) => string | undefined = () => undefined): LabFaultTarget | LabFaultSkipped {
   const podsOf = (node: string) => plan.pods.filter((p) => p.node === node).map((p) => p.name);
   const nodeOf = (pod: string) => plan.pods.find((p) => p.name === pod)?.node ?? workloads.find((p) => p.name === pod)?.node;
   const cloudPod = plan.pods.find((p) => plan.nodes.find((n) => n.name === p.node)?.site === CLOUD_SITE)?.name;
@@ -137,7 +139,7 @@ export function planFault(plan: LabPlan, kind: LabFaultKind, pods: 'cri' | 'dire
   const works = (a: string, b: string) => {
     const na = nodeOf(a);
     const nb = nodeOf(b);
-    return na !== undefined && nb !== undefined && a !== b && expectationOf(expectedPath(plan, na, nb)) === 'reachable';
+    return na !== undefined && nb !== undefined && a !== b && expectationOf(expectedPath(plan, na, nb)) === 'reachable' && policyDenies(a, b) === undefined;
   };
   const pairs = (list: readonly (readonly [string | undefined, string | undefined])[]): LabPodPair[] => {
     const out: LabPodPair[] = [];

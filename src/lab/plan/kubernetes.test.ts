@@ -8,8 +8,9 @@ test('cloud nodes carry their site; edge nodes their site, community and the edg
   assert.deepEqual(labNodeLabels({ site: 'a', community: 'edge' }), { 'atoll.dev/site': 'a', 'atoll.dev/community': 'edge', 'openyurt.io/is-edge-worker': 'true' });
 });
 
-test('a lab pod is bound to its node and never pulls its image', () => {
-  const pod = labPodObject({ name: 'a-1-p1', node: 'a-1' }, 'localhost/atoll-pause:test') as { metadata: { namespace: string }; spec: { nodeName: string; containers: { imagePullPolicy: string }[] } };
+test('a lab pod is bound to its node, carries its labels and never pulls its image', () => {
+  const pod = labPodObject({ name: 'a-1-p1', node: 'a-1', labels: { 'atoll.dev/lab-role': 'web' } }, 'localhost/atoll-pause:test') as { metadata: { namespace: string; labels: Record<string, string> }; spec: { nodeName: string; containers: { imagePullPolicy: string }[] } };
+  assert.deepEqual(pod.metadata.labels, { 'app.kubernetes.io/part-of': 'atoll-lab', 'atoll.dev/lab-role': 'web' });
   assert.equal(pod.spec.nodeName, 'a-1');
   assert.equal(pod.metadata.namespace, 'lab');
   assert.equal(pod.spec.containers[0]?.imagePullPolicy, 'Never');
@@ -51,6 +52,7 @@ test('the chart\'s values for the lab: its pod range, the controller on every cl
   const mixed = nodes.map((n) => (n.name === 'b-1' ? { ...n, community: 'other' } : n));
   assert.equal(labChartValues({ nodes: mixed, spec: {} }, '0.1.0').community, '', 'sites of different communities: the Node labels say it');
   assert.deepEqual(labChartValues({ nodes, spec: { tunnelUdp: false } }, '0.1.0').agent, { udp: false }, '--no-udp: the chart\'s agents on streams only');
+  assert.deepEqual(labChartValues({ nodes, spec: {} }, '0.1.0', { networkPolicy: true }).networkPolicy, { enabled: true }, '--policy: the chart\'s agents enforce NetworkPolicy');
   assert.throws(() => labChartValues({ nodes: nodes.slice(2), spec: {} }, '0.1.0'), /no cloud node/);
 });
 

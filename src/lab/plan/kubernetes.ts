@@ -44,10 +44,10 @@ export const LAB_KUBE_NAMESPACE = Object.freeze({ apiVersion: 'v1', kind: 'Names
  * The Pod of lab pod `pod`: bound to its node by `spec.nodeName` (the plan places pods), running `image` (present
  * on every node: never pulled), stopped within a second; it never talks to the API, so it mounts no token.
  */
-export function labPodObject(pod: Pick<LabPod, 'name' | 'node'>, image: string): Record<string, unknown> {
+export function labPodObject(pod: Pick<LabPod, 'name' | 'node' | 'labels'>, image: string): Record<string, unknown> {
   return {
     apiVersion: 'v1', kind: 'Pod',
-    metadata: { name: pod.name, namespace: LAB_POD_NAMESPACE, labels: { 'app.kubernetes.io/part-of': 'atoll-lab' } },
+    metadata: { name: pod.name, namespace: LAB_POD_NAMESPACE, labels: { 'app.kubernetes.io/part-of': 'atoll-lab', ...pod.labels } },
     spec: {
       nodeName: pod.node,
       terminationGracePeriodSeconds: LAB_POD_GRACE_SECONDS,
@@ -118,12 +118,13 @@ export const LAB_ATOLL_NAMESPACE = 'atoll-system';
  * size, the edge sites' community (when they share one; the nodes' `atoll.dev/community` labels say it per site
  * anyway), the image `tag`, one controller replica per cloud node (their anti-affinity puts one on each), dialled
  * at the cloud nodes' addresses (what edges reach through their NAT), releasing a deleted Node's blocks after
- * {@link LAB_NODE_DELETE_GRACE_SECONDS}, and the relay on the first cloud node at its address. Every other value keeps
- * the chart's default.
+ * {@link LAB_NODE_DELETE_GRACE_SECONDS}, the relay on the first cloud node at its address, and with `networkPolicy`
+ * (`--policy`) the agents enforcing NetworkPolicy. Every other value keeps the chart's default.
  */
-export function labChartValues(plan: Pick<LabPlan, 'nodes'> & { readonly spec: Pick<LabSpec, 'tunnelUdp'> }, tag: string): Record<string, unknown> {
+export function labChartValues(plan: Pick<LabPlan, 'nodes'> & { readonly spec: Pick<LabSpec, 'tunnelUdp'> }, tag: string, opts: { readonly networkPolicy?: boolean } = {}): Record<string, unknown> {
   const { controllers, relay } = labChartEndpoints(plan);
   const communities = [...new Set(plan.nodes.filter((n) => n.site !== CLOUD_SITE).map((n) => n.community))];
+  const agent = labUsesUdp(plan.spec) ? {} : { udp: false };
   return {
     image: { tag },
     clusterCidrs: [LAB_CLUSTER_CIDR],
@@ -132,7 +133,9 @@ export function labChartValues(plan: Pick<LabPlan, 'nodes'> & { readonly spec: P
     controller: { replicas: controllers.length, urls: controllers.map((a) => `https://${a}`), nodeDeleteGraceSeconds: LAB_NODE_DELETE_GRACE_SECONDS },
     relay: { address: relay.address, nodeSelector: { 'kubernetes.io/hostname': relay.node } },
     metrics: { agentPort: LAB_OPS_PORTS.agent, controllerPort: LAB_OPS_PORTS.controller, relayPort: LAB_OPS_PORTS.relay },
-    ...(labUsesUdp(plan.spec) ? {} : { agent: { udp: false } }),
+    ...(Object.keys(agent).length > 0 ? { agent } : {}),
+    // the chart's default criSocket, /run/containerd/containerd.sock, is where each lab node's containerd serves
+    ...(opts.networkPolicy ? { networkPolicy: { enabled: true } } : {}),
   };
 }
 

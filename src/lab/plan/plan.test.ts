@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync, writeFileSync } from 'node:fs';
-import { agentConfigFor, interfaceNames, labPrefix, nodeHostDirs, planLab, relayConfigFor, runIdOfNetns, type LabNode, type LabPlan } from './plan.ts';
+import { agentConfigFor, interfaceNames, labPrefix, nodeContainerdSocket, nodeHostDirs, planLab, relayConfigFor, runIdOfNetns, type LabNode, type LabPlan } from './plan.ts';
 import { classifyRoute, expectedPath } from './paths.ts';
 import { natRuleset, renderLabSetup, uplinkQdiscLines } from './setup.ts';
 import { DEFAULT_LAB_SPEC, describeLabSpec, labSpecProblems, type EdgeSiteSpec, type LabSpec } from './spec.ts';
@@ -187,6 +187,7 @@ test('with --kubernetes a node\'s agent paths are the manifest\'s hostPaths in t
     { source: '/run/atoll-lab/0abc/cloud-1/host/var/lib/atoll', target: '/var/lib/atoll' },
     { source: '/run/atoll-lab/0abc/cloud-1/host/run/atoll', target: '/run/atoll' },
     { source: '/run/atoll-lab/0abc/cloud-1/host/var/run/netns', target: '/var/run/netns' },
+    { source: '/run/atoll-lab/0abc/cloud-1/host/run/containerd', target: '/run/containerd' },
     { source: '/run/atoll-lab/0abc/cloud-1/host/var/lib/kubelet', target: '/var/lib/kubelet' },
     { source: '/run/atoll-lab/0abc/cloud-1/host/var/log/containers', target: '/var/log/containers' },
   ]);
@@ -195,6 +196,8 @@ test('with --kubernetes a node\'s agent paths are the manifest\'s hostPaths in t
   assert.equal(node.socketPath, '/run/atoll-lab/0abc/cloud-1/host/run/atoll/atoll.sock');
   assert.equal(node.cniBinDir, '/run/atoll-lab/0abc/cloud-1/host/opt/cni/bin');
   assert.equal(node.cniConfDir, '/run/atoll-lab/0abc/cloud-1/host/etc/cni/net.d');
+  // its containerd serves in its own /run/containerd, where the chart's criSocket is
+  assert.equal(nodeContainerdSocket(node), '/run/atoll-lab/0abc/cloud-1/host/run/containerd/containerd.sock');
   assert.equal(planLab(input).nodes[0]?.dataDir, '/run/atoll-lab/0abc/cloud-1/data');
 });
 

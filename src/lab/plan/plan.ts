@@ -23,6 +23,7 @@
  *   through it (the edge dials out), edge <-> edge pairs of one community hole-punch or go through the relay.
  * - The wan has no route into the edge LANs: an edge is reachable only through its router's NAT, as on the internet.
  */
+import { labPolicyLabels } from './policy.ts';
 import { CLOUD_SITE, type LabSpec, labUsesUdp, type NatType, type UplinkConditions } from './spec.ts';
 import { natRuleset, uplinkQdiscLines } from './setup.ts';
 
@@ -172,6 +173,8 @@ export interface LabPod {
   readonly node: string;
   readonly netns: string;
   readonly containerId: string;
+  /** Its labels as a Pod (`--kubernetes`): its site and role, which the policy run's policies select by (./policy.ts). */
+  readonly labels: Readonly<Record<string, string>>;
 }
 
 export interface LabPlan {
@@ -216,10 +219,10 @@ export interface LabPlanInput {
 
 /**
  * The machine paths the manifest's hostPath volumes name (deploy/helm/atoll: atoll-cni and the conflist, the agent's
- * state and sockets, the pods' network namespaces). On a real node each is that node's own; in the lab every node
+ * state and sockets, the pods' network namespaces, the container runtime's socket). On a real node each is that node's own; in the lab every node
  * has its own directory for each, bind-mounted over the path in the node's mount namespace.
  */
-export const NODE_HOST_PATHS: readonly string[] = Object.freeze(['/opt/cni/bin', '/etc/cni/net.d', '/var/lib/atoll', '/run/atoll', '/var/run/netns']);
+export const NODE_HOST_PATHS: readonly string[] = Object.freeze(['/opt/cni/bin', '/etc/cni/net.d', '/var/lib/atoll', '/run/atoll', '/var/run/netns', '/run/containerd']);
 
 /**
  * Machine paths every kubelet uses whatever its `--root-dir`: its device-plugin and pod-resources sockets under
@@ -231,6 +234,11 @@ export const NODE_KUBELET_PATHS: readonly string[] = Object.freeze(['/var/lib/ku
 /** A node's own directory for each of {@link NODE_HOST_PATHS} and {@link NODE_KUBELET_PATHS}: `<node dir>/host<path>`. */
 export function nodeHostDirs(node: Pick<LabNode, 'dir'>): { source: string; target: string }[] {
   return [...NODE_HOST_PATHS, ...NODE_KUBELET_PATHS].map((target) => ({ source: `${node.dir}/host${target}`, target }));
+}
+
+/** Where a node's containerd serves (`--kubernetes`): its own `/run/containerd`, as the chart's `criSocket` expects. */
+export function nodeContainerdSocket(node: Pick<LabNode, 'dir'>): string {
+  return `${node.dir}/host/run/containerd/containerd.sock`;
 }
 
 /** The namespace prefix of a run: `atl-lab-<runid>-`. */
@@ -354,7 +362,7 @@ export function planLab(input: LabPlanInput): LabPlan {
     for (let p = 1; p <= spec.podsPerNode; p++) {
       const pod = `${name}-p${p}`;
       namespaces.push({ name: ns(pod), role: 'pod', site });
-      pods.push({ name: pod, node: name, netns: ns(pod), containerId: `atoll-lab-${runId}-${pod}` });
+      pods.push({ name: pod, node: name, netns: ns(pod), containerId: `atoll-lab-${runId}-${pod}`, labels: labPolicyLabels(site, p) });
     }
   };
 

@@ -38,14 +38,27 @@ export interface LabCell {
   readonly ping: PingResult;
   readonly tcp: TcpResult;
   readonly verdict: CellVerdict;
+  /** The lab's NetworkPolicy that denies the pair (`--policy`): expected blocked although its path exists. */
+  readonly deniedBy?: string;
   /** What went wrong, for FAIL and unexpected cells. */
   readonly note?: string;
 }
 
-/** Judges one cell: what should work must work over its path; what is not allowed must not work. */
-export function judgeCell(path: LabPath, route: ObservedRoute, ping: PingResult, tcp: TcpResult): { verdict: CellVerdict; note?: string } {
-  const expect = expectationOf(path);
+/** What a cell expects: its path's expectation, or blocked when a NetworkPolicy of the lab denies the pair. */
+export function cellExpectation(path: LabPath, deniedBy: string | undefined): LabExpectation {
+  return deniedBy === undefined ? expectationOf(path) : 'blocked';
+}
+
+/**
+ * Judges one cell: what should work must work over its path; what is not allowed (by the communities, or by the
+ * NetworkPolicy `deniedBy`) must not work.
+ */
+export function judgeCell(path: LabPath, route: ObservedRoute, ping: PingResult, tcp: TcpResult, deniedBy?: string): { verdict: CellVerdict; note?: string } {
+  const expect = cellExpectation(path, deniedBy);
   const works = ping.ok || tcp.ok;
+  if (deniedBy !== undefined) {
+    return works ? { verdict: 'FAIL', note: `reachable (${[ping.ok ? 'ping' : '', tcp.ok ? 'tcp' : ''].filter(Boolean).join(', ')}) although NetworkPolicy ${deniedBy} denies it` } : { verdict: 'blocked as expected' };
+  }
   if (expect === 'reachable') {
     const problems: string[] = [];
     if (!ping.ok) problems.push(`ping: ${ping.error ?? `${ping.received}/${ping.sent} replies`}`);
@@ -70,10 +83,10 @@ export interface PathSummary {
 export interface LabVerdict {
   /** True when every allowed cell works over its expected path and no forbidden cell works. */
   readonly ok: boolean;
-  /** Cells that must work (every pair but those the communities forbid). */
+  /** Cells that must work (every pair but those the communities or the lab's NetworkPolicies forbid). */
   readonly shouldWork: number;
   readonly working: number;
-  /** Cells the communities forbid (edges of different or no communities), all of which must fail. */
+  /** Cells the communities (edges of different or no communities) or the lab's NetworkPolicies forbid, all of which must fail. */
   readonly blocked: number;
   readonly failures: readonly LabCell[];
 }
@@ -89,15 +102,16 @@ export function median(values: readonly number[]): number | undefined {
   return s.length % 2 === 1 ? (s[mid] as number) : ((s[mid - 1] as number) + (s[mid] as number)) / 2;
 }
 
+/** A row per path and expectation (a path's pairs a NetworkPolicy denies get a row of their own). */
 export function summarize(cells: readonly LabCell[]): PathSummary[] {
   const out: PathSummary[] = [];
-  for (const path of PATH_ORDER) {
-    const of = cells.filter((c) => c.path === path);
+  for (const [path, expect] of PATH_ORDER.flatMap((p) => [[p, expectationOf(p)], ...(expectationOf(p) === 'reachable' ? [[p, 'blocked']] : [])] as [LabPath, LabExpectation][])) {
+    const of = cells.filter((c) => c.path === path && c.expect === expect);
     if (of.length === 0) continue;
     const pings = of.flatMap((c) => (c.ping.ok && c.ping.rttMs !== undefined ? [c.ping.rttMs] : []));
     const tcps = of.flatMap((c) => (c.tcp.ok && c.tcp.connectMs !== undefined ? [c.tcp.connectMs] : []));
     out.push({
-      path, expect: expectationOf(path), cells: of.length, pingOk: of.filter((c) => c.ping.ok).length, tcpOk: of.filter((c) => c.tcp.ok).length,
+      path, expect, cells: of.length, pingOk: of.filter((c) => c.ping.ok).length, tcpOk: of.filter((c) => c.tcp.ok).length,
       failed: of.filter((c) => c.verdict === 'FAIL').length, medianPingMs: median(pings), medianTcpConnectMs: median(tcps),
     });
   }

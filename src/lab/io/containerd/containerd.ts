@@ -90,6 +90,12 @@ export interface ContainerdInit {
    * instances share one build.
    */
   pauseImageTarball?: string;
+  /**
+   * Where containerd serves its API and CRI (its ttrpc socket beside it); default `<workDir>/containerd.sock`. The
+   * lab's Kubernetes nodes put it in their own `/run/containerd` (one of `hostDirs`), where a real node has it and
+   * the agent's chart mounts it from (the NetworkPolicy's `criSocket`).
+   */
+  socket?: string;
   /** Start of the sandboxes' cgroup parent's name (a random suffix follows); default `atoll-e2e`. */
   cgroupPrefix?: string;
   /**
@@ -297,7 +303,7 @@ export async function killTask(ctd: Pick<Containerd, 'socket'>, id: string): Pro
  * and the error includes the tail of containerd's log. Callers must `await stop()` (e.g. in `finally`).
  */
 export async function startContainerd(init: ContainerdInit): Promise<Containerd> {
-  const p = layout(init.workDir);
+  const p = { ...layout(init.workDir), ...(init.socket ? { socket: init.socket, ttrpcSocket: `${init.socket}.ttrpc` } : {}) };
   const netnsPath = checkPreconditions(init, p);
   await mkdir(p.podLogs, { recursive: true });
   await writeFile(p.config, renderConfig(p, init));
