@@ -1,5 +1,5 @@
 # The two commands of the README: `make lab` (the main job) and `make test` (every test). Both set up first.
-.PHONY: setup lab demo test bench k8s image
+.PHONY: setup lab demo test bench k8s image netpol
 
 setup:
 	sh scripts/setup.sh
@@ -25,3 +25,8 @@ image: setup
 
 bench: setup
 	sh bench/run.sh
+
+# Kubernetes' own NetworkPolicy conformance tests (the [sig-network] Netpol suite, built from the pinned module with
+# agnhost, the image it runs) against a Kubernetes lab whose agents enforce NetworkPolicy; opt-in, about 30 minutes
+netpol: image k8s
+	node_modules/.bin/node scripts/netpol-e2e.ts

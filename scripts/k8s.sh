@@ -4,6 +4,9 @@
 # runs reuse. A set is rebuilt only when the pinned versions (k8s/go.mod, k8s/go.sum) change.
 #   sh scripts/k8s.sh [control-plane|all]   control-plane: etcd, kube-apiserver, kubectl, helm (default: all, which
 #                                           adds kubelet, kube-scheduler, kube-controller-manager and kube-proxy)
+#   sh scripts/k8s.sh netpol                Kubernetes' NetworkPolicy conformance tests (k8s/e2e/netpol, built with
+#                                           `go test -c` as e2e-netpol) and agnhost, the image they run; only for
+#                                           `make netpol` (scripts/netpol-e2e.ts), never for `make test`
 #   sh scripts/k8s.sh all v1.37             a second pinned set, only for `sh bench/run.sh kubelet --kubernetes 1.37`:
 #                                           the wrapper module k8s/v1.37 (Kubernetes v1.37.2), its kube-apiserver,
 #                                           kubectl, kubelet, kube-scheduler and kube-controller-manager (no etcd, helm
@@ -14,13 +17,18 @@ cd "$(dirname "$0")/../k8s"
 K8S_VERSION=v1.34.4
 set_name=${1:-all}
 k8s_set=${2:-}
+extra="etcd helm"
 case "$set_name" in
   control-plane) cmds="kube-apiserver kubectl" ;;
   all) cmds="kube-apiserver kubectl kubelet kube-scheduler kube-controller-manager kube-proxy" ;;
-  *) echo "k8s.sh: unknown set '$set_name' (control-plane or all)" >&2; exit 2 ;;
+  netpol) cmds="e2e-netpol agnhost" extra="" ;;
+  *) echo "k8s.sh: unknown set '$set_name' (control-plane, all or netpol)" >&2; exit 2 ;;
 esac
-extra="etcd helm"
 pin_files="go.mod helm/go.mod"
+if [ -n "$k8s_set" ] && [ "$set_name" = netpol ]; then
+  echo "k8s.sh: the netpol set is built for the default pinned set only" >&2
+  exit 2
+fi
 if [ -n "$k8s_set" ]; then
   if [ ! -f "$k8s_set/go.mod" ] || [ "$k8s_set" = helm ]; then
     echo "k8s.sh: no pinned set '$k8s_set' (a folder of k8s/ with a go.mod, e.g. v1.37)" >&2
@@ -53,12 +61,16 @@ if [ -n "$todo" ]; then
   ld="$ld -X k8s.io/client-go/pkg/version.gitVersion=$K8S_VERSION -X k8s.io/client-go/pkg/version.gitMajor=1"
   ld="$ld -X k8s.io/client-go/pkg/version.gitMinor=$minor"
   for c in $todo; do
+    build="build"
     case "$c" in
       etcd) dir=. pkg=go.etcd.io/etcd/server/v3 ;;
       helm) dir=helm pkg=helm.sh/helm/v3/cmd/helm ;;
+      e2e-netpol) dir=. pkg=./e2e/netpol build="test -c" ;;
+      agnhost) dir=. pkg=k8s.io/kubernetes/test/images/agnhost ;;
       *) dir=. pkg=k8s.io/kubernetes/cmd/$c ;;
     esac
-    (cd "$dir" && go build -trimpath -ldflags "$ld" -o "$out/$c.partial" "$pkg")
+    # shellcheck disable=SC2086 # $build is two words for the test binary
+    (cd "$dir" && go $build -trimpath -ldflags "$ld" -o "$out/$c.partial" "$pkg")
     mv "$out/$c.partial" "$out/$c"
   done
   echo "k8s.sh: built$todo in $(( $(date +%s) - start )) s; $(du -sh "$out" | cut -f1) of binaries" >&2
