@@ -86,8 +86,9 @@ describe('NetworkPolicy from the API to the kernel, kept while the controller is
     await until('the policy enforced', () => matrix().join() === ENFORCED.join(), 20_000, 200);
     assert.match(readFileSync(join(agent.dataDir, 'policy-view.json'), 'utf8'), /"a-from-b"/, 'the view kept on disk');
     const st = await readAgentStatus(statusSocketOf(agent.socket));
-    assert.deepEqual({ ...st.policy, appliedAt: typeof st.policy?.appliedAt }, { policies: 1, isolatedPods: 1, hasView: true, appliedAt: 'number' });
-    assert.match(renderStatus(st).join('\n'), /^policy {4}1 policies for this node's pods, 1 pods isolated, applied \d+s ago$/m);
+    assert.match(st.policy?.revision ?? '', /^[0-9a-f]{12}$/);
+    assert.deepEqual({ ...st.policy, appliedAt: typeof st.policy?.appliedAt, revision: 'hash' }, { policies: 1, names: ['default/a-from-b'], revision: 'hash', isolatedPods: 1, hasView: true, appliedAt: 'number' });
+    assert.match(renderStatus(st).join('\n'), new RegExp(`^policy {4}1 policies for this node's pods \\(default/a-from-b\\), revision ${st.policy?.revision}, 1 pods isolated, applied \\d+s ago$`, 'm'));
   });
 
   test('controller away: an agent restarted on a kernel without our tables enforces the kept view before it serves', async () => {
