@@ -27,6 +27,6 @@ bench: setup
 	sh bench/run.sh
 
 # Kubernetes' own NetworkPolicy conformance tests (the [sig-network] Netpol suite, built from the pinned module with
-# agnhost, the image it runs) against a Kubernetes lab whose agents enforce NetworkPolicy; opt-in, about 30 minutes
+# agnhost, the image it runs) against a Kubernetes lab whose agents enforce NetworkPolicy; opt-in, 20 to 30 minutes
 netpol: image k8s
 	node_modules/.bin/node scripts/netpol-e2e.ts

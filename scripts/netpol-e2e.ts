@@ -1,7 +1,7 @@
 /**
  * `make netpol`: Kubernetes' own NetworkPolicy conformance tests (the `[sig-network] Netpol` suite of
  * k8s.io/kubernetes/test/e2e/network/netpol, pinned with the lab's Kubernetes in k8s/go.mod) against a Kubernetes lab
- * whose agents enforce NetworkPolicy. Opt-in, never part of `make test`: the whole suite runs for tens of minutes.
+ * whose agents enforce NetworkPolicy. Opt-in, never part of `make test`: the whole suite runs for 20 to 30 minutes here.
  *
  *   node scripts/netpol-e2e.ts [--focus REGEX] [--keep]
  *     --focus REGEX  only the specs whose names match (ginkgo's --focus), e.g. "default-deny-ingress"
