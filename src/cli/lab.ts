@@ -70,8 +70,9 @@ the verdict and the faults).
                 again; offline-restart scales the controller to 0 meanwhile), offline-restart-all the site's agent
                 containers; clock-jump and node-reboot are skipped. Needs containerd and \`make image\`.
 --policy        with --kubernetes: the chart's agents enforce NetworkPolicy (its value networkPolicy.enabled), and
-                once the pods run the lab applies two policies (docs/lab.md): the cloud's db pods accept only web
-                pods, the first edge site's web pods send only to pods outside the cloud; the matrix (and every
+                once the pods run the lab applies two policies (docs/lab.md): the db pods of the cloud and of every
+                edge site but the last accept only web pods, the first edge site's web pods send only to pods
+                outside the cloud; needs an edge site; the matrix (and every
                 fault's) expects the pairs they deny to be blocked, through every path, and run's faults sample
                 only pairs they allow
 --image FILE    with --kubernetes: also import this docker-archive image into every node's containerd (repeat for
@@ -127,7 +128,7 @@ async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> 
     throw atollError('LAB_SPEC_INVALID', '--policy applies the lab\'s NetworkPolicies, one of which restricts the first edge site\'s pods, and the lab has no edge site', 'drop --edge-sites 0, or --policy');
   }
   for (const image of images) {
-    if (!existsSync(image)) throw atollError('LAB_PREREQUISITE_MISSING', `--image ${image}: no such file`, 'give the path of a docker-archive tarball (e.g. sh scripts/netpol-e2e.sh builds agnhost\'s)');
+    if (!existsSync(image)) throw atollError('LAB_PREREQUISITE_MISSING', `--image ${image}: no such file`, 'give the path of a docker-archive tarball (e.g. build/netpol/agnhost.tar, which scripts/netpol-e2e.ts packs)');
   }
   if (values.kubernetes && spec.sameSite === 'direct') {
     throw atollError('LAB_SPEC_INVALID', '--same-site direct: the chart installs the same-site overlay with its default (VXLAN); it has no value for direct routes', 'drop --same-site direct with --kubernetes');

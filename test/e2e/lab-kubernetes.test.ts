@@ -14,17 +14,16 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { ATOLL_BIN } from '../../src/lab/agent-process.ts';
 import { ATOLL_IMAGE_TAG, atollImageTarball } from '../../src/lab/lab-kube-install.ts';
 import type { LabFaultResult } from '../../src/lab/plan/fault-results.ts';
 import type { KubernetesView } from '../../src/lab/lab-kube.ts';
 import type { ServiceCheck } from '../../src/lab/lab-kube-service.ts';
 import type { LabPodInfo } from '../../src/lab/lab-pods.ts';
 import { rootSkipReason } from '../../harness/netns.ts';
+import { runAtoll } from '../support/atoll-cli.ts';
 
 const hasContainerd = ['/usr/bin/containerd', '/usr/sbin/runc', '/bin/busybox', '/usr/lib/cni/loopback'].every((p) => existsSync(p));
 
@@ -48,20 +47,6 @@ interface Report {
   readonly cleanup: { leftovers: readonly string[] };
 }
 
-function run(args: readonly string[], timeoutMs: number): Promise<{ code: number | null; out: string }> {
-  return new Promise((resolve) => {
-    const child = spawn(ATOLL_BIN, args, { stdio: ['ignore', 'pipe', 'pipe'] });
-    let out = '';
-    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
-    child.stderr.on('data', (d: Buffer) => (out += d.toString()));
-    const timer = setTimeout(() => child.kill('SIGTERM'), timeoutMs); // the lab removes itself before it exits
-    child.on('close', (code) => {
-      clearTimeout(timer);
-      resolve({ code, out });
-    });
-  });
-}
-
 const skip = rootSkipReason() || (hasContainerd ? false : 'needs containerd, runc, busybox-static and the CNI loopback plugin')
   || (existsSync(atollImageTarball(ATOLL_IMAGE_TAG)) ? false : `needs the image ${atollImageTarball(ATOLL_IMAGE_TAG)} (make image)`);
 
@@ -70,7 +55,7 @@ test('atoll lab run --kubernetes --policy: nodes registered with their labels, A
   const started = Date.now();
   try {
     const json = join(tmp, 'report.json');
-    const { out } = await run(['lab', 'run', '--kubernetes', '--policy', '--cloud-nodes', '1', '--edge-sites', '1', '--nodes-per-site', '1', '--pods-per-node', '2',
+    const { out } = await runAtoll(['lab', 'run', '--kubernetes', '--policy', '--cloud-nodes', '1', '--edge-sites', '1', '--nodes-per-site', '1', '--pods-per-node', '2',
       '--faults', 'pod-recreate,agent-restart', '--json', json], 360_000);
     assert.ok(existsSync(json), `no report; output:\n${out}`);
     const report = JSON.parse(readFileSync(json, 'utf8')) as Report;

@@ -9,12 +9,12 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { ATOLL_IMAGE_TAG, atollImageTarball } from '../../src/lab/lab-kube-install.ts';
 import { REPO_ROOT } from '../../src/lab/agent-process.ts';
 import { rootSkipReason } from '../../harness/netns.ts';
+import { runCommand } from '../support/atoll-cli.ts';
 
 const hasContainerd = ['/usr/bin/containerd', '/usr/sbin/runc', '/bin/busybox', '/usr/lib/cni/loopback'].every((p) => existsSync(p));
 const skip = rootSkipReason() || (hasContainerd ? false : 'needs containerd, runc, busybox-static and the CNI loopback plugin')
@@ -23,17 +23,7 @@ const skip = rootSkipReason() || (hasContainerd ? false : 'needs containerd, run
 const FOCUS = 'default-deny-ingress|allow ingress access on one named port|except clause while egress access to server in CIDR block';
 
 test('Kubernetes\' Netpol suite, focused: default deny (TCP, UDP), a named port, an egress CIDR with except; every spec passes on the lab', { skip, timeout: 900_000 }, async () => {
-  const { code, out } = await new Promise<{ code: number | null; out: string }>((resolve) => {
-    const child = spawn(join(REPO_ROOT, 'node_modules/.bin/node'), ['scripts/netpol-e2e.ts', '--focus', FOCUS], { cwd: REPO_ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
-    let text = '';
-    child.stdout.on('data', (d: Buffer) => (text += d.toString()));
-    child.stderr.on('data', (d: Buffer) => (text += d.toString()));
-    const timer = setTimeout(() => child.kill('SIGTERM'), 840_000);
-    child.on('close', (status) => {
-      clearTimeout(timer);
-      resolve({ code: status, out: text });
-    });
-  });
+  const { code, out } = await runCommand([join(REPO_ROOT, 'node_modules/.bin/node'), 'scripts/netpol-e2e.ts', '--focus', FOCUS], 840_000, REPO_ROOT);
   const tail = out.split('\n').filter((l) => !/^\s*I\d{4} /.test(l)).slice(-60).join('\n');
   assert.equal(code, 0, `the suite failed:\n${tail}`);
   // the JUnit report: each focused spec ran and passed (a focus that matched nothing would pass vacuously)
