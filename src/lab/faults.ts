@@ -14,9 +14,11 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { asAtollError } from '../core/errors.ts';
 import { CLOCK_JUMP, type LabFaultKind, type LabFaultTarget, peerCutRuleset, planFault } from './plan/faults.ts';
-import { lostOutsideWindows, type LossWindow, sampleStats, type SampleStats, windowsFor } from './plan/fault-samples.ts';
+import { type DeniedSample, lostOutsideWindows, type LossWindow, policyChangeSeen, sampleStats, type SampleStats, windowsFor } from './plan/fault-samples.ts';
 import { type FlowResult, judgeFault, type LabFaultResult, type MatrixCount } from './plan/fault-results.ts';
 import { labChartEndpoints } from './plan/kubernetes.ts';
+import { LAB_POD_NAMESPACE } from './plan/plan.ts';
+import { applyLabPolicies } from './lab-kube-policy.ts';
 import { verdictOf } from './plan/report.ts';
 import { readTunnelStatus, statusSocketOf } from '../adapters/ops/status-socket.ts';
 import { Nft } from '../adapters/kernel/nft.ts';
@@ -116,6 +118,11 @@ async function runFault(lab: RunningLab, target: LabFaultTarget, say: (l: string
   const byName = new Map(lab.pods.map((p) => [p.name, p]));
   const pingers = target.samples.map((s) => new Pinger(s, byName.get(s.from) as LabPodInfo, byName.get(s.to) as LabPodInfo));
   const flows = target.flows.map((f) => new Flow(f, byName.get(f.from) as LabPodInfo, byName.get(f.to) as LabPodInfo));
+  const deniedPingers = (target.denied ?? []).map((s) => new Pinger(s, byName.get(s.from) as LabPodInfo, byName.get(s.to) as LabPodInfo));
+  /** Every ping of the fault, for a pod re-created meanwhile: its pings move with it. */
+  const allPingers = [...pingers, ...deniedPingers];
+  /** policy-offline: when the policy was deleted. */
+  let changedAt: number | undefined;
   let healAt = performance.now();
   let heldMs = 0;
   let pathsBackMs: number | undefined;
@@ -125,7 +132,9 @@ async function runFault(lab: RunningLab, target: LabFaultTarget, say: (l: string
   /** What is set right after the samples stopped, before the matrix after (the clock-jump fault's clocks). */
   let afterSamples: (() => Promise<void>) | undefined;
   try {
-    if (!(await waitUntil(() => pingers.every((p) => p.replies.length > 0), WARMUP_TIMEOUT_MS))) notes.push('some samples did not answer before the fault');
+    // policy-offline's samples are pairs its policy denies: they answer only once it is deleted
+    const warm = target.kind === 'policy-offline' ? [] : pingers;
+    if (!(await waitUntil(() => warm.every((p) => p.replies.length > 0), WARMUP_TIMEOUT_MS))) notes.push('some samples did not answer before the fault');
     for (const f of flows) f.start();
     if (!(await waitUntil(() => flows.every((f) => f.flowing()), FLOW_START_TIMEOUT_MS))) notes.push('a TCP flow did not start before the fault');
     const tFault = performance.now();
@@ -168,14 +177,14 @@ async function runFault(lab: RunningLab, target: LabFaultTarget, say: (l: string
         });
         break;
       case 'pod-recreate': {
-        const { was, now } = await recreatePod(lab, target.pod, pingers);
+        const { was, now } = await recreatePod(lab, target.pod, allPingers);
         podStartMs.push(now.addMs ?? 0);
         if (now.ip !== was.ip) notes.push(`re-created with ${now.ip}, not its former ${was.ip}`);
         break;
       }
       case 'statefulset-recreate': {
         const kube = kubeOf(lab);
-        const { was, now } = await replacePod(lab, target.pod, pingers, (current) => recreateStatefulPod(kube.kube, kube.containerds, current));
+        const { was, now } = await replacePod(lab, target.pod, allPingers, (current) => recreateStatefulPod(kube.kube, kube.containerds, current));
         podStartMs.push(now.addMs ?? 0);
         if (now.ip !== was.ip) notes.push(`re-created with ${now.ip}, not its former ${was.ip}`);
         if (now.node !== was.node) notes.push(`re-created on ${now.node}, not on ${was.node}`);
@@ -186,13 +195,28 @@ async function runFault(lab: RunningLab, target: LabFaultTarget, say: (l: string
         const clusterIp = await exposePod(kube.kube, target.pod);
         cut = target.site;
         await cutUplink(lab, cut);
-        const { was, now } = await replacePod(lab, target.pod, pingers, (current) => crashSandbox(kube.containerds, current));
+        const { was, now } = await replacePod(lab, target.pod, allPingers, (current) => crashSandbox(kube.containerds, current));
         podStartMs.push(now.addMs ?? 0);
         if (now.ip !== was.ip) notes.push(`restarted with ${now.ip}, not its former ${was.ip}`);
         const reach = await reachWhileCut(lab, target.site, now, clusterIp);
         facts.push(reach.line);
         notes.push(...reach.notes);
         await sleep(HOLD_MS['crash-offline']);
+        break;
+      }
+      case 'policy-offline': {
+        const { kube } = kubeOf(lab);
+        cut = target.site;
+        await cutFromCloud(lab, cut, target.cloud);
+        await sleep(1000);
+        // set before the deletion: the later faults are judged by the lab's policies, whatever happens here
+        afterSamples = async () => {
+          const again = await applyLabPolicies(kube, lab.plan);
+          facts.push(`${target.policy} applied again: the lab's policies in force on every node ${again.inForceMs} ms later`);
+        };
+        changedAt = performance.now();
+        await kube.kubectl(['delete', 'networkpolicy', target.policy, '-n', LAB_POD_NAMESPACE]);
+        await sleep(HOLD_MS['policy-offline']);
         break;
       }
       case 'agent-roll': {
@@ -309,7 +333,7 @@ async function runFault(lab: RunningLab, target: LabFaultTarget, say: (l: string
         await cutUplink(lab, cut);
         await restartAgent(lab, node, () => wipeNode(lab, node));
         for (const pod of lab.plan.pods.filter((p) => p.node === node)) {
-          const { was, now } = await recreatePod(lab, pod.name, pingers);
+          const { was, now } = await recreatePod(lab, pod.name, allPingers);
           podStartMs.push(now.addMs ?? 0);
           if (now.ip !== was.ip) notes.push(`${pod.name} came back with ${now.ip}, not its former ${was.ip}`);
         }
@@ -346,7 +370,21 @@ async function runFault(lab: RunningLab, target: LabFaultTarget, say: (l: string
     const lostInHand = inHand.length === 0 ? 0 : lostOutsideWindows(p.replies, [], interval).lost - lostOutsideWindows(p.replies, inHand, interval).lost;
     samples.push(outside ? { ...st, lostOutsideWindows: outside.lost, outsideRuns: outside.runs.map((r) => ({ ...r, fromMs: Math.round(r.fromMs - t0), toMs: Math.round(r.toMs - t0) })), ...(lostInHand > 0 ? { lostInHand } : {}) } : st);
   }
-  if (afterSamples) await afterSamples().catch((err: unknown) => notes.push(`could not set the clocks right: ${firstLine(asAtollError(err).message)}`));
+  const denied: DeniedSample[] = [];
+  for (const p of deniedPingers) {
+    const sent = await p.stop();
+    const first = Math.min(...p.replies.map((r) => r.atMs));
+    denied.push({ ...p.pair, sent, received: p.replies.length, ...(Number.isFinite(first) ? { firstReplyMs: Math.round(first - t0) } : {}) });
+  }
+  if (denied.length > 0) facts.push(`denied pairs pinged throughout: ${denied.map((d) => `${d.from} -> ${d.to} ${d.received} of ${d.sent} answered`).join(', ')}`);
+  const policyChange = target.kind === 'policy-offline' && changedAt !== undefined
+    ? policyChangeSeen(target.policy, pingers.filter((p) => target.held.includes(p.pair)), pingers.filter((p) => target.opened.includes(p.pair)), changedAt, healAt)
+    : undefined;
+  if (policyChange && target.kind === 'policy-offline') {
+    facts.push(`while ${target.site} was cut off, pairs elsewhere that ${policyChange.policy} denied opened ${policyChange.opened.map((o) => `${o.openedAfterChangeMs ?? 'never'} ms`).join(', ')} after its deletion; `
+      + `pairs into ${target.site} stayed blocked (${policyChange.held.map((h) => `${h.repliesBeforeHeal} replies`).join(', ')}) and opened ${policyChange.held.map((h) => `${h.openedAfterHealMs ?? 'never'} ms`).join(', ')} after the heal`);
+  }
+  if (afterSamples) await afterSamples().catch((err: unknown) => notes.push(`after the samples: ${firstLine(asAtollError(err).message)}`));
   const flowResults: FlowResult[] = [];
   for (const f of flows) flowResults.push(await f.stop());
   const after = await measure(lab);
@@ -356,6 +394,7 @@ async function runFault(lab: RunningLab, target: LabFaultTarget, say: (l: string
     ...(pathsBackMs !== undefined ? { pathsBackMs } : {}), beforeAgeMs, durationMs: Math.round(performance.now() - t0), notes,
     // a window open to the end (readdress-offline) ends with the fault
     windows: windows.map((w) => ({ ...w, fromMs: Math.round(w.fromMs - t0), toMs: Math.round(Math.min(w.toMs, performance.now()) - t0) })),
+    denied, ...(policyChange ? { policyChange } : {}),
   });
   const result = facts.length > 0 ? { ...judged, facts } : judged;
   say(`    ${target.kind.padEnd(16)} ${result.ok ? 'ok  ' : 'FAIL'} convergence ${result.convergenceMs === undefined ? 'never' : `${result.convergenceMs} ms`}, paths back ${pathsBackMs === undefined ? 'never' : `${pathsBackMs} ms`}, loss ${result.lossPct ?? '-'}%, longest gap ${result.maxGapMs ?? '-'} ms, `

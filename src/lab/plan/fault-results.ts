@@ -4,7 +4,10 @@
  * failure, and the fault table for the terminal.
  */
 import type { LabFaultKind, LabFaultTarget, LabPodPair } from './faults.ts';
-import type { LossWindow, SampleStats } from './fault-samples.ts';
+import type { DeniedSample, LossWindow, PolicyChangeSeen, SampleStats } from './fault-samples.ts';
+
+/** policy-offline: pairs the deleted policy denied away from the site cut off must answer within this long of the deletion (the site stays cut off longer). */
+export const POLICY_CHANGE_OPEN_MS = 5000;
 
 export interface MatrixCount {
   readonly ok: boolean;
@@ -63,6 +66,10 @@ export interface LabFaultResult {
   readonly service?: { readonly answered: number; readonly of: number };
   /** Faults with loss windows: where the fault could cost packets (ms from its start). */
   readonly windows?: readonly LossWindow[];
+  /** `--policy`: the pairs the lab's policies deny, pinged through the fault (none may answer). */
+  readonly denied?: readonly DeniedSample[];
+  /** policy-offline: what its samples saw of the policy's deletion. */
+  readonly policyChange?: PolicyChangeSeen;
 }
 
 /** The result of a fault from its parts: ok when the matrix after works, every sample recovered and nothing else broke. */
@@ -71,6 +78,8 @@ export function judgeFault(target: LabFaultTarget, parts: {
   heldMs: number; pathsBackMs?: number; beforeAgeMs?: number; durationMs: number; notes: readonly string[];
   /** Where the fault could cost packets (ms from its start). */
   windows?: readonly LossWindow[];
+  denied?: readonly DeniedSample[];
+  policyChange?: PolicyChangeSeen;
 }): LabFaultResult {
   const sent = parts.samples.reduce((n, s) => n + s.sent, 0);
   const received = parts.samples.reduce((n, s) => n + s.received, 0);
@@ -94,6 +103,21 @@ export function judgeFault(target: LabFaultTarget, parts: {
       }
     }
   }
+  for (const d of parts.denied ?? []) {
+    if (d.sent === 0) notes.push(`the denied pair ${d.from} -> ${d.to} was not pinged`);
+    else if (d.received > 0) notes.push(`${d.from} -> ${d.to}, which the policies deny, got ${d.received} of ${d.sent} pings answered during the fault${d.firstReplyMs === undefined ? '' : ` (the first at +${(d.firstReplyMs / 1000).toFixed(1)} s)`}`);
+  }
+  const change = parts.policyChange;
+  for (const h of change?.held ?? []) {
+    if (h.repliesBeforeHeal > 0) notes.push(`${h.from} -> ${h.to} answered ${h.repliesBeforeHeal} pings while its site was cut off: the site should have kept ${change?.policy} until the heal`);
+    if (h.openedAfterHealMs === undefined) notes.push(`${h.from} -> ${h.to} did not open after the heal: ${change?.policy}'s deletion did not reach its site`);
+  }
+  for (const o of change?.opened ?? []) {
+    if (o.repliesBeforeChange > 0) notes.push(`${o.from} -> ${o.to} answered ${o.repliesBeforeChange} pings before ${change?.policy} was deleted, which denied it`);
+    if (o.openedAfterChangeMs === undefined || o.openedAfterChangeMs > POLICY_CHANGE_OPEN_MS) {
+      notes.push(`${o.from} -> ${o.to} did not open within ${POLICY_CHANGE_OPEN_MS / 1000} s of ${change?.policy}'s deletion${o.openedAfterChangeMs === undefined ? '' : ` (${o.openedAfterChangeMs} ms)`}`);
+    }
+  }
   const maxGapMs = parts.samples.length === 0 ? undefined : Math.max(...parts.samples.map((s) => s.maxGapMs));
   const convergenceMs = unrecovered.length > 0 || parts.samples.length === 0 ? undefined : Math.max(...parts.samples.map((s) => s.convergenceMs ?? 0));
   return {
@@ -102,6 +126,7 @@ export function judgeFault(target: LabFaultTarget, parts: {
     ...(parts.flows ? { flows: parts.flows } : {}), ...(parts.podStartMs ? { podStartMs: parts.podStartMs } : {}), heldMs: parts.heldMs,
     ...(parts.pathsBackMs !== undefined ? { pathsBackMs: parts.pathsBackMs } : {}), ...(parts.beforeAgeMs !== undefined ? { beforeAgeMs: parts.beforeAgeMs } : {}),
     durationMs: parts.durationMs, notes, ...(parts.windows && parts.windows.length > 0 ? { windows: parts.windows } : {}),
+    ...(parts.denied && parts.denied.length > 0 ? { denied: parts.denied } : {}), ...(change ? { policyChange: change } : {}),
   };
 }
 

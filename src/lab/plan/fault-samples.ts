@@ -116,3 +116,46 @@ export function sampleStats(pair: LabPodPair, replies: readonly PingReply[], tra
   const first = replies.filter((r) => r.seq > lastBad).sort((a, b) => a.seq - b.seq)[0];
   return { ...base, ...(first ? { convergenceMs: Math.max(0, Math.round(first.atMs - healAtMs)) } : {}) };
 }
+
+/** A pair the lab's NetworkPolicies deny, pinged through a fault: what it sent and what came back (nothing may). */
+export interface DeniedSample extends LabPodPair {
+  readonly sent: number;
+  readonly received: number;
+  /** When the first reply came, ms from the fault's start. */
+  readonly firstReplyMs?: number;
+}
+
+/** The replies of one continuous ping and the pair it pinged. */
+export interface PairReplies {
+  readonly pair: LabPodPair;
+  readonly replies: readonly PingReply[];
+}
+
+/** What the samples of the policy-offline fault saw of a policy deleted while a site was cut off. */
+export interface PolicyChangeSeen {
+  readonly policy: string;
+  /** Pairs into the site cut off: replies before the heal (none may come) and the first one after it, ms from the heal. */
+  readonly held: readonly (LabPodPair & { readonly repliesBeforeHeal: number; readonly openedAfterHealMs?: number })[];
+  /** Pairs elsewhere: replies before the deletion (none may come) and the first one after it, ms from the deletion. */
+  readonly opened: readonly (LabPodPair & { readonly repliesBeforeChange: number; readonly openedAfterChangeMs?: number })[];
+}
+
+/** {@link PolicyChangeSeen} from the samples' replies, the deletion's instant and the heal's (the replies' clock). */
+export function policyChangeSeen(policy: string, held: readonly PairReplies[], opened: readonly PairReplies[], changedAtMs: number, healAtMs: number): PolicyChangeSeen {
+  const firstAfter = (replies: readonly PingReply[], t: number): { ms?: number } => {
+    const first = Math.min(...replies.filter((r) => r.atMs >= t).map((r) => r.atMs));
+    return Number.isFinite(first) ? { ms: Math.round(first - t) } : {};
+  };
+  const before = (replies: readonly PingReply[], t: number) => replies.filter((r) => r.atMs < t).length;
+  return {
+    policy,
+    held: held.map(({ pair, replies }) => {
+      const { ms } = firstAfter(replies, healAtMs);
+      return { ...pair, repliesBeforeHeal: before(replies, healAtMs), ...(ms !== undefined ? { openedAfterHealMs: ms } : {}) };
+    }),
+    opened: opened.map(({ pair, replies }) => {
+      const { ms } = firstAfter(replies, changedAtMs);
+      return { ...pair, repliesBeforeChange: before(replies, changedAtMs), ...(ms !== undefined ? { openedAfterChangeMs: ms } : {}) };
+    }),
+  };
+}

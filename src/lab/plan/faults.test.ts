@@ -1,10 +1,11 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { LAB_FAULTS, type LabFaultKind, type LabFaultTarget, type LabFaultTargetOf, parseFaultList, peerCutRuleset, planFault, uplinkCutRuleset } from './faults.ts';
-import { lostOutsideWindows, sampleStats, windowsFor } from './fault-samples.ts';
+import { lostOutsideWindows, policyChangeSeen, sampleStats, windowsFor } from './fault-samples.ts';
 import { judgeFault, renderFaults } from './fault-results.ts';
 import { planLab } from './plan.ts';
 import { DEFAULT_LAB_SPEC, type LabSpec } from './spec.ts';
+import { labPolicyDenies, labPolicySites } from './policy.ts';
 
 const plan = (spec: LabSpec) => planLab({ spec, runId: '0abc', dir: '/run/atoll-lab/0abc', bootstrapToken: 'bootstrap-token-0123456789', adminToken: 'admin-token-0123456789', relayToken: 'relay-token-0123456789' });
 /** The target `planFault` gives for `kind`, narrowed to that kind; fails the test when the fault is skipped. */
@@ -16,7 +17,7 @@ function targetOf<K extends LabFaultKind>(p: ReturnType<typeof plan>, kind: K, p
 const pair = { from: 'x', to: 'y' };
 
 test('--faults: all, none, a list in the canonical order, unknown names named', () => {
-  assert.deepEqual(parseFaultList('all').faults, LAB_FAULTS.filter((f) => !['statefulset-recreate', 'crash-offline', 'agent-roll', 'node-delete'].includes(f)), 'the faults through Kubernetes only with --kubernetes');
+  assert.deepEqual(parseFaultList('all').faults, LAB_FAULTS.filter((f) => !['statefulset-recreate', 'crash-offline', 'policy-offline', 'agent-roll', 'node-delete'].includes(f)), 'the faults through Kubernetes only with --kubernetes');
   assert.deepEqual(parseFaultList('all', { kubernetes: true }).faults, [...LAB_FAULTS]);
   assert.match(parseFaultList('agent-roll').problems[0] ?? '', /needs --kubernetes/);
   assert.deepEqual(parseFaultList('none').faults, []);
@@ -247,4 +248,69 @@ test('what a killed agent held: a gap at the kill\'s instant (the window of its 
   const kill = [{ fromMs: 650, toMs: 650, label: 'what a-1\'s agent held when killed', inHand: true }];
   // seq 6 went 50 ms before the kill and died in the agent; seq 13 went 650 ms after it, when the keeper held the path
   assert.deepEqual(lostOutsideWindows(r, kill, 100), { lost: 1, runs: [{ fromMs: 1201, toMs: 1400, lost: 1 }] });
+});
+
+/** The lab's policies as `planFault` gets them (`--policy`). */
+function policyOf(p: ReturnType<typeof plan>): (from: string, to: string) => string | undefined {
+  const sites = labPolicySites(p.spec);
+  const labels = new Map(p.pods.map((x) => [x.name, x.labels]));
+  if (!sites) throw new Error('the lab\'s policies need an edge site');
+  return (from, to) => labPolicyDenies(labels.get(from) ?? {}, labels.get(to) ?? {}, sites);
+}
+
+test('--policy: the restarts ping the pairs the policies deny on their nodes, on paths their cut leaves up; none without policies', () => {
+  const p = plan(DEFAULT_LAB_SPEC);
+  const denies = policyOf(p);
+  const planned = (kind: LabFaultKind) => {
+    const t = planFault(p, kind, 'kubernetes', [], denies);
+    assert.ok(!('skipped' in t), kind);
+    return t.denied ?? [];
+  };
+  const restart = planned('offline-restart');
+  assert.ok(restart.length > 0 && restart.every((d) => denies(d.from, d.to) !== undefined && [d.from, d.to].some((x) => x.startsWith('a-1-'))), JSON.stringify(restart));
+  // a-1-p1 (a web pod of the egress site) to the cloud, and pairs into a-1-p2 (a db pod)
+  assert.deepEqual(restart, [{ from: 'cloud-1-p2', to: 'a-1-p2' }, { from: 'cloud-2-p2', to: 'a-1-p2' }, { from: 'a-1-p1', to: 'cloud-1-p1' }, { from: 'a-1-p1', to: 'cloud-1-p2' }]);
+  // the crash cuts the site's uplink: only pairs inside it say anything
+  assert.deepEqual(planned('crash-offline'), [{ from: 'a-1-p2', to: 'a-2-p2' }, { from: 'a-2-p2', to: 'a-1-p2' }]);
+  assert.ok(planned('offline-restart-all').every((d) => ![d.from, d.to].some((x) => x.startsWith('cloud-'))), 'the site is cut off from the cloud');
+  assert.ok(planned('agent-restart').length > 0 && planned('agent-roll').length > 0);
+  assert.equal(targetOf(p, 'offline-restart', 'kubernetes').denied, undefined, 'no policies, nothing denied');
+});
+
+test('policy-offline: db-from-web deleted while edge site a is cut off; pairs into a held, pairs elsewhere opened; skipped without the policies', () => {
+  const p = plan(DEFAULT_LAB_SPEC);
+  const t = planFault(p, 'policy-offline', 'kubernetes', [], policyOf(p));
+  assert.ok(!('skipped' in t) && t.kind === 'policy-offline');
+  assert.equal(t.site, 'a');
+  assert.equal(t.policy, 'db-from-web');
+  assert.deepEqual(t.held, [{ from: 'a-1-p2', to: 'a-2-p2' }, { from: 'b-1-p2', to: 'a-1-p2' }], 'over VXLAN in the site, hole-punched from b');
+  assert.deepEqual(t.opened, [{ from: 'cloud-1-p2', to: 'cloud-2-p2' }, { from: 'b-1-p2', to: 'cloud-1-p2' }], 'within the cloud, from b to the cloud');
+  assert.deepEqual(t.samples, [...t.held, ...t.opened]);
+  assert.deepEqual(t.cloud, targetOf(p, 'nat-reboot-offline').cloud);
+  assert.match((planFault(p, 'policy-offline', 'kubernetes') as { skipped: string }).skipped, /needs --policy/);
+  const oneSite = plan({ ...DEFAULT_LAB_SPEC, edges: DEFAULT_LAB_SPEC.edges.slice(0, 1) });
+  assert.ok('skipped' in planFault(oneSite, 'policy-offline', 'kubernetes', [], policyOf(oneSite)), 'the last edge site is not guarded: nothing to delete for it');
+  assert.match((planFault(p, 'policy-offline', 'cri', [], policyOf(p)) as { skipped: string }).skipped, /--kubernetes/);
+});
+
+test('judging policy-offline and the denied pairs: no reply before its time, openings within their bounds', () => {
+  const target = targetOf(plan(DEFAULT_LAB_SPEC), 'agent-restart');
+  const m = { ok: true, shouldWork: 10, working: 10 };
+  const replies = (...at: number[]) => at.map((atMs, i) => ({ seq: i + 1, atMs }));
+  const pr = (from: string, to: string, ...at: number[]) => ({ pair: { from, to }, replies: replies(...at) });
+  // deleted at 1000, healed at 9000
+  const seen = policyChangeSeen('db-from-web', [pr('a-1-p2', 'a-2-p2', 9400, 9500)], [pr('cloud-1-p2', 'cloud-2-p2', 1800, 1900)], 1000, 9000);
+  assert.deepEqual(seen, { policy: 'db-from-web', held: [{ from: 'a-1-p2', to: 'a-2-p2', repliesBeforeHeal: 0, openedAfterHealMs: 400 }],
+    opened: [{ from: 'cloud-1-p2', to: 'cloud-2-p2', repliesBeforeChange: 0, openedAfterChangeMs: 800 }] });
+  const judge = (parts: Partial<Parameters<typeof judgeFault>[1]>) => judgeFault(target, { before: m, after: m, samples: [], heldMs: 1, durationMs: 1, notes: [], ...parts });
+  assert.equal(judge({ policyChange: seen }).ok, true);
+  const early = policyChangeSeen('db-from-web', [pr('a-1-p2', 'a-2-p2', 5000)], [pr('cloud-1-p2', 'cloud-2-p2', 500, 7000)], 1000, 9000);
+  assert.deepEqual(judge({ policyChange: early }).notes, [
+    'a-1-p2 -> a-2-p2 answered 1 pings while its site was cut off: the site should have kept db-from-web until the heal',
+    'a-1-p2 -> a-2-p2 did not open after the heal: db-from-web\'s deletion did not reach its site',
+    'cloud-1-p2 -> cloud-2-p2 answered 1 pings before db-from-web was deleted, which denied it',
+    'cloud-1-p2 -> cloud-2-p2 did not open within 5 s of db-from-web\'s deletion (6000 ms)']);
+  assert.equal(judge({ denied: [{ from: 'x', to: 'y', sent: 300, received: 0 }] }).ok, true);
+  assert.deepEqual(judge({ denied: [{ from: 'x', to: 'y', sent: 300, received: 2, firstReplyMs: 4200 }, { from: 'y', to: 'x', sent: 0, received: 0 }] }).notes, [
+    'x -> y, which the policies deny, got 2 of 300 pings answered during the fault (the first at +4.2 s)', 'the denied pair y -> x was not pinged']);
 });

@@ -10,16 +10,17 @@
 import { CLOUD_SITE, labUsesUdp } from './spec.ts';
 import { type LabPlan, udpBlockedAt } from './plan.ts';
 import { expectationOf, expectedPath, type LabPath } from './paths.ts';
+import { LAB_POLICY_NAMES } from './policy.ts';
 
 export type LabFaultKind = 'controller-kill' | 'relay-kill' | 'direct-path-cut' | 'agent-restart' | 'offline-restart' | 'pod-recreate' | 'uplink-cut' | 'uplink-flap' | 'node-reboot'
-  | 'offline-restart-all' | 'nat-reboot-offline' | 'clock-jump' | 'readdress-offline' | 'statefulset-recreate' | 'crash-offline' | 'agent-roll' | 'node-delete';
+  | 'offline-restart-all' | 'nat-reboot-offline' | 'clock-jump' | 'readdress-offline' | 'statefulset-recreate' | 'crash-offline' | 'policy-offline' | 'agent-roll' | 'node-delete';
 
 /** Every fault, in the order `--faults all` runs them. */
 export const LAB_FAULTS: readonly LabFaultKind[] = Object.freeze(['controller-kill', 'relay-kill', 'direct-path-cut', 'agent-restart', 'offline-restart', 'pod-recreate', 'uplink-cut', 'uplink-flap', 'node-reboot',
-  'offline-restart-all', 'nat-reboot-offline', 'clock-jump', 'readdress-offline', 'statefulset-recreate', 'crash-offline', 'agent-roll', 'node-delete']);
+  'offline-restart-all', 'nat-reboot-offline', 'clock-jump', 'readdress-offline', 'statefulset-recreate', 'crash-offline', 'policy-offline', 'agent-roll', 'node-delete']);
 
 /** Faults through Kubernetes, only with `--kubernetes` (`all` without it leaves them out). */
-export const LAB_KUBERNETES_FAULTS: readonly LabFaultKind[] = Object.freeze(['statefulset-recreate', 'crash-offline', 'agent-roll', 'node-delete']);
+export const LAB_KUBERNETES_FAULTS: readonly LabFaultKind[] = Object.freeze(['statefulset-recreate', 'crash-offline', 'policy-offline', 'agent-roll', 'node-delete']);
 
 /** nftables table the uplink faults add in an edge router (beside the NAT's `atoll-lab`). */
 export const LAB_FAULT_NFT_TABLE = 'atoll-lab-fault';
@@ -60,6 +61,11 @@ interface LabFaultWatch {
    * reboot; none for a clock jump), which the run records.
    */
   readonly strict?: { readonly lossFree: readonly LabPodPair[] };
+  /**
+   * Pod pairs the lab's NetworkPolicies deny (`--policy`) that the fault's restarts touch, pinged from before the fault
+   * until the samples recover: none may get a single reply, at any moment.
+   */
+  readonly denied?: readonly LabPodPair[];
 }
 
 /** Whom each kind of fault hits. */
@@ -78,6 +84,12 @@ interface LabFaultHits {
   readonly 'statefulset-recreate': { readonly node: string; readonly pod: string };
   /** `site`'s uplink cut; meanwhile `pod`'s sandbox on `node` is killed and its kubelet restarts it offline. */
   readonly 'crash-offline': { readonly site: string; readonly node: string; readonly pod: string };
+  /**
+   * `site` cut off from the cloud, then `policy` deleted through the API: `held` (pairs into `site` it denied, on paths
+   * the cut leaves up) must stay blocked until the heal and answer soon after it; `opened` (pairs elsewhere it denied)
+   * must answer while the site is still cut off. Afterwards the lab's policies are applied again.
+   */
+  readonly 'policy-offline': { readonly site: string; readonly cloud: readonly string[]; readonly policy: string; readonly held: readonly LabPodPair[]; readonly opened: readonly LabPodPair[] };
   /** The agents' DaemonSets rolled to another image tag. */
   readonly 'agent-roll': object;
   /** `node` taken out of the cluster for good (its kubelet and containerd stopped, `kubectl delete node`). */
@@ -136,10 +148,21 @@ export function planFault(plan: LabPlan, kind: LabFaultKind, pods: 'cri' | 'dire
   const cloudPod = plan.pods.find((p) => plan.nodes.find((n) => n.name === p.node)?.site === CLOUD_SITE)?.name;
   const edgeSite = plan.spec.edges[0]?.name;
   const edgeNodes = plan.nodes.filter((n) => n.site === edgeSite);
-  const works = (a: string, b: string) => {
+  const reachable = (a: string, b: string) => {
     const na = nodeOf(a);
     const nb = nodeOf(b);
-    return na !== undefined && nb !== undefined && a !== b && expectationOf(expectedPath(plan, na, nb)) === 'reachable' && policyDenies(a, b) === undefined;
+    return na !== undefined && nb !== undefined && a !== b && expectationOf(expectedPath(plan, na, nb)) === 'reachable';
+  };
+  const works = (a: string, b: string) => reachable(a, b) && policyDenies(a, b) === undefined;
+  const pathOf = (a: string, b: string) => expectedPath(plan, nodeOf(a) ?? '', nodeOf(b) ?? '');
+  /** Pairs of lab pods the policies deny (by `policy`, when given) that the topology lets through, as `keep` chooses. */
+  const deniedPairs = (keep: (from: string, to: string) => boolean, policy?: string): LabPodPair[] => plan.pods.flatMap((a) => plan.pods
+    .filter((b) => reachable(a.name, b.name) && keep(a.name, b.name) && (policy === undefined ? policyDenies(a.name, b.name) !== undefined : policyDenies(a.name, b.name) === policy))
+    .map((b) => ({ from: a.name, to: b.name })));
+  /** Denied pairs with an end on `nodes`, on paths a cut leaves up (`inside`: both ends in the site cut off), for the restarts. */
+  const deniedAround = (nodes: readonly string[], inside?: (pod: string) => boolean): { denied?: LabPodPair[] } => {
+    const list = deniedPairs((a, b) => [a, b].some((p) => nodes.includes(nodeOf(p) ?? '')) && (inside === undefined || (inside(a) && inside(b)))).slice(0, MAX_SAMPLES);
+    return list.length > 0 ? { denied: list } : {};
   };
   const pairs = (list: readonly (readonly [string | undefined, string | undefined])[]): LabPodPair[] => {
     const out: LabPodPair[] = [];
@@ -196,7 +219,7 @@ export function planFault(plan: LabPlan, kind: LabFaultKind, pods: 'cri' | 'dire
       // lose a packet but what the agent held when killed ({@link LossWindow.inHand}); over the streams alone (UDP off
       // or blocked) the tunnel pairs lose the restart's gap
       const kept = labUsesUdp(plan.spec) && !udpBlockedAt(plan, node.name) && (cloudPod === undefined || !udpBlockedAt(plan, nodeOf(cloudPod) ?? ''));
-      return { kind, node: node.name, lossless: false, flows: [], samples, ...(kept ? { strict: { lossFree: samples } } : {}),
+      return { kind, node: node.name, lossless: false, flows: [], samples, ...(kept ? { strict: { lossFree: samples } } : {}), ...deniedAround([node.name]),
         description: `${k8s ? `agent container of ${node.name} killed (SIGKILL) and started again by its kubelet` : `agent of ${node.name} killed (SIGKILL) and started again`}`
           + `${kept ? ': its keeper holds the tunnel\'s data plane meanwhile, so no sample may lose a packet but those the agent held at the kill' : ''}` };
     }
@@ -208,7 +231,7 @@ export function planFault(plan: LabPlan, kind: LabFaultKind, pods: 'cri' | 'dire
       const description = k8s
         ? `controller Deployment scaled to 0; while it has no replica the agent container of ${node.name} is killed and started again by its kubelet, and must rebuild its tunnels from its local state; then the controller is scaled back`
         : `controller stopped; while it is down the agent of ${node.name} is killed and started again, and must rebuild its tunnels from its local state; then the controller comes back`;
-      return { kind, node: node.name, description,
+      return { kind, node: node.name, description, ...deniedAround([node.name]),
         lossless: false, flows: [], samples: pairs(peers.map((p) => [nodePods[0], p] as const)) };
     }
     case 'pod-recreate': {
@@ -231,8 +254,25 @@ export function planFault(plan: LabPlan, kind: LabFaultKind, pods: 'cri' | 'dire
     case 'crash-offline': {
       const pod = nodePods[0];
       if (!edgeSite || !node || !pod) return { kind, skipped: 'no edge site' };
-      return { kind, site: edgeSite, node: node.name, pod, lossless: false, flows: [], samples: pairs([[sameSitePod, pod], [nodePods[1], pod], [cloudPod, pod], [pod, cloudPod]]),
+      const inSite = (p: string) => edgeNodes.some((n) => n.name === nodeOf(p));
+      return { kind, site: edgeSite, node: node.name, pod, lossless: false, flows: [], samples: pairs([[sameSitePod, pod], [nodePods[1], pod], [cloudPod, pod], [pod, cloudPod]]), ...deniedAround([node.name], inSite),
         description: `uplink of edge site ${edgeSite} cut; meanwhile pod ${pod}'s sandbox is killed and ${node.name}'s kubelet restarts it without the API; the site's pods reach it directly and through a Service; uplink restored` };
+    }
+    case 'policy-offline': {
+      const policy = LAB_POLICY_NAMES[0] as string;
+      const cloud = cloudAddresses(plan);
+      if (!edgeSite || cloud.length === 0) return { kind, skipped: 'no edge site' };
+      const inSite = (p: string) => edgeNodes.some((n) => n.name === nodeOf(p));
+      const inCloud = (p: string) => plan.nodes.find((n) => n.name === nodeOf(p))?.site === CLOUD_SITE;
+      const firstOf = (keep: (from: string, to: string) => boolean) => deniedPairs(keep, policy).slice(0, 1);
+      // into the site from the site itself and hole-punched from another edge site: paths its cut from the cloud leaves up
+      const held = [...firstOf((a, b) => inSite(a) && inSite(b)), ...firstOf((a, b) => inSite(b) && pathOf(a, b) === 'tunnel hole-punched')];
+      // elsewhere: within the cloud, and from another edge site into it
+      const opened = [...firstOf((a, b) => inCloud(a) && inCloud(b)), ...firstOf((a, b) => !inSite(a) && !inCloud(a) && inCloud(b))];
+      if (held.length === 0) return { kind, skipped: `no pair into edge site ${edgeSite} that ${policy} denies on a path its cut from the cloud leaves up (it needs --policy, 2 edge sites, 2 pods per node)` };
+      return { kind, site: edgeSite, cloud, policy, held, opened, samples: [...held, ...opened], flows: [], lossless: false,
+        description: `edge site ${edgeSite} cut off from the cloud (${cloud.join(', ')}) by its router; NetworkPolicy ${policy} deleted through the API: pairs into ${edgeSite} it denied stay blocked until the heal `
+          + `and open soon after, pairs elsewhere it denied open while ${edgeSite} is still cut off; afterwards the lab's policies applied again` };
     }
     case 'agent-roll': {
       const firstOfEach = plan.spec.edges.map((e) => plan.pods.find((p) => plan.nodes.find((n) => n.name === p.node)?.site === e.name)?.name);
@@ -240,7 +280,7 @@ export function planFault(plan: LabPlan, kind: LabFaultKind, pods: 'cri' | 'dire
       const tunnel = pairs(firstOfEach.flatMap((p) => [[cloudPod, p], [p, cloudPod]] as const)).slice(0, MAX_SAMPLES - sameSite.length);
       // the chart's keepers hold the datagram path's data plane while an agent restarts: pairs on it lose nothing
       const kept = tunnel.filter((p) => labUsesUdp(plan.spec) && ![p.from, p.to].some((pod) => udpBlockedAt(plan, nodeOf(pod) ?? '')));
-      return { kind, lossless: false, flows: [], strict: { lossFree: [...kept, ...sameSite] }, samples: [...tunnel, ...sameSite],
+      return { kind, lossless: false, flows: [], strict: { lossFree: [...kept, ...sameSite] }, samples: [...tunnel, ...sameSite], ...deniedAround(plan.nodes.map((n) => n.name)),
         description: 'the agents\' DaemonSets rolled to another image tag while traffic flows (one node at a time per DaemonSet); pairs on the datagram path lose nothing (the keepers hold it), '
           + 'other tunnel pairs packets only while an end\'s agent restarts (its old pod stopping until its new one is ready, and 1 s after), same-site pairs nothing' };
     }
@@ -252,7 +292,11 @@ export function planFault(plan: LabPlan, kind: LabFaultKind, pods: 'cri' | 'dire
       return { kind, node: gone.name, lossless: true, flows: [], samples: pairs([[cloudPod, stays(nodePods[0])], [stays(nodePods[0]), cloudPod], [stays(sitePods[0]), stays(nodePods[1])]]),
         description: `node ${gone.name} taken out of the cluster: its kubelet and containerd stopped (the machine off), \`kubectl delete node ${gone.name}\`; the controller releases its blocks and every other node drops their routes` };
     }
-    case 'offline-restart-all':
+    case 'offline-restart-all': {
+      const planned = planOfflineEdgeFault(plan, kind, pods, pairs);
+      const outOfCloud = (p: string) => plan.nodes.find((n) => n.name === nodeOf(p))?.site !== CLOUD_SITE;
+      return 'skipped' in planned ? planned : { ...planned, ...deniedAround(edgeNodes.map((n) => n.name), outOfCloud) };
+    }
     case 'nat-reboot-offline':
     case 'clock-jump':
     case 'readdress-offline':
