@@ -63,7 +63,8 @@ the verdict and the faults).
                 checks a ClusterIP Service from every pod and node (after the matrix and every fault), starts a
                 Deployment and a StatefulSet with a pod per node and checks the matrix between their pods, and
                 adds the faults through Kubernetes: statefulset-recreate, crash-offline (a pod's sandbox killed
-                while its site is cut off), agent-roll (the DaemonSets rolled to image tag <version>-b, built with
+                while its site is cut off), policy-offline (with --policy: a policy deleted while the first edge
+                site is cut off), agent-roll (the DaemonSets rolled to image tag <version>-b, built with
                 \`node scripts/image.ts --tag <version>-b\`), node-delete (the last node of the first edge site
                 switched off and \`kubectl delete node\`: its blocks released); controller-kill, relay-kill, agent-restart
                 and offline-restart kill the chart's container (SIGKILL in the node's containerd; its kubelet starts it
@@ -73,8 +74,8 @@ the verdict and the faults).
                 once the pods run the lab applies two policies (docs/lab.md): the db pods of the cloud and of every
                 edge site but the last accept only web pods, the first edge site's web pods send only to pods
                 outside the cloud; needs an edge site; the matrix (and every
-                fault's) expects the pairs they deny to be blocked, through every path, and run's faults sample
-                only pairs they allow
+                fault's) expects the pairs they deny to be blocked, through every path; run's faults sample
+                pairs they allow, and those that restart agents ping pairs they deny too: none may answer
 --image FILE    with --kubernetes: also import this docker-archive image into every node's containerd (repeat for
                 more), for workloads of your own; the apiserver reaches the cloud nodes' kubelets (\`kubectl exec\`,
                 \`logs\`), not the edge ones behind their NAT
