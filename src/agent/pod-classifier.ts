@@ -64,6 +64,11 @@ export class PodClassifier {
     return { classified: this.#known, asked: Promise.all(asks).then(() => undefined) };
   }
 
+  /** The sandbox pods known so far, by sandbox id. */
+  known(): ReadonlyMap<string, SandboxPod> {
+    return this.#known;
+  }
+
   /** Stops asking (timers cleared; answers still under way are dropped). */
   stop(): void {
     this.#stopped = true;

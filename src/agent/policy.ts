@@ -2,7 +2,9 @@
  * NetworkPolicy on one node: follows the node's part of the policy state from the controller (`GET /v1/policy`), keeps
  * it on disk, compiles it for the node's pods (src/core/policy/compile.ts) and applies what changed since the tables
  * it last applied (src/core/policy/nft.ts) in one `nft -f` transaction, or both tables whole when something else
- * committed since or the delta fails.
+ * committed since or the delta fails. The view, the compiling and the rendering live in a worker thread
+ * (src/agent/policy-compute.ts, src/core/policy/engine.ts): a large view takes hundreds of milliseconds to compile,
+ * which the CNI calls served on this thread must not wait behind.
  *
  * Offline rules: the view is written crash-safely after every change and read back at start, and the agent applies it
  * before it serves any CNI ADD; the kernel keeps the last ruleset across an agent restart or crash, so a view file
@@ -15,29 +17,25 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { asAtollError, atollError } from '../core/errors.ts';
 import type { Logger } from '../core/ports.ts';
-import { type Cidr, formatIpv4, parseIpv4 } from '../core/net/ipv4.ts';
-import { compilePolicies, explain, type PolicyPlan } from '../core/policy/compile.ts';
-import { policyPods, type SandboxRuntime, unknownLocalPods } from '../core/policy/local-pods.ts';
+import { type Cidr, parseIpv4 } from '../core/net/ipv4.ts';
+import type { SandboxRuntime } from '../core/policy/local-pods.ts';
 import { parseL4, type PolicyTrace, policyTraceOf } from '../core/ops/policy-trace.ts';
-import { keyOf } from '../core/policy/model.ts';
-import { buildPolicyTables, POLICY_TABLE, type PolicyTables, renderPolicyDelta, renderPolicyTables, tallyDrops } from '../core/policy/nft.ts';
-import { HeldPolicyView, type NodePolicyView, type PolicyLine, policyRevision } from '../core/policy/scope.ts';
+import { type PolicySummary, summaryOf } from '../core/policy/engine.ts';
+import { POLICY_TABLE } from '../core/policy/nft.ts';
+import type { NodePolicyView, PolicyLine } from '../core/policy/scope.ts';
 import type { IpamRecord } from '../core/ipam/sticky-pool.ts';
-import { hostVethName } from '../core/plan/pod-plan.ts';
 import { Backoff } from '../core/retry.ts';
 import { decodePolicyLine } from '../config/policy-line.ts';
-import { writeFileDurablyAsync } from '../adapters/durable-file.ts';
 import type { Nft } from '../adapters/kernel/nft.ts';
 import type { ControllerClient } from '../adapters/node/controller-client.ts';
 import { sleep } from '../adapters/timers.ts';
 import { PodClassifier } from './pod-classifier.ts';
+import { PolicyCompute } from './policy-compute.ts';
 
 /** Changes arriving together are applied in one transaction. */
 const COALESCE_MS = 20;
 /** How long to wait before asking again a controller that follows no Kubernetes. */
 const NOT_SERVED_RETRY_MS = 5 * 60_000;
-/** How many policy names the status carries. */
-const NAMES_SHOWN = 10;
 
 export interface PolicyComponents {
   readonly nft: Nft;
@@ -54,13 +52,11 @@ export interface PolicyInit {
   readonly statePath: string;
 }
 
-export interface PolicyStatus {
-  readonly policies: number;
-  /** `namespace/name` of the first {@link NAMES_SHOWN} policies of the view, sorted. */
-  readonly names: readonly string[];
-  /** The view's policies' revision (src/core/policy/scope.ts `policyRevision`). */
-  readonly revision: string;
-  readonly isolatedPods: number;
+/**
+ * The policies in force: those of the ruleset last applied, so a change shows here once the kernel has it, not when
+ * the view is received (`revision`: src/core/policy/scope.ts `policyRevision`).
+ */
+export interface PolicyStatus extends PolicySummary {
   /** When the ruleset in force was applied (ms since epoch), if any was this run. */
   readonly appliedAt?: number;
   /** Whether a view has been received from the controller (or read from disk) this run. */
@@ -70,19 +66,18 @@ export interface PolicyStatus {
 export class PolicyEnforcer {
   readonly #c: PolicyComponents;
   readonly #init: PolicyInit;
-  readonly #held = new HeldPolicyView();
+  readonly #compute: PolicyCompute;
   #hasView = false;
-  /** The tables last applied, and the ruleset generation right after, when that commit was the only one since. */
-  #kept: { tables: PolicyTables; generation: number } | undefined;
+  /** The ruleset generation right after our last apply, when that commit was the only one since (the worker keeps its tables). */
+  #keptGeneration: number | undefined;
   #appliedAt: number | undefined;
-  #plan: PolicyPlan = { pods: [], problems: [] };
+  #inForce: PolicySummary = summaryOf([], { pods: [], problems: [] });
   #reported = new Set<string>();
   #timer: NodeJS.Timeout | undefined;
   #chain: Promise<void> = Promise.resolve();
   #dirty = false;
   readonly #classifier: PodClassifier;
-  /** Drop counts read last, by counter; the totals since start, by `direction policies`; the reading under way. */
-  readonly #dropsRead = new Map<string, number>();
+  /** Drop totals since start, by `direction policies`; the reading under way. */
   readonly #drops = new Map<string, number>();
   #reading: Promise<ReadonlyMap<string, number>> | undefined;
 
@@ -90,6 +85,7 @@ export class PolicyEnforcer {
     this.#c = c;
     this.#init = init;
     this.#classifier = new PodClassifier({ runtime: c.runtime, log: c.log, onClassified: () => this.poke() });
+    this.#compute = new PolicyCompute((err) => this.#c.log.error('NetworkPolicy changes are no longer applied; the ruleset in the kernel stays in force', { code: 'POLICY_ENGINE_FAILED', err: err.message }));
   }
 
   /**
@@ -105,9 +101,9 @@ export class PolicyEnforcer {
     }
     const view = this.#load();
     if (!view) return;
-    this.#held.apply({ type: 'snapshot', ...view });
+    await this.#compute.line({ type: 'snapshot', ...view });
     this.#hasView = true;
-    await this.#classifier.classify(unknownLocalPods(view.pods, this.#active(), this.#init.nodeName)).asked;
+    await this.#classifier.classify(await this.#compute.unknown(this.#active(), this.#init.nodeName)).asked;
     await this.sync();
   }
 
@@ -159,40 +155,38 @@ export class PolicyEnforcer {
 
   async #syncNow(): Promise<void> {
     if (!this.#hasView) return;
-    const view = this.#held.view();
     const { blocks } = this.#c.pods();
     const active = this.#active();
-    const nodeName = this.#init.nodeName;
-    // the node's own records' addresses win over what the API last said (sticky, and known while offline); a pod the
-    // view does not know takes the labels of its sandbox, once the runtime told them
-    const { classified } = this.#classifier.classify(unknownLocalPods(view.pods, active, nodeName));
-    const { pods, local } = policyPods({ viewPods: view.pods, active, classified, nodeName });
-    const plan = compilePolicies({ policies: view.policies, namespaces: view.namespaces, pods, local });
-    for (const p of plan.problems) this.#report(`${p.policy}: ${p.message}`, () => this.#c.log.warn('a NetworkPolicy is enforced more strictly than written', { code: 'POLICY_UNSUPPORTED', policy: p.policy, err: p.message }));
-    const tables = buildPolicyTables(plan, { sources: active.map((r) => ({ port: hostVethName(r.containerId, r.ifName), ip: formatIpv4(r.ip) })), localBlocks: blocks });
     // only what changed when the kernel holds what we last applied (no commit since ours), else both tables whole
     const before = await this.#generation();
-    const kept = this.#kept !== undefined && before !== undefined && before === this.#kept.generation ? this.#kept : undefined;
-    const delta = kept ? renderPolicyDelta(kept.tables, tables) : undefined;
-    if (delta === '') {
-      this.#plan = plan;
+    const keptValid = this.#keptGeneration !== undefined && before === this.#keptGeneration;
+    // the node's own records' addresses win over what the API last said (sticky, and known while offline); a pod the
+    // view does not know takes the labels of its sandbox, once the runtime told them
+    const res = await this.#compute.compile({ nodeName: this.#init.nodeName, active, blocks, classified: [...this.#classifier.known()], keptValid });
+    this.#classifier.classify(res.unknown);
+    for (const p of res.problems) this.#report(`${p.policy}: ${p.message}`, () => this.#c.log.warn('a NetworkPolicy is enforced more strictly than written', { code: 'POLICY_UNSUPPORTED', policy: p.policy, err: p.message }));
+    if (res.delta && res.text === '') {
+      await this.#compute.committed(true);
+      this.#inForce = res.summary;
       return;
     }
-    this.#kept = undefined;
+    this.#keptGeneration = undefined;
     try {
-      await this.#c.nft.apply(delta ?? renderPolicyTables(tables));
+      await this.#c.nft.apply(res.text);
     } catch (err) {
-      if (delta === undefined) throw err;
+      if (!res.delta) throw err;
       this.#c.log.warn('applying the NetworkPolicy change alone failed; applying both tables whole', { err: asAtollError(err).message });
-      await this.#c.nft.apply(renderPolicyTables(tables));
+      await this.#c.nft.apply(await this.#compute.whole());
     }
     const after = await this.#generation();
-    if (before !== undefined && after === ((before + 1) >>> 0)) this.#kept = { tables, generation: after };
+    const kept = before !== undefined && after === ((before + 1) >>> 0);
+    this.#keptGeneration = kept ? after : undefined;
+    await this.#compute.committed(kept);
     this.#appliedAt = Date.now();
-    this.#plan = plan;
+    this.#inForce = res.summary;
     // a change is routine (every pod ADD); a whole apply says the tables were rebuilt
-    const fields = { policies: view.policies.length, isolatedPods: plan.pods.length };
-    if (delta === undefined) this.#c.log.info('NetworkPolicy applied, both tables whole', fields);
+    const fields = { policies: res.summary.policies, isolatedPods: res.summary.isolatedPods };
+    if (!res.delta) this.#c.log.info('NetworkPolicy applied, both tables whole', fields);
     else this.#c.log.debug('NetworkPolicy change applied', fields);
   }
 
@@ -219,11 +213,7 @@ export class PolicyEnforcer {
   }
 
   status(): PolicyStatus {
-    const { policies } = this.#held.view();
-    return {
-      policies: policies.length, names: policies.slice(0, NAMES_SHOWN).map(keyOf), revision: policyRevision(policies),
-      isolatedPods: this.#plan.pods.length, hasView: this.#hasView, ...(this.#appliedAt ? { appliedAt: this.#appliedAt } : {}),
-    };
+    return { ...this.#inForce, hasView: this.#hasView, ...(this.#appliedAt ? { appliedAt: this.#appliedAt } : {}) };
   }
 
   /**
@@ -231,7 +221,7 @@ export class PolicyEnforcer {
    * trace`). `port` is PROTOCOL/NUMBER (`tcp/80`), or absent for every rule that names the remote address.
    * @throws AtollError POLICY_TRACE_INVALID when `from` or `to` is not an IPv4 address, or `port` not PROTOCOL/NUMBER.
    */
-  trace(q: { readonly from: string; readonly to: string; readonly port: string | undefined }): PolicyTrace {
+  async trace(q: { readonly from: string; readonly to: string; readonly port: string | undefined }): Promise<PolicyTrace> {
     const src = parseIpv4(q.from);
     const dst = parseIpv4(q.to);
     const l4 = q.port === undefined ? undefined : parseL4(q.port);
@@ -239,7 +229,7 @@ export class PolicyEnforcer {
       throw atollError('POLICY_TRACE_INVALID', `cannot trace from ${JSON.stringify(q.from)} to ${JSON.stringify(q.to)}${q.port === undefined ? '' : ` on ${JSON.stringify(q.port)}`}: give two IPv4 addresses and a port as tcp/80`,
         'use atoll trace FROM TO [--port PROTOCOL/PORT] of the same Atoll version as the agent');
     }
-    return policyTraceOf(explain(this.#plan, { src, dst, ...(l4 ? { l4 } : {}) }));
+    return policyTraceOf(await this.#compute.explain({ src, dst, ...(l4 ? { l4 } : {}) }));
   }
 
   /**
@@ -248,8 +238,8 @@ export class PolicyEnforcer {
    * one read). A failed read is logged at debug and answers the totals so far.
    */
   droppedPackets(): Promise<ReadonlyMap<string, number>> {
-    this.#reading ??= this.#c.nft.counters(`inet ${POLICY_TABLE}`).then((counters) => {
-      for (const [key, n] of tallyDrops(this.#plan, counters, this.#dropsRead)) this.#drops.set(key, (this.#drops.get(key) ?? 0) + n);
+    this.#reading ??= this.#c.nft.counters(`inet ${POLICY_TABLE}`).then((counters) => this.#compute.drops(counters)).then((dropped) => {
+      for (const [key, n] of dropped) this.#drops.set(key, (this.#drops.get(key) ?? 0) + n);
       return this.#drops;
     }, (err: unknown) => {
       this.#c.log.debug('cannot read the NetworkPolicy drop counters', { err: asAtollError(err).message });
@@ -264,11 +254,13 @@ export class PolicyEnforcer {
     this.#classifier.stop();
     clearTimeout(this.#timer);
     await this.#chain;
+    await this.#compute.close();
   }
 
   #onLine(line: PolicyLine): void {
     if (line.type === 'ping') return;
-    this.#held.apply(line);
+    // in order with the saves and syncs that follow (the worker answers one message at a time)
+    this.#compute.line(line).catch(() => undefined);
     this.#hasView = true;
     this.#dirty = true;
     this.poke();
@@ -281,7 +273,7 @@ export class PolicyEnforcer {
   }
 
   async #save(): Promise<void> {
-    await writeFileDurablyAsync(this.#init.statePath, `${JSON.stringify({ type: 'snapshot', ...this.#held.view() })}\n`);
+    await this.#compute.save(this.#init.statePath);
   }
 
   #load(): NodePolicyView | undefined {

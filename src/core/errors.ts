@@ -75,6 +75,7 @@ export const ERROR_CATALOGUE = {
   POLICY_POD_UNCLASSIFIED: { cni: CniCode.generic, summary: "a pod of the node that the NetworkPolicy view does not know could not be classified from its CRI sandbox; no policy selects it until the controller sends it" },
   CRI_UNREACHABLE: { cni: CniCode.generic, summary: "nothing answered on the container runtime's CRI socket in time" },
   CRI_CALL_FAILED: { cni: CniCode.generic, summary: 'the container runtime refused or failed a CRI call' },
+  POLICY_ENGINE_FAILED: { cni: CniCode.generic, summary: "the agent's NetworkPolicy worker failed; the ruleset in the kernel stays in force" },
   POLICY_TRACE_INVALID: { cni: CniCode.generic, summary: 'a NetworkPolicy trace asked of the agent names something other than two IPv4 addresses and a PROTOCOL/PORT (tcp, udp or sctp, 1 to 65535)' },
   NODE_NOT_IN_CLUSTER: { cni: CniCode.generic, summary: 'an agent asked to join under a name that has no Kubernetes Node' },
   NODE_LABELS_INVALID: { cni: CniCode.generic, summary: "a Node's Atoll labels are malformed (the node keeps its last good placement)" },

@@ -27,7 +27,7 @@ export interface StatusSources {
   readonly tunnel: () => TunnelStatus | undefined;
   readonly status: () => AgentStatus;
   /** Absent when the agent enforces no NetworkPolicy. @throws AtollError for a question it cannot read. */
-  readonly policyTrace?: (q: { readonly from: string; readonly to: string; readonly port: string | undefined }) => PolicyTrace;
+  readonly policyTrace?: (q: { readonly from: string; readonly to: string; readonly port: string | undefined }) => PolicyTrace | Promise<PolicyTrace>;
 }
 
 export async function startStatusServer(path: string, sources: StatusSources): Promise<Server> {
@@ -50,15 +50,15 @@ export async function startStatusServer(path: string, sources: StatusSources): P
     }
     const url = new URL(req.url ?? '/', 'http://status');
     if (req.method === 'GET' && url.pathname === '/v1/policy/explain' && policyTrace) {
-      try {
-        const answer = policyTrace({ from: url.searchParams.get('from') ?? '', to: url.searchParams.get('to') ?? '', port: url.searchParams.get('port') ?? undefined });
+      const q = { from: url.searchParams.get('from') ?? '', to: url.searchParams.get('to') ?? '', port: url.searchParams.get('port') ?? undefined };
+      Promise.resolve().then(() => policyTrace(q)).then((answer) => {
         res.writeHead(200, { 'content-type': 'application/json' });
         res.end(JSON.stringify(answer));
-      } catch (err) {
+      }, (err: unknown) => {
         const e = asAtollError(err);
-        res.writeHead(400, { 'content-type': 'application/json' });
+        res.writeHead(e.code === 'POLICY_TRACE_INVALID' ? 400 : 500, { 'content-type': 'application/json' });
         res.end(JSON.stringify({ error: e.message, code: e.code }));
-      }
+      });
       return;
     }
     res.writeHead(404, { 'content-type': 'application/json' });

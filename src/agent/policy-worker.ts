@@ -1,0 +1,54 @@
+/**
+ * The agent's NetworkPolicy engine (src/core/policy/engine.ts) in a worker thread, so that compiling and rendering a
+ * large view never holds the main thread, which serves CNI calls. It also writes the kept view (its JSON is as large
+ * as the view). Requests come one at a time in order from src/agent/policy-compute.ts; each gets one answer.
+ */
+import { parentPort } from 'node:worker_threads';
+import { asAtollError } from '../core/errors.ts';
+import { PolicyEngine } from '../core/policy/engine.ts';
+import { writeFileDurablyAsync } from '../adapters/durable-file.ts';
+import type { PolicyRequest, PolicyResponse } from './policy-compute.ts';
+
+const engine = new PolicyEngine();
+
+async function answer(req: PolicyRequest): Promise<unknown> {
+  switch (req.op) {
+    case 'line':
+      engine.apply(req.line);
+      return undefined;
+    case 'unknown':
+      return engine.unknown(req.active, req.nodeName);
+    case 'compile':
+      return engine.compile(req.req);
+    case 'whole':
+      return engine.whole();
+    case 'committed':
+      engine.committed(req.kept);
+      return undefined;
+    case 'save':
+      await writeFileDurablyAsync(req.path, `${JSON.stringify({ type: 'snapshot', ...engine.view() })}\n`);
+      return undefined;
+    case 'explain':
+      return engine.explain(req.flow);
+    case 'drops':
+      return engine.drops(req.counters);
+  }
+}
+
+const port = parentPort;
+if (port) {
+  // one at a time, in order: a save or compile must see every line sent before it
+  let chain = Promise.resolve();
+  port.on('message', (req: PolicyRequest) => {
+    chain = chain.then(async () => {
+      let res: PolicyResponse;
+      try {
+        res = { id: req.id, ok: true, value: await answer(req) };
+      } catch (e) {
+        const err = asAtollError(e);
+        res = { id: req.id, ok: false, message: err.message, code: err.code };
+      }
+      port.postMessage(res);
+    });
+  });
+}
