@@ -9,6 +9,7 @@ import { hostVethName } from '../src/core/plan/pod-plan.ts';
 import type { PolicyInput } from '../src/core/policy/compile.ts';
 import { keyOf, type LabelSelector, type NamedPort, type NetworkPolicy, type PolicyNamespace, type PolicyPod, type PolicyPort } from '../src/core/policy/model.ts';
 import type { PodSource } from '../src/core/policy/nft.ts';
+import type { NodePolicyView, ViewPod } from '../src/core/policy/scope.ts';
 import { seeded } from './seeded.ts';
 
 /** The synthetic cluster's seed: the same cluster, hence the same ruleset, every run. */
@@ -247,5 +248,34 @@ export function synthesize(seed: number): Cluster {
     client: local[0] as LocalPod,
     server: local[1] as LocalPod,
     extra,
+  };
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The cluster as one agent's kept view (bench/cni-latency.ts --policy)
+
+/** Where the pods a latency bench ADDs live: the throughput server's namespace, under 9 of its 10 policies. */
+export const ADDED_POD_NAMESPACE = SERVER_NS;
+/** Their labels: an api backend, selected by that namespace's default deny and allowing policies for ingress. */
+export const ADDED_POD_LABELS: Readonly<Record<string, string>> = { app: 'api', tier: 'backend' };
+
+/** The node a remote pod runs on, by its /24 (10.200.N.0/24 is `remote-N`). */
+const remoteNodeOf = (ip: string): string => `remote-${ip.split('.')[2] ?? '?'}`;
+
+/**
+ * The cluster as node `node`'s view (what src/agent/policy.ts keeps in `policy-view.json`): every policy and
+ * namespace, the remote pods on their nodes, the cluster's 110 local pods on `node`, and one pod on `node` for each
+ * name of `added` in {@link ADDED_POD_NAMESPACE} with {@link ADDED_POD_LABELS} and no address: the agent takes a pod's
+ * address from its own IPAM record once the pod is ADDed (as for its pods while the controller is away), so each such
+ * pod is isolated from its ADD to its DEL and compiled into nothing before or after. Each list sorted by key.
+ */
+export function nodePolicyView(c: Cluster, node: string, added: readonly string[]): NodePolicyView {
+  const byKey = <T extends { namespace: string; name: string }>(a: T, b: T) => (keyOf(a) < keyOf(b) ? -1 : keyOf(a) > keyOf(b) ? 1 : 0);
+  const pods: ViewPod[] = c.input.pods.map((p) => ({ ...p, node: c.input.local.has(keyOf(p)) ? node : remoteNodeOf(p.ip) }));
+  for (const name of added) pods.push({ namespace: ADDED_POD_NAMESPACE, name, node, ip: '', labels: { ...ADDED_POD_LABELS }, ports: portsOf('api') });
+  return {
+    policies: [...c.input.policies].sort(byKey),
+    namespaces: [...c.input.namespaces].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0)),
+    pods: pods.sort(byKey),
   };
 }
