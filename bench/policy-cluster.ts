@@ -254,9 +254,9 @@ export function synthesize(seed: number): Cluster {
 // ---------------------------------------------------------------------------------------------------------------
 // The cluster as one agent's kept view (bench/cni-latency.ts --policy)
 
-/** Where the pods a latency bench ADDs live: the throughput server's namespace, under 9 of its 10 policies. */
+/** Where the pods a latency bench ADDs live: the throughput server's namespace. */
 export const ADDED_POD_NAMESPACE = SERVER_NS;
-/** Their labels: an api backend, selected by that namespace's default deny and allowing policies for ingress. */
+/** Their labels: an api backend, which 8 of that namespace's 10 policies select (isolated for ingress and egress). */
 export const ADDED_POD_LABELS: Readonly<Record<string, string>> = { app: 'api', tier: 'backend' };
 
 /** The node a remote pod runs on, by its /24 (10.200.N.0/24 is `remote-N`). */
