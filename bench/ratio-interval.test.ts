@@ -1,7 +1,7 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { nearestRank } from './common.ts';
-import { bootstrapRatio } from './ratio-interval.ts';
+import { bootstrapDifference, bootstrapRatio } from './ratio-interval.ts';
 import { seeded } from './seeded.ts';
 
 /** n samples spread evenly over [from, to) plus a seeded jitter of +-jitter. */
@@ -51,5 +51,39 @@ describe('bootstrapRatio', () => {
   test('refuses an empty side and too few draws', () => {
     assert.throws(() => bootstrapRatio([], [1], p50, 100, Math.random), /both sides need samples \(ours 0, reference 1\)/);
     assert.throws(() => bootstrapRatio([1], [1], p50, 10, Math.random), /10 draws are too few/);
+  });
+});
+
+describe('bootstrapDifference', () => {
+  test('a clear difference of about 2: the interval lies wholly above an allowance of 1', () => {
+    const r = seeded(11);
+    const on = spreadOver(200, 7, 9, 0.2, r);
+    const off = spreadOver(200, 5, 7, 0.2, r);
+    const got = bootstrapDifference(on, off, p50, 2000, seeded(12), 1);
+    assert.ok(Math.abs(got.difference - 2) < 0.2, `difference ${got.difference}`);
+    assert.ok(got.low <= got.difference && got.difference <= got.high, `${got.low} <= ${got.difference} <= ${got.high}`);
+    assert.ok(got.low > 1, `low ${got.low}`);
+    assert.ok(got.atOrBelowLimit < 0.01, `share ${got.atOrBelowLimit}`);
+  });
+
+  test('equal sides: the interval holds 0 and every resample is within an allowance of 1', () => {
+    const r = seeded(13);
+    const on = spreadOver(100, 5, 7, 0.1, r);
+    const off = spreadOver(100, 5, 7, 0.1, r);
+    const got = bootstrapDifference(on, off, p50, 2000, seeded(14), 1);
+    assert.ok(got.low < 0 && got.high > 0, `${got.low} .. ${got.high}`);
+    assert.equal(got.atOrBelowLimit, 1);
+  });
+
+  test('the same seed gives the same interval; the point estimate is the statistic on the samples as taken', () => {
+    const on = [3, 1, 2, 10];
+    const off = [1, 1, 1, 1];
+    assert.equal(bootstrapDifference(on, off, p50, 100, seeded(15), 1).difference, 1);
+    assert.deepEqual(bootstrapDifference(on, off, p95, 500, seeded(16), 1), bootstrapDifference(on, off, p95, 500, seeded(16), 1));
+  });
+
+  test('refuses an empty side and too few draws', () => {
+    assert.throws(() => bootstrapDifference([1], [], p50, 100, Math.random, 1), /both sides need samples \(ours 1, reference 0\)/);
+    assert.throws(() => bootstrapDifference([1], [1], p50, 39, Math.random, 1), /39 draws are too few/);
   });
 });

@@ -1,6 +1,7 @@
 #!/bin/sh
 # The benchmarks (bench/README.md), as root with the project's own Node:
 #   sh bench/run.sh [cni] [options]      CNI ADD/DEL latency and peak RSS, ours against bridge + host-local (the default)
+#                                        (--policy: our agent with NetworkPolicy on against off, issue #35)
 #   sh bench/run.sh controller [options] controller registrations and block allocations per store, controller and
 #                                        agent memory
 #   sh bench/run.sh overlay [options]    overlay peer programming (Overlay.sync against one ip/bridge process per entry)
