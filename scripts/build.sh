@@ -11,9 +11,9 @@ out="dist-$(date +%s)-$$"
 # External: native or proto-loading packages, and yaml (its CommonJS build requires Node built-ins, which an ESM
 # bundle cannot do: the controller failed with 'Dynamic require of "process"'); node_modules has them at run time.
 # prom-client likewise ('Dynamic require of "util"').
-# Two entry points: the program, and the agent's NetworkPolicy worker (src/agent/policy-worker.ts), which the agent
+# Two entry points: the program, and the agent's NetworkPolicy worker (src/adapters/node/policy-worker.ts), which the agent
 # starts as a worker thread from beside its own chunk.
-node_modules/.bin/esbuild atoll=src/cli/main.ts policy-worker=src/agent/policy-worker.ts --bundle --splitting --platform=node --format=esm --target=node22 \
+node_modules/.bin/esbuild atoll=src/cli/main.ts policy-worker=src/adapters/node/policy-worker.ts --bundle --splitting --platform=node --format=esm --target=node22 \
   --external:koffi --external:@grpc/grpc-js --external:@grpc/proto-loader --external:yaml --external:prom-client \
   --entry-names='[name]' --log-level=warning --outdir="build/$out"
 ln -sfn "$out" "build/.current-$$"

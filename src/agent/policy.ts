@@ -3,7 +3,7 @@
  * it on disk, compiles it for the node's pods (src/core/policy/compile.ts) and applies what changed since the tables
  * it last applied (src/core/policy/nft.ts) in one `nft -f` transaction, or both tables whole when something else
  * committed since or the delta fails. The view, the compiling and the rendering live in a worker thread
- * (src/agent/policy-compute.ts, src/core/policy/engine.ts): a large view takes hundreds of milliseconds to compile,
+ * (src/adapters/node/policy-compute.ts, src/core/policy/engine.ts): a large view takes hundreds of milliseconds to compile,
  * which the CNI calls served on this thread must not wait behind.
  *
  * Offline rules: the view is written crash-safely after every change and read back at start, and the agent applies it
@@ -30,7 +30,7 @@ import type { Nft } from '../adapters/kernel/nft.ts';
 import type { ControllerClient } from '../adapters/node/controller-client.ts';
 import { sleep } from '../adapters/timers.ts';
 import { PodClassifier } from './pod-classifier.ts';
-import { PolicyCompute } from './policy-compute.ts';
+import { PolicyCompute } from '../adapters/node/policy-compute.ts';
 
 /** Changes arriving together are applied in one transaction. */
 const COALESCE_MS = 20;

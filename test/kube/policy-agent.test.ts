@@ -8,7 +8,7 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { ChildProcess } from 'node:child_process';
-import { readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { TestAgent } from '../../harness/agent.ts';
 import { type ControllerProc, TestCloud } from '../../harness/cloud.ts';
@@ -93,7 +93,11 @@ describe('NetworkPolicy from the API to the kernel, kept while the controller is
 
   test('controller away: an agent restarted on a kernel without our tables enforces the kept view before it serves', async () => {
     await cloud.stopController(controller, 'SIGKILL');
+    // the agent's NetworkPolicy worker (a child process) goes with it, even when the agent is killed
+    const workers = childrenOf(agent.pid ?? 0).filter((pid) => readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes('policy-worker'));
+    assert.equal(workers.length, 1, 'the agent runs one NetworkPolicy worker');
     await agent.stop('SIGKILL');
+    await until('the worker to leave with its agent', () => workers.every((pid) => !existsSync(`/proc/${pid}`)), 5_000, 50);
     sh('ip', ['netns', 'exec', agent.netns, 'nft', 'delete', 'table', 'inet', 'atoll_policy']);
     sh('ip', ['netns', 'exec', agent.netns, 'nft', 'delete', 'table', 'bridge', 'atoll_policy']);
     assert.deepEqual(matrix(), ['b->a: yes', 'c->a: yes', 'a->c: yes', 'b->c: yes'], 'without the tables, open');
@@ -127,3 +131,8 @@ describe('NetworkPolicy from the API to the kernel, kept while the controller is
     assert.doesNotMatch(readFileSync(join(agent.dataDir, 'policy-view.json'), 'utf8'), /a-from-b/);
   });
 });
+
+/** The PIDs of `pid`'s children. */
+function childrenOf(pid: number): number[] {
+  return readdirSync(`/proc/${pid}/task`).flatMap((tid) => readFileSync(`/proc/${pid}/task/${tid}/children`, 'utf8').trim().split(/\s+/).filter(Boolean).map(Number));
+}

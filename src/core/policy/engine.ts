@@ -1,7 +1,7 @@
 /**
  * A node's NetworkPolicy computation as one stateful value: the view it holds (the controller's lines applied), the
  * plan and tables last compiled, those in force (last applied) and the ones the next delta starts from. Pure: no
- * clock, no I/O. The agent runs it off its main thread (src/agent/policy-worker.ts), since compiling a large view takes
+ * clock, no I/O. The agent runs it off its main thread (src/adapters/node/policy-worker.ts), since compiling a large view takes
  * hundreds of milliseconds that a CNI ADD must not wait behind; src/agent/policy.ts applies what it renders.
  */
 import type { IpamRecord } from '../ipam/sticky-pool.ts';

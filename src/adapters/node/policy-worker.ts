@@ -1,12 +1,12 @@
 /**
- * The agent's NetworkPolicy engine (src/core/policy/engine.ts) in a worker thread, so that compiling and rendering a
- * large view never holds the main thread, which serves CNI calls. It also writes the kept view (its JSON is as large
- * as the view). Requests come one at a time in order from src/agent/policy-compute.ts; each gets one answer.
+ * The agent's NetworkPolicy engine (src/core/policy/engine.ts) in a child process of the agent, so that compiling
+ * and rendering a large view never holds the agent's thread, which serves CNI calls, and runs with V8's compilers.
+ * It also writes the kept view (its JSON is as large as the view). Requests come in order over its IPC channel from
+ * src/adapters/node/policy-compute.ts; each gets one answer. It leaves when the channel closes (the agent stopped or died).
  */
-import { parentPort } from 'node:worker_threads';
-import { asAtollError } from '../core/errors.ts';
-import { PolicyEngine } from '../core/policy/engine.ts';
-import { writeFileDurablyAsync } from '../adapters/durable-file.ts';
+import { asAtollError } from '../../core/errors.ts';
+import { PolicyEngine } from '../../core/policy/engine.ts';
+import { writeFileDurablyAsync } from '../durable-file.ts';
 import type { PolicyRequest, PolicyResponse } from './policy-compute.ts';
 
 const engine = new PolicyEngine();
@@ -35,11 +35,12 @@ async function answer(req: PolicyRequest): Promise<unknown> {
   }
 }
 
-const port = parentPort;
-if (port) {
+const send = process.send?.bind(process);
+if (send) {
   // one at a time, in order: a save or compile must see every line sent before it
   let chain = Promise.resolve();
-  port.on('message', (req: PolicyRequest) => {
+  process.on('message', (message) => {
+    const req = message as PolicyRequest;
     chain = chain.then(async () => {
       let res: PolicyResponse;
       try {
@@ -48,7 +49,8 @@ if (port) {
         const err = asAtollError(e);
         res = { id: req.id, ok: false, message: err.message, code: err.code };
       }
-      port.postMessage(res);
+      send(res);
     });
   });
+  process.on('disconnect', () => process.exit(0));
 }
