@@ -16,6 +16,8 @@
 #                                        change elsewhere and nearby, delay; edge and cloud nodes and the relay (no root)
 #   sh bench/run.sh policy [options]     NetworkPolicy: 1,000 policies and 10,000 pods compiled, rendered and applied;
 #                                        pod-to-pod iperf3 under that ruleset against none
+#   sh bench/run.sh policy-propagation   NetworkPolicy changes on the Kubernetes lab: from kubectl apply to in force on
+#                                        every node (make k8s and make image first)
 # Options pass through (--smoke, --json FILE, ...; --help lists them).
 set -eu
 cd "$(dirname "$0")/.."
@@ -27,6 +29,7 @@ case "${1:-}" in
   circuits) shift; exec node_modules/.bin/node bench/circuits.ts "$@" ;;
   watch-view) shift; exec node_modules/.bin/node bench/watch-view.ts "$@" ;;
   policy) shift; exec node_modules/.bin/node bench/policy.ts "$@" ;;
+  policy-propagation) shift; exec node_modules/.bin/node bench/policy-propagation.ts "$@" ;;
   cni) shift ;;
 esac
 exec node_modules/.bin/node bench/cni-latency.ts "$@"

@@ -150,7 +150,7 @@ async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> 
     ...(running.atollInstall
       ? { atoll: running.atollInstall }
       : { controller: { url: running.plan.controller.url, netns: running.plan.controller.netns, caCertHash: running.caCertHash } }),
-    nodes: running.plan.nodes.map((n) => ({ name: n.name, site: n.site, community: n.community, netns: n.netns, underlay: n.underlay })),
+    nodes: running.plan.nodes.map((n) => ({ name: n.name, site: n.site, community: n.community, netns: n.netns, underlay: n.underlay, agentSocket: n.socketPath })),
     pods: running.pods, namespaces: running.state.namespaces, processes: running.state.processes, containerds: running.state.containerds ?? [], timingsMs: { ...running.timingsMs } as Record<string, number>,
     // with the command line that runs kubectl as the cluster's admin (its namespace and kubeconfig), for tools that drive the lab's cluster
     kubernetes: undefined as (KubernetesView & { kubectl: readonly string[] }) | undefined,
