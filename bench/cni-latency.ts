@@ -23,7 +23,7 @@
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { spawnSync } from 'node:child_process';
-import { closeSync, copyFileSync, existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { closeSync, copyFileSync, existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, release, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setImmediate as nextTurn, setTimeout as sleep } from 'node:timers/promises';
@@ -570,14 +570,20 @@ async function checkEnforced(fx: Fixture, sides: Sides, viewPolicies: number): P
 interface AgentMemory {
   readonly vmRssKiB: number;
   readonly vmHwmKiB: number;
+  /** VmRSS of the agent's child processes together (B's NetworkPolicy worker). */
+  readonly childrenRssKiB: number;
 }
 
 function agentMemory(pid: number | undefined): AgentMemory | undefined {
   if (pid === undefined) return undefined;
-  try {
-    const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+  const rssOf = (p: number | string) => {
+    const status = readFileSync(`/proc/${p}/status`, 'utf8');
     const field = (name: string) => Number(new RegExp(`^${name}:\\s+(\\d+) kB$`, 'm').exec(status)?.[1] ?? NaN);
     return { vmRssKiB: field('VmRSS'), vmHwmKiB: field('VmHWM') };
+  };
+  try {
+    const children = readdirSync(`/proc/${pid}/task`).flatMap((t) => readFileSync(`/proc/${pid}/task/${t}/children`, 'utf8').trim().split(/\s+/).filter(Boolean));
+    return { ...rssOf(pid), childrenRssKiB: children.reduce((n, c) => n + rssOf(c).vmRssKiB, 0) };
   } catch {
     return undefined;
   }
@@ -764,7 +770,8 @@ function report(r: Results, opts: Options, tg: readonly Target[]): string {
   for (const side of r.keys) {
     const b = r.agents[side]?.memory.before;
     const a = r.agents[side]?.memory.after;
-    if (b && a) lines.push(`Our agent${opts.policy ? `, ${LABEL[side]}` : ''} (for information): VmRSS ${b.vmRssKiB} KiB before, ${a.vmRssKiB} KiB after; VmHWM ${a.vmHwmKiB} KiB`);
+    if (b && a) lines.push(`Our agent${opts.policy ? `, ${LABEL[side]}` : ''} (for information): VmRSS ${b.vmRssKiB} KiB before, ${a.vmRssKiB} KiB after; VmHWM ${a.vmHwmKiB} KiB`
+      + `${b.childrenRssKiB || a.childrenRssKiB ? `; its child processes (the NetworkPolicy worker) ${b.childrenRssKiB} KiB before, ${a.childrenRssKiB} KiB after` : ''}`);
   }
   lines.push('');
 

@@ -31,8 +31,11 @@ type Body<R> = R extends unknown ? Omit<R, 'id'> : never;
 
 /** The worker's file: beside this module, as TypeScript in a source checkout and as JavaScript in the bundle. */
 const WORKER_PATH = fileURLToPath(new URL(import.meta.url.endsWith('.ts') ? './policy-worker.ts' : './policy-worker.js', import.meta.url));
-/** Its Node flags: V8's compilers on (not the agent's `--jitless`), a small young generation as the agent's. */
-const WORKER_NODE_FLAGS = ['--max-semi-space-size=1'];
+/**
+ * Its Node flags: V8's compilers on (not the agent's `--jitless`), a small young generation and `gc` exposed for the
+ * collection when idle, as the agent's.
+ */
+const WORKER_NODE_FLAGS = ['--max-semi-space-size=1', '--expose-gc'];
 
 export class PolicyCompute {
   readonly #worker: ChildProcess;

@@ -7,6 +7,7 @@
 import { asAtollError } from '../../core/errors.ts';
 import { PolicyEngine } from '../../core/policy/engine.ts';
 import { writeFileDurablyAsync } from '../durable-file.ts';
+import { startIdleGc } from '../ops/idle-gc.ts';
 import type { PolicyRequest, PolicyResponse } from './policy-compute.ts';
 
 const engine = new PolicyEngine();
@@ -53,4 +54,6 @@ if (send) {
     });
   });
   process.on('disconnect', () => process.exit(0));
+  // between changes the worker is idle: what a compile left behind is collected and given back
+  startIdleGc();
 }
