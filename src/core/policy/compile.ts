@@ -89,6 +89,8 @@ export class PodIndex<P extends PolicyPod = PolicyPod> {
   readonly #nsLabels: Map<string, Readonly<Record<string, string>>>;
   readonly #cache = new Map<string, { pod: P; ip: number }[]>();
   readonly #ranges = new Map<string, Range[]>();
+  /** Pods by the names of their ports, made at the first ask. */
+  #byPortName: Map<string, { pod: P; ip: number }[]> | undefined;
   /** Every pod with an IPv4 address, in input order. */
   readonly all: readonly { readonly pod: P; readonly ip: number }[];
 
@@ -121,6 +123,21 @@ export class PodIndex<P extends PolicyPod = PolicyPod> {
     }
     this.#cache.set(key, out);
     return out;
+  }
+
+  /** The pods with a port named `name` (of any protocol), in input order. */
+  withPortName(name: string): readonly { readonly pod: P; readonly ip: number }[] {
+    if (!this.#byPortName) {
+      this.#byPortName = new Map();
+      for (const entry of this.all as { pod: P; ip: number }[]) {
+        for (const n of new Set(entry.pod.ports.map((x) => x.name))) {
+          const list = this.#byPortName.get(n);
+          if (list) list.push(entry);
+          else this.#byPortName.set(n, [entry]);
+        }
+      }
+    }
+    return this.#byPortName.get(name) ?? [];
   }
 
   /** The addresses of {@link podsOf}, normalised, computed once per distinct peer. */
@@ -176,6 +193,7 @@ export function compilePolicies(input: PolicyInput): PolicyPlan {
     return out;
   };
 
+  const withPortName = (name: string) => index.withPortName(name);
   const compileEgress = (policy: NetworkPolicy): CompiledRule[] => {
     const out: CompiledRule[] = [];
     policy.egress.forEach((rule, index) => {
@@ -192,10 +210,11 @@ export function compilePolicies(input: PolicyInput): PolicyPlan {
       const named = rule.ports.filter((p) => typeof p.port === 'string');
       if (named.length === 0) return;
       // a named port is the destination pod's: group the known pods inside the peers by what the name resolves to
+      // (only pods with a port of that name can resolve it)
       const groups = new Map<string, { port: PortMatch; ips: Range[] }>();
-      for (const dest of pods) {
-        if (peers !== 'any' && !rangesContain(peers, dest.ip)) continue;
-        for (const p of named) {
+      for (const p of named) {
+        for (const dest of withPortName(p.port as string)) {
+          if (peers !== 'any' && !rangesContain(peers, dest.ip)) continue;
           for (const port of resolvePort(p, dest.pod)) {
             const key = `${port.protocol}/${port.first}`;
             const g = groups.get(key) ?? { port, ips: [] };
