@@ -382,7 +382,7 @@ function requestUrl(target: string): URL {
 }
 
 /** A percent-decoded path segment. @throws AtollError API_BAD_REQUEST on a malformed escape (`%zz`). */
-function decodePathPart(part: string): string {
+export function decodePathPart(part: string): string {
   try {
     return decodeURIComponent(part);
   } catch {
@@ -390,7 +390,8 @@ function decodePathPart(part: string): string {
   }
 }
 
-function parseJson<T>(schema: { safeParse(v: unknown): { success: true; data: T } | { success: false; error: { issues: { path: PropertyKey[]; message: string }[] } } }, body: Buffer): T {
+/** A request body decoded against `schema`. @throws AtollError API_BAD_REQUEST when it is not UTF-8 JSON or fails it. */
+export function parseJson<T>(schema: { safeParse(v: unknown): { success: true; data: T } | { success: false; error: { issues: { path: PropertyKey[]; message: string }[] } } }, body: Buffer): T {
   let raw: unknown;
   try {
     raw = JSON.parse(UTF8.decode(body));

@@ -25,20 +25,29 @@ export class ClusterStateFile {
 
   /** The saved state, or the empty state on a node that never reached the controller. */
   load(): ClusterState {
-    if (!existsSync(this.path)) return EMPTY_CLUSTER_STATE;
-    try {
-      const s = JSON.parse(readFileSync(this.path, 'utf8')) as ClusterState;
-      // only a cause: the catch below throws CONFIG_FILE_INVALID with it
-      if (!Array.isArray(s.blocks) || typeof s.revision !== 'number' || !Array.isArray(s.peers)) throw new Error('missing blocks, revision or peers');
-      return s;
-    } catch (cause) {
-      throw atollError('CONFIG_FILE_INVALID', `the agent's cluster state ${this.path} is unreadable`,
-        'if the controller is reachable, move the file away and restart the agent: it re-learns everything', cause);
-    }
+    return existsSync(this.path) ? decodeClusterState(readFileSync(this.path, 'utf8'), this.path) : EMPTY_CLUSTER_STATE;
   }
 
   save(state: ClusterState): void {
     mkdirSync(dirname(this.path), { recursive: true, mode: 0o700 });
-    writeFileDurably(this.path, JSON.stringify(state));
+    writeFileDurably(this.path, encodeClusterState(state));
+  }
+}
+
+/** The text of the cluster state file holding `state`. */
+export function encodeClusterState(state: ClusterState): string {
+  return JSON.stringify(state);
+}
+
+/** The state in the text of the cluster state file at `path`. @throws AtollError CONFIG_FILE_INVALID when it is damaged. */
+export function decodeClusterState(text: string, path: string): ClusterState {
+  try {
+    const s = JSON.parse(text) as ClusterState;
+    // only a cause: the catch below throws CONFIG_FILE_INVALID with it
+    if (!Array.isArray(s.blocks) || typeof s.revision !== 'number' || !Array.isArray(s.peers)) throw new Error('missing blocks, revision or peers');
+    return s;
+  } catch (cause) {
+    throw atollError('CONFIG_FILE_INVALID', `the agent's cluster state ${path} is unreadable`,
+      'if the controller is reachable, move the file away and restart the agent: it re-learns everything', cause);
   }
 }

@@ -45,6 +45,14 @@ export function loadOrCreateIdentity(path: string): NodeIdentity {
     }
     pem = createKeyFile(path);
   }
+  return identityFromPem(pem, path);
+}
+
+/**
+ * The identity of the node key `pem` (the text of the key file at `path`).
+ * @throws AtollError NODE_IDENTITY_INVALID when it is not a PEM ed25519 private key.
+ */
+export function identityFromPem(pem: string, path: string): NodeIdentity {
   let key: KeyObject;
   try {
     key = createPrivateKey({ key: pem, format: 'pem' });

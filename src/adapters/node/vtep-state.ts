@@ -11,16 +11,30 @@ const MAC = /^([0-9a-f]{2}:){5}[0-9a-f]{2}$/;
 
 /** Reads the saved VTEP MAC, or makes (locally administered, unicast) and saves one. */
 export function loadOrCreateVtepMac(path: string): string {
-  if (existsSync(path)) {
-    const mac = (JSON.parse(readFileSync(path, 'utf8')) as { vtepMac?: string }).vtepMac ?? '';
-    if (!MAC.test(mac)) {
-      throw atollError('CONFIG_FILE_INVALID', `the saved VTEP MAC in ${path} is unreadable`, 'restore the file; a new MAC would strand peers that cannot hear about it');
-    }
-    return mac;
-  }
+  if (existsSync(path)) return decodeVtepState(readFileSync(path, 'utf8'), path);
   const b = randomBytes(6);
   b[0] = ((b[0] as number) & 0xfc) | 0x02; // locally administered, unicast
   const mac = [...b].map((x) => x.toString(16).padStart(2, '0')).join(':');
-  writeFileDurably(path, JSON.stringify({ vtepMac: mac }) + '\n', { mode: 0o644 });
+  writeFileDurably(path, encodeVtepState(mac), { mode: 0o644 });
+  return mac;
+}
+
+/** The text of the VTEP state file holding `mac`. */
+export function encodeVtepState(mac: string): string {
+  return JSON.stringify({ vtepMac: mac }) + '\n';
+}
+
+/** The MAC in the text of the VTEP state file at `path`. @throws AtollError CONFIG_FILE_INVALID when it holds none. */
+export function decodeVtepState(text: string, path: string): string {
+  let mac: unknown;
+  let cause: unknown;
+  try {
+    mac = (JSON.parse(text) as { vtepMac?: unknown } | null)?.vtepMac;
+  } catch (err) {
+    cause = err; // a file cut short or not JSON: the same refusal, with the parser's words as its cause
+  }
+  if (typeof mac !== 'string' || !MAC.test(mac)) {
+    throw atollError('CONFIG_FILE_INVALID', `the saved VTEP MAC in ${path} is unreadable`, 'restore the file; a new MAC would strand peers that cannot hear about it', cause);
+  }
   return mac;
 }

@@ -38,23 +38,32 @@ export class DatagramStateFile {
 
   /** The saved state, or the empty one. @throws AtollError CONFIG_FILE_INVALID when the file is damaged. */
   load(): DatagramLocalState {
-    if (!existsSync(this.path)) return EMPTY_DATAGRAM_STATE;
-    try {
-      const s = JSON.parse(readFileSync(this.path, 'utf8')) as DatagramLocalState;
-      // only a cause: the catch below throws CONFIG_FILE_INVALID with it
-      if (!Number.isInteger(s.port) || typeof s.peers !== 'object' || s.peers === null) throw new Error('missing port or peers');
-      // only a cause too; far below MAX_GENERATION, so the generations counted up from it stay valid for any node's life
-      if (!Number.isInteger(s.generation) || s.generation < 0 || s.generation >= MAX_GENERATION / 2) throw new Error(`generation ${s.generation} is not an integer from 0 to below 2^52`);
-      return s;
-    } catch (cause) {
-      throw atollError('CONFIG_FILE_INVALID', `the tunnel's datagram state ${this.path} is unreadable`,
-        'move the file away and restart the agent: it then waits for the relay or the controller to rebuild its edge paths', cause);
-    }
+    return existsSync(this.path) ? decodeDatagramState(readFileSync(this.path, 'utf8'), this.path) : EMPTY_DATAGRAM_STATE;
   }
 
   /** Writes `state` durably (before a hello of a new generation leaves). */
   save(state: DatagramLocalState): void {
     mkdirSync(dirname(this.path), { recursive: true, mode: 0o700 });
-    writeFileDurably(this.path, JSON.stringify(state), { mode: 0o600 });
+    writeFileDurably(this.path, encodeDatagramState(state), { mode: 0o600 });
+  }
+}
+
+/** The text of the datagram state file holding `state`. */
+export function encodeDatagramState(state: DatagramLocalState): string {
+  return JSON.stringify(state);
+}
+
+/** The state in the text of the datagram state file at `path`. @throws AtollError CONFIG_FILE_INVALID when it is damaged. */
+export function decodeDatagramState(text: string, path: string): DatagramLocalState {
+  try {
+    const s = JSON.parse(text) as DatagramLocalState;
+    // only a cause: the catch below throws CONFIG_FILE_INVALID with it
+    if (!Number.isInteger(s.port) || typeof s.peers !== 'object' || s.peers === null) throw new Error('missing port or peers');
+    // only a cause too; far below MAX_GENERATION, so the generations counted up from it stay valid for any node's life
+    if (!Number.isInteger(s.generation) || s.generation < 0 || s.generation >= MAX_GENERATION / 2) throw new Error(`generation ${s.generation} is not an integer from 0 to below 2^52`);
+    return s;
+  } catch (cause) {
+    throw atollError('CONFIG_FILE_INVALID', `the tunnel's datagram state ${path} is unreadable`,
+      'move the file away and restart the agent: it then waits for the relay or the controller to rebuild its edge paths', cause);
   }
 }

@@ -40,12 +40,13 @@ export function decodeRequest(buf: Buffer, maxStdin: number): CniInvocation | un
   if (stdinLen > maxStdin + 1) throw frameInvalid(`stdin of ${stdinLen} bytes is over the frame limit of ${maxStdin + 1}`);
   const end = 12 + envLen + stdinLen;
   if (buf.length < end) return undefined;
-  const env: Record<string, string> = {};
+  const entries: [string, string][] = [];
   for (const entry of buf.subarray(8, 8 + envLen).toString('utf8').split('\0')) {
     const eq = entry.indexOf('=');
-    if (eq > 0) env[entry.slice(0, eq)] = entry.slice(eq + 1);
+    if (eq > 0) entries.push([entry.slice(0, eq), entry.slice(eq + 1)]);
   }
-  return { env, stdin: buf.subarray(12 + envLen, end) };
+  // fromEntries defines each key as the object's own, so a variable named __proto__ is kept, not taken for the setter
+  return { env: Object.fromEntries(entries), stdin: buf.subarray(12 + envLen, end) };
 }
 
 function frameInvalid(what: string) {
