@@ -2,9 +2,9 @@
  * NetworkPolicy on one node: follows the node's part of the policy state from the controller (`GET /v1/policy`), keeps
  * it on disk, compiles it for the node's pods (src/core/policy/compile.ts) and applies what changed since the tables
  * it last applied (src/core/policy/nft.ts) in one `nft -f` transaction, or both tables whole when something else
- * committed since or the delta fails. The view, the compiling and the rendering live in a worker thread
- * (src/adapters/node/policy-compute.ts, src/core/policy/engine.ts): a large view takes hundreds of milliseconds to compile,
- * which the CNI calls served on this thread must not wait behind.
+ * committed since or the delta fails. The view, the compiling and the rendering live in a worker process
+ * (src/adapters/node/policy-compute.ts, src/core/policy/engine.ts): a large view takes a hundred milliseconds and
+ * more to compile, which the CNI calls served on the agent's thread must not wait behind.
  *
  * Offline rules: the view is written crash-safely after every change and read back at start, and the agent applies it
  * before it serves any CNI ADD; the kernel keeps the last ruleset across an agent restart or crash, so a view file
