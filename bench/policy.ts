@@ -176,7 +176,7 @@ interface RulesetSize {
 }
 
 function sizeOf(input: PolicyInput, plan: PolicyPlan, text: string): RulesetSize {
-  const setLines = text.split('\n').filter((l) => /^ {2}set peers_[0-9a-f]+ /.test(l));
+  const setLines = text.split('\n').filter((l) => /^ {2}set (peers|pods)_[0-9a-f]+ /.test(l));
   return {
     policies: input.policies.length,
     namespaces: input.namespaces.length,
@@ -269,7 +269,7 @@ async function rebuild(fx: NetnsFixture, opts: Options, cluster: Cluster): Promi
       checkChains(ns, change.plan, 'after the change');
       if (change.text === '') throw new Error(`one more pod (${keyOf(cluster.extra)}, ${cluster.extra.ip}) left the ruleset as it was: no change to measure`);
       // the new pod's address reached the kernel: a set of the changed ruleset holds it alone
-      const set = [...change.tables.sets].find(([, items]) => items.includes(cluster.extra.ip))?.[0];
+      const set = [...change.tables.sets].find(([, s]) => s.items.includes(cluster.extra.ip))?.[0];
       if (!set) throw new Error(`no set of the changed ruleset holds ${cluster.extra.ip} as an element`);
       sh('ip', ['netns', 'exec', ns, 'nft', 'get', 'element', 'inet', POLICY_TABLE, set, `{ ${cluster.extra.ip} }`]);
       size ??= sizeOf(cluster.input, first.plan, first.text);

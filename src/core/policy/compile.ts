@@ -38,6 +38,11 @@ export interface CompiledRule {
    * rules naming the same peers, and unchanged when only the pods they match change. The ruleset names its sets by it.
    */
   readonly peerKey: string;
+  /**
+   * Whether every peer is a pod (selectors, or the pods behind a named port; no ipBlock): then `peers` holds pod
+   * addresses only, and the ruleset keeps them as single addresses in a hash set, which nft changes without reading it.
+   */
+  readonly podsOnly: boolean;
   readonly ports: readonly PortMatch[] | 'any';
   /** The rule in words, for `atoll trace`: `from pods role=web of x, TCP 80`. */
   readonly what: string;
@@ -188,7 +193,7 @@ export function compilePolicies(input: PolicyInput): PolicyPlan {
       let peers = ingressPeers.get(cacheKey);
       if (peers === undefined) ingressPeers.set(cacheKey, (peers = peersOfRule(policy, rule)));
       if (peers !== 'any' && peers.length === 0) return;
-      out.push({ policy: keyOf(policy), rule: index, peers, peerKey: keyOfRulePeers(policy, rule), ports, what: `from ${describePeers(policy, rule)}, ${describePorts(ports)}` });
+      out.push({ policy: keyOf(policy), rule: index, peers, peerKey: keyOfRulePeers(policy, rule), podsOnly: podsOnly(rule), ports, what: `from ${describePeers(policy, rule)}, ${describePorts(ports)}` });
     });
     return out;
   };
@@ -202,11 +207,11 @@ export function compilePolicies(input: PolicyInput): PolicyPlan {
       const key = keyOfRulePeers(policy, rule);
       const to = `to ${describePeers(policy, rule)}`;
       if (rule.ports.length === 0) {
-        out.push({ policy: keyOf(policy), rule: index, peers, peerKey: key, ports: 'any', what: `${to}, every port` });
+        out.push({ policy: keyOf(policy), rule: index, peers, peerKey: key, podsOnly: podsOnly(rule), ports: 'any', what: `${to}, every port` });
         return;
       }
       const numeric = rule.ports.filter((p) => typeof p.port !== 'string').flatMap((p) => resolvePort(p, undefined));
-      if (numeric.length > 0) out.push({ policy: keyOf(policy), rule: index, peers, peerKey: key, ports: numeric, what: `${to}, ${describePorts(numeric)}` });
+      if (numeric.length > 0) out.push({ policy: keyOf(policy), rule: index, peers, peerKey: key, podsOnly: podsOnly(rule), ports: numeric, what: `${to}, ${describePorts(numeric)}` });
       const named = rule.ports.filter((p) => typeof p.port === 'string');
       if (named.length === 0) return;
       // a named port is the destination pod's: group the known pods inside the peers by what the name resolves to
@@ -225,7 +230,7 @@ export function compilePolicies(input: PolicyInput): PolicyPlan {
       }
       for (const key of [...groups.keys()].sort()) {
         const g = groups.get(key) as { port: PortMatch; ips: Range[] };
-        out.push({ policy: keyOf(policy), rule: index, peers: normalizeRanges(g.ips), peerKey: `${key}/${g.port.protocol}/${g.port.first}`, ports: [g.port], what: `${to} (the pods there with that named port), ${describePorts([g.port])}` });
+        out.push({ policy: keyOf(policy), rule: index, peers: normalizeRanges(g.ips), peerKey: `${key}/${g.port.protocol}/${g.port.first}`, podsOnly: true, ports: [g.port], what: `${to} (the pods there with that named port), ${describePorts([g.port])}` });
       }
     });
     return out;
@@ -324,6 +329,11 @@ function resolvePort(p: PolicyPort, pod: PolicyPod | undefined): PortMatch[] {
   if (typeof p.port === 'number') return [{ protocol, first: p.port, last: p.endPort ?? p.port }];
   const named = pod?.ports.find((n) => n.name === p.port && n.protocol === p.protocol);
   return named ? [{ protocol, first: named.port, last: named.port }] : [];
+}
+
+/** Whether a rule names pods only (no ipBlock peer); a rule with no peers names every address, not pods. */
+function podsOnly(rule: PolicyRule): boolean {
+  return rule.peers.length > 0 && rule.peers.every((peer) => !('ipBlock' in peer));
 }
 
 function dedupe(problems: PolicyProblem[]): PolicyProblem[] {

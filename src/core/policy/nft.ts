@@ -94,9 +94,21 @@ export function tallyDrops(plan: PolicyPlan, counters: ReadonlyMap<string, numbe
 }
 
 /** What the two tables hold, as data: what {@link renderPolicyTables} writes whole and {@link renderPolicyDelta} diffs. */
+/**
+ * A peer set: pod addresses one by one in a hash set (`pods_...`), or intervals (`peers_...`, when an ipBlock is among
+ * the peers). Why two kinds: to change an interval set, nft first reads the elements of every interval set of the
+ * table (30 to 50 ms with 12,000 of them), while a hash set's element is added or removed without reading anything, and
+ * most changes are a pod coming or going.
+ */
+export interface PeerSet {
+  readonly addresses: boolean;
+  /** Its elements, as nft writes them. */
+  readonly items: readonly string[];
+}
+
 export interface PolicyTables {
-  /** Peer sets of the inet table by name: their interval elements, as nft writes them. */
-  readonly sets: ReadonlyMap<string, readonly string[]>;
+  /** Peer sets of the inet table by name. */
+  readonly sets: ReadonlyMap<string, PeerSet>;
   /** Pod address -> its egress or ingress chain. */
   readonly egress: ReadonlyMap<string, string>;
   readonly ingress: ReadonlyMap<string, string>;
@@ -113,15 +125,16 @@ export interface PolicyTables {
  * address, a peer set by what its peers are (the compiler's `peerKey`), not by what they hold now.
  */
 export function buildPolicyTables(plan: PolicyPlan, node: { readonly sources: readonly PodSource[]; readonly localBlocks: readonly Cidr[] }): PolicyTables {
-  const sets = new Map<string, readonly string[]>();
+  const sets = new Map<string, PeerSet>();
   const setKeys = new Map<string, string>();
   const setOf = (rule: CompiledRule, ranges: readonly Range[]): string => {
-    let name = `peers_${hex(fnv1a(rule.peerKey), 8)}${hex(fnv1a(rule.peerKey, 0x12345678), 4)}`;
+    const kind = rule.podsOnly ? 'pods' : 'peers';
+    let name = `${kind}_${hex(fnv1a(rule.peerKey), 8)}${hex(fnv1a(rule.peerKey, 0x12345678), 4)}`;
     // two keys with one hash (48 bits: not expected) get distinct names, still stable while both exist
-    for (let i = 1; setKeys.has(name) && setKeys.get(name) !== rule.peerKey; i++) name = `${name.slice(0, 18)}_${i}`;
+    for (let i = 1; setKeys.has(name) && setKeys.get(name) !== rule.peerKey; i++) name = `${name.slice(0, kind.length + 13)}_${i}`;
     if (!setKeys.has(name)) {
       setKeys.set(name, rule.peerKey);
-      sets.set(name, ranges.map(formatRange));
+      sets.set(name, rule.podsOnly ? { addresses: true, items: ranges.flatMap(addressesOf) } : { addresses: false, items: ranges.map(formatRange) });
     }
     return name;
   };
@@ -159,6 +172,16 @@ export function buildPolicyTables(plan: PolicyPlan, node: { readonly sources: re
   };
 }
 
+/** Every address of a range of pod addresses (the compiler merged neighbours), one by one. */
+function addressesOf(r: Range): string[] {
+  const out: string[] = [];
+  for (let ip = r.first; ip <= r.last; ip++) out.push(formatIpv4(ip));
+  return out;
+}
+
+/** A peer set's declaration after its name. */
+const setType = (set: PeerSet): string => (set.addresses ? '{ type ipv4_addr;' : '{ type ipv4_addr; flags interval;');
+
 const INET = `inet ${POLICY_TABLE}`;
 const BRIDGE = `bridge ${POLICY_TABLE}`;
 
@@ -175,7 +198,7 @@ export function renderPolicyTables(t: PolicyTables): string {
     `delete table ${INET}`,
     `table ${INET} {`,
     `  comment "managed by atoll; do not edit"`,
-    ...[...t.sets].map(([name, items]) => `  set ${name} { type ipv4_addr; flags interval;${elements(items)} }`),
+    ...[...t.sets].map(([name, set]) => `  set ${name} ${setType(set)}${elements(set.items)} }`),
     ...[...t.chains.keys()].map((name) => `  counter drop_${name} { }`),
     `  map egress { type ipv4_addr : verdict;${elements(mapItems(t.egress))} }`,
     `  map ingress { type ipv4_addr : verdict;${elements(mapItems(t.ingress))} }`,
@@ -230,12 +253,12 @@ export function renderPolicyDelta(before: PolicyTables, after: PolicyTables): st
     if (gone.length > 0) lines.push(`delete element ${table} ${set} { ${gone.join(', ')} }`);
     if (added.length > 0) lines.push(`add element ${table} ${set} { ${added.join(', ')} }`);
   };
-  for (const [name, items] of after.sets) {
+  for (const [name, set] of after.sets) {
     const was = before.sets.get(name);
     if (was === undefined) {
-      lines.push(`add set ${INET} ${name} { type ipv4_addr; flags interval; }`);
-      if (items.length > 0) lines.push(`add element ${INET} ${name} { ${items.join(', ')} }`);
-    } else elementLines(INET, name, was, items);
+      lines.push(`add set ${INET} ${name} ${setType(set)} }`);
+      if (set.items.length > 0) lines.push(`add element ${INET} ${name} { ${set.items.join(', ')} }`);
+    } else elementLines(INET, name, was.items, set.items);
   }
   for (const [name, rules] of after.chains) {
     const was = before.chains.get(name);
