@@ -138,7 +138,11 @@ export class PolicyEnforcer {
       this.#serially(async () => {
         if (save) await this.#save();
         await this.#syncNow();
-      }).catch((e: unknown) => this.#c.log.error('applying NetworkPolicy failed; the next change retries', { err: asAtollError(e).message, code: asAtollError(e).code }));
+      }).catch((e: unknown) => {
+        const err = asAtollError(e);
+        // a dead worker was said once, when it died
+        if (err.code !== 'POLICY_ENGINE_FAILED') this.#c.log.error('applying NetworkPolicy failed; the next change retries', { err: err.message, code: err.code });
+      });
     }, COALESCE_MS);
   }
 

@@ -16,7 +16,7 @@ import { startControlPlane, type ControlPlane } from '../../harness/kube.ts';
 import { rootSkipReason, sh } from '../../harness/netns.ts';
 import { until } from '../../harness/wait.ts';
 import { answersTcp, servePod } from '../support/pod-probe.ts';
-import { readAgentStatus, statusSocketOf } from '../../src/adapters/ops/status-socket.ts';
+import { readAgentStatus, readPolicyTrace, statusSocketOf } from '../../src/adapters/ops/status-socket.ts';
 import { renderStatus } from '../../src/core/ops/agent-status.ts';
 
 interface Pod {
@@ -129,6 +129,22 @@ describe('NetworkPolicy from the API to the kernel, kept while the controller is
     await cloud.restartController(controller);
     await until('the deletion enforced', () => matrix().join() === ['b->a: yes', 'c->a: yes', 'a->c: yes', 'b->c: yes'].join(), 30_000, 250);
     assert.doesNotMatch(readFileSync(join(agent.dataDir, 'policy-view.json'), 'utf8'), /a-from-b/);
+  });
+
+  test('a NetworkPolicy worker that dies: the ruleset in the kernel stays, the agent says so once and keeps serving CNI', async () => {
+    const [worker] = childrenOf(agent.pid ?? 0).filter((pid) => readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes('policy-worker'));
+    assert.ok(worker, 'the agent runs its NetworkPolicy worker');
+    const before = sh('ip', ['netns', 'exec', agent.netns, 'nft', 'list', 'table', 'inet', 'atoll_policy']);
+    process.kill(worker, 'SIGKILL');
+    await until('the agent to log the worker gone', () => /"code":"POLICY_ENGINE_FAILED"/.test(readFileSync(agent.logPath, 'utf8')), 5_000, 50);
+    const d = { name: 'd', ns: '', ip: '' };
+    add(d, 'c-d-1'); // the CNI keeps working; its sync fails, coded, and changes nothing
+    await new Promise((r) => setTimeout(r, 500));
+    assert.equal(sh('ip', ['netns', 'exec', agent.netns, 'nft', 'list', 'table', 'inet', 'atoll_policy']), before, 'the ruleset stays as it was');
+    const log = readFileSync(agent.logPath, 'utf8');
+    assert.equal(log.match(/NetworkPolicy changes are no longer applied/g)?.length, 1, 'said once');
+    const trace = await readPolicyTrace(statusSocketOf(agent.socket), { from: b.ip, to: a.ip }).catch((e: unknown) => String(e));
+    assert.match(String(trace), /HTTP 500/, 'trace answers with the coded failure');
   });
 });
 
