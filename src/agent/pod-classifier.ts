@@ -4,8 +4,8 @@
  * called when its answer arrives; a sync only reads what is known, so neither a sync nor a CNI ADD ever waits on the
  * runtime. Each call has the runtime's deadline. A sandbox the runtime does not hold yet (containerd registers it
  * once RunPodSandbox, which includes the CNI ADD, has returned), or a runtime that does not answer, is asked again
- * every 25 ms for 2 s (the pod is open until then: keep that short), then at intervals doubling up to 1 s, for at
- * most 30 s; then, or at once on any other failure, the pod is left to the
+ * every 25 ms for 2 s (the pod is closed until then where a policy could select it: keep that short), then at
+ * intervals doubling up to 1 s, for at most 30 s; then, or at once on any other failure, the pod is left to the
  * view (as without a runtime) and that is logged once for the sandbox (POLICY_POD_UNCLASSIFIED). A runtime that does
  * not answer is logged once per run (CRI_UNREACHABLE).
  */
@@ -62,6 +62,16 @@ export class PodClassifier {
       }
     }
     return { classified: this.#known, asked: Promise.all(asks).then(() => undefined) };
+  }
+
+  /** Whether sandboxes are read at all (a runtime was given, and this has not stopped). */
+  get reads(): boolean {
+    return this.#c.runtime !== undefined && !this.#stopped;
+  }
+
+  /** The sandboxes given up on (the runtime could not tell), by id. */
+  givenUp(): string[] {
+    return [...this.#failed];
   }
 
   /** The sandbox pods known so far, by sandbox id. */
@@ -123,5 +133,7 @@ export class PodClassifier {
     const err = atollError('POLICY_POD_UNCLASSIFIED', `pod ${keyOf(r)} (sandbox ${r.containerId}) could not be classified from its CRI sandbox: ${why}`,
       'no policy selects it until the controller sends it; check the container runtime (criSocket) if this repeats');
     this.#c.log.error('a pod the NetworkPolicy view does not know could not be classified', { code: err.code, cause: causeCode, err: err.message });
+    // no longer being read: the pod is closed no more, left to the view
+    this.#c.onClassified();
   }
 }

@@ -166,7 +166,9 @@ export class PolicyEnforcer {
     const keptValid = this.#keptGeneration !== undefined && before === this.#keptGeneration;
     // the node's own records' addresses win over what the API last said (sticky, and known while offline); a pod the
     // view does not know takes the labels of its sandbox, once the runtime told them
-    const res = await this.#compute.compile({ nodeName: this.#init.nodeName, active, blocks, classified: [...this.#classifier.known()], keptValid });
+    const res = await this.#compute.compile({
+      nodeName: this.#init.nodeName, active, blocks, classified: [...this.#classifier.known()], readsSandboxes: this.#classifier.reads, givenUp: this.#classifier.givenUp(), keptValid,
+    });
     this.#classifier.classify(res.unknown);
     for (const p of res.problems) this.#report(`${p.policy}: ${p.message}`, () => this.#c.log.warn('a NetworkPolicy is enforced more strictly than written', { code: 'POLICY_UNSUPPORTED', policy: p.policy, err: p.message }));
     if (res.delta && res.text === '') {

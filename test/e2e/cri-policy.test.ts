@@ -3,9 +3,11 @@
  * with `networkPolicy` and a kept view holding "pods labelled role=db in namespace x accept only from role=web", its
  * controller out of reach, and a private containerd 1.6 that makes pods through CRI RunPodSandbox (with their labels
  * on the sandbox, as the kubelet puts them) and calls atoll-cni. The view knows none of these pods. With `criSocket`
- * the db pod is isolated as soon as its sandbox exists; restarted without `criSocket` (or with one nothing answers on),
- * the same agent leaves it open (what the first test would see with the classification off); restarted with it, it
- * classifies before it serves.
+ * each is closed for ingress (namespace x has an ingress policy that may select it) until its sandbox is read, then
+ * compiled by its labels: the db pod stays isolated, web and other open. Restarted without `criSocket` the same agent
+ * leaves them open (what the first test would see with the classification off); with one nothing answers on, it
+ * keeps them closed until it gives up on them (30 s), then leaves them open, saying so; restarted with the real one,
+ * it classifies before it serves.
  */
 import { after, before, describe, test, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
@@ -62,7 +64,8 @@ describe('NetworkPolicy for a pod the kept view does not know, classified from i
     const { ctd, agent } = node as CriNode;
     web = await runPod(ctd, 'web', 'x', { role: 'web' });
     other = await runPod(ctd, 'other', 'x', { role: 'other' });
-    assert.equal(await isolated(), 0);
+    // closed while their sandboxes are read, then open: no policy selects role=web or role=other
+    await until('web and other read and open', async () => (await isolated()) === 0, 2_000, 10);
     db = await runPod(ctd, 'db', 'x', { role: 'db' });
     const ran = Date.now();
     assert.match(db.ip, /^10\.87\.0\.\d+$/);
@@ -83,11 +86,15 @@ describe('NetworkPolicy for a pod the kept view does not know, classified from i
     assert.match(log(), /POLICY_POD_UNCLASSIFIED/, 'the missing criSocket is logged');
   });
 
-  test('a criSocket nothing answers on: the pods wait for the view, and that is logged once', async () => {
+  test('a criSocket nothing answers on: the pods stay closed while it is asked, then are left to the view, and that is said', async () => {
     await restartAgent(join((node as CriNode).agent.dir, 'no-runtime.sock'));
-    assert.equal(await isolated(), 0);
+    assert.equal(await isolated(), 3, 'each pod of x closed for ingress until its sandbox is read');
+    assert.deepEqual(matrix(), ['web->db: no', 'other->db: no']);
+    // the classifier gives up on a sandbox after 30 s: the pods are the view's again, open
+    await until('the pods given up on and open', async () => (await isolated()) === 0, 45_000, 250);
     assert.deepEqual(matrix(), ['web->db: yes', 'other->db: yes']);
     assert.equal(log().match(/"code":"CRI_UNREACHABLE"/g)?.length, 1, log());
+    assert.equal(log().match(/"code":"POLICY_POD_UNCLASSIFIED"/g)?.length, 3, 'each pod given up on, said once');
   });
 
   test('an agent restarted with criSocket classifies the pods before it serves', async () => {

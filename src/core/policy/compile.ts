@@ -81,6 +81,11 @@ export interface PolicyInput {
   readonly pods: readonly PolicyPod[];
   /** `namespace/name` of the pods on this node. */
   readonly local: ReadonlySet<string>;
+  /**
+   * Pods of this node closed until their labels are known (src/core/policy/local-pods.ts `closedPods`): isolated in
+   * those directions with no rule, `isolatedBy` naming why.
+   */
+  readonly closed?: readonly { readonly pod: string; readonly ip: number; readonly ingress: boolean; readonly egress: boolean; readonly why: string }[];
 }
 
 const L4_OF: Record<PolicyProtocol, L4> = { TCP: 'tcp', UDP: 'udp', SCTP: 'sctp' };
@@ -262,6 +267,13 @@ export function compilePolicies(input: PolicyInput): PolicyPlan {
       });
     }
     out.push(entry);
+  }
+  for (const c of input.closed ?? []) {
+    if (!c.ingress && !c.egress) continue;
+    out.push({
+      pod: c.pod, ip: c.ip, policies: [], isolatedBy: { ingress: c.ingress ? [c.why] : [], egress: c.egress ? [c.why] : [] },
+      ...(c.ingress ? { ingress: [] } : {}), ...(c.egress ? { egress: [] } : {}),
+    });
   }
   out.sort((a, b) => a.ip - b.ip);
   return { pods: out, problems: dedupe(problems) };

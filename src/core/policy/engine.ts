@@ -8,7 +8,7 @@ import type { IpamRecord } from '../ipam/sticky-pool.ts';
 import { type Cidr, formatIpv4 } from '../net/ipv4.ts';
 import { hostVethName } from '../plan/pod-plan.ts';
 import { compilePolicies, explain, type Flow, type PolicyPlan, type PolicyProblem, type PolicySide } from './compile.ts';
-import { policyPods, type SandboxPod, unknownLocalPods } from './local-pods.ts';
+import { CLASSIFYING, closedPods, policyPods, type SandboxPod, unknownLocalPods } from './local-pods.ts';
 import { keyOf, type NetworkPolicy } from './model.ts';
 import { buildPolicyTables, type PolicyTables, renderPolicyDelta, renderPolicyTables, tallyDrops } from './nft.ts';
 import { HeldPolicyView, type NodePolicyView, type PolicyLine, policyRevision } from './scope.ts';
@@ -33,6 +33,10 @@ export interface CompileRequest {
   readonly blocks: readonly Cidr[];
   /** Sandbox pods by sandbox id, for records the view does not know (the classifier's answers so far). */
   readonly classified: readonly (readonly [string, SandboxPod])[];
+  /** Whether the node's runtime is asked for those records' sandboxes: then each is closed until read or given up on. */
+  readonly readsSandboxes: boolean;
+  /** Sandbox ids of those the runtime could not tell (left to the view, open). */
+  readonly givenUp: readonly string[];
   /** Whether the kernel still holds exactly what was last committed with `kept` (no other commit since): then a delta. */
   readonly keptValid: boolean;
 }
@@ -83,8 +87,10 @@ export class PolicyEngine {
   compile(req: CompileRequest): CompileResult {
     const view = this.#held.view();
     const unknown = unknownLocalPods(view.pods, req.active, req.nodeName);
-    const { pods, local } = policyPods({ viewPods: view.pods, active: req.active, classified: new Map(req.classified), nodeName: req.nodeName });
-    const plan = compilePolicies({ policies: view.policies, namespaces: view.namespaces, pods, local });
+    const podsInput = { viewPods: view.pods, active: req.active, classified: new Map(req.classified), nodeName: req.nodeName };
+    const { pods, local } = policyPods(podsInput);
+    const closed = closedPods({ ...podsInput, policies: view.policies, readsSandboxes: req.readsSandboxes, givenUp: new Set(req.givenUp) }).map((c) => ({ ...c, why: CLASSIFYING }));
+    const plan = compilePolicies({ policies: view.policies, namespaces: view.namespaces, pods, local, closed });
     const tables = buildPolicyTables(plan, { sources: req.active.map((r) => ({ port: hostVethName(r.containerId, r.ifName), ip: formatIpv4(r.ip) })), localBlocks: req.blocks });
     const kept = req.keptValid ? this.#kept : undefined;
     const text = kept ? renderPolicyDelta(kept, tables) : renderPolicyTables(tables);

@@ -10,7 +10,7 @@
  */
 import type { IpamRecord } from '../ipam/sticky-pool.ts';
 import { formatIpv4 } from '../net/ipv4.ts';
-import { keyOf, type PolicyPod } from './model.ts';
+import { keyOf, type NetworkPolicy, type PolicyPod } from './model.ts';
 import type { ViewPod } from './scope.ts';
 
 /** What the kubelet adds to a pod's labels on its sandbox (k8s.io/kubelet/pkg/types: KubernetesPod*Label). */
@@ -93,4 +93,34 @@ export function policyPods(input: PolicyPodsInput): { readonly pods: readonly Po
   }
   pods.push(...fromSandbox.values());
   return { pods, local };
+}
+
+/** Why a pod is closed that no policy is known to select yet: shown where a policy's name would be (trace, metrics). */
+export const CLASSIFYING = '(its CRI sandbox being read)';
+
+/** A pod of the node closed in the directions its namespace's policies could isolate it, until its labels are known. */
+export interface ClosedPod {
+  /** `namespace/name`. */
+  readonly pod: string;
+  readonly ip: number;
+  readonly ingress: boolean;
+  readonly egress: boolean;
+}
+
+/**
+ * The node's pods the view does not know whose sandbox is still to be read (the runtime is asked, `readsSandboxes`,
+ * and has neither answered nor been given up on, `givenUp` by sandbox id): each is closed in every direction some
+ * policy of its namespace covers, since one of them may select it once its labels are in (fail-closed: an allowed
+ * pod waits that long, a denied one is never open). A pod in a namespace without policies cannot be selected and
+ * stays open. Once read, the pod is compiled as any other; once given up on, it is left to the view.
+ */
+export function closedPods(input: PolicyPodsInput & { readonly policies: readonly NetworkPolicy[]; readonly readsSandboxes: boolean; readonly givenUp: ReadonlySet<string> }): ClosedPod[] {
+  const out: ClosedPod[] = [];
+  if (!input.readsSandboxes) return out;
+  for (const r of unknownLocalPods(input.viewPods, input.active, input.nodeName)) {
+    if (input.givenUp.has(r.containerId) || input.classified.has(r.containerId)) continue;
+    const types = new Set(input.policies.filter((p) => p.namespace === r.namespace).flatMap((p) => p.policyTypes));
+    if (types.size > 0) out.push({ pod: keyOf(r), ip: r.ip, ingress: types.has('Ingress'), egress: types.has('Egress') });
+  }
+  return out;
 }
