@@ -4,9 +4,9 @@
  * as OpenYurt installs it: the NodePool CRD from its yurt-manager chart, the `yurt-hub-cfg` ConfigMap and yurthub's
  * RBAC from its yurthub chart (both in the openyurt module, rendered with helm), naming one client in `cache_agents`.
  * yurthub runs for node edge-1 in edge working mode with certificates from a CA of the test (the apiserver's
- * `--client-ca-file`), pre-seeded so it files no CSR (which nobody here would approve). With the apiserver killed, a list and a get made
- * online by the named client are answered from yurthub's disk cache, a watch closes at its timeout, a delete is
- * refused; a client not named in `cache_agents` is refused.
+ * `--client-ca-file`), pre-seeded so it files no CSR (which nobody here would approve). With the apiserver killed, a
+ * list and a get made online by the named client are answered from yurthub's disk cache, a watch closes at its
+ * timeout, a delete is refused; a client not named in `cache_agents` is refused.
  *
  * yurthub writes /var/lib/yurthub/autonomy whatever its flags say: it runs in a mount namespace of its own whose
  * /var/lib is a folder of the test. Everything listens on 127.0.0.1 with free ports; the process is stopped by PID.
