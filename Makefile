@@ -14,8 +14,8 @@ demo: setup
 test: setup
 	sh scripts/test.sh
 
-# Kubernetes v1.34 (kube-apiserver, kubelet, ...), etcd 3.6 and helm, built from their Go modules into
-# /var/cache/atoll/k8s (minutes the first time; `make test` runs it; `make lab` does not need it)
+# Kubernetes v1.34 (kube-apiserver, kubelet, ...), etcd 3.6, helm and OpenYurt's yurthub v1.7, built from their Go
+# modules into /var/cache/atoll/k8s (minutes the first time; `make test` runs it; `make lab` does not need it)
 k8s:
 	sh scripts/k8s.sh all
 

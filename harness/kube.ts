@@ -57,10 +57,11 @@ export interface ControlPlane {
 /**
  * Starts the control plane below `dir` (see above). `bins`: a folder with etcd, kube-apiserver, kubectl (and with
  * `controllers` kube-controller-manager and kube-scheduler) to run instead of {@link kubeBinDir}'s;
- * `endpointReconciler`: see src/lab/io/kube/control-plane.ts (`none` for kube-apiserver v1.37 on this loopback).
+ * `endpointReconciler`: see src/lab/io/kube/control-plane.ts (`none` for kube-apiserver v1.37 on this loopback);
+ * `clientCa`: a CA (PEM file) whose client certificates the apiserver accepts (user = CN, groups = O).
  */
 export async function startControlPlane(dir: string, opts: {
-  netns?: string; nodes?: readonly string[]; controllers?: boolean; bins?: string; endpointReconciler?: 'lease' | 'none';
+  netns?: string; nodes?: readonly string[]; controllers?: boolean; bins?: string; endpointReconciler?: 'lease' | 'none'; clientCa?: string;
 } = {}): Promise<ControlPlane> {
   const { netns } = opts;
   const bins = opts.bins ?? kubeBinDir();
@@ -72,7 +73,7 @@ export async function startControlPlane(dir: string, opts: {
   const etcdClient = await freePort();
   const kcp = await startKubeControlPlane({
     bins, dir: root, launcher, address: '127.0.0.1', ports: { etcdClient, etcdPeer: await freePort(), api: await freePort() },
-    serviceCidr: '10.96.0.0/16', controllers: opts.controllers, endpointReconciler: opts.endpointReconciler,
+    serviceCidr: '10.96.0.0/16', controllers: opts.controllers, endpointReconciler: opts.endpointReconciler, clientCaFile: opts.clientCa,
     users: [{ token: adminToken, name: 'atoll-test-admin', groups: ['system:masters'] },
       ...[...nodeTokens].map(([n, token]) => ({ token, name: `system:node:${n}`, groups: ['system:nodes'] }))],
   });

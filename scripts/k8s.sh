@@ -1,9 +1,13 @@
 #!/bin/sh
 # `make k8s`: the pinned Kubernetes and etcd binaries the tests (and `atoll lab run --kubernetes`) run, built from
 # their Go modules through the wrapper module in k8s/ (see its go.mod), into a cache outside the checkout that later
-# runs reuse. A set is rebuilt only when the pinned versions (k8s/go.mod, k8s/go.sum) change.
+# runs reuse. A set is rebuilt only when the pinned versions (k8s/go.mod, k8s/helm/go.mod) change.
 #   sh scripts/k8s.sh [control-plane|all]   control-plane: etcd, kube-apiserver, kubectl, helm (default: all, which
-#                                           adds kubelet, kube-scheduler, kube-controller-manager and kube-proxy)
+#                                           adds kubelet, kube-scheduler, kube-controller-manager, kube-proxy and
+#                                           OpenYurt's yurthub v1.7 from the wrapper module k8s/yurthub, built into a
+#                                           sibling folder keyed by its own pins, openyurt-<version>-<pins>, and linked
+#                                           into the set's folder as yurthub: a change of the openyurt pin rebuilds
+#                                           yurthub alone, a change of the Kubernetes pins does not rebuild it)
 #   sh scripts/k8s.sh netpol                Kubernetes' NetworkPolicy conformance tests (k8s/e2e/netpol, built with
 #                                           `go test -c` as e2e-netpol) and agnhost, the image they run; only for
 #                                           `make netpol` (scripts/netpol-e2e.ts), never for `make test`
@@ -74,5 +78,23 @@ if [ -n "$todo" ]; then
     mv "$out/$c.partial" "$out/$c"
   done
   echo "k8s.sh: built$todo in $(( $(date +%s) - start )) s; $(du -sh "$out" | cut -f1) of binaries" >&2
+fi
+if [ "$set_name" = all ] && [ -z "$k8s_set" ]; then
+  # yurthub: its own module and its own key, so neither pin set rebuilds the other's binaries
+  yurt_version=$(awk '$1 == "github.com/openyurtio/openyurt" { print $2 }' yurthub/go.mod)
+  # the openyurt pin and the replace lines, comments and layout aside
+  yurt_pins=$(sed 's|//.*||' yurthub/go.mod | grep -E '=>|^[[:space:]]*(require[[:space:]]+)?github.com/openyurtio/openyurt[[:space:]]' | sed -E 's/^[[:space:]]*(require|replace)?[[:space:]]*//; s/[[:space:]]+/ /g; s/ $//' | sort)
+  yurt_key="openyurt-$yurt_version-$(echo "$yurt_pins" | sha256sum | cut -c1-12)"
+  yurt_out="$(dirname "$out")/$yurt_key"
+  if [ ! -x "$yurt_out/yurthub" ]; then
+    echo "k8s.sh: building yurthub (openyurt $yurt_version, into $yurt_out; about 5 minutes on 2 cores when the Go caches are cold)" >&2
+    start=$(date +%s)
+    mkdir -p "$yurt_out"
+    ld="-s -w -X github.com/openyurtio/openyurt/pkg/projectinfo.gitVersion=$yurt_version"
+    (cd yurthub && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "$ld" -o "$yurt_out/yurthub.partial" github.com/openyurtio/openyurt/cmd/yurthub)
+    mv "$yurt_out/yurthub.partial" "$yurt_out/yurthub"
+    echo "k8s.sh: built yurthub in $(( $(date +%s) - start )) s; $(du -sh "$yurt_out/yurthub" | cut -f1)" >&2
+  fi
+  ln -sfn "../$yurt_key/yurthub" "$out/yurthub"
 fi
 echo "$out"

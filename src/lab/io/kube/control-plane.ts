@@ -61,6 +61,11 @@ export interface KubeControlPlaneInit {
    * nothing reaches the apiserver through it.
    */
   readonly endpointReconciler?: 'lease' | 'none';
+  /**
+   * A CA (PEM file) whose client certificates the apiserver accepts (`--client-ca-file`): user = CN, groups = O.
+   * Default: none, tokens only. For clients that authenticate with a certificate alone (yurthub).
+   */
+  readonly clientCaFile?: string;
 }
 
 /** A running control plane. */
@@ -131,6 +136,7 @@ export async function startKubeControlPlane(init: KubeControlPlaneInit): Promise
     ...(init.controllers ? [] : ['--disable-admission-plugins', 'ServiceAccount']),
     '--kubelet-preferred-address-types', 'InternalIP', '--enable-priority-and-fairness=false', '--profiling=false', '--v=0',
     ...(init.endpointReconciler ? ['--endpoint-reconciler-type', init.endpointReconciler] : []),
+    ...(init.clientCaFile ? ['--client-ca-file', init.clientCaFile] : []),
   ];
   start('kube-apiserver', apiArgs);
   let ca = '';

@@ -1,6 +1,6 @@
 /**
  * The folder of the pinned Kubernetes binaries (kube-apiserver, kubelet, kube-scheduler, kube-controller-manager,
- * kube-proxy, kubectl, etcd, helm): `sh scripts/k8s.sh all` prints it on its last line, building them the first
+ * kube-proxy, kubectl, etcd, helm, yurthub): `sh scripts/k8s.sh all` prints it on its last line, building them the first
  * time (tens of minutes on 2 cores) into a cache outside the checkout. ATOLL_K8S_BIN overrides it.
  */
 import { join } from 'node:path';
