@@ -77,6 +77,7 @@ const STATUS: Partial<Record<ErrorCode, number>> = {
   NODE_IDENTITY_MISMATCH: 409,
   NODE_BLOCK_LIMIT: 409,
   API_TOO_LARGE: 413,
+  API_REQUEST_TIMEOUT: 408,
   CLUSTER_CIDR_EXHAUSTED: 507,
   API_NOT_LEADER: 503,
   POLICY_NOT_SERVED: 404,
@@ -111,6 +112,14 @@ function unauthenticated(reason: string): AtollError {
  * report made a new handshake. An agent's client keeps its idle socket until the server closes it.
  */
 const KEEP_ALIVE_MS = 30_000;
+/**
+ * A request's body must have arrived this long after its headers: a client that trickles one (or declares more than
+ * it sends) is answered 408 and cut off, so it cannot hold a connection for ever. Agents send bodies of a few hundred
+ * bytes at once. (`requestTimeout` cannot do it: it would end watches too.)
+ */
+const BODY_TIMEOUT_MS = 10_000;
+/** The TLS handshake must be done this long after the TCP connection (Node's default is 120 s). */
+const HANDSHAKE_TIMEOUT_MS = 10_000;
 
 export class ApiServer {
   readonly #c: ApiServerComponents;
@@ -133,7 +142,7 @@ export class ApiServer {
 
   /** Listens; resolves with the bound port. */
   async start(): Promise<number> {
-    const server = createServer({ key: this.#init.key, cert: this.#init.certChain }, (req, res) => void this.#handle(req, res));
+    const server = createServer({ key: this.#init.key, cert: this.#init.certChain, handshakeTimeout: HANDSHAKE_TIMEOUT_MS }, (req, res) => void this.#handle(req, res));
     server.headersTimeout = 10_000;
     server.keepAliveTimeout = KEEP_ALIVE_MS;
     server.requestTimeout = 0; // watches are long-lived; bodies are bounded by size instead
@@ -206,7 +215,10 @@ export class ApiServer {
       this.#c.log[level]('API request refused', { method, path, remote: req.socket.remoteAddress, code: err.code, err: err.message });
       if (!res.headersSent) {
         const extra = err.code === 'API_NOT_LEADER' ? { leaderUrl: await this.#c.leadership.leaderUrl().catch(() => undefined) } : {};
+        // a body that did not come: the connection goes with the answer, whatever the client still sends
+        if (err.code === 'API_REQUEST_TIMEOUT') res.setHeader('connection', 'close');
         send(res, status, { code: err.code, message: err.message, fix: err.fix, ...extra });
+        if (err.code === 'API_REQUEST_TIMEOUT') res.once('finish', () => req.socket.destroySoon());
       } else res.destroy();
     }
   }
@@ -358,6 +370,14 @@ export class ApiServer {
       }
       const chunks: Buffer[] = [];
       let size = 0;
+      const timer = setTimeout(() => {
+        req.removeAllListeners('data');
+        req.resume();
+        reject(atollError('API_REQUEST_TIMEOUT', `the request body did not arrive within ${BODY_TIMEOUT_MS / 1000} s (${size} bytes came)`,
+          'send the whole body right after the headers, with a Content-Length that matches it'));
+      }, BODY_TIMEOUT_MS);
+      timer.unref();
+      req.once('close', () => clearTimeout(timer));
       req.on('data', (d: Buffer) => {
         if (size > max) return; // refused already: the rest is read and dropped, so that the client gets the 413
         size += d.length;
@@ -366,7 +386,10 @@ export class ApiServer {
           reject(atollError('API_TOO_LARGE', `request body is over ${max} bytes`, 'send a smaller body'));
         } else chunks.push(d);
       });
-      req.on('end', () => resolve(Buffer.concat(chunks)));
+      req.on('end', () => {
+        clearTimeout(timer);
+        resolve(Buffer.concat(chunks));
+      });
       req.on('error', (cause) => reject(bad(`the request body could not be read: ${cause.message}`, 'send the whole body, with a correct length or chunking')));
     });
   }

@@ -56,6 +56,7 @@ export const ERROR_CATALOGUE = {
   API_UNAUTHENTICATED: { cni: CniCode.generic, summary: 'a controller API request has a wrong token, or a forged, stale or replayed signature' },
   API_FORBIDDEN: { cni: CniCode.generic, summary: "a node asked to change another node's record" },
   API_TOO_LARGE: { cni: CniCode.generic, summary: 'a controller API request body is over the size limit' },
+  API_REQUEST_TIMEOUT: { cni: CniCode.generic, summary: 'a request to the controller API did not send its body in time; the connection was closed' },
   API_WATCH_TOO_SLOW: { cni: CniCode.generic, summary: 'a watcher left more of its watch stream unread than the controller holds for it; the controller dropped it' },
   API_NOT_LEADER: { cni: CniCode.generic, summary: 'this controller replica is not the leader; writes go to the leader' },
   CONTROLLER_UNREACHABLE: { cni: CniCode.generic, summary: 'the agent could not reach any controller' },

@@ -592,4 +592,37 @@ describe('controller API under bad requests', { timeout: 300_000 }, () => {
     assert.equal(line.component, 'api');
     assert.ok(line.code !== undefined && line.code in ERROR_CATALOGUE);
   });
+
+  test('a body that never arrives: 408 API_REQUEST_TIMEOUT after 10 s and the connection closed, while other clients are answered', async () => {
+    const started = performance.now();
+    const slow = new Promise<{ head: string; closedMs: number; bytes: number }>((resolve, reject) => {
+      const socket = connect({ host: '127.0.0.1', port, ca });
+      let got = Buffer.alloc(0);
+      let trickle: NodeJS.Timeout | undefined;
+      socket.on('secureConnect', () => {
+        // declares 1,000 bytes, sends 10, then one more every second: a slowloris
+        socket.write('POST /v1/join HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n{"token":"');
+        trickle = setInterval(() => socket.writable && socket.write('a'), 1000);
+      });
+      socket.on('data', (d: Buffer) => (got = Buffer.concat([got, d])));
+      socket.on('error', () => undefined); // the server closing under a write: the close below says enough
+      socket.on('close', () => {
+        clearInterval(trickle);
+        resolve({ head: got.toString('latin1'), closedMs: performance.now() - started, bytes: got.length });
+      });
+      setTimeout(() => reject(new Error(`the slow connection was not closed within 20 s; got ${JSON.stringify(got.toString('latin1'))}`)), 20_000).unref();
+    });
+    // meanwhile, others are answered at once
+    await new Promise((r) => setTimeout(r, 1000));
+    const t0 = performance.now();
+    const health = await exchange(port, ca, { method: 'GET', target: '/v1/health', headers: [], body: Buffer.alloc(0) });
+    assert.equal(health.status, 200);
+    assert.ok(performance.now() - t0 < 2000, `health answered in ${Math.round(performance.now() - t0)} ms beside the slow client`);
+    const { head: answer, closedMs } = await slow;
+    assert.match(answer, /^HTTP\/1\.1 408 /, answer);
+    assert.match(answer, /"code":"API_REQUEST_TIMEOUT"/);
+    assert.match(answer, /\r\nconnection: close\r\n/i);
+    assert.ok(closedMs >= 9_500 && closedMs < 15_000, `closed ${Math.round(closedMs)} ms after the connection`);
+    assert.ok(logLines.some((l) => l.includes('"code":"API_REQUEST_TIMEOUT"')), 'logged as refused');
+  });
 });
