@@ -109,6 +109,8 @@ export interface SpawnOptions {
   readonly gentle?: boolean;
   /** Called with all its output so far whenever it writes to stdout. */
   readonly onStdout?: (text: string) => void;
+  /** Written to its stdin, which is then closed (else stdin is /dev/null). */
+  readonly input?: string;
 }
 
 /**
@@ -117,7 +119,8 @@ export interface SpawnOptions {
  */
 export function spawnBounded(argv: readonly string[], timeoutMs: number, o: SpawnOptions = {}): { child: ChildProcess; done: Promise<Spawned> } {
   const [cmd, ...args] = argv as [string, ...string[]];
-  const child = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(cmd, args, { stdio: [o.input === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'] });
+  child.stdin?.end(o.input);
   const done = new Promise<Spawned>((resolve, reject) => {
     const out: Buffer[] = [];
     const err: Buffer[] = [];

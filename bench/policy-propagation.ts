@@ -12,14 +12,14 @@
  *
  * Usage: node bench/policy-propagation.ts [--smoke] [--runs R] [--changes N] [--json FILE] [--timeout SECONDS] [--enforce]
  */
-import { spawn, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, release, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { readAgentStatus, statusSocketOf } from '../src/adapters/ops/status-socket.ts';
-import { exitStatus, fmt, intOption, median, nearestRank, parseBenchArgs, runBench, table } from './common.ts';
+import { exitStatus, fmt, intOption, median, nearestRank, parseBenchArgs, runBench, spawnBounded, table } from './common.ts';
 
 const ATOLL = fileURLToPath(new URL('../bin/atoll', import.meta.url));
 const TARGET_P99_MS = 2000;
@@ -27,6 +27,8 @@ const POLL_MS = 20;
 /** A change not in force on every node within this long fails the run. */
 const CHANGE_TIMEOUT_MS = 30_000;
 const PAUSE_MS = 300;
+/** Bound on `atoll lab up` (the default lab comes up in about 2 minutes here). */
+const LAB_UP_TIMEOUT_MS = 10 * 60_000;
 const POLICY = 'bench-propagation';
 const NAMESPACE = 'lab';
 
@@ -80,16 +82,10 @@ function changedPolicy(k: number): Record<string, unknown> {
   };
 }
 
-function run(argv: readonly string[], input?: string): Promise<{ code: number; out: string }> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(argv[0] as string, argv.slice(1), { stdio: ['pipe', 'pipe', 'pipe'] });
-    let out = '';
-    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
-    child.stderr.on('data', (d: Buffer) => (out += d.toString()));
-    child.on('error', reject);
-    child.on('close', (code) => resolve({ code: code ?? -1, out }));
-    child.stdin.end(input ?? '');
-  });
+/** Runs argv to its end, bounded by `timeoutMs`; its code and its stdout and stderr together. */
+async function run(argv: readonly string[], timeoutMs: number, input?: string): Promise<{ code: number; out: string }> {
+  const r = await spawnBounded(argv, timeoutMs, input === undefined ? { gentle: true } : { input }).done;
+  return { code: r.code, out: r.stdout + r.stderr };
 }
 
 async function revisions(lab: LabUp): Promise<Map<string, string | undefined>> {
@@ -115,7 +111,7 @@ async function measureRun(lab: LabUp, changes: number, say: (l: string) => void)
   for (let k = 1; k <= changes; k++) {
     const before = await revisions(lab);
     const t0 = performance.now();
-    const apply = run([...lab.kubernetes.kubectl, 'apply', '-f', '-'], JSON.stringify(changedPolicy(k))).then((r) => ({ ...r, ms: performance.now() - t0 }));
+    const apply = run([...lab.kubernetes.kubectl, 'apply', '-f', '-'], CHANGE_TIMEOUT_MS, JSON.stringify(changedPolicy(k))).then((r) => ({ ...r, ms: performance.now() - t0 }));
     const seen = new Map<string, number>();
     while (seen.size < lab.nodes.length) {
       if (performance.now() - t0 > CHANGE_TIMEOUT_MS) {
@@ -162,7 +158,8 @@ async function main(): Promise<number> {
       const json = join(dir, `lab-${r}.json`);
       const topology = opts.smoke ? ['--cloud-nodes', '1', '--edge-sites', '1', '--nodes-per-site', '1', '--pods-per-node', '2'] : [];
       say(`bench: run ${r + 1}/${opts.runs}: atoll lab up --kubernetes --policy ${topology.join(' ')}`);
-      const up = await run([ATOLL, 'lab', 'up', '--kubernetes', '--policy', ...topology, '--detach', '--json', json]);
+      // lab up cleans up after itself when stopped (SIGTERM) at its bound
+      const up = await run([ATOLL, 'lab', 'up', '--kubernetes', '--policy', ...topology, '--detach', '--json', json], LAB_UP_TIMEOUT_MS);
       let lab: LabUp;
       try {
         lab = JSON.parse(readFileSync(json, 'utf8')) as LabUp;
