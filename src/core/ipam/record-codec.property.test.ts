@@ -15,7 +15,9 @@ const record: fc.Arbitrary<IpamRecord> = fc.record({
   containerId: line,
   ifName: fc.stringMatching(/^[A-Za-z0-9.-]{1,15}$/),
   releasedAt: fc.integer({ min: 0, max: Number.MAX_SAFE_INTEGER }),
-}, { requiredKeys: ['ip', 'namespace', 'name', 'containerId', 'ifName'], noNullPrototype: true });
+  reusable: fc.constant(true as const),
+}, { requiredKeys: ['ip', 'namespace', 'name', 'containerId', 'ifName'], noNullPrototype: true })
+  .map(({ reusable, ...r }) => (r.releasedAt !== undefined && reusable ? { ...r, reusable } : r));
 
 test('any file name and content: decodeRecord returns a record or a reason, never throws', () => {
   const names = fc.oneof(anyText, mutatedText(record.map(recordFileName)));

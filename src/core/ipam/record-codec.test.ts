@@ -10,6 +10,7 @@ test('records round-trip in the OpenYurt file layout', () => {
     { ip, namespace: 'default', name: 'web-0', containerId: 'abc123', ifName: 'eth0' },
     { ip, namespace: 'kube-system', name: 'dns.x', containerId: 'c', ifName: 'net1', releasedAt: 1700000000000 },
     { ip, namespace: '', name: 'plain_container_1', containerId: 'plain_container_1', ifName: 'eth0' },
+    { ip, namespace: 'ns', name: 'gone', containerId: 'c', ifName: 'eth0', releasedAt: 1700000000000, reusable: true as const },
   ];
   for (const r of cases) {
     const file = recordFileName(r);
@@ -24,4 +25,6 @@ test('damaged or foreign files are reported, not loaded', () => {
   assert.match(decodeRecord('lock', '') as string, /not \{ip\}/);
   assert.match(decodeRecord('10.0.0.1_ns_p', '') as string, /lacks/);
   assert.match(decodeRecord('10.0.0.1_ns_p', 'c\neth0\nbogus') as string, /unreadable/);
+  assert.match(decodeRecord('10.0.0.1_ns_p', 'c\neth0\nreleased 5\nbogus') as string, /unreadable fourth/);
+  assert.match(decodeRecord('10.0.0.1_ns_p', 'c\neth0\n\nreusable') as string, /unreadable fourth/);
 });

@@ -2,7 +2,8 @@
  * The on-disk form of IPAM records, readable by operators who know OpenYurt's patched host-local:
  * one file per address named `{ip}_{namespace}_{podname}` (namespace empty for pods without a Kubernetes identity,
  * whose name is then the container ID), holding the container ID and the interface name on two lines; a third line
- * `released <ms since epoch>` marks a reservation kept for a deleted pod. Pure.
+ * `released <ms since epoch>` marks a reservation kept for a deleted pod, and a fourth `reusable` one that peers no
+ * longer hold the deleted pod (src/core/ipam/sticky-pool.ts, guarded reuse). Pure.
  */
 import { formatIpv4, parseIpv4 } from '../net/ipv4.ts';
 import type { IpamRecord } from './sticky-pool.ts';
@@ -14,6 +15,7 @@ export function recordFileName(r: IpamRecord): string {
 export function encodeRecord(r: IpamRecord): string {
   const lines = [r.containerId, r.ifName];
   if (r.releasedAt !== undefined) lines.push(`released ${r.releasedAt}`);
+  if (r.releasedAt !== undefined && r.reusable) lines.push('reusable');
   return lines.join('\n') + '\n';
 }
 
@@ -32,6 +34,8 @@ export function decodeRecord(fileName: string, content: string): IpamRecord | st
   if (name === '' || containerId === '' || ifName === '') return `record "${fileName}" lacks a pod name, container ID or interface name`;
   const released = /^released (\d+)$/.exec(lines[2] ?? '');
   if (lines[2] && !released) return `record "${fileName}" has an unreadable third line "${lines[2]}"`;
+  if (lines[3] && (!released || lines[3] !== 'reusable')) return `record "${fileName}" has an unreadable fourth line "${lines[3]}"`;
   const base = { ip, namespace, name, containerId, ifName };
-  return released ? { ...base, releasedAt: Number(released[1]) } : base;
+  if (!released) return base;
+  return lines[3] ? { ...base, releasedAt: Number(released[1]), reusable: true } : { ...base, releasedAt: Number(released[1]) };
 }

@@ -117,3 +117,51 @@ test('usage counts allocated, reserved and free addresses', () => {
   release(s, 'cb', 1);
   assert.deepEqual(s.usage(), { capacity: 13, allocated: 1, reserved: 1, free: 11 });
 });
+
+test('guarded reuse: a reservation goes to another pod only once marked reusable, past its TTL too', () => {
+  const s = new IpamState([block('10.0.0.0/30')], [], { guardReuse: true }); // one address: 10.0.0.2
+  alloc(s, { namespace: 'ns', name: 'old', containerId: 'c1' });
+  release(s, 'c1', 1000);
+  assert.deepEqual(s.awaitingReuse().map((r) => r.name), ['old']);
+  assert.equal(s.canAllocate(), false);
+  assert.throws(() => alloc(s, { namespace: 'ns', name: 'new', containerId: 'c2' }), (e: AtollError) => e.code === 'IPAM_EXHAUSTED' && /peers' NetworkPolicy/.test(e.message));
+  assert.deepEqual(s.planExpire(10_000_000, 1000), [], 'an expired reservation peers may still hold stays');
+  // its own pod still comes back to it
+  assert.equal(alloc(s, { namespace: 'ns', name: 'old', containerId: 'c3' }).plan.how, 'sticky');
+  const second = release(s, 'c3', 2000);
+  // a clearance of the first release no longer applies: the pod came back and left again
+  assert.deepEqual(s.planReusable([{ ip: 0x0a000002, namespace: 'ns', name: 'old', releasedAt: 1000 }]), []);
+  assert.deepEqual(s.planReusable([{ ip: 0x0a000002, namespace: 'ns', name: 'other', releasedAt: 2000 }]), []);
+  const marked = s.planReusable([{ ip: 0x0a000002, namespace: 'ns', name: 'old', releasedAt: 2000 }]);
+  assert.equal(marked.length, 1);
+  s.apply(marked);
+  assert.deepEqual(s.planReusable([{ ip: 0x0a000002, namespace: 'ns', name: 'old', releasedAt: 2000 }]), [], 'marked once');
+  assert.deepEqual(s.awaitingReuse(), []);
+  assert.equal(s.canAllocate(), true);
+  assert.equal(second.length, 1);
+  const taken = alloc(s, { namespace: 'ns', name: 'new', containerId: 'c4', now: 3000 });
+  assert.equal(taken.plan.how, 'reclaimed');
+  // the new pod's own reservation is not reusable: it has a release of its own to be cleared
+  release(s, 'c4', 4000);
+  assert.deepEqual(s.awaitingReuse().map((r) => r.name), ['new']);
+});
+
+test('guarded reuse: a reusable reservation expires after its TTL; a pod without a Kubernetes identity frees at once', () => {
+  const s = new IpamState([block('10.0.0.0/29')], [], { guardReuse: true });
+  alloc(s, { namespace: 'ns', name: 'a', containerId: 'c1' });
+  alloc(s, { containerId: 'plain' });
+  release(s, 'c1', 1000);
+  release(s, 'plain', 1000);
+  assert.equal(s.usage().reserved, 1, 'the plain container left no reservation');
+  s.apply(s.planReusable([{ ip: 0x0a000002, namespace: 'ns', name: 'a', releasedAt: 1000 }]));
+  assert.deepEqual(s.planExpire(1500, 1000), []);
+  assert.equal(s.planExpire(2000, 1000).length, 1);
+});
+
+test('unguarded (no NetworkPolicy): nothing awaits reuse, the oldest reservation is reclaimed as before', () => {
+  const s = new IpamState([block('10.0.0.0/30')]);
+  alloc(s, { namespace: 'ns', name: 'old', containerId: 'c1' });
+  release(s, 'c1', 1000);
+  assert.deepEqual(s.awaitingReuse(), []);
+  assert.equal(alloc(s, { namespace: 'ns', name: 'new', containerId: 'c2' }).plan.how, 'reclaimed');
+});

@@ -7,7 +7,10 @@
  * - a deleted pod's address stays reserved for it until `reservationTtlMs` passes, or until the pool runs out of
  *   never-used addresses, when the oldest reservation is taken first;
  * - pods without a Kubernetes identity (plain runtimes) are not sticky: DEL frees their address at once;
- * - one address is never held by two records: the state is keyed by address.
+ * - one address is never held by two records: the state is keyed by address;
+ * - when reuse is guarded (NetworkPolicy: peers match a remote pod by its address, with the labels they were sent), a
+ *   deleted pod's address goes to another namespace/name only once it is marked reusable (every peer that may hold the
+ *   old pod has applied a view without it: the controller says so); until then it stays reserved, past its TTL too.
  */
 import { AtollError } from '../errors.ts';
 import { type Cidr, cidrContains, formatCidr, podRange } from '../net/ipv4.ts';
@@ -24,6 +27,8 @@ export interface IpamRecord {
   readonly ifName: string;
   /** Set while the pod is gone and its address is kept for it (ms since epoch). */
   readonly releasedAt?: number;
+  /** Set on a reservation once no peer holds the gone pod's labels for the address (guarded reuse). */
+  readonly reusable?: true;
 }
 
 export type IpamChange = { readonly op: 'put'; readonly record: IpamRecord } | { readonly op: 'remove'; readonly record: IpamRecord };
@@ -80,9 +85,12 @@ function attachmentKey(containerId: string, ifName: string): string {
 export class IpamState {
   readonly #byIp = new Map<number, IpamRecord>();
   #blocks: readonly Cidr[];
+  readonly #guarded: boolean;
 
-  constructor(blocks: readonly Cidr[], records: Iterable<IpamRecord> = []) {
+  /** `guardReuse`: a reservation goes to another pod only once marked reusable (see the rules above). */
+  constructor(blocks: readonly Cidr[], records: Iterable<IpamRecord> = [], opts: { readonly guardReuse?: boolean } = {}) {
     this.#blocks = blocks;
+    this.#guarded = opts.guardReuse ?? false;
     for (const r of records) this.#byIp.set(r.ip, r);
   }
 
@@ -125,6 +133,31 @@ export class IpamState {
     }
   }
 
+  /** Reservations another pod may not take yet: their peers may still hold the gone pod's labels (guarded reuse). */
+  awaitingReuse(): IpamRecord[] {
+    if (!this.#guarded) return [];
+    return this.records().filter((r) => r.releasedAt !== undefined && r.reusable === undefined);
+  }
+
+  /**
+   * Plans marking reservations reusable: each of `cleared` that is still the same reservation (same pod, released at
+   * the same time; not re-taken by its pod meanwhile) and not yet marked.
+   */
+  planReusable(cleared: readonly Pick<IpamRecord, 'ip' | 'namespace' | 'name' | 'releasedAt'>[]): IpamChange[] {
+    const out: IpamChange[] = [];
+    for (const c of cleared) {
+      const r = this.#byIp.get(c.ip);
+      if (!r || r.releasedAt === undefined || r.reusable !== undefined || r.releasedAt !== c.releasedAt || !sameOwner(r, c)) continue;
+      out.push({ op: 'put', record: { ...r, reusable: true } });
+    }
+    return out;
+  }
+
+  /** Whether another pod may take the reservation `r` now. */
+  #takeable(r: IpamRecord): boolean {
+    return !this.#guarded || r.reusable !== undefined;
+  }
+
   usage(): IpamUsage {
     let capacity = 0;
     for (const b of this.#blocks) {
@@ -143,8 +176,7 @@ export class IpamState {
 
   /** True when an ADD could get an address now (a free one, or a reservation to reclaim). */
   canAllocate(): boolean {
-    const u = this.usage();
-    return u.free + u.reserved > 0;
+    return this.usage().free > 0 || this.#oldestReservation() !== undefined;
   }
 
   #inBlocks(ip: number): boolean {
@@ -163,7 +195,7 @@ export class IpamState {
   #oldestReservation(): IpamRecord | undefined {
     let oldest: IpamRecord | undefined;
     for (const r of this.#byIp.values()) {
-      if (r.releasedAt === undefined || !this.#inBlocks(r.ip)) continue;
+      if (r.releasedAt === undefined || !this.#takeable(r) || !this.#inBlocks(r.ip)) continue;
       if (!oldest || r.releasedAt < (oldest.releasedAt ?? 0)) oldest = r;
     }
     return oldest;
@@ -210,6 +242,12 @@ export class IpamState {
       };
     }
     const u = this.usage();
+    if (u.reserved > 0) {
+      throw new AtollError('IPAM_EXHAUSTED', {
+        message: `all ${u.capacity} pod addresses of ${this.#blocks.map(formatCidr).join(', ')} are allocated or reserved, and the ${u.reserved} reserved for deleted pods may still be matched by peers' NetworkPolicy as those pods`,
+        fix: 'wait until the controller says the peers dropped those pods (it needs every peer that may hold them connected), or give the node another block (the controller leases one below refillBelow free addresses)',
+      });
+    }
     throw new AtollError('IPAM_EXHAUSTED', {
       message: `all ${u.capacity} pod addresses of ${this.#blocks.map(formatCidr).join(', ')} are allocated`,
       fix: 'delete pods on this node, or give the node another block (podCidrs, or the controller)',
@@ -223,11 +261,11 @@ export class IpamState {
     return [releaseChange(r, now)];
   }
 
-  /** Plans dropping reservations older than `ttlMs`. */
+  /** Plans dropping reservations older than `ttlMs` (guarded: only those marked reusable; the others stay reserved). */
   planExpire(now: number, ttlMs: number): IpamChange[] {
     const out: IpamChange[] = [];
     for (const r of this.#byIp.values()) {
-      if (r.releasedAt !== undefined && now - r.releasedAt >= ttlMs) out.push({ op: 'remove', record: r });
+      if (r.releasedAt !== undefined && now - r.releasedAt >= ttlMs && this.#takeable(r)) out.push({ op: 'remove', record: r });
     }
     return out;
   }
@@ -246,7 +284,7 @@ export class IpamState {
   }
 }
 
-function sameOwner(a: IpamRecord | undefined, b: IpamRecord): boolean {
+function sameOwner(a: IpamRecord | undefined, b: Pick<IpamRecord, 'namespace' | 'name'>): boolean {
   return a !== undefined && a.namespace === b.namespace && a.name === b.name;
 }
 
