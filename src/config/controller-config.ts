@@ -124,6 +124,21 @@ export const joinRequestSchema = z.extend(nodeFieldsSchema, {
   identity: z.string().check(z.maxLength(256), z.regex(/^[A-Za-z0-9+/=]+$/, 'must be base64')),
 });
 
+/** `POST /v1/policy/applied`: a node applied what came before mark `seq` of policy stream `stream`. */
+export const policyAppliedSchema = z.strictObject({
+  stream: z.string().check(z.minLength(1), z.maxLength(64)),
+  seq: intFrom(0),
+});
+
+/** `POST /v1/nodes/:name/reusable`: addresses the node released, with the pod that held each. */
+export const reusableRequestSchema = z.strictObject({
+  addresses: z.array(z.strictObject({
+    ip: z.string().check(z.minLength(7), z.maxLength(15)),
+    namespace: z.string().check(z.minLength(1), z.maxLength(253)),
+    name: z.string().check(z.minLength(1), z.maxLength(253)),
+  })).check(z.maxLength(4096)),
+});
+
 export const usageReportSchema = z.strictObject({
   capacity: intFrom(0),
   allocated: intFrom(0),

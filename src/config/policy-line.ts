@@ -45,6 +45,7 @@ export const policyLineSchema = z.discriminatedUnion('type', [
   z.strictObject({ type: z.literal('snapshot'), policies: z.array(policy), namespaces: z.array(namespace), pods: z.array(pod) }),
   z.strictObject({ type: z.literal('put'), policy: z.optional(policy), namespace: z.optional(namespace), pod: z.optional(pod) }),
   z.strictObject({ type: z.literal('delete'), policy: z.optional(name), namespace: z.optional(name), pod: z.optional(name) }),
+  z.strictObject({ type: z.literal('mark'), stream: z.string().check(z.minLength(1), z.maxLength(64)), seq: z.number().check(z.int(), z.gte(0)) }),
   z.strictObject({ type: z.literal('ping') }),
 ]);
 

@@ -7,8 +7,10 @@
  *   PUT    /v1/nodes/:name           signed by :name                            -> { node }
  *   POST   /v1/nodes/:name/usage     signed by :name                            -> { blocks }
  *   GET    /v1/nodes/:name/blocks    signed by :name                            -> { blocks }
+ *   POST   /v1/nodes/:name/reusable  signed by :name                            -> { reusable } (addresses another pod may take)
  *   GET    /v1/watch?after=REV       signed by any node, or a relay's token: NDJSON, a snapshot (unless resuming) then changes
  *   GET    /v1/policy                signed by any node: NDJSON, the node's part of the NetworkPolicy state, then changes
+ *   POST   /v1/policy/applied        signed by any node                         -> { known } (it applied up to a mark)
  *   DELETE /v1/nodes/:name           admin                                      -> { released }
  *   GET    /v1/ipam                  admin                                      -> report
  *   GET    /v1/health                anyone                                     -> { leader }
@@ -24,10 +26,11 @@ import type { ClusterRegistry } from '../core/cluster/registry.ts';
 import { type ViewLine, viewScope } from '../core/cluster/view.ts';
 import type { NodeFields, NodeRecord } from '../core/cluster/model.ts';
 import { ReplayGuard } from '../core/cluster/signing.ts';
-import { joinRequestSchema, nodeFieldsSchema, usageReportSchema } from '../config/controller-config.ts';
+import { joinRequestSchema, nodeFieldsSchema, policyAppliedSchema, reusableRequestSchema, usageReportSchema } from '../config/controller-config.ts';
 import { verifyRequest } from '../adapters/node/node-identity.ts';
 import type { ViewFeed } from './view-feed.ts';
 import type { KubePolicy } from './kube-policy.ts';
+import type { PolicyLine } from '../core/policy/scope.ts';
 
 export interface Leadership {
   isLeader(): boolean;
@@ -171,11 +174,12 @@ export class ApiServer {
       const url = requestUrl(path);
       path = url.pathname;
       const body = await this.#readBody(req);
-      const nodeRoute = /^\/v1\/nodes\/([^/]+)(\/usage|\/blocks)?$/.exec(path);
+      const nodeRoute = /^\/v1\/nodes\/([^/]+)(\/usage|\/blocks|\/reusable)?$/.exec(path);
       if (method === 'GET' && path === '/v1/health') return send(res, 200, { leader: this.#c.leadership.isLeader(), leaderUrl: await this.#c.leadership.leaderUrl() });
       if (method === 'POST' && path === '/v1/join') return send(res, 200, await this.#join(req, body));
       if (method === 'GET' && path === '/v1/watch') return await this.#watch(req, res, url, body);
       if (method === 'GET' && path === '/v1/policy') return await this.#policyWatch(req, res, body);
+      if (method === 'POST' && path === '/v1/policy/applied') return send(res, 200, await this.#policyApplied(req, body));
       if (method === 'GET' && path === '/v1/ipam') {
         this.#admin(req);
         return send(res, 200, await this.#c.registry.ipamReport());
@@ -201,6 +205,11 @@ export class ApiServer {
           return send(res, 200, { blocks: await this.#c.registry.reportUsage(name, parseJson(usageReportSchema, body)) });
         }
         if (method === 'GET' && sub === '/blocks') return send(res, 200, { blocks: await this.#c.registry.blocksOf(name) });
+        if (method === 'POST' && sub === '/reusable') {
+          const { addresses } = parseJson(reusableRequestSchema, body);
+          // without NetworkPolicy no peer matches a pod by its address
+          return send(res, 200, { reusable: this.#c.policy ? this.#c.policy.reusable(name, addresses) : addresses.map((a) => a.ip) });
+        }
       }
       throw atollError('API_BAD_REQUEST', `no route ${method} ${path}`, 'see docs/api.md');
     } catch (e) {
@@ -285,9 +294,19 @@ export class ApiServer {
     if (!policy) throw atollError('POLICY_NOT_SERVED', 'this controller does not follow Kubernetes, so it has no NetworkPolicies to serve', 'turn networkPolicy off in the agent configuration, or run the controller with kubernetes set');
     if (!policy.synced) throw atollError('STORE_UNAVAILABLE', 'this controller replica has not read the NetworkPolicies, Namespaces and Pods yet', 'watch again in a moment (agents do)');
     await this.#serveStream(res, viewer.name, (send) => {
-      const { snapshot, unwatch } = policy.watch(viewer.name, (lines) => send(lines.map((l) => `${JSON.stringify(l)}\n`).join('')));
-      return { first: `${JSON.stringify(snapshot)}\n`, unsubscribe: unwatch };
+      const text = (lines: readonly PolicyLine[]) => lines.map((l) => `${JSON.stringify(l)}\n`).join('');
+      const { first, unwatch } = policy.watch(viewer.name, (lines) => send(text(lines)));
+      return { first: text(first), unsubscribe: unwatch };
     });
+  }
+
+  /** A node applied its policy stream up to a mark (src/core/policy/reuse.ts). */
+  async #policyApplied(req: IncomingMessage, body: Buffer): Promise<{ known: boolean }> {
+    const node = req.headers['x-atoll-node'];
+    if (typeof node !== 'string') throw unauthenticated('missing x-atoll-node');
+    const viewer = await this.#verifySelf(req, node, body);
+    const { stream, seq } = parseJson(policyAppliedSchema, body);
+    return { known: this.#c.policy?.applied(viewer.name, stream, seq) ?? false };
   }
 
   /**

@@ -20,6 +20,7 @@ import { ViewFeed } from './view-feed.ts';
 import { KubeNodes } from './kube-nodes.ts';
 import { KubePolicy } from './kube-policy.ts';
 import { inView, viewScope } from '../core/cluster/view.ts';
+import { ENFORCES_ANNOTATION } from '../core/policy/reuse.ts';
 import type { OpsServer, Readiness } from '../adapters/ops/ops-server.ts';
 import { cidrSize } from '../core/net/ipv4.ts';
 import { TimedStore, type StoreObserver } from './timed-store.ts';
@@ -149,7 +150,11 @@ export class Controller {
         const there = feed.views.node(other);
         return there === undefined || inView(viewScope(feed.views.node(viewer)), there);
       };
-      this.#policy = new KubePolicy({ kube, log: log.child('policy'), reachable, clock: this.#c.clock, instance: advertiseHost });
+      // every node whose view holds the owner: its policies may name the owner's pods (O(nodes) per question)
+      const peersOf = function* (owner: string) {
+        for (const n of feed.views.nodes()) if (reachable(n.name, owner)) yield { name: n.name, enforces: n.annotations[ENFORCES_ANNOTATION] === 'true' };
+      };
+      this.#policy = new KubePolicy({ kube, log: log.child('policy'), reachable, peersOf, clock: this.#c.clock, instance: advertiseHost });
       this.#policy.start().then(() => log.info('following NetworkPolicies, Namespaces and Pods', { policies: this.#policy?.policyCount }), (err: unknown) => log.error('following NetworkPolicies failed', { err: asAtollError(err).message }));
     }
     this.#api = new ApiServer(

@@ -18,7 +18,9 @@ import { keyOf, type NetworkPolicy, type PolicyNamespace } from '../core/policy/
 import { policyProblems } from '../core/policy/compile.ts';
 import { policyGenerationKey, type PolicyRef, policyUnsupportedEvent } from '../core/kube/policy-event.ts';
 import { diffPolicyView, type NodePolicyView, type PolicyLine, PolicyPeers, type PolicyWorld, type ViewPod } from '../core/policy/scope.ts';
+import { PeerHoldings, type ReleasedAddress, reusableAddresses } from '../core/policy/reuse.ts';
 import { type KubeClient, type KubeObject, kubeStatusOf } from '../adapters/kube/kube-client.ts';
+import { randomBytes } from 'node:crypto';
 import { Reflector } from '../adapters/kube/reflector.ts';
 
 export const NETWORK_POLICIES_PATH = '/apis/networking.k8s.io/v1/networkpolicies';
@@ -32,6 +34,8 @@ export interface KubePolicyComponents {
   readonly log: Logger;
   /** Whether node `viewer` can reach pods on node `other` at all (its registry view). */
   readonly reachable: (viewer: string, other: string) => boolean;
+  /** The registered nodes that may hold pods of node `owner` (it is in their view), and whether each enforces policy. */
+  readonly peersOf: (owner: string) => Iterable<{ readonly name: string; readonly enforces: boolean }>;
   readonly clock: () => number;
   /** This controller replica, as the Events it posts name their reporter (`reportingInstance`). */
   readonly instance: string;
@@ -39,6 +43,9 @@ export interface KubePolicyComponents {
 
 interface Watcher {
   readonly node: string;
+  /** This stream's name in its `mark` lines, and the last mark sent on it. */
+  readonly stream: string;
+  seq: number;
   sent: NodePolicyView;
   readonly send: (lines: readonly PolicyLine[]) => void;
 }
@@ -52,6 +59,10 @@ export class KubePolicy {
   readonly #watchers = new Set<Watcher>();
   #peers = new PolicyPeers({ policies: new Map(), namespaces: new Map(), pods: new Map() });
   #policyCount = 0;
+  /** The addresses of the world's pods. */
+  #addresses: ReadonlySet<string> = new Set();
+  /** What each node may hold, for when an address may go to another pod (src/core/policy/reuse.ts). */
+  readonly #holdings = new PeerHoldings();
   #reported = new Set<string>();
   /** Policy generations whose Event is posted or being posted (see {@link policyGenerationKey}). */
   #evented = new Set<string>();
@@ -90,14 +101,31 @@ export class KubePolicy {
   }
 
   /**
-   * Node `node`'s part now, as a snapshot line, and a subscription: `send` gets the lines of every change to it until
-   * `unwatch` is called.
+   * Node `node`'s part now, as a snapshot line and its mark, and a subscription: `send` gets the lines of every change
+   * to it, each batch ending with a mark, until `unwatch` is called. The node answers a mark once it applied what
+   * came before it ({@link applied}).
    */
-  watch(node: string, send: (lines: readonly PolicyLine[]) => void): { snapshot: PolicyLine; unwatch: () => void } {
+  watch(node: string, send: (lines: readonly PolicyLine[]) => void): { first: readonly PolicyLine[]; unwatch: () => void } {
     const view = this.#viewOf(node);
-    const w: Watcher = { node, sent: view, send };
+    const w: Watcher = { node, stream: randomBytes(9).toString('base64url'), seq: 0, sent: view, send };
     this.#watchers.add(w);
-    return { snapshot: { type: 'snapshot', ...view }, unwatch: () => this.#watchers.delete(w) };
+    this.#holdings.sent(node, w.stream, 0, view);
+    return { first: [{ type: 'snapshot', ...view }, { type: 'mark', stream: w.stream, seq: 0 }], unwatch: () => this.#watchers.delete(w) };
+  }
+
+  /** Node `node` applied what came before mark `seq` of stream `stream`; false when this replica did not send it. */
+  applied(node: string, stream: string, seq: number): boolean {
+    return this.#holdings.applied(node, stream, seq);
+  }
+
+  /**
+   * Which of the addresses node `owner` released another pod may take now (src/core/policy/reuse.ts): none before
+   * the caches are read.
+   */
+  reusable(owner: string, released: readonly ReleasedAddress[]): string[] {
+    if (!this.synced) return [];
+    const peers = [...this.#c.peersOf(owner)].filter((p) => p.name !== owner).map((p) => ({ ...p, holds: this.#holdings.holds(p.name) }));
+    return reusableAddresses(released, (ip) => this.#addresses.has(ip), peers);
   }
 
   async stop(): Promise<void> {
@@ -121,7 +149,10 @@ export class KubePolicy {
           const next = this.#viewOf(w.node);
           const lines = diffPolicyView(w.sent, next);
           w.sent = next;
-          if (lines.length > 0) w.send(lines);
+          if (lines.length === 0) continue;
+          w.seq++;
+          this.#holdings.sent(w.node, w.stream, w.seq, next);
+          w.send([...lines, { type: 'mark', stream: w.stream, seq: w.seq }]);
         }
       } catch (err) {
         this.#c.log.error('serving policy changes failed; the next change or resync tries again', { err: asAtollError(err).message });
@@ -162,6 +193,7 @@ export class KubePolicy {
     }
     const world: PolicyWorld = { policies, namespaces, pods };
     this.#peers = new PolicyPeers(world);
+    this.#addresses = new Set([...pods.values()].map((p) => p.ip));
     this.#policyCount = policies.size;
     const now = new Set<string>();
     for (const p of problems) {

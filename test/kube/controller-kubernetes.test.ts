@@ -20,6 +20,7 @@ import { ControllerClient } from '../../src/adapters/node/controller-client.ts';
 import type { NodeFields, NodeRecord } from '../../src/core/cluster/model.ts';
 import { ROLE_ANNOTATION } from '../../src/core/tunnel/plan.ts';
 import { HeldPolicyView, type PolicyLine } from '../../src/core/policy/scope.ts';
+import { ENFORCES_ANNOTATION } from '../../src/core/policy/reuse.ts';
 import { memoryIdentity } from '../../harness/join-simulator.ts';
 import { freePort } from '../../harness/ports.ts';
 import { until } from '../../harness/wait.ts';
@@ -261,6 +262,51 @@ describe('the controller on a real kube-apiserver', { timeout: 400_000 }, () => 
       cp.kubectl(['delete', 'networkpolicy', 'web-out', '-n', 'shop']);
       await until('the policy delete sent', () => lines.some((l) => l.type === 'delete' && l.policy === 'shop/web-out'), 10_000);
       assert.ok(view().pods.every((p) => p.node === 'edge-a1'), 'the remote pod goes with the policy that named it');
+    } finally {
+      ac.abort();
+      await watching;
+    }
+  });
+
+  test('an address another pod may take: not while the API has a pod there, nor while an enforcing peer may hold one', async () => {
+    const owner = clients.get('cloud-1') as ControllerClient;
+    const peer = clients.get('edge-a1') as ControllerClient;
+    const ask = async (ip: string, name = 'ghost') => [...await owner.reusable([{ ip, namespace: 'db', name }])];
+    assert.deepEqual(await ask('10.2.0.9'), ['10.2.0.9'], 'no peer enforces NetworkPolicy yet');
+    await peer.update(fields({ annotations: { [ROLE_ANNOTATION]: 'edge', [ENFORCES_ANNOTATION]: 'true' } }));
+    await until('edge-a1 known to enforce, and to have applied nothing', async () => (await ask('10.2.0.9')).length === 0, 10_000);
+    // edge-a1's policy names pg (on cloud-1); it follows its stream, and answers marks only when the test says so
+    cp.kubectl(['apply', '-f', '-'], 'apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: web-out, namespace: shop}\nspec: {podSelector: {matchLabels: {app: web}}, policyTypes: [Egress], egress: [{to: [{namespaceSelector: {matchLabels: {team: db}}, podSelector: {matchLabels: {app: pg}}}]}]}\n');
+    const lines: PolicyLine[] = [];
+    const marks: { from: string; stream: string; seq: number }[] = [];
+    const ac = new AbortController();
+    const watching = peer.watchPolicy((l, from) => {
+      lines.push(l);
+      if (l.type === 'mark') marks.push({ from, stream: l.stream, seq: l.seq });
+    }, ac.signal).catch((e: unknown) => e);
+    try {
+      const held = new HeldPolicyView();
+      await until('edge-a1 sent pg, then a mark', () => {
+        for (const l of lines.splice(0)) held.apply(l);
+        return held.view().pods.some((p) => p.name === 'pg') && marks.length > 0;
+      }, 20_000);
+      const first = marks.at(-1) as (typeof marks)[number];
+      assert.deepEqual(await ask('10.2.0.9'), [], 'sent is not applied');
+      assert.equal(await peer.policyApplied(first.from, first.stream, first.seq), true);
+      assert.deepEqual(await ask('10.2.0.9'), ['10.2.0.9'], 'edge-a1 holds no pod there');
+      assert.deepEqual(await ask('10.2.0.2', 'pg'), [], 'the API still has pg there, and edge-a1 holds it');
+      marks.length = 0;
+      cp.kubectl(['delete', 'pod', 'pg', '-n', 'db', '--grace-period=0', '--force']);
+      await until('the delete of pg sent, then a mark', () => {
+        for (const l of lines.splice(0)) held.apply(l);
+        return !held.view().pods.some((p) => p.name === 'pg') && marks.length > 0;
+      }, 20_000);
+      assert.deepEqual(await ask('10.2.0.2', 'pg'), [], 'edge-a1 has not said it applied the view without pg');
+      const gone = marks.at(-1) as (typeof marks)[number];
+      assert.equal(await owner.policyApplied(gone.from, gone.stream, gone.seq), false, 'a node cannot answer another\'s mark');
+      assert.equal(await peer.policyApplied(gone.from, gone.stream, gone.seq), true);
+      assert.deepEqual(await ask('10.2.0.2', 'pg'), ['10.2.0.2']);
+      await assert.rejects(owner.reusable([{ ip: 'x', namespace: 'db', name: 'pg' }]), (e: Error & { code?: string }) => e.code === 'API_BAD_REQUEST' && /ip/.test(e.message));
     } finally {
       ac.abort();
       await watching;

@@ -111,6 +111,11 @@ export class NodeViews {
     return this.#nodes.get(name);
   }
 
+  /** Every node, in no order. */
+  nodes(): IterableIterator<NodeRecord> {
+    return this.#nodes.values();
+  }
+
   /**
    * Starts over from a listing of the store at `revision` (at start, or after the store compacted the changes the
    * views missed): every watcher gets a snapshot, as what it holds may have missed changes.

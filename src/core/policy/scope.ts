@@ -34,6 +34,8 @@ export type PolicyLine =
   | ({ readonly type: 'snapshot' } & NodePolicyView)
   | { readonly type: 'put'; readonly policy?: NetworkPolicy; readonly namespace?: PolicyNamespace; readonly pod?: ViewPod }
   | { readonly type: 'delete'; readonly policy?: string; readonly namespace?: string; readonly pod?: string }
+  /** After the lines of one change: the node answers it (`POST /v1/policy/applied`) once it applied them. */
+  | { readonly type: 'mark'; readonly stream: string; readonly seq: number }
   | { readonly type: 'ping' };
 
 /** The cluster's policy state as the controller holds it. */
@@ -164,9 +166,10 @@ export class HeldPolicyView {
     this.apply({ type: 'snapshot', ...view });
   }
 
-  /** Applies one line: a snapshot replaces everything, a ping changes nothing. */
+  /** Applies one line: a snapshot replaces everything, a mark or a ping changes nothing. */
   apply(line: PolicyLine): void {
     switch (line.type) {
+      case 'mark':
       case 'ping':
         return;
       case 'snapshot':
