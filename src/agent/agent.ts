@@ -16,6 +16,7 @@ import type { IpRoute2 } from '../adapters/kernel/iproute2.ts';
 import { initNetns } from '../adapters/kernel/netns.ts';
 import { installRoot } from '../adapters/install-root.ts';
 import { ClusterStateFile } from '../adapters/node/cluster-state-file.ts';
+import { ENFORCES_ANNOTATION } from '../core/policy/reuse.ts';
 import { loadOrCreateIdentity } from '../adapters/node/node-identity.ts';
 import { type CniServer, startCniServer } from './cni-server.ts';
 import { ControllerLink } from './controller-link.ts';
@@ -142,7 +143,7 @@ export class Agent {
       ...(link ? { controller: link } : {}),
       ipam: {
         blocks, usage: ipam?.usage() ?? { capacity: 0, allocated: 0, reserved: 0, free: 0 }, allocations: { ...(this.#pods?.allocations ?? { existing: 0, sticky: 0, fresh: 0, reclaimed: 0 }) },
-        pods: (ipam?.records() ?? []).map((r) => ({ ip: formatIpv4(r.ip), namespace: r.namespace, name: r.name, ...(r.releasedAt === undefined ? {} : { releasedAt: r.releasedAt }) })),
+        pods: (ipam?.records() ?? []).map((r) => ({ ip: formatIpv4(r.ip), namespace: r.namespace, name: r.name, ...(r.releasedAt === undefined ? {} : { releasedAt: r.releasedAt }), ...(r.reusable ? { reusable: r.reusable } : {}) })),
       },
       ...(plan ? { overlay: { vtepAddress: plan.vtepAddress, sitePeers: plan.sitePeers, remotePeers: plan.remotePeers } } : {}),
       tunnel: this.#tunnel?.status() ?? null,
@@ -173,7 +174,7 @@ export class Agent {
     this.#pods = new PodNetwork(
       { ip: this.#c.ip, store: new FsIpamStore(cfg.dataDir, cfg.network), log: log.child('pods'), clock: this.#c.clock, ageClock: this.#c.ageClock,
         onRecordsChanged: () => this.#policy?.poke() },
-      { nodeName: cfg.nodeName, network: cfg.network, bridge: cfg.bridge, mtu, blocks, reservationTtlMs: cfg.reservationTtl },
+      { nodeName: cfg.nodeName, network: cfg.network, bridge: cfg.bridge, mtu, blocks, reservationTtlMs: cfg.reservationTtl, guardReuse: cfg.networkPolicy },
     );
     await this.#pods.start();
     const vtepMac = cfg.overlay ? loadOrCreateVtepMac(join(cfg.dataDir, 'vtep.json')) : '';
@@ -209,7 +210,10 @@ export class Agent {
       writeSysctl('net/bridge/bridge-nf-call-iptables', '1'); // pod-to-pod traffic over the bridge crosses the forward hook
       // loaded only here: the gRPC client costs memory every other agent need not pay
       this.#cri = cfg.criSocket === undefined ? undefined : (await import('../adapters/node/cri-runtime.ts')).connectCri({ socket: cfg.criSocket, deadlineMs: CRI_DEADLINE_MS });
-      this.#policy = new PolicyEnforcer({ nft: new Nft(), log: log.child('policy'), pods: () => ({ records: pods.ipam.records(), blocks: pods.ipam.blocks }), ...(this.#cri ? { runtime: this.#cri } : {}) },
+      this.#policy = new PolicyEnforcer({
+        nft: new Nft(), log: log.child('policy'), pods: () => ({ records: pods.ipam.records(), blocks: pods.ipam.blocks }), ...(this.#cri ? { runtime: this.#cri } : {}),
+        awaitingReuse: () => pods.ipam.awaitingReuse(), markReusable: (cleared) => pods.markReusable(cleared),
+      },
         { nodeName: cfg.nodeName, statePath: join(cfg.dataDir, 'policy-view.json') });
       await this.#policy.start(); // the kept view, in force before any ADD is served
     }
@@ -316,6 +320,7 @@ export class Agent {
           annotations: {
             ...(cfg.overlay && vtepMac ? flannelAnnotations(cfg.overlay.vni, vtepMac, cfg.underlayAddresses[0] ?? '') : {}),
             ...(cfg.tunnel ? { [ROLE_ANNOTATION]: cfg.tunnel.role, [TUNNEL_PORT_ANNOTATION]: String(cfg.tunnel.port) } : {}),
+            ...(cfg.networkPolicy ? { [ENFORCES_ANNOTATION]: 'true' } : {}),
           },
         },
         usagePeriodMs: controller.usagePeriod,

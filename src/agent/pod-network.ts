@@ -46,6 +46,8 @@ export interface PodNetworkInit {
   readonly mtu: number;
   readonly blocks: readonly Cidr[];
   readonly reservationTtlMs: number;
+  /** A deleted pod's address goes to another pod only once marked reusable (NetworkPolicy: src/core/ipam/sticky-pool.ts). */
+  readonly guardReuse?: boolean;
 }
 
 type Undo = () => Promise<void> | void;
@@ -70,7 +72,7 @@ export class PodNetwork implements PodNetworkPort {
     this.#init = init;
     const loaded = components.store.load();
     for (const s of loaded.skipped) components.log.warn('ignoring a file that is not an IPAM record', { dir: components.store.dir, ...s });
-    this.#ipam = new IpamState(init.blocks, loaded.records);
+    this.#ipam = new IpamState(init.blocks, loaded.records, { guardReuse: init.guardReuse ?? false });
     initNetlink();
   }
 
@@ -89,6 +91,11 @@ export class PodNetwork implements PodNetworkPort {
     this.#ready = false;
     this.#watch?.close();
     this.#watch = undefined;
+  }
+
+  /** Marks reservations reusable (the controller said no peer holds their pods any more); resolves once on disk. */
+  async markReusable(cleared: readonly IpamRecord[]): Promise<void> {
+    await this.#change(() => this.#ipam.planReusable(cleared));
   }
 
   /** Replaces the node's blocks (the controller leased another); gateways of new blocks go onto the bridge. */

@@ -17,7 +17,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { asAtollError, atollError } from '../core/errors.ts';
 import type { Logger } from '../core/ports.ts';
-import { type Cidr, parseIpv4 } from '../core/net/ipv4.ts';
+import { type Cidr, formatIpv4, parseIpv4 } from '../core/net/ipv4.ts';
 import type { SandboxRuntime } from '../core/policy/local-pods.ts';
 import { parseL4, type PolicyTrace, policyTraceOf } from '../core/ops/policy-trace.ts';
 import { type PolicySummary, summaryOf } from '../core/policy/engine.ts';
@@ -36,6 +36,9 @@ import { PolicyCompute } from '../adapters/node/policy-compute.ts';
 const COALESCE_MS = 20;
 /** How long to wait before asking again a controller that follows no Kubernetes. */
 const NOT_SERVED_RETRY_MS = 5 * 60_000;
+/** How often a connected node asks which of its reserved addresses peers no longer hold, and how many at most. */
+const REUSE_ASK_MS = 5_000;
+const REUSE_ASK_MAX = 4096;
 
 export interface PolicyComponents {
   readonly nft: Nft;
@@ -44,6 +47,9 @@ export interface PolicyComponents {
   readonly pods: () => { readonly records: readonly IpamRecord[]; readonly blocks: readonly Cidr[] };
   /** The node's container runtime (CRI), to classify pods the view does not know; without it they wait for the view. */
   readonly runtime?: SandboxRuntime;
+  /** Reservations another pod may not take yet (IPAM, guarded reuse), and marking some reusable. */
+  readonly awaitingReuse?: () => readonly IpamRecord[];
+  readonly markReusable?: (cleared: readonly IpamRecord[]) => Promise<void>;
 }
 
 export interface PolicyInit {
@@ -63,6 +69,13 @@ export interface PolicyStatus extends PolicySummary {
   readonly hasView: boolean;
 }
 
+/** A mark of the policy stream, and the controller that sent it. */
+interface StreamMark {
+  readonly from: string;
+  readonly stream: string;
+  readonly seq: number;
+}
+
 export class PolicyEnforcer {
   readonly #c: PolicyComponents;
   readonly #init: PolicyInit;
@@ -76,6 +89,9 @@ export class PolicyEnforcer {
   #timer: NodeJS.Timeout | undefined;
   #chain: Promise<void> = Promise.resolve();
   #dirty = false;
+  /** The last mark of the policy stream, and where it came from: answered once a sync after it succeeded. */
+  #mark: StreamMark | undefined;
+  #client: ControllerClient | undefined;
   readonly #classifier: PodClassifier;
   /** Drop totals since start, by `direction policies`; the reading under way. */
   readonly #drops = new Map<string, number>();
@@ -109,10 +125,15 @@ export class PolicyEnforcer {
 
   /** Follows the controller's policy stream with `client` until `signal` aborts (one connected session). */
   async follow(client: ControllerClient, signal: AbortSignal): Promise<void> {
+    this.#client = client;
+    await Promise.all([this.#followStream(client, signal), this.#askReuse(client, signal)]);
+  }
+
+  async #followStream(client: ControllerClient, signal: AbortSignal): Promise<void> {
     const backoff = new Backoff({ minMs: 1000, maxMs: 30_000 }, sleep);
     while (!signal.aborted) {
       try {
-        await client.watchPolicy((line) => this.#onLine(line), signal);
+        await client.watchPolicy((line, from) => this.#onLine(line, from), signal);
         backoff.reset();
       } catch (e) {
         if (signal.aborted) return;
@@ -124,6 +145,29 @@ export class PolicyEnforcer {
         }
         this.#c.log.debug('policy stream ended; following again', { err: err.message, code: err.code, retryInMs: backoff.delayMs });
         await backoff.wait(signal);
+      }
+    }
+  }
+
+  /**
+   * While connected, asks the controller every {@link REUSE_ASK_MS} which of the node's reservations no peer holds
+   * any more, and marks those reusable (IPAM, guarded reuse: src/core/policy/reuse.ts). A failed question is asked
+   * again at the next turn: until then the addresses stay reserved, never handed on.
+   */
+  async #askReuse(client: ControllerClient, signal: AbortSignal): Promise<void> {
+    const { awaitingReuse, markReusable } = this.#c;
+    if (!awaitingReuse || !markReusable) return;
+    while (!signal.aborted) {
+      await sleep(REUSE_ASK_MS, signal);
+      const awaiting = awaitingReuse().slice(0, REUSE_ASK_MAX);
+      if (awaiting.length === 0 || signal.aborted) continue;
+      try {
+        const reusable = await client.reusable(awaiting.map((r) => ({ ip: formatIpv4(r.ip), namespace: r.namespace, name: r.name })));
+        const cleared = awaiting.filter((r) => reusable.has(formatIpv4(r.ip)));
+        if (cleared.length > 0) await markReusable(cleared);
+        this.#c.log.debug('asked which reserved addresses peers no longer hold', { asked: awaiting.length, reusable: cleared.length });
+      } catch (e) {
+        this.#c.log.debug('cannot ask the controller which reserved addresses peers no longer hold; asking again', { err: asAtollError(e).message });
       }
     }
   }
@@ -159,6 +203,24 @@ export class PolicyEnforcer {
 
   async #syncNow(): Promise<void> {
     if (!this.#hasView) return;
+    // every line before this mark reached the worker before this sync's compile (one message at a time, in order)
+    const mark = this.#mark;
+    await this.#applyNow();
+    if (mark) this.#answer(mark);
+  }
+
+  /** Tells the controller that sent `mark` that this node applied what came before it; a failure is retried at the next sync. */
+  #answer(mark: StreamMark): void {
+    const client = this.#client;
+    if (!client || this.#mark !== mark) return;
+    this.#mark = undefined;
+    client.policyApplied(mark.from, mark.stream, mark.seq).catch((e: unknown) => {
+      this.#mark ??= mark;
+      this.#c.log.debug('cannot tell the controller which NetworkPolicy view this node applied; the next sync tries again', { err: asAtollError(e).message });
+    });
+  }
+
+  async #applyNow(): Promise<void> {
     const { blocks } = this.#c.pods();
     const active = this.#active();
     // only what changed when the kernel holds what we last applied (no commit since ours), else both tables whole
@@ -263,8 +325,13 @@ export class PolicyEnforcer {
     await this.#compute.close();
   }
 
-  #onLine(line: PolicyLine): void {
+  #onLine(line: PolicyLine, from: string): void {
     if (line.type === 'ping') return;
+    if (line.type === 'mark') {
+      this.#mark = { from, stream: line.stream, seq: line.seq };
+      this.poke();
+      return;
+    }
     // in order with the saves and syncs that follow (the worker answers one message at a time)
     this.#compute.line(line).catch(() => undefined);
     this.#hasView = true;

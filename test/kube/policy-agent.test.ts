@@ -3,7 +3,9 @@
  * and an agent with `networkPolicy: true` whose pods are added through the CNI plugin and published as Pods. A policy
  * created with kubectl is enforced on the node; then with the controller stopped: the agent restarted on a kernel
  * whose tables were removed enforces the kept view before it serves; a pod re-created while cut off (same name, its
- * sticky address) is enforced on at once; a kept view that cannot be read leaves the kernel's ruleset in force.
+ * sticky address) is enforced on at once; a kept view that cannot be read leaves the kernel's ruleset in force. A
+ * deleted pod's address is not marked reusable while a second enforcing node (another real agent) has not applied a
+ * view since the controller restarted, and is once it has.
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -31,6 +33,7 @@ describe('NetworkPolicy from the API to the kernel, kept while the controller is
   let cp: ControlPlane;
   let controller: ControllerProc;
   let agent: TestAgent;
+  let peer: TestAgent | undefined;
   const pods: Pod[] = [];
 
   const serve = async (p: Pod) => {
@@ -76,6 +79,7 @@ describe('NetworkPolicy from the API to the kernel, kept while the controller is
   after(async () => {
     for (const p of pods) p.server?.kill('SIGKILL');
     await agent?.cleanup();
+    await peer?.cleanup();
     await cp?.stop();
     await cloud?.cleanup();
   });
@@ -129,6 +133,29 @@ describe('NetworkPolicy from the API to the kernel, kept while the controller is
     await cloud.restartController(controller);
     await until('the deletion enforced', () => matrix().join() === ['b->a: yes', 'c->a: yes', 'a->c: yes', 'b->c: yes'].join(), 30_000, 250);
     assert.doesNotMatch(readFileSync(join(agent.dataDir, 'policy-view.json'), 'utf8'), /a-from-b/);
+  });
+
+  test('a deleted pod\'s address goes to another pod only once every peer that enforces policy has applied a view without it', async () => {
+    // a second node enforcing NetworkPolicy, cut off since before the controller (re)started: it may hold anything
+    cp.kubectl(['apply', '-f', '-'], 'apiVersion: v1\nkind: Node\nmetadata: {name: pol2}\n');
+    peer = new TestAgent({ name: 'pol2', podCidrs: [] });
+    peer.rewriteConfig({ controller: cloud.controllerConfig([controller]), underlayAddresses: [cloud.connect(peer.netns)], networkPolicy: true, resyncPeriod: 2 });
+    await peer.start();
+    await until('pol2 registered', () => (peer as TestAgent).clusterState().blocks.length > 0, 20_000);
+    await peer.stop('SIGKILL');
+    await cloud.stopController(controller);
+    await cloud.restartController(controller);
+    const del = agent.cni(agent.env('DEL', 'c-c-1', c.ns, { namespace: 'default', name: 'c' }), agent.netconf());
+    assert.equal(del.code, 0, del.stdout);
+    cp.kubectl(['delete', 'pod', 'c', '--grace-period=0', '--force']);
+    const reservation = async () => (await readAgentStatus(statusSocketOf(agent.socket))).ipam.pods.find((p) => p.name === 'c');
+    assert.equal(typeof (await reservation())?.releasedAt, 'number', 'the address is kept for the pod');
+    // the agent asks every 5 s; over three questions the answer stays no
+    await new Promise((r) => setTimeout(r, 15_000));
+    assert.equal((await reservation())?.reusable, undefined, 'pol2 may still hold c');
+    await peer.start();
+    await until('c\'s address reusable once pol2 applied its view', async () => (await reservation())?.reusable === true, 30_000, 500);
+    assert.equal((await reservation())?.releasedAt !== undefined, true, 'still kept for c itself until its TTL');
   });
 
   test('a NetworkPolicy worker that dies: the ruleset in the kernel stays, the agent says so once and keeps serving CNI', async () => {

@@ -84,11 +84,35 @@ export class ControllerClient {
    * Streams this node's part of the NetworkPolicy state: a snapshot, then changes, until the stream ends, the signal
    * aborts, or no line arrives for `idleMs`. Rejects with POLICY_NOT_SERVED when the controller follows no Kubernetes.
    */
-  watchPolicy(onLine: (line: PolicyLine) => void, signal: AbortSignal, idleMs = 45_000): Promise<void> {
+  watchPolicy(onLine: (line: PolicyLine, from: string) => void, signal: AbortSignal, idleMs = 45_000): Promise<void> {
     return this.#follow('/v1/policy', decodePolicyLine, onLine, signal, idleMs);
   }
 
-  async #follow<L>(path: string, decode: (text: string, source: string) => L, onLine: (line: L) => void, signal: AbortSignal, idleMs: number): Promise<void> {
+  /**
+   * Tells controller `from` (the one whose policy stream sent the mark) that this node applied what came before mark
+   * `seq` of stream `stream`; resolves whether it knew that mark.
+   */
+  async policyApplied(from: string, stream: string, seq: number): Promise<boolean> {
+    const ans = await this.#send(from, 'POST', '/v1/policy/applied', Buffer.from(JSON.stringify({ stream, seq })));
+    return (ans.body as { known?: unknown }).known === true;
+  }
+
+  /**
+   * Which of the addresses this node released another pod may take now. Every controller replica is asked, as each
+   * knows only what the nodes it served applied; an address is reusable when every one says so. Rejects when any
+   * cannot answer.
+   */
+  async reusable(addresses: readonly { readonly ip: string; readonly namespace: string; readonly name: string }[]): Promise<Set<string>> {
+    const payload = Buffer.from(JSON.stringify({ addresses }));
+    const answers = await Promise.all(this.#init.urls.map((u) => this.#send(u, 'POST', `/v1/nodes/${this.#init.nodeName}/reusable`, payload)));
+    const sets = answers.map((a) => {
+      const listed = (a.body as { reusable?: unknown }).reusable;
+      return new Set(Array.isArray(listed) ? listed.filter((ip) => typeof ip === 'string') : []);
+    });
+    return new Set(addresses.map((a) => a.ip).filter((ip) => sets.every((s) => s.has(ip))));
+  }
+
+  async #follow<L>(path: string, decode: (text: string, source: string) => L, onLine: (line: L, from: string) => void, signal: AbortSignal, idleMs: number): Promise<void> {
     let lastErr: unknown;
     for (let i = 0; i < this.#init.urls.length; i++) {
       const idx = (this.#preferred + i) % this.#init.urls.length;
@@ -160,7 +184,7 @@ export class ControllerClient {
     });
   }
 
-  #stream<L>(base: string, path: string, decode: (text: string, source: string) => L, onLine: (l: L) => void, signal: AbortSignal, idleMs: number): Promise<void> {
+  #stream<L>(base: string, path: string, decode: (text: string, source: string) => L, onLine: (l: L, from: string) => void, signal: AbortSignal, idleMs: number): Promise<void> {
     const url = new URL(path, base);
     const empty = Buffer.alloc(0);
     return new Promise((resolve, reject) => {
@@ -182,7 +206,7 @@ export class ControllerClient {
             while ((nl = buf.indexOf('\n')) >= 0) {
               const text = buf.slice(0, nl);
               buf = buf.slice(nl + 1);
-              if (text) onLine(decode(text, base));
+              if (text) onLine(decode(text, base), base);
             }
           } catch (err) {
             // a bad line (CONTROLLER_WATCH_INVALID) or a failing handler ends this watch; the caller watches again

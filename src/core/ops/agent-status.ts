@@ -24,6 +24,8 @@ export interface StatusPod {
   readonly name: string;
   /** Set while the pod is gone and its address kept for it (ms since epoch). */
   readonly releasedAt?: number;
+  /** Set on such a reservation once another pod may take it (NetworkPolicy on: no peer holds the gone pod any more). */
+  readonly reusable?: true;
 }
 
 export interface AgentStatus {
