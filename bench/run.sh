@@ -4,6 +4,8 @@
 #                                        (--policy: our agent with NetworkPolicy on against off, issue #35)
 #   sh bench/run.sh controller [options] controller registrations and block allocations per store, controller and
 #                                        agent memory
+#   sh bench/run.sh cloud-peers [options] a cloud agent given N edge peers (from its saved state): routes in the kernel,
+#                                        RSS, idle CPU at 1k/10k/100k, against one ip -batch of the same routes (#34)
 #   sh bench/run.sh overlay [options]    overlay peer programming (Overlay.sync against one ip/bridge process per entry)
 #                                        and pod-to-pod iperf3 over our VXLAN against a flannel-style one
 #   sh bench/run.sh tunnel [options]     cross-site tunnel throughput on the lab: direct and relayed against kernel
@@ -23,6 +25,7 @@ set -eu
 cd "$(dirname "$0")/.."
 case "${1:-}" in
   controller) shift; exec node_modules/.bin/node bench/controller.ts "$@" ;;
+  cloud-peers) shift; exec node_modules/.bin/node bench/cloud-peers.ts "$@" ;;
   overlay) shift; exec node_modules/.bin/node bench/overlay.ts "$@" ;;
   tunnel) shift; exec node_modules/.bin/node bench/tunnel.ts "$@" ;;
   kubelet) shift; exec node_modules/.bin/node bench/kubelet.ts "$@" ;;
