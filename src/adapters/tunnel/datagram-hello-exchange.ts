@@ -30,6 +30,10 @@ const HELLO_VERIFY_PER_S = 200;
 export interface HelloExchangeComponents {
   /** The path's peers, by name. */
   readonly peers: ReadonlyMap<string, PeerState>;
+  /** The peers that are not dormant (the path's #awake): only they can need hellos or change what is remembered. */
+  readonly awake: ReadonlySet<PeerState>;
+  /** Wakes a peer a hello came from. */
+  readonly wake: (p: PeerState) => void;
   /** Whether the path's peers were set once: before that, an empty peer set is not what to remember. */
   readonly peersSet: () => boolean;
   /** The receiving keys: a pair's keys agreed by hellos join them. */
@@ -90,6 +94,7 @@ export class HelloExchange {
     const h = parseHello(buf);
     if (typeof h === 'string') return this.#drop(h);
     if (!p) return this.#drop('helloUnknownPeer');
+    this.#c.wake(p);
     const peerId = p.id;
     const now = steadyClock();
     const budget = this.#verifyBudget;
@@ -147,10 +152,11 @@ export class HelloExchange {
    */
   pass(now: number, wall: number): void {
     const dead = this.#init.deadAfterMs;
-    for (const [id, p] of this.#c.peers) {
-      const step = helloStep(p, now, wall, this.#c.streamOf(id)?.silentMs, dead);
+    for (const p of this.#c.awake) {
+      // without an address there is nowhere to send hellos (helloStep would say so); dormant peers have none
+      const step = helloStep(p, now, wall, this.#c.streamOf(p.id)?.silentMs, dead);
       if (step.started) {
-        this.#c.log?.info('rebuilding the datagram path with hellos (no usable path, no stream the peer answers on)', { peer: id, endpoint: `${p.endpoint?.host}:${p.endpoint?.port}` });
+        this.#c.log?.info('rebuilding the datagram path with hellos (no usable path, no stream the peer answers on)', { peer: p.id, endpoint: `${p.endpoint?.host}:${p.endpoint?.port}` });
         // a key already used to derive is spent: a rebuild starts a new handshake
         if (p.myEphUsedWith) p.myEph = undefined;
       }
@@ -158,19 +164,27 @@ export class HelloExchange {
     }
   }
 
-  /** Saves the peers' addresses when one changed since the last save. */
-  remember(): void {
+  /**
+   * Saves the peers' addresses when one changed since the last save. `which`: the peers compared, all of them (after
+   * peers were added or removed) or only the awake ones (dormant peers' memory changes only when peers are set).
+   */
+  remember(which: 'all' | 'awake' = 'all'): void {
     if (!this.#c.peersSet()) return;
     const state = this.#state;
+    let changed = which === 'all' ? Object.keys(state.peers).length !== this.#c.peers.size : false;
+    for (const p of which === 'all' ? this.#c.peers.values() : this.#c.awake) {
+      if (changed) break;
+      const was = state.peers[p.id];
+      const endpoint = p.endpoint ? `${p.endpoint.host}:${p.endpoint.port}` : undefined;
+      changed = was?.pin !== p.pin || was.endpoint !== endpoint || (was.seenGeneration ?? -1) !== p.seenGeneration;
+    }
+    if (!changed) return;
     const peers: Record<string, DatagramPeerMemory> = {};
-    let changed = false;
     for (const [id, p] of this.#c.peers) {
       const endpoint = p.endpoint ? `${p.endpoint.host}:${p.endpoint.port}` : undefined;
-      const was = state.peers[id];
       peers[id] = { pin: p.pin, ...(endpoint ? { endpoint } : {}), ...(p.seenGeneration >= 0 ? { seenGeneration: p.seenGeneration } : {}) };
-      if (was?.pin !== p.pin || was.endpoint !== endpoint || (was.seenGeneration ?? -1) !== p.seenGeneration) changed = true;
     }
-    if (changed || Object.keys(state.peers).length !== this.#c.peers.size) this.#save({ ...state, peers });
+    this.#save({ ...state, peers });
   }
 
   /** A new ephemeral key for `p`, under a new generation saved before any hello carries it. */

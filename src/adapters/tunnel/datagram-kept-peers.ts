@@ -20,6 +20,8 @@ export const KEPT_SLOTS = 1024;
 export interface KeptPeersComponents {
   /** The path's peers, by name. */
   readonly peers: ReadonlyMap<string, PeerState>;
+  /** The peers that are not dormant (the path's #awake): only they can be usable (a usable path has a key and an address). */
+  readonly awake?: ReadonlySet<PeerState>;
   /** The path's native table of receiving keys: which slot holds which. */
   readonly table: OpenKeyTable;
   /** The receiving keys: taken back into, and their expiry described. */
@@ -119,7 +121,9 @@ export class KeptPeers {
   }
 
   #usableSet(now: number): string {
-    return [...this.#c.peers.values()].filter((p) => this.#usable(p, now)).map((p) => p.id).join(',');
+    const ids: string[] = [];
+    for (const p of this.#c.awake ?? this.#c.peers.values()) if (this.#usable(p, now)) ids.push(p.id);
+    return ids.join(',');
   }
 
   #usable(p: PeerState, now: number): boolean {

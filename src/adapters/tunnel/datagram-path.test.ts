@@ -406,3 +406,43 @@ describe('keepalive echoes: the datagram path\'s round trip', () => {
     assert.ok(pa.usable('b') && pb.usable('a'), 'the echoes leave the path as it was');
   });
 });
+
+describe('dormant peers: a cloud node\'s edge peers that never connected cost its timers nothing (issue #34)', () => {
+  test('the ticks and hellos leave peers without address, key or stream alone and save their memory once; a peer with a stream, or one offered a key later, is looked after', async () => {
+    const me = credentials('cloud-1');
+    const calls = new Map<string, number>();
+    const streams = new Map<string, TunnelStream>();
+    // never alive: an offer on it does nothing, so the tick keeps asking for the stream of a peer it looks after
+    const deadStream = { alive: false, silentMs: 0 } as unknown as TunnelStream;
+    streams.set('edge-1', deadStream);
+    let saves = 0;
+    let state = { port: 0, generation: 0, peers: {} };
+    const path = new DatagramPath({
+      streamOf: (id) => {
+        calls.set(id, (calls.get(id) ?? 0) + 1);
+        return streams.get(id);
+      },
+      publicHost: () => '', onPacket: () => {},
+      state: { load: () => state, save: (s) => { saves++; state = s as typeof state; } },
+    }, { host: '127.0.0.1', port: 0, underlayMtu: 1500, keepaliveMs: 20, deadAfterMs: 1000, identityKeyPem: me.keyPem });
+    try {
+      await path.start();
+      const peers = Array.from({ length: 2000 }, (_, i) => ({ id: `edge-${i}`, pin: `sha256:${String(i).padStart(64, '0')}` }));
+      path.setPeers(peers);
+      await until('the peers remembered at the first tick', () => Object.keys(state.peers).length === 2000, 5_000, 10);
+      const before = new Map(calls);
+      const savesBefore = saves;
+      await new Promise((r) => setTimeout(r, 300)); // 15 ticks, 1 hello pass
+      assert.equal(saves, savesBefore, 'the memory is not saved again while nothing changed');
+      const asked = (id: string) => (calls.get(id) ?? 0) - (before.get(id) ?? 0);
+      assert.ok(asked('edge-1') >= 5, `the peer with a stream is offered a key at every tick (asked ${asked('edge-1')} times)`);
+      const dormantAsks = peers.filter((p) => p.id !== 'edge-1').reduce((n, p) => n + asked(p.id), 0);
+      assert.equal(dormantAsks, 0, 'no stream lookups for dormant peers');
+      path.offerKey('edge-7', deadStream); // a stream came up: the tunnel offers a key at once
+      const was7 = calls.get('edge-7') ?? 0;
+      await until('the woken peer to be looked after', () => (calls.get('edge-7') ?? 0) >= was7 + 3, 5_000, 10);
+    } finally {
+      path.close();
+    }
+  });
+});

@@ -58,6 +58,9 @@ import { steadyClock } from '../timers.ts';
  */
 export const SOCKET_BUFFER_BYTES = 16 << 20;
 
+/** Every this many ticks the timers' peers are checked against all peers ({@link DatagramPath.#sweep}). */
+const SWEEP_EVERY_TICKS = 60;
+
 export class DatagramPath {
   readonly stats: DatagramPathStats = {
     sent: 0, received: 0, keepalivesSent: 0, keepalivesReceived: 0, fallbacks: 0, sentAnyway: 0, endpointMoves: 0, lastSendErrno: 0, hellosSent: 0, hellosReceived: 0, helloKeys: 0,
@@ -71,6 +74,16 @@ export class DatagramPath {
   readonly #init: DatagramPathInit;
   #socket: UdpBatchSocket | undefined;
   readonly #peers = new Map<string, PeerState>();
+  /**
+   * The peers the timers look at: all but the dormant ones, which have no address, no key, no offer and no stream
+   * (a cloud node's edge peers that never connected). For those the per-second work (keepalives, offers, hellos, the
+   * memory) has nothing to do, and with 100,000 peers walking them all cost a core. A peer wakes when it gets a stream
+   * ({@link offerKey}, {@link onControl}, {@link setPeers}), a hello, or is taken back with an address or keys, and
+   * stays awake until it is removed; {@link #sweep} wakes any other that is not dormant, once a minute.
+   */
+  readonly #awake = new Set<PeerState>();
+  /** Peers were added or removed since the last tick: the memory is compared in full. */
+  #membersChanged = true;
   /** Peers by their tag in the native key table. */
   readonly #tags = new Map<number, PeerState>();
   #nextTag = 0;
@@ -110,9 +123,11 @@ export class DatagramPath {
     const table = this.#table;
     const out = new DatagramOutbox(this.stats, this.#maxIp);
     const keys = new DatagramKeys({ table, peers: this.#peers, publicHost: components.publicHost, port: () => this.#port, describe }, { deadAfterMs });
-    const kept = init.kept ? new KeptPeers({ peers: this.#peers, table, keys, log }, { deadAfterMs }) : undefined;
+    const awake = this.#awake;
+    const kept = init.kept ? new KeptPeers({ peers: this.#peers, awake, table, keys, log }, { deadAfterMs }) : undefined;
     const hellos = init.identityKeyPem && components.state ? new HelloExchange({
-      peers: this.#peers, peersSet: () => this.#peersSet, keys, describe, out, streamOf: components.streamOf, state: components.state, stats: this.stats, log,
+      peers: this.#peers, awake, wake: (p) => awake.add(p), peersSet: () => this.#peersSet, keys, describe, out, streamOf: components.streamOf,
+      state: components.state, stats: this.stats, log,
     }, { identityKeyPem: init.identityKeyPem, deadAfterMs }) : undefined;
     this.#out = out;
     this.#keys = keys;
@@ -188,6 +203,7 @@ export class DatagramPath {
   #restore(kept: KeptPeers): void {
     this.#restored = kept.restore((id, pin, endpoint) => this.#newPeer(id, pin, endpoint), steadyClock(), Date.now());
     this.#peersSet = this.#restored > 0;
+    this.#sweep(); // the keys came after the peers
     this.#describe();
   }
 
@@ -204,7 +220,19 @@ export class DatagramPath {
     };
     this.#peers.set(id, p);
     this.#tags.set(p.tag, p);
+    this.#membersChanged = true;
+    this.#wakeIfNotDormant(p);
     return p;
+  }
+
+  /** Wakes `p` unless it is dormant (no address, key, offer, stream nor hello seen): see {@link #awake}. */
+  #wakeIfNotDormant(p: PeerState): void {
+    if (p.endpoint || p.send || p.pending || p.seenGeneration >= 0 || this.#c.streamOf(p.id)) this.#awake.add(p);
+  }
+
+  /** Wakes every peer that is not dormant: a net under the wake-ups at the places a peer gets a stream, key or address. */
+  #sweep(): void {
+    for (const p of this.#peers.values()) if (!this.#awake.has(p)) this.#wakeIfNotDormant(p);
   }
 
   /**
@@ -220,6 +248,8 @@ export class DatagramPath {
       gone.push(p);
       this.#peers.delete(id);
       this.#tags.delete(p.tag);
+      this.#awake.delete(p);
+      this.#membersChanged = true;
     }
     for (const [id, pin] of keep) if (!this.#peers.has(id)) this.#newPeer(id, pin, undefined);
     this.#helloPins();
@@ -234,12 +264,19 @@ export class DatagramPath {
 
   /** Offers a new sending key to `peerId` on `stream` (a live tunnel stream of the pair). */
   offerKey(peerId: string, stream: TunnelStream): void {
+    this.#wake(peerId);
     this.#keys.offer(peerId, stream);
   }
 
   /** A `udp-key` or `udp-key-ack` from `peerId`, on `stream`. */
   onControl(peerId: string, stream: TunnelStream, msg: UdpKeyMessage | UdpKeyAck): void {
+    this.#wake(peerId);
     this.#keys.onControl(peerId, stream, msg);
+  }
+
+  #wake(peerId: string): void {
+    const p = this.#peers.get(peerId);
+    if (p) this.#awake.add(p);
   }
 
   /** Hellos on, for the peers' keys alone (a node without a tunnel key takes none): the native table drops the rest. */
@@ -307,11 +344,12 @@ export class DatagramPath {
   #tick(): void {
     const now = steadyClock();
     const limits = this.#init.rekey ?? { packets: REKEY_AFTER_PACKETS, ms: REKEY_AFTER_MS };
-    for (const [id, p] of this.#peers) {
+    if (this.#ticks % SWEEP_EVERY_TICKS === 0) this.#sweep();
+    for (const p of this.#awake) {
       const plan = planTick(p, now, this.#ticks, p.tag, { deadAfterMs: this.#init.deadAfterMs, rekey: limits });
       if (plan.offer) {
-        const stream = this.#c.streamOf(id);
-        if (stream) this.offerKey(id, stream);
+        const stream = this.#c.streamOf(p.id);
+        if (stream) this.offerKey(p.id, stream);
       }
       const keepalive = plan.keepalive;
       if (keepalive) {
@@ -327,7 +365,8 @@ export class DatagramPath {
     this.#ticks++;
     this.#keys.dropExpired(now);
     if (this.#kept?.outdated(now)) this.#describe();
-    this.#hellos?.remember();
+    this.#hellos?.remember(this.#membersChanged ? 'all' : 'awake');
+    this.#membersChanged = false;
   }
 
   /** The datagram path of `peerId`, for `atoll peers`. */
