@@ -15,7 +15,7 @@ import { FsIpamStore } from '../adapters/node/ipam-store-fs.ts';
 import type { IpRoute2 } from '../adapters/kernel/iproute2.ts';
 import { initNetns } from '../adapters/kernel/netns.ts';
 import { installRoot } from '../adapters/install-root.ts';
-import { ClusterStateFile } from '../adapters/node/cluster-state-file.ts';
+import { type ClusterState, ClusterStateFile } from '../adapters/node/cluster-state-file.ts';
 import { ENFORCES_ANNOTATION } from '../core/policy/reuse.ts';
 import { loadOrCreateIdentity } from '../adapters/node/node-identity.ts';
 import { type CniServer, startCniServer } from './cni-server.ts';
@@ -217,7 +217,7 @@ export class Agent {
         { nodeName: cfg.nodeName, statePath: join(cfg.dataDir, 'policy-view.json') });
       await this.#policy.start(); // the kept view, in force before any ADD is served
     }
-    if (cfg.controller) this.#startLink(cfg.controller, stateFile, vtepMac);
+    if (cfg.controller) this.#startLink(cfg.controller, stateFile, saved, vtepMac);
     this.#server = await startCniServer(cfg.socketPath, this.#pods, log.child('cni'), this.#observeCni);
     const policy = this.#policy;
     this.#status = await startStatusServer(statusSocketOf(cfg.socketPath), {
@@ -290,7 +290,7 @@ export class Agent {
     }
   }
 
-  #startLink(controller: NonNullable<AgentConfig['controller']>, stateFile: ClusterStateFile, vtepMac: string): void {
+  #startLink(controller: NonNullable<AgentConfig['controller']>, stateFile: ClusterStateFile, saved: ClusterState, vtepMac: string): void {
     const cfg = this.#cfg;
     const pods = this.#pods as PodNetwork;
     this.#link = new ControllerLink(
@@ -299,6 +299,7 @@ export class Agent {
         clock: this.#c.clock,
         identity: loadOrCreateIdentity(join(cfg.dataDir, 'node.key')),
         stateFile,
+        saved,
         onBlocks: async (leased) => {
           await pods.setBlocks(this.#blocksWith(leased));
           this.#policy?.poke();

@@ -23,6 +23,8 @@ export interface ControllerLinkComponents {
   readonly clock: Clock;
   readonly identity: NodeIdentity;
   readonly stateFile: ClusterStateFile;
+  /** What the agent already read from `stateFile` at its start (read again when absent: with 100,000 peers it is 60 MB). */
+  readonly saved?: ClusterState;
   /** Called with the node's blocks whenever they change. */
   readonly onBlocks: (blocks: readonly string[]) => Promise<void>;
   readonly usage: () => IpamUsage;
@@ -65,7 +67,7 @@ export class ControllerLink {
   constructor(components: ControllerLinkComponents, init: ControllerLinkInit) {
     this.#c = components;
     this.#init = init;
-    this.#state = components.stateFile.load();
+    this.#state = components.saved ?? components.stateFile.load();
     this.#offlineSince = components.clock();
     this.#lines = new WatchBatch(PEERS_SETTLE_MS, () => this.#state.peers, (peers, revision) => {
       this.#save({ ...this.#state, peers, revision });

@@ -11,6 +11,9 @@ import { renderTunnelRouteDiff, type TunnelPlan, tunnelRoutes } from '../core/tu
 import type { IpRoute2 } from '../adapters/kernel/iproute2.ts';
 import { RtnlSocket } from '../adapters/kernel/netlink.ts';
 
+/** At most this many peers or routes are named in one log line (with their count beside). */
+export const LOG_LIST_MAX = 20;
+
 /**
  * Brings the routes on `device` in line with `plan`: adds what is missing, removes ours that are not planned; puts
  * `source` (a /32: tunnelSourceAddress in src/core/tunnel/plan.ts) on the device when it lacks it. Idempotent. A refused line (a foreign route) does not stall the rest. @throws AtollError KERNEL_OP_FAILED.
@@ -33,6 +36,6 @@ export async function syncTunnelRoutes(ip: IpRoute2, log: Logger, device: string
   const lines = renderTunnelRouteDiff(tunnelRoutes(plan), have, device);
   if (lines.length > 0) {
     await ip.batch(lines, { force: true }); // one refused line (a foreign route) must not stall the rest
-    log.info('tunnel routes updated', { changes: lines });
+    log.info('tunnel routes updated', { count: lines.length, changes: lines.slice(0, LOG_LIST_MAX) });
   }
 }

@@ -43,7 +43,7 @@ import { Puncher } from './punch.ts';
 import { type RelayAddress, RelayControl } from './relay-control.ts';
 import { TunnelCircuits } from './tunnel-circuits.ts';
 import { keepDialled } from './keep-dialled.ts';
-import { syncTunnelRoutes } from './tunnel-routes.ts';
+import { LOG_LIST_MAX, syncTunnelRoutes } from './tunnel-routes.ts';
 
 export interface TunnelComponents {
   readonly ip: IpRoute2;
@@ -274,7 +274,11 @@ export class Tunnel {
       endpoint.setPeers(plan.peers.map((p) => ({ id: p.name, blocks: p.blocks })));
       this.#plan = plan;
       this.#datagrams?.setPeers(plan.peers.map((p) => ({ id: p.name, pin: p.pin })));
-      this.#c.log.info('tunnel peers', { peers: plan.peers.map((p) => `${p.name} (${p.dial ? `dial ${p.dial.host}:${p.dial.port}` : p.mode})`), skipped: plan.skipped });
+      // a cloud node may have 100,000 peers: the count, and only the first few by name (`atoll peers` lists them all)
+      this.#c.log.info('tunnel peers', {
+        count: plan.peers.length, peers: plan.peers.slice(0, LOG_LIST_MAX).map((p) => `${p.name} (${p.dial ? `dial ${p.dial.host}:${p.dial.port}` : p.mode})`),
+        skippedCount: plan.skipped.length, skipped: plan.skipped.slice(0, LOG_LIST_MAX),
+      });
       for (const p of plan.peers) this.#notePath(p.name);
     }
     if (!this.#running) {
