@@ -21,13 +21,14 @@ fi
 echo "== integration, kernel and end-to-end tests"
 # One file at a time: kernel tests build namespaces and a private containerd, and must not overlap.
 "$node" --test --test-concurrency=1 --test-timeout=600000 "test/*/*.test.ts"
-echo "== benchmark smoke (reports; the full runs are sh bench/run.sh [cni|controller|overlay|tunnel|circuits|watch-view|policy])"
+echo "== benchmark smoke (reports; the full runs are sh bench/run.sh [cni|controller|overlay|tunnel|circuits|watch-view|policy|cloud-peers])"
 "$node" bench/circuits.ts --smoke
 "$node" bench/watch-view.ts --smoke
 if [ "$(id -u)" = 0 ]; then
   "$node" bench/cni-latency.ts --smoke
   "$node" bench/tunnel.ts --smoke
   "$node" bench/policy.ts --smoke
+  "$node" bench/cloud-peers.ts --smoke
 else
   echo "skipped: the benchmark needs root"
 fi
