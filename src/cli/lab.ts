@@ -21,11 +21,11 @@ import type { ServiceCheck } from '../lab/lab-kube-service.ts';
 export const LAB_USAGE = `usage: atoll lab <command> [flags]
 
   up [flags] [--detach] [--json FILE] [--svg FILE] [--keep-logs DIR] [--pods cri|direct|auto] [--kubernetes]
-     [--policy] [--image FILE]...
+     [--policy] [--openyurt] [--image FILE]...
                  build the lab: namespaces, NAT routers, the controller, the relay, an agent per node, pods
                  (root); stays up until Ctrl-C, or with --detach until \`atoll lab down\`
   run [flags] [--json FILE] [--svg FILE] [--keep-logs DIR] [--faults LIST|all|none] [--pods cri|direct|auto]
-      [--prometheus] [--kubernetes] [--policy] [--image FILE]...
+      [--prometheus] [--kubernetes] [--policy] [--openyurt] [--image FILE]...
                  up, then the connectivity matrix (every pod to every pod, ping and TCP, path and RTT),
                  \`atoll trace\` of every cell against the path measured, then the faults (default all:
                  controller-kill, relay-kill, direct-path-cut, agent-restart, offline-restart, pod-recreate,
@@ -76,6 +76,10 @@ the verdict and the faults).
                 outside the cloud; needs an edge site; the matrix (and every
                 fault's) expects the pairs they deny to be blocked, through every path; run's faults sample
                 pairs they allow, and those that restart agents ping pairs they deny too: none may answer
+--openyurt      with --kubernetes: every edge node's kubelet and kube-proxy reach the API through that node's own
+                OpenYurt yurthub v1.7 (built by sh scripts/k8s.sh all; edge working mode, its node pool the node's
+                site, certificates from a CA of the lab the apiserver trusts; the NodePool CRD, yurthub's RBAC and
+                its yurt-hub-cfg ConfigMap from OpenYurt's own charts, cache_agents naming atoll-controller)
 --image FILE    with --kubernetes: also import this docker-archive image into every node's containerd (repeat for
                 more), for workloads of your own; the apiserver reaches the cloud nodes' kubelets (\`kubectl exec\`,
                 \`logs\`), not the edge ones behind their NAT
@@ -98,7 +102,7 @@ function writeSvg(path: string | undefined, svg: () => string): void {
 }
 
 async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> {
-  const { values } = parseCommand(argv, { command: `atoll lab ${mode}`, usage: LAB_USAGE, options: { ...LAB_FLAG_OPTIONS, json: { type: 'string' }, svg: { type: 'string' }, 'keep-logs': { type: 'string' }, faults: { type: 'string' }, pods: { type: 'string' }, kubernetes: { type: 'boolean', default: false }, policy: { type: 'boolean', default: false }, image: { type: 'string', multiple: true }, detach: { type: 'boolean', default: false }, prometheus: { type: 'boolean', default: false } } });
+  const { values } = parseCommand(argv, { command: `atoll lab ${mode}`, usage: LAB_USAGE, options: { ...LAB_FLAG_OPTIONS, json: { type: 'string' }, svg: { type: 'string' }, 'keep-logs': { type: 'string' }, faults: { type: 'string' }, pods: { type: 'string' }, kubernetes: { type: 'boolean', default: false }, policy: { type: 'boolean', default: false }, openyurt: { type: 'boolean', default: false }, image: { type: 'string', multiple: true }, detach: { type: 'boolean', default: false }, prometheus: { type: 'boolean', default: false } } });
   const spec = labSpecFromFlags(values as LabFlags);
   const pods = labPodsFromFlag(values.pods);
   const faultList = parseFaultList(values.faults ?? (mode === 'run' ? 'all' : 'none'), { kubernetes: values.kubernetes });
@@ -122,8 +126,11 @@ async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> 
     throw atollError('LAB_SPEC_INVALID', '--no-metrics: with --kubernetes the chart\'s values decide the metrics listeners, not the lab\'s configurations', 'drop --no-metrics with --kubernetes');
   }
   const images = values.image ?? [];
-  if (!values.kubernetes && (values.policy || images.length > 0)) {
-    throw atollError('LAB_SPEC_INVALID', `${values.policy ? '--policy' : '--image'} is for the Kubernetes lab: the chart's agents enforce NetworkPolicy, and images are imported for its kubelets`, 'add --kubernetes');
+  if (!values.kubernetes && (values.policy || values.openyurt || images.length > 0)) {
+    throw atollError('LAB_SPEC_INVALID', `${values.policy ? '--policy' : values.openyurt ? '--openyurt' : '--image'} is for the Kubernetes lab: the chart's agents enforce NetworkPolicy, yurthub fronts kubelets, and images are imported for them`, 'add --kubernetes');
+  }
+  if (values.openyurt && spec.edges.length === 0) {
+    throw atollError('LAB_SPEC_INVALID', '--openyurt puts a yurthub in front of every edge node\'s kubelet, and the lab has no edge site', 'drop --edge-sites 0, or --openyurt');
   }
   if (values.policy && spec.edges.length === 0) {
     throw atollError('LAB_SPEC_INVALID', '--policy applies the lab\'s NetworkPolicies, one of which restricts the first edge site\'s pods, and the lab has no edge site', 'drop --edge-sites 0, or --policy');
@@ -142,7 +149,7 @@ async function up(argv: readonly string[], mode: 'up' | 'run'): Promise<number> 
   const uninstall = installCleanupHandlers(runs);
   const t0 = performance.now();
   const keepLogs = values['keep-logs'];
-  const running = await lab.labUp(spec, { say, keepLogs, pods, runs, kubernetes: values.kubernetes, networkPolicy: values.policy, images, fakeClocks: faultList.faults.includes('clock-jump') });
+  const running = await lab.labUp(spec, { say, keepLogs, pods, runs, kubernetes: values.kubernetes, networkPolicy: values.policy, openyurt: values.openyurt, images, fakeClocks: faultList.faults.includes('clock-jump') });
   const describe = {
     runId: running.plan.runId, prefix: running.plan.prefix, spec, podCreation: running.podCreation, startedAt: running.state.startedAt,
     uplinkDelayBy: running.plan.delayBy,

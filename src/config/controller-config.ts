@@ -8,6 +8,9 @@ import { atollError } from '../core/errors.ts';
 import { METRICS_PORTS, metricsSchema } from './metrics.ts';
 import { type Cidr, parseCidr, parseIpv4 } from '../core/net/ipv4.ts';
 
+/** The controller's User-Agent towards the Kubernetes API by default (what an edge cache such as yurthub keys on). */
+export const CONTROLLER_USER_AGENT = 'atoll-controller';
+
 const cidr = z.string().check(z.refine((s) => parseCidr(s) !== undefined, { message: 'must be an IPv4 network such as 10.244.0.0/16 (no host bits)' }));
 const SAFE_PATH = /^\/[A-Za-z0-9_./@:+-]*$/;
 const safePath = z.string().check(z.regex(SAFE_PATH));
@@ -41,7 +44,7 @@ export const kubernetesSchema = z.strictObject({
   /** A deleted Node's registration and blocks are released this long after the deletion (unless it comes back). */
   nodeDeleteGraceSeconds: z._default(intIn(0, 7 * 86400), 60),
   /** Sent as User-Agent: list it in yurthub's cache_agents to have the edge cache serve it. */
-  userAgent: z._default(z.string().check(z.minLength(1), z.maxLength(128)), 'atoll-controller'),
+  userAgent: z._default(z.string().check(z.minLength(1), z.maxLength(128)), CONTROLLER_USER_AGENT),
 });
 
 export const controllerConfigSchema = z.strictObject({

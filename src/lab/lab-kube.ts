@@ -21,8 +21,9 @@ import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { atollError } from '../core/errors.ts';
 import {
-  LAB_ATOLL_NAMESPACE, LAB_ETCD_PORTS, LAB_KUBE_API_PORT, LAB_KUBE_NAMESPACE, LAB_SERVICE_CIDR, labAdminNodeLabels, labNodeLabels,
+  LAB_ATOLL_NAMESPACE, LAB_ETCD_PORTS, LAB_KUBE_API_PORT, LAB_KUBE_NAMESPACE, LAB_SERVICE_CIDR, labAdminNodeLabels, labNodeLabels, OPENYURT_NODEPOOL_LABEL,
 } from './plan/kubernetes.ts';
+import { CONTROLLER_USER_AGENT } from '../config/controller-config.ts';
 import { LAB_CLUSTER_CIDR, LAB_POD_NAMESPACE, type LabNode, type LabPlan } from './plan/plan.ts';
 import type { Containerd } from './io/containerd/containerd.ts';
 import { startKubeControlPlane, type KubeControlPlane } from './io/kube/control-plane.ts';
@@ -31,6 +32,10 @@ import { startKubeProxy, type KubeProxy } from './io/kube/kube-proxy.ts';
 import { startKubelet, type Kubelet } from './io/kube/kubelet.ts';
 import { NETNS_DIR } from './io/processes.ts';
 import { sleep } from '../adapters/timers.ts';
+import { exec } from '../adapters/exec.ts';
+import { installRoot } from '../adapters/install-root.ts';
+import { CLOUD_SITE } from './plan/spec.ts';
+import { issueYurthubCertificates, makeLabCa, openyurtCharts, startYurthub, YURTHUB_PROXY_URL, type Yurthub } from './io/kube/yurthub.ts';
 
 const NODES_READY_TIMEOUT_MS = 120_000;
 
@@ -41,6 +46,8 @@ export interface LabKubernetes {
   readonly bins: string;
   readonly kubelets: ReadonlyMap<string, Kubelet>;
   readonly kubeProxies: ReadonlyMap<string, KubeProxy>;
+  /** `--openyurt`: each edge node's yurthub. */
+  readonly yurthubs: ReadonlyMap<string, Yurthub>;
   /** Runs kubectl as the admin in the controller's namespace; resolves with stdout. */
   kubectl(args: readonly string[], input?: string): Promise<string>;
   /** The command line that runs kubectl as the admin in the controller's namespace (for the terminal). */
@@ -49,6 +56,8 @@ export interface LabKubernetes {
 
 export interface LabKubernetesInit {
   readonly plan: LabPlan;
+  /** `--openyurt`: every edge node's kubelet and kube-proxy reach the API through that node's own yurthub. */
+  readonly openyurt?: boolean;
   readonly containerds: ReadonlyMap<string, Containerd>;
   /** Records a process in the run's state as soon as it exists. */
   readonly record: (role: string, pid: number) => void;
@@ -102,8 +111,11 @@ export async function startLabKubernetes(init: LabKubernetesInit): Promise<LabKu
   const nodeTokens = new Map(plan.nodes.map((n) => [n.name, token()]));
   const proxyToken = token();
   const launcher = ['nsenter', `--net=${join(NETNS_DIR, plan.controller.netns)}`, '--'];
+  const kubeDir = join(plan.dir, 'kube');
+  // yurthubs authenticate with client certificates of a CA of the lab's that the apiserver trusts
+  const openyurtCa = init.openyurt ? await makeLabCa(join(kubeDir, 'openyurt'), 'atoll-lab-openyurt-ca') : undefined;
   const controlPlane = await startKubeControlPlane({
-    bins, dir: join(plan.dir, 'kube'), launcher,
+    bins, dir: kubeDir, launcher, ...(openyurtCa ? { clientCaFile: openyurtCa.cert } : {}),
     address: plan.controller.address, ports: { etcdClient: LAB_ETCD_PORTS.client, etcdPeer: LAB_ETCD_PORTS.peer, api: LAB_KUBE_API_PORT },
     serviceCidr: LAB_SERVICE_CIDR, controllers: true,
     users: [{ token: adminToken, name: 'atoll-lab-admin', groups: ['system:masters'] },
@@ -117,26 +129,41 @@ export async function startLabKubernetes(init: LabKubernetesInit): Promise<LabKu
   const kubectl = (args: readonly string[], input?: string) => controlPlane.kubectl(adminKubeconfig, args, input);
   const kubelets = new Map<string, Kubelet>();
   const kubeProxies = new Map<string, KubeProxy>();
+  const yurthubs = new Map<string, Yurthub>();
   const stop = async () => {
     for (const p of kubeProxies.values()) await p.stop();
     for (const k of kubelets.values()) await k.stop();
+    for (const h of yurthubs.values()) await h.stop();
     await controlPlane.stop();
   };
   try {
+    if (openyurtCa) await installOpenyurt(kubectl, bins, plan);
     for (const node of plan.nodes) {
+      let server = controlPlane.server;
+      const extraLabels: Record<string, string> = {};
+      if (openyurtCa && node.site !== CLOUD_SITE) {
+        const dir = join(node.dir, 'yurthub');
+        await issueYurthubCertificates(openyurtCa, node.name, join(dir, 'root', 'pki'), join(dir, 'certs'));
+        const hub = await startYurthub({ binary: join(bins, 'yurthub'), dir, netnsPath: join(NETNS_DIR, node.netns), nodeName: node.name, pool: node.site,
+          apiServer: { server: controlPlane.server, ca: controlPlane.ca } });
+        yurthubs.set(node.name, hub);
+        init.record(`yurthub ${node.name}`, hub.pid);
+        server = YURTHUB_PROXY_URL;
+        extraLabels[OPENYURT_NODEPOOL_LABEL] = node.site;
+      }
       const ctd = init.containerds.get(node.name);
       // cannot happen: the CRI pod runtime starts a containerd for every planned node or fails (CriPods.start)
       if (!ctd) throw new Error(`node ${node.name} has no containerd`);
       const kubelet = startKubelet({
         binary: join(bins, 'kubelet'), dir: join(node.dir, 'kubelet'), runtime: ctd, nodeName: node.name, nodeIp: node.underlay,
-        labels: labNodeLabels(node), apiServer: { server: controlPlane.server, ca: controlPlane.ca, token: nodeTokens.get(node.name) as string },
+        labels: { ...labNodeLabels(node), ...extraLabels }, apiServer: { server, ca: controlPlane.ca, token: nodeTokens.get(node.name) as string },
         clientCa: controlPlane.kubeletClientCa,
       });
       kubelets.set(node.name, kubelet);
       init.record(`kubelet ${node.name}`, kubelet.pid);
       const proxy = startKubeProxy({
         binary: join(bins, 'kube-proxy'), dir: join(node.dir, 'kube-proxy'), netnsPath: join(NETNS_DIR, node.netns), nodeName: node.name,
-        clusterCidr: LAB_CLUSTER_CIDR, apiServer: { server: controlPlane.server, ca: controlPlane.ca, token: proxyToken },
+        clusterCidr: LAB_CLUSTER_CIDR, apiServer: { server, ca: controlPlane.ca, token: proxyToken },
       });
       kubeProxies.set(node.name, proxy);
       init.record(`kube-proxy ${node.name}`, proxy.pid);
@@ -151,7 +178,24 @@ export async function startLabKubernetes(init: LabKubernetesInit): Promise<LabKu
     await stop();
     throw atollError('LAB_STEP_FAILED', `Kubernetes nodes: ${(err as Error).message}`, 'read the kubelet log tails above', err);
   }
-  return { controlPlane, bins, kubelets, kubeProxies, kubectl, kubectlCommand: [...launcher, join(bins, 'kubectl'), '--kubeconfig', adminKubeconfig] };
+  return { controlPlane, bins, kubelets, kubeProxies, yurthubs, kubectl, kubectlCommand: [...launcher, join(bins, 'kubectl'), '--kubeconfig', adminKubeconfig] };
+}
+
+/**
+ * What yurthub needs of the cluster, from OpenYurt's own charts in the Go module cache: the NodePool CRD (yurt-manager's
+ * chart), yurthub's RBAC and its `yurt-hub-cfg` ConfigMap (yurthub's chart, rendered with helm; `cache_agents` names
+ * Atoll's controller, as the README tells OpenYurt users to), and a NodePool per edge site.
+ */
+async function installOpenyurt(kubectl: LabKubernetes['kubectl'], bins: string, plan: LabPlan): Promise<void> {
+  const charts = await openyurtCharts(installRoot());
+  await kubectl(['apply', '--server-side', '-f', join(charts, 'yurt-manager', 'crds', 'apps.openyurt.io_nodepools.yaml')]);
+  await kubectl(['wait', '--for=condition=Established', '--timeout=60s', 'crd/nodepools.apps.openyurt.io']);
+  const rendered = await exec(join(bins, 'helm'), ['template', 'yurthub', join(charts, 'yurthub'), '--namespace', 'kube-system',
+    '--show-only', 'templates/yurthub-cfg.yaml', '--set', `cacheAgents=${CONTROLLER_USER_AGENT}`]);
+  if (rendered.code !== 0) throw atollError('LAB_STEP_FAILED', `helm template of OpenYurt's yurthub chart failed: ${rendered.stderr.trim()}`, 'run make k8s again (it downloads the openyurt module)');
+  await kubectl(['apply', '-f', '-'], rendered.stdout);
+  const pools = [...new Set(plan.nodes.filter((n) => n.site !== CLOUD_SITE).map((n) => n.site))];
+  for (const pool of pools) await kubectl(['apply', '-f', '-'], JSON.stringify({ apiVersion: 'apps.openyurt.io/v1beta2', kind: 'NodePool', metadata: { name: pool }, spec: { type: 'Edge' } }));
 }
 
 /**

@@ -89,6 +89,8 @@ interface Build {
   readonly namespaces: readonly LabNamespace[];
   /** `--kubernetes`: Atoll installed through its chart on the lab's kubelets. */
   readonly kubernetes: boolean;
+  /** `--openyurt`: edge kubelets and kube-proxies behind their node's yurthub. */
+  readonly openyurt: boolean;
   /** With `kubernetes`: the chart's agents enforce NetworkPolicy; images imported beside Atoll's. */
   readonly install: { readonly networkPolicy: boolean; readonly images: readonly string[] };
   readonly say: (l: string) => void;
@@ -139,7 +141,7 @@ async function beginRun(spec: LabSpec, opts: LabUpOptions): Promise<Build> {
   // the clock-jump fault's site: the first edge site (src/lab/plan/faults.ts), its agents under libfaketime
   const faked = opts.fakeClocks && LIBFAKETIME ? plan.nodes.filter((n) => n.site === spec.edges[0]?.name) : [];
   const clockFiles = new Map(faked.map((n) => [n.name, join(n.dir, 'faketime')]));
-  return { runs, store, spec, plan, mode, why, namespaces, kubernetes: opts.kubernetes ?? false, install: { networkPolicy: opts.networkPolicy ?? false, images: opts.images ?? [] }, say, timingsMs: {}, agents: new Map(), clockFiles, run, step: 'preflight' };
+  return { runs, store, spec, plan, mode, why, namespaces, kubernetes: opts.kubernetes ?? false, openyurt: opts.openyurt ?? false, install: { networkPolicy: opts.networkPolicy ?? false, images: opts.images ?? [] }, say, timingsMs: {}, agents: new Map(), clockFiles, run, step: 'preflight' };
 }
 
 /** Phase: root, the tools, and every kernel feature the spec needs, tried in a throwaway namespace. */
@@ -276,10 +278,11 @@ async function startKubernetes(b: Build, podRuntime: LabPodRuntime): Promise<{ k
   const t = performance.now();
   // cannot happen: beginRun refuses --kubernetes unless pods go through CRI, and then the runtime is CriPods
   if (!(podRuntime instanceof CriPods)) throw new Error('--kubernetes needs the CRI pod runtime');
-  const kube = await startLabKubernetes({ plan: b.plan, containerds: podRuntime.containerds, record: (role, pid) => recordStarted(b, role, pid) });
+  const kube = await startLabKubernetes({ plan: b.plan, containerds: podRuntime.containerds, openyurt: b.openyurt, record: (role, pid) => recordStarted(b, role, pid) });
   b.timingsMs.kubernetes = since(t);
   const cp = Object.entries(kube.controlPlane.pids).map(([role, pid]) => `${role} ${pid}`).join(', ');
-  b.say(`  kubernetes: control plane at ${kube.controlPlane.server} in ${b.plan.controller.netns} (${cp}); ${kube.kubelets.size} kubelets and kube-proxies, every node registered with its site labels (${secs(b.timingsMs.kubernetes)})`);
+  const hubs = kube.yurthubs.size > 0 ? `, the ${kube.yurthubs.size} edge ones through their node's yurthub` : '';
+  b.say(`  kubernetes: control plane at ${kube.controlPlane.server} in ${b.plan.controller.netns} (${cp}); ${kube.kubelets.size} kubelets and kube-proxies${hubs}, every node registered with its site labels (${secs(b.timingsMs.kubernetes)})`);
   return { kube, podRuntime };
 }
 

@@ -33,6 +33,8 @@ export interface LabOptions {
   readonly kubernetes?: boolean;
   /** `--policy` (with `kubernetes`): the chart's `networkPolicy.enabled` on: every agent enforces NetworkPolicy. */
   readonly networkPolicy?: boolean;
+  /** `--openyurt` (with `kubernetes`): each edge node's kubelet and kube-proxy behind its own yurthub. */
+  readonly openyurt?: boolean;
   /**
    * `--image FILE` (with `kubernetes`): docker-archive images imported into every node's containerd beside Atoll's,
    * for workloads of the user's own (the Netpol suite's agnhost: scripts/netpol-e2e.sh).

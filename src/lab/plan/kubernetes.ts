@@ -37,6 +37,9 @@ export function labAdminNodeLabels(node: Pick<LabNode, 'site'>): Record<string, 
   return node.site === CLOUD_SITE ? {} : { [LABEL_KUBEEDGE_EDGE]: '' };
 }
 
+/** OpenYurt's label of a Node's NodePool (`--openyurt`: each edge site is a pool). */
+export const OPENYURT_NODEPOOL_LABEL = 'apps.openyurt.io/nodepool';
+
 /** The Kubernetes namespace of the lab's pods, as an object to apply. */
 export const LAB_KUBE_NAMESPACE = Object.freeze({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: LAB_POD_NAMESPACE } });
 
