@@ -136,15 +136,19 @@ export class PodNetwork implements PodNetworkPort {
     const key = `${req.containerId}/${req.ifName}`;
     this.#inFlight.add(key);
     const undo: Undo[] = [];
+    /** The record's write failed: #commit has reverted memory already, and there is nothing on disk to undo. */
+    let unwritten = false;
     try {
       const { plan, durable } = await this.#lock.run(() => {
         const p = this.#ipam.planAllocate({ ...req.pod, containerId: req.containerId, ifName: req.ifName, now: this.#c.clock() });
         const written = this.#commit(p.changes);
-        undo.push(() => this.#change(() => p.undo));
+        undo.push(() => (unwritten ? undefined : this.#change(() => p.undo)));
         return { plan: p, durable: written };
       });
       // The record goes to disk while the kernel work runs; ADD answers only once it is there (awaited below).
-      durable.catch(() => {});
+      durable.catch(() => {
+        unwritten = true;
+      });
       if (plan.displaced) await this.#deleteLink(hostVethName(plan.displaced.containerId, plan.displaced.ifName));
       const block = this.#ipam.blocks.find((b) => cidrContains(b, plan.record.ip)) as Cidr;
       const pod = planPod({ ...req, ip: plan.record.ip, block, bridge: this.#init.bridge, mtu: this.#init.mtu });
@@ -368,8 +372,17 @@ export class PodNetwork implements PodNetworkPort {
       const gone = this.#ipam.planReleaseAllBut((r) => this.#inFlight.has(`${r.containerId}/${r.ifName}`) || present.has(hostVethName(r.containerId, r.ifName)), now);
       const released = this.#commit(gone); // applied in memory now, so the expiry below is planned on top of it
       const expired = this.#commit(this.#ipam.planExpire(this.#c.ageClock?.() ?? now, this.#init.reservationTtlMs));
-      await Promise.all([released, expired]);
-      if (gone.length > 0) this.#c.log.info('released allocations whose pod network is gone', { count: gone.length });
+      const [r, e] = await Promise.allSettled([released, expired]);
+      // A disk that cannot be written (full, read-only) must not stop the agent: memory was reverted, so the records
+      // stay as they are on disk and the next reconcile tries again; the rest of the node keeps being served.
+      const failed = [r, e].find((x) => x.status === 'rejected');
+      if (failed) {
+        const err = failed.reason as unknown;
+        if (!(err instanceof AtollError && err.code === 'IPAM_STORE_FAILED')) throw err;
+        this.#c.log.error('cannot write IPAM records: releases and expiries wait for the next reconcile; ADD and DEL fail until the disk takes writes', { err });
+      } else if (gone.length > 0) {
+        this.#c.log.info('released allocations whose pod network is gone', { count: gone.length });
+      }
     });
     await this.#removeOrphanVeths(names);
   }

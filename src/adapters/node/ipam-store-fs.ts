@@ -35,15 +35,31 @@ export class FsIpamStore {
     this.dir = join(dataDir, network);
   }
 
-  /** Reads every record; removes leftover temporary files of an interrupted write. */
+  /**
+   * Reads every record; removes leftover temporary files of an interrupted write (left in place when the file system
+   * refuses: read-only; they are never read as records).
+   * @throws AtollError IPAM_STORE_FAILED when the directory cannot be created or read.
+   */
   load(): LoadedRecords {
-    mkdirSync(this.dir, { recursive: true, mode: 0o700 });
+    try {
+      mkdirSync(this.dir, { recursive: true, mode: 0o700 });
+      return this.#load();
+    } catch (cause) {
+      throw atollError('IPAM_STORE_FAILED', `cannot read the IPAM records in ${this.dir}`, 'check that the data directory exists and is readable', cause);
+    }
+  }
+
+  #load(): LoadedRecords {
     const records: IpamRecord[] = [];
     const skipped: { file: string; reason: string }[] = [];
     for (const file of readdirSync(this.dir)) {
       const path = join(this.dir, file);
       if (file.startsWith(TMP_PREFIX)) {
-        unlinkSync(path);
+        try {
+          unlinkSync(path);
+        } catch {
+          // a read-only file system: harmless, a temporary file is never a record
+        }
         continue;
       }
       const rec = decodeRecord(file, readFileSync(path, 'utf8'));
