@@ -12,6 +12,7 @@ import { AtollError, atollError } from '../core/errors.ts';
 import type { CniRequest, PodAttachment } from '../core/cni-spec/model.ts';
 import type { PodNetworkPort } from '../core/cni-spec/ports.ts';
 import { type AllocationHow, type IpamChange, type IpamRecord, IpamState } from '../core/ipam/sticky-pool.ts';
+import { damagedHold } from '../core/ipam/record-codec.ts';
 import { type Cidr, cidrContains, formatCidr, formatIpv4, gatewayOf } from '../core/net/ipv4.ts';
 import { decodeLink, IFF_UP, type LinkInfo } from '../core/net/netlink-codec.ts';
 import { bridgeMac, hostRequests, hostVethName, isHostVethName, type PodPlan, planPod, podRequests } from '../core/plan/pod-plan.ts';
@@ -71,8 +72,20 @@ export class PodNetwork implements PodNetworkPort {
     this.#c = components;
     this.#init = init;
     const loaded = components.store.load();
-    for (const s of loaded.skipped) components.log.warn('ignoring a file that is not an IPAM record', { dir: components.store.dir, ...s });
-    this.#ipam = new IpamState(init.blocks, loaded.records, { guardReuse: init.guardReuse ?? false });
+    const held: IpamRecord[] = [];
+    for (const s of loaded.skipped) {
+      if (!s.held) {
+        components.log.warn('ignoring a file that is not an IPAM record', { dir: components.store.dir, file: s.file, reason: s.reason });
+        continue;
+      }
+      // a damaged record still names its address and pod: the address stays held (a reservation for that pod)
+      held.push(damagedHold(s.held, components.clock()));
+      const err = atollError('IPAM_RECORD_DAMAGED', `IPAM record ${components.store.dir}/${s.file} is damaged: ${s.reason}`,
+        `its address is kept as a reservation for pod ${s.held.namespace}/${s.held.name} (re-created, it gets it back; else it is reclaimed like a reservation); look at the file, or remove it to free the address at the next start`);
+      components.log.error('damaged IPAM record: its address stays reserved for its pod', { err, fix: err.fix });
+    }
+    const byIp = new Set(loaded.records.map((r) => r.ip));
+    this.#ipam = new IpamState(init.blocks, [...loaded.records, ...held.filter((h) => !byIp.has(h.ip))], { guardReuse: init.guardReuse ?? false });
     initNetlink();
   }
 

@@ -8,7 +8,7 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { mkdirSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { mkdirSync, readdirSync, readFileSync, rmSync, truncateSync } from 'node:fs';
 import { join } from 'node:path';
 import { TestAgent } from '../../harness/agent.ts';
 import { RUN_PREFIX, rootSkipReason, sh } from '../../harness/netns.ts';
@@ -197,6 +197,35 @@ describe('disk faults under a real agent', { skip: rootSkipReason() }, () => {
       add('ro-d');
       await restartAndAudit(['full-a', 'ro-d']);
       assert.ok(records(agent).some((r) => r.file.endsWith('_default_full-b') && !r.active), 'full-b kept as a reservation once the disk is writable');
+    } catch (err) {
+      console.error(agent.dump());
+      throw err;
+    }
+  });
+
+  test('a record torn by a power cut: the restart says so with a code, and its address goes to no other pod', async () => {
+    try {
+      // the unit tests try every offset (src/core/ipam/record-codec.test.ts); here one, under a real restart
+      const a = pod('full-a');
+      const ip = acked.get('full-a') as string;
+      const file = join(agent.dataDir, 'atoll', `${ip}_default_full-a`);
+      await agent.stop('SIGKILL');
+      truncateSync(file, 3);
+      await agent.start();
+      const log = readFileSync(agent.logPath, 'utf8');
+      assert.ok(log.split('\n').some((l) => l.includes('"code":"IPAM_RECORD_DAMAGED"') && l.includes(`${ip}_default_full-a`)), 'the damaged record is logged with its code');
+      // its container is unknown now, so its veth went at the restart's reconcile (before any ADD was served)
+      assert.equal(hostVethExists(agent, a), false);
+      const other = add('torn-e');
+      assert.notEqual(other, ip, 'the damaged record\'s address went to another pod');
+      // the pod re-created (a new sandbox) gets its address back, and the record is whole again
+      const again: Pod = { name: 'full-a', cid: 'c-full-a-2', netns: agent.podNetns('full-a2') };
+      pods.set('full-a', again);
+      const res = cni('ADD', again);
+      assert.equal(res.code, 0, res.stdout);
+      assert.equal(((res.json?.ips as { address: string }[])[0]?.address ?? '').split('/')[0], ip, 'the re-created pod lost its sticky address');
+      assert.equal(readFileSync(file, 'utf8'), 'c-full-a-2\neth0\n');
+      await restartAndAudit(['full-a', 'ro-d', 'torn-e']);
     } catch (err) {
       console.error(agent.dump());
       throw err;

@@ -10,13 +10,16 @@ import { unlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import { atollError } from '../../core/errors.ts';
 import type { IpamChange, IpamRecord } from '../../core/ipam/sticky-pool.ts';
-import { decodeRecord, encodeRecord, recordFileName } from '../../core/ipam/record-codec.ts';
+import { decodeRecord, decodeRecordFileName, encodeRecord, recordFileName } from '../../core/ipam/record-codec.ts';
 import { syncDirAsync, TMP_PREFIX, writeFileDurablyAsync } from '../durable-file.ts';
 
 export interface LoadedRecords {
   readonly records: IpamRecord[];
-  /** Files that are not records, with the reason; left in place for an operator to look at. */
-  readonly skipped: { file: string; reason: string }[];
+  /**
+   * Files that are not records, with the reason; left in place for an operator to look at. `held`: the file's name
+   * is a record's (the address and pod are known) but its content is damaged.
+   */
+  readonly skipped: { file: string; reason: string; held?: Pick<IpamRecord, 'ip' | 'namespace' | 'name'> }[];
 }
 
 interface Waiter {
@@ -51,7 +54,7 @@ export class FsIpamStore {
 
   #load(): LoadedRecords {
     const records: IpamRecord[] = [];
-    const skipped: { file: string; reason: string }[] = [];
+    const skipped: LoadedRecords['skipped'] = [];
     for (const file of readdirSync(this.dir)) {
       const path = join(this.dir, file);
       if (file.startsWith(TMP_PREFIX)) {
@@ -63,7 +66,8 @@ export class FsIpamStore {
         continue;
       }
       const rec = decodeRecord(file, readFileSync(path, 'utf8'));
-      if (typeof rec === 'string') skipped.push({ file, reason: rec });
+      const key = decodeRecordFileName(file);
+      if (typeof rec === 'string') skipped.push(typeof key === 'string' ? { file, reason: rec } : { file, reason: rec, held: key });
       else records.push(rec);
     }
     return { records, skipped };

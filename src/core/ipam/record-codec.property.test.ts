@@ -33,3 +33,16 @@ test('round trip: decodeRecord(recordFileName(x), encodeRecord(x)) is x', () => 
     assert.deepEqual(decodeRecord(recordFileName(r), encodeRecord(r)), r);
   }), fuzzParams(200));
 });
+
+test('a record torn at any byte offset is refused or reads as a more holding state of the same record', () => {
+  fc.assert(fc.property(record, fc.nat(), (r, n) => {
+    const full = encodeRecord(r);
+    const cut = n % full.length;
+    const got = decodeRecord(recordFileName(r), full.slice(0, cut));
+    if (typeof got === 'string') return;
+    const { releasedAt, reusable, ...same } = got;
+    assert.deepEqual(same, { ip: r.ip, namespace: r.namespace, name: r.name, containerId: r.containerId, ifName: r.ifName });
+    if (releasedAt !== undefined) assert.equal(releasedAt, r.releasedAt);
+    if (reusable) assert.equal(r.reusable, true);
+  }), fuzzParams(200));
+});
