@@ -6,7 +6,7 @@ set -eu
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES="iproute2 nftables iptables iputils-ping util-linux gcc libc6-dev libssl-dev make time iperf3 ethtool openssl etcd-server etcd-client \
-containerd runc containernetworking-plugins busybox-static prometheus curl conntrack libfaketime"
+containerd runc containernetworking-plugins busybox-static prometheus curl conntrack libfaketime fiu-utils"
 
 missing=""
 for p in $APT_PACKAGES; do
