@@ -33,8 +33,10 @@ export class Pinger {
   }
 
   #spawn(from: LabPodInfo): Child {
-    // -w bounds its life even if the lab forgets it; the lab stops it with SIGINT (ping then prints its statistics)
-    const argv = [...from.enter, 'ping', '-n', '-i', PING_INTERVAL_S, '-W', '1', '-w', '300', this.#to.ip];
+    // -c bounds its life (300 s of pings) even if the lab forgets it; the lab stops it with SIGINT (ping then prints
+    // its statistics). Not -w: with a deadline ping exits at the first ICMP error (a host unreachable while the
+    // destination pod is away), and the sample would never answer again
+    const argv = [...from.enter, 'ping', '-n', '-i', PING_INTERVAL_S, '-W', '1', '-c', String(300 / Number(PING_INTERVAL_S)), this.#to.ip];
     const proc = new Child(argv, { output: 'pipe' });
     this.#out = '';
     const base = this.#seqBase;
