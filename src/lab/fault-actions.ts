@@ -30,6 +30,8 @@ const nft = new Nft();
 export const HOLD_MS: Record<LabFaultKind, number> = {
   'controller-kill': 2000, 'relay-kill': 2000, 'direct-path-cut': 8000, 'agent-restart': 500, 'offline-restart': 500, 'pod-recreate': 0, 'uplink-cut': 3000, 'uplink-flap': 0, 'node-reboot': 2000,
   'statefulset-recreate': 0, 'crash-offline': 2000, 'agent-roll': 0, 'node-delete': 0,
+  // after the rebooted node's pods and paths are back, still cut off
+  'node-reboot-offline': 2000,
   // after the deletion: past the bound within which the pairs elsewhere must open (POLICY_CHANGE_OPEN_MS)
   'policy-offline': 6000,
   // between a site's cut and the first restart, and between restarts; after a NAT reboot (its paths must be back within

@@ -24,7 +24,8 @@ import { readTunnelStatus, statusSocketOf } from '../adapters/ops/status-socket.
 import { Nft } from '../adapters/kernel/nft.ts';
 import type { LabKubernetes } from './lab-kube.ts';
 import {
-  ATOLL_ROLL_TAG, crashSandbox, deleteNode, killAtollContainers, killChartContainers, kubeOf, nodeHoldings, podIps, reachWhileCut, recreateStatefulPod, rollAgents, scaleController,
+  ATOLL_ROLL_TAG, crashSandbox, deleteNode, killAtollContainers, killChartContainers, kubeOf, nodeHoldings, podIps, reachWhileCut, rebootNodeOffline, recreateStatefulPod, rollAgents,
+  scaleController,
 } from './lab-kube-faults.ts';
 import { checkService, exposePod } from './lab-kube-service.ts';
 import { Flow, FLOW_START_TIMEOUT_MS, PING_INTERVAL_S, Pinger } from './samplers.ts';
@@ -217,6 +218,19 @@ async function runFault(lab: RunningLab, target: LabFaultTarget, say: (l: string
         changedAt = performance.now();
         await kube.kubectl(['delete', 'networkpolicy', target.policy, '-n', LAB_POD_NAMESPACE]);
         await sleep(HOLD_MS['policy-offline']);
+        break;
+      }
+      case 'node-reboot-offline': {
+        cut = target.site;
+        await cutFromCloud(lab, cut, target.cloud);
+        await sleep(1000);
+        const samplers = pingers.filter((p) => target.samples.includes(p.pair));
+        const rebooted = await rebootNodeOffline(lab, target.node, async (pod, now) => {
+          await replacePod(lab, pod, allPingers, async () => now);
+        }, (since) => samplers.every((p) => p.healthy(since)), notes);
+        if (rebooted.podsBackMs !== undefined) podStartMs.push(rebooted.podsBackMs);
+        facts.push(...rebooted.facts);
+        await sleep(HOLD_MS['node-reboot-offline']);
         break;
       }
       case 'agent-roll': {
@@ -422,7 +436,7 @@ export async function runFaults(lab: RunningLab, faults: readonly LabFaultKind[]
   say(`  faults: ${faults.join(', ')} (samples pinged every ${Number(PING_INTERVAL_S) * 1000} ms; the whole matrix right before and after each)`);
   const results: LabFaultResult[] = [];
   for (const kind of faults) {
-    const planned = planFault(lab.plan, kind, lab.podRuntime.mode, lab.workloadPods, lab.policy?.denies);
+    const planned = planFault(lab.plan, kind, lab.podRuntime.mode, lab.workloadPods, lab.policy?.denies, { openyurt: (lab.kubernetes?.yurthubs.size ?? 0) > 0 });
     const target = kind === 'clock-jump' && !('skipped' in planned) && lab.clockFiles.size === 0
       ? { kind, skipped: LIBFAKETIME ? 'the agents were not started under libfaketime (run with --faults including clock-jump)' : 'libfaketime is not installed (apt install libfaketime)' }
       : planned;

@@ -21,6 +21,7 @@ import { exec } from '../adapters/exec.ts';
 import { NETNS_DIR } from './io/processes.ts';
 import { sleep } from '../adapters/timers.ts';
 import { enterSandbox, type LabPodInfo } from './lab-pods.ts';
+import { flushConntrack, wipeNode } from './fault-actions.ts';
 import { atollPods, type LabKubernetes, podReady } from './lab-kube.ts';
 import { ATOLL_IMAGE_TAG, ATOLL_READY_TIMEOUT_MS, atollImageTarball } from './lab-kube-install.ts';
 import { KubePods, POD_RUNNING_TIMEOUT_MS, sandboxOf, workloadPods } from './lab-kube-pods.ts';
@@ -338,5 +339,79 @@ export async function reachWhileCut(lab: RunningLab, site: string, pod: LabPodIn
     return { notes, line: `while cut: ${n('direct')}/${results.length} of the site reached it directly, ${n('service')}/${results.length} through the Service` };
   } finally {
     await Promise.all([server.close(), ...probes.map((p) => p.probe.close())]);
+  }
+}
+
+/** How long a rebooted node's pods get to come back, and its samples to answer again, before the cloud is back. */
+const REBOOT_PODS_TIMEOUT_MS = 120_000;
+const REBOOT_PATHS_TIMEOUT_MS = 60_000;
+
+/**
+ * `node-reboot-offline` (`--openyurt`), with the node's site already cut off from the cloud: the node "rebooted":
+ * its kube-proxy, kubelet and yurthub stopped, its containerd killed with every container and sandbox (Atoll's agent
+ * and keeper among them) and its state directory emptied, its kernel state (Atoll's devices and tables) gone; its
+ * network namespace and directories kept, as a real node keeps its disks. Then, as at boot: containerd, yurthub,
+ * kubelet and kube-proxy started again; the kubelet gets its pods from yurthub's cache. Waits until each pod of the
+ * node in `lab.pods` (the lab's and the workloads') has a ready sandbox again (`replace` puts it in), then until `healthy`
+ * (every sample answering since); never needs the cloud. Returns when the pods were back and the paths answered,
+ * from the boot, and what the node held before and after (its VTEP MAC and routes); what fails goes to `notes`.
+ */
+export async function rebootNodeOffline(lab: RunningLab, nodeName: string, replace: (pod: string, now: LabPodInfo) => Promise<void>,
+  healthy: (sinceMs: number) => boolean, notes: string[]): Promise<{ podsBackMs?: number; pathsBackMs?: number; facts: string[] }> {
+  const { kube } = kubeOf(lab);
+  const runtime = lab.podRuntime as KubePods;
+  const node = lab.plan.nodes.find((n) => n.name === nodeName);
+  // cannot happen: faults name only the plan's own sites, nodes and pods (planFault)
+  if (!node) throw new Error(`unknown node ${nodeName}`);
+  const held = (await nodeHoldings(lab)).get(nodeName);
+  const ips = new Map(lab.pods.filter((p) => p.node === nodeName).map((p) => [p.name, p.ip]));
+  const pods = [...ips.keys()];
+  await kube.stopNode(nodeName);
+  const ctd = await runtime.rebootContainerd(node);
+  await forgetKernelState(lab, node);
+  const boot = performance.now();
+  await kube.startNode(node, ctd);
+  const facts: string[] = [];
+  const back = new Set<string>();
+  const deadline = Date.now() + REBOOT_PODS_TIMEOUT_MS;
+  while (back.size < pods.length && Date.now() < deadline) {
+    for (const s of await ctd.cri.listPodSandbox().catch(() => [])) {
+      if (s.namespace !== LAB_POD_NAMESPACE || !pods.includes(s.name) || back.has(s.name) || s.state !== 'SANDBOX_READY') continue;
+      const sbx = await ctd.cri.podSandboxStatus(s.id).catch(() => undefined);
+      if (!sbx?.netnsPath || !sbx.ip) continue;
+      back.add(s.name);
+      if (sbx.ip !== ips.get(s.name)) notes.push(`${s.name} came back with ${sbx.ip}, not its former ${ips.get(s.name)}`);
+      await replace(s.name, { name: s.name, node: nodeName, netns: sbx.netnsPath, enter: enterSandbox(ctd, sbx.netnsPath), ip: sbx.ip, addMs: Math.round(performance.now() - boot), sandboxId: s.id });
+    }
+    if (back.size < pods.length) await sleep(250);
+  }
+  if (back.size < pods.length) {
+    notes.push(`not back ${REBOOT_PODS_TIMEOUT_MS / 1000} s after the boot: ${pods.filter((p) => !back.has(p)).join(', ')}\n${kube.kubelets.get(nodeName)?.logTail(10)}`);
+    return { facts };
+  }
+  const podsBackAt = performance.now();
+  const podsBackMs = Math.round(podsBackAt - boot);
+  const answered = await waitUntilAsync(async () => healthy(podsBackAt), REBOOT_PATHS_TIMEOUT_MS);
+  const pathsBackMs = answered ? Math.round(performance.now() - podsBackAt) : undefined;
+  if (!answered) notes.push(`the rebooted node's site and edge-to-edge pairs did not answer within ${REBOOT_PATHS_TIMEOUT_MS / 1000} s of its pods being back, while cut off`);
+  const now = (await nodeHoldings(lab)).get(nodeName);
+  if (now !== held) notes.push(`${nodeName} changed across its reboot: ${held} -> ${now}`);
+  facts.push(`${nodeName} rebooted while cut off: its ${pods.length} pods Running again with their addresses ${(podsBackMs / 1000).toFixed(1)} s after the boot (yurthub's cache, no cloud), `
+    + `their site and edge-to-edge pairs answering ${pathsBackMs === undefined ? 'never' : `${(pathsBackMs / 1000).toFixed(1)} s`} after that; VTEP MAC and routes ${now === held ? 'unchanged' : 'changed (notes)'}`);
+  return { podsBackMs, ...(pathsBackMs === undefined ? {} : { pathsBackMs }), facts };
+}
+
+/**
+ * What a reboot takes from a node's kernel that the lab made or Atoll did: its devices, its keeper, Atoll's nftables
+ * tables, and its connection tracking (a stale entry kept a ping flow into the rebooted pod unanswered for good while
+ * new flows worked: the first run of this fault).
+ */
+async function forgetKernelState(lab: RunningLab, node: LabNode): Promise<void> {
+  await wipeNode(lab, node.name);
+  await flushConntrack(node.netns);
+  const netns = nsPath(node.netns);
+  const tables = (await exec('ip', ['netns', 'exec', node.netns, 'nft', 'list', 'tables'])).stdout;
+  for (const t of ['inet atoll_policy', 'bridge atoll_policy']) {
+    if (tables.includes(`table ${t}\n`) || tables.endsWith(`table ${t}`)) await exec('nsenter', [`--net=${netns}`, '--', 'nft', 'delete', 'table', ...t.split(' ')]);
   }
 }

@@ -37,6 +37,11 @@ export class KubePods implements LabPodRuntime {
     return this.#cri.containerds;
   }
 
+  /** Node `node`'s containerd killed with every container and started again (a reboot: {@link CriPods.rebootNode}). */
+  rebootContainerd(node: LabNode): Promise<Containerd> {
+    return this.#cri.rebootNode(node);
+  }
+
   agentLauncher(node: LabNode): string[] {
     return this.#cri.agentLauncher(node);
   }

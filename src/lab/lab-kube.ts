@@ -44,6 +44,7 @@ export interface LabKubernetes {
   readonly controlPlane: KubeControlPlane;
   /** The directory of the Kubernetes binaries (kubectl, helm, ...). */
   readonly bins: string;
+  /** The nodes' kubelets, kube-proxies (and yurthubs): a node reboot replaces its entries. */
   readonly kubelets: ReadonlyMap<string, Kubelet>;
   readonly kubeProxies: ReadonlyMap<string, KubeProxy>;
   /** `--openyurt`: each edge node's yurthub. */
@@ -52,6 +53,10 @@ export interface LabKubernetes {
   kubectl(args: readonly string[], input?: string): Promise<string>;
   /** The command line that runs kubectl as the admin in the controller's namespace (for the terminal). */
   readonly kubectlCommand: readonly string[];
+  /** Stops node `name`'s kube-proxy, kubelet and yurthub (a node reboot). */
+  stopNode(name: string): Promise<void>;
+  /** Starts them again beside `ctd` (the node's containerd, started again), as at boot. */
+  startNode(node: LabNode, ctd: Containerd): Promise<void>;
 }
 
 export interface LabKubernetesInit {
@@ -136,37 +141,49 @@ export async function startLabKubernetes(init: LabKubernetesInit): Promise<LabKu
     for (const h of yurthubs.values()) await h.stop();
     await controlPlane.stop();
   };
+  /**
+   * Starts node `node`'s yurthub (`--openyurt`, edge nodes: its certificates issued `first`; a restart keeps its
+   * cache and certificates), kubelet and kube-proxy beside `ctd`, each recorded in the run's state.
+   */
+  const startNode = async (node: LabNode, ctd: Containerd, first: boolean) => {
+    let server = controlPlane.server;
+    const extraLabels: Record<string, string> = {};
+    if (openyurtCa && node.site !== CLOUD_SITE) {
+      const dir = join(node.dir, 'yurthub');
+      if (first) await issueYurthubCertificates(openyurtCa, node.name, join(dir, 'root', 'pki'), join(dir, 'certs'));
+      const hub = await startYurthub({ binary: join(bins, 'yurthub'), dir, netnsPath: join(NETNS_DIR, node.netns), nodeName: node.name, pool: node.site,
+        apiServer: { server: controlPlane.server, ca: controlPlane.ca } });
+      yurthubs.set(node.name, hub);
+      init.record(`yurthub ${node.name}`, hub.pid);
+      server = YURTHUB_PROXY_URL;
+      extraLabels[OPENYURT_NODEPOOL_LABEL] = node.site;
+    }
+    const kubelet = startKubelet({
+      binary: join(bins, 'kubelet'), dir: join(node.dir, 'kubelet'), runtime: ctd, nodeName: node.name, nodeIp: node.underlay,
+      labels: { ...labNodeLabels(node), ...extraLabels }, apiServer: { server, ca: controlPlane.ca, token: nodeTokens.get(node.name) as string },
+      clientCa: controlPlane.kubeletClientCa,
+    });
+    kubelets.set(node.name, kubelet);
+    init.record(`kubelet ${node.name}`, kubelet.pid);
+    const proxy = startKubeProxy({
+      binary: join(bins, 'kube-proxy'), dir: join(node.dir, 'kube-proxy'), netnsPath: join(NETNS_DIR, node.netns), nodeName: node.name,
+      clusterCidr: LAB_CLUSTER_CIDR, apiServer: { server, ca: controlPlane.ca, token: proxyToken },
+    });
+    kubeProxies.set(node.name, proxy);
+    init.record(`kube-proxy ${node.name}`, proxy.pid);
+  };
+  const stopNode = async (name: string) => {
+    await kubeProxies.get(name)?.stop();
+    await kubelets.get(name)?.stop();
+    await yurthubs.get(name)?.stop();
+  };
   try {
     if (openyurtCa) await installOpenyurt(kubectl, bins, plan);
     for (const node of plan.nodes) {
-      let server = controlPlane.server;
-      const extraLabels: Record<string, string> = {};
-      if (openyurtCa && node.site !== CLOUD_SITE) {
-        const dir = join(node.dir, 'yurthub');
-        await issueYurthubCertificates(openyurtCa, node.name, join(dir, 'root', 'pki'), join(dir, 'certs'));
-        const hub = await startYurthub({ binary: join(bins, 'yurthub'), dir, netnsPath: join(NETNS_DIR, node.netns), nodeName: node.name, pool: node.site,
-          apiServer: { server: controlPlane.server, ca: controlPlane.ca } });
-        yurthubs.set(node.name, hub);
-        init.record(`yurthub ${node.name}`, hub.pid);
-        server = YURTHUB_PROXY_URL;
-        extraLabels[OPENYURT_NODEPOOL_LABEL] = node.site;
-      }
       const ctd = init.containerds.get(node.name);
       // cannot happen: the CRI pod runtime starts a containerd for every planned node or fails (CriPods.start)
       if (!ctd) throw new Error(`node ${node.name} has no containerd`);
-      const kubelet = startKubelet({
-        binary: join(bins, 'kubelet'), dir: join(node.dir, 'kubelet'), runtime: ctd, nodeName: node.name, nodeIp: node.underlay,
-        labels: { ...labNodeLabels(node), ...extraLabels }, apiServer: { server, ca: controlPlane.ca, token: nodeTokens.get(node.name) as string },
-        clientCa: controlPlane.kubeletClientCa,
-      });
-      kubelets.set(node.name, kubelet);
-      init.record(`kubelet ${node.name}`, kubelet.pid);
-      const proxy = startKubeProxy({
-        binary: join(bins, 'kube-proxy'), dir: join(node.dir, 'kube-proxy'), netnsPath: join(NETNS_DIR, node.netns), nodeName: node.name,
-        clusterCidr: LAB_CLUSTER_CIDR, apiServer: { server, ca: controlPlane.ca, token: proxyToken },
-      });
-      kubeProxies.set(node.name, proxy);
-      init.record(`kube-proxy ${node.name}`, proxy.pid);
+      await startNode(node, ctd, true);
     }
     await waitForNodes(plan.nodes, kubelets, kubeProxies, kubectl, false);
     for (const node of plan.nodes) {
@@ -178,7 +195,10 @@ export async function startLabKubernetes(init: LabKubernetesInit): Promise<LabKu
     await stop();
     throw atollError('LAB_STEP_FAILED', `Kubernetes nodes: ${(err as Error).message}`, 'read the kubelet log tails above', err);
   }
-  return { controlPlane, bins, kubelets, kubeProxies, yurthubs, kubectl, kubectlCommand: [...launcher, join(bins, 'kubectl'), '--kubeconfig', adminKubeconfig] };
+  return {
+    controlPlane, bins, kubelets, kubeProxies, yurthubs, kubectl, kubectlCommand: [...launcher, join(bins, 'kubectl'), '--kubeconfig', adminKubeconfig],
+    stopNode, startNode: (node, ctd) => startNode(node, ctd, false),
+  };
 }
 
 /**

@@ -14,14 +14,15 @@
  * the run's removal kills it and everything of it by PID (removeContainerdLeftovers), whatever process removes it.
  */
 import { randomUUID } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, symlinkSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, rmSync, symlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import type { LabPodsChoice } from './lab-spec.ts';
 import { atollError } from '../core/errors.ts';
 import { LAB_POD_NAMESPACE, type LabNode, type LabPlan, type LabPod, nodeContainerdSocket, nodeHostDirs } from './plan/plan.ts';
 import { invokeCni } from './io/cni-invoke.ts';
 import { type Containerd, startContainerd } from './io/containerd/containerd.ts';
-import type { ContainerdLeftovers } from './io/containerd/leftovers.ts';
+import { type ContainerdLeftovers, removeContainerdLeftovers } from './io/containerd/leftovers.ts';
+import { layout } from './io/containerd/config.ts';
 import { buildPauseImage } from './io/containerd/pause-image.ts';
 import { NETNS_DIR } from './io/processes.ts';
 
@@ -171,16 +172,47 @@ export interface CriPodsInit {
   readonly nodeHostPaths?: boolean;
 }
 
+/** Starts node `node`'s containerd as {@link CriPods.start} does, noting what identifies its leftovers in `spawned`. */
+async function startNodeContainerd(init: CriPodsInit, node: LabNode, tarball: string, spawned: Map<string, LabContainerdRecord>): Promise<Containerd> {
+  // the node's CNI plugins as its distribution installs them: loopback
+  mkdirSync(node.cniBinDir, { recursive: true });
+  if (!existsSync(join(node.cniBinDir, 'loopback'))) symlinkSync(LOOPBACK_PLUGIN, join(node.cniBinDir, 'loopback'));
+  mkdirSync(node.cniConfDir, { recursive: true });
+  const cni = init.nodeHostPaths
+    ? { cniBinDir: '/opt/cni/bin', cniConfDir: '/etc/cni/net.d', hostDirs: nodeHostDirs(node), netnsUnderStateDir: false, socket: nodeContainerdSocket(node) }
+    : { cniBinDir: node.cniBinDir, cniConfDir: node.cniConfDir };
+  try {
+    return await startContainerd({
+      workDir: join(node.dir, 'containerd'), netns: node.netns, ...cni,
+      pauseImageTarball: tarball, cgroupPrefix: `${init.plan.prefix}${node.name}`,
+      onSpawn: (l) => {
+        const rec = { node: node.name, ...l };
+        spawned.set(node.name, rec);
+        init.record(rec);
+      },
+    });
+  } catch (err) {
+    throw atollError('LAB_STEP_FAILED', `containerd of node ${node.name} did not start: ${(err as Error).message}`, 'read the containerd log quoted above; `--pods direct` avoids containerd', err);
+  }
+}
+
 /** Pods through a private containerd per node. */
 export class CriPods implements LabPodRuntime {
   readonly mode = 'cri';
   readonly description = POD_CREATION.cri;
   readonly #plan: LabPlan;
-  readonly #containerd: ReadonlyMap<string, Containerd>;
+  readonly #containerd: Map<string, Containerd>;
+  readonly #init: CriPodsInit;
+  readonly #pauseTarball: string;
+  /** What identifies each containerd's leftovers, for a node reboot. */
+  readonly #spawned: Map<string, LabContainerdRecord>;
 
-  private constructor(plan: LabPlan, containerd: ReadonlyMap<string, Containerd>) {
+  private constructor(plan: LabPlan, containerd: Map<string, Containerd>, init: CriPodsInit, pauseTarball: string, spawned: Map<string, LabContainerdRecord>) {
     this.#plan = plan;
     this.#containerd = containerd;
+    this.#init = init;
+    this.#pauseTarball = pauseTarball;
+    this.#spawned = spawned;
   }
 
   /**
@@ -192,27 +224,13 @@ export class CriPods implements LabPodRuntime {
     const { plan } = init;
     const tarball = await buildPauseImage(join(plan.dir, 'pause-image'));
     const started = new Map<string, Containerd>();
+    const spawned = new Map<string, LabContainerdRecord>();
     const queue = [...plan.nodes];
     const worker = async () => {
       for (let n = queue.shift(); n; n = queue.shift()) {
         const node = n;
         if (init.signal?.aborted) throw atollError('LAB_STEP_FAILED', 'the lab is being removed: no further containerd is started', 'nothing to do');
-        // the node's CNI plugins as its distribution installs them: loopback
-        mkdirSync(node.cniBinDir, { recursive: true });
-        if (!existsSync(join(node.cniBinDir, 'loopback'))) symlinkSync(LOOPBACK_PLUGIN, join(node.cniBinDir, 'loopback'));
-        mkdirSync(node.cniConfDir, { recursive: true });
-        const cni = init.nodeHostPaths
-          ? { cniBinDir: '/opt/cni/bin', cniConfDir: '/etc/cni/net.d', hostDirs: nodeHostDirs(node), netnsUnderStateDir: false, socket: nodeContainerdSocket(node) }
-          : { cniBinDir: node.cniBinDir, cniConfDir: node.cniConfDir };
-        try {
-          const ctd = await startContainerd({
-            workDir: join(node.dir, 'containerd'), netns: node.netns, ...cni,
-            pauseImageTarball: tarball, cgroupPrefix: `${plan.prefix}${node.name}`, onSpawn: (l) => init.record({ node: node.name, ...l }),
-          });
-          started.set(node.name, ctd);
-        } catch (err) {
-          throw atollError('LAB_STEP_FAILED', `containerd of node ${node.name} did not start: ${(err as Error).message}`, 'read the containerd log quoted above; `--pods direct` avoids containerd', err);
-        }
+        started.set(node.name, await startNodeContainerd(init, node, tarball, spawned));
       }
     };
     const results = await Promise.allSettled(Array.from({ length: init.concurrency ?? 3 }, worker));
@@ -221,7 +239,26 @@ export class CriPods implements LabPodRuntime {
       for (const c of started.values()) c.cri.close();
       throw (failed as PromiseRejectedResult).reason;
     }
-    return new CriPods(plan, started);
+    return new CriPods(plan, started, init, tarball, spawned);
+  }
+
+  /**
+   * A node's reboot as its containerd sees it: the containerd killed with every container and sandbox it runs (as a
+   * power cut would), its state directory emptied (a reboot clears /run), then started again on the same root (its
+   * images and metadata, as on the node's disk) and recorded in the run's state. Resolves with the new instance, now
+   * in {@link containerds}. @throws AtollError LAB_STEP_FAILED when it does not come back.
+   */
+  async rebootNode(node: LabNode): Promise<Containerd> {
+    const was = this.#containerd.get(node.name);
+    const leftovers = this.#spawned.get(node.name);
+    // cannot happen: start() made and recorded a containerd for every planned node
+    if (!was || !leftovers) throw new Error(`node ${node.name} has no containerd`);
+    was.cri.close();
+    await removeContainerdLeftovers(leftovers);
+    rmSync(layout(leftovers.workDir).state, { recursive: true, force: true });
+    const now = await startNodeContainerd(this.#init, node, this.#pauseTarball, this.#spawned);
+    this.#containerd.set(node.name, now);
+    return now;
   }
 
   /** The running containerds, by node name. */

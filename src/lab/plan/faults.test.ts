@@ -17,7 +17,7 @@ function targetOf<K extends LabFaultKind>(p: ReturnType<typeof plan>, kind: K, p
 const pair = { from: 'x', to: 'y' };
 
 test('--faults: all, none, a list in the canonical order, unknown names named', () => {
-  assert.deepEqual(parseFaultList('all').faults, LAB_FAULTS.filter((f) => !['statefulset-recreate', 'crash-offline', 'policy-offline', 'agent-roll', 'node-delete'].includes(f)), 'the faults through Kubernetes only with --kubernetes');
+  assert.deepEqual(parseFaultList('all').faults, LAB_FAULTS.filter((f) => !['statefulset-recreate', 'crash-offline', 'policy-offline', 'node-reboot-offline', 'agent-roll', 'node-delete'].includes(f)), 'the faults through Kubernetes only with --kubernetes');
   assert.deepEqual(parseFaultList('all', { kubernetes: true }).faults, [...LAB_FAULTS]);
   assert.match(parseFaultList('agent-roll').problems[0] ?? '', /needs --kubernetes/);
   assert.deepEqual(parseFaultList('none').faults, []);
@@ -153,6 +153,20 @@ test('the faults through Kubernetes: the StatefulSet pod on the target node, a p
   assert.ok(!('skipped' in streams));
   assert.deepEqual(streams.strict?.lossFree, [{ from: 'a-1-p1', to: 'a-2-p1' }], 'over the streams alone the tunnel pairs may lose packets while an end restarts');
   for (const kind of ['statefulset-recreate', 'crash-offline', 'agent-roll'] as const) assert.ok('skipped' in planFault(p, kind, 'cri', workloads), `${kind} needs --kubernetes`);
+});
+
+test('node-reboot-offline: with --openyurt, the first edge node rebooted while its site is cut off, its pods watched from the site and another edge site', () => {
+  const p = plan(DEFAULT_LAB_SPEC);
+  const without = planFault(p, 'node-reboot-offline', 'kubernetes');
+  assert.ok('skipped' in without && without.skipped.includes('--openyurt'), 'a kubelet cut off gets its pods back only from an edge cache');
+  const f = planFault(p, 'node-reboot-offline', 'kubernetes', [], undefined, { openyurt: true });
+  assert.ok(!('skipped' in f) && f.kind === 'node-reboot-offline');
+  assert.deepEqual([f.site, f.node], ['a', 'a-1']);
+  assert.deepEqual(f.vxlan, [{ from: 'a-2-p1', to: 'a-1-p1' }, { from: 'a-1-p1', to: 'a-2-p1' }], 'the site\'s other node, over VXLAN');
+  assert.ok(f.punched.length === 2 && f.punched.every((x) => [x.from, x.to].some((pod) => pod.startsWith('b-'))), 'edge to edge, hole-punched');
+  assert.deepEqual(f.samples, [...f.vxlan, ...f.punched]);
+  assert.ok(f.cloud.length > 0 && !f.lossless);
+  assert.ok('skipped' in planFault(p, 'node-reboot-offline', 'cri', [], undefined, { openyurt: true }), 'it goes through Kubernetes');
 });
 
 test('node-delete takes the last node of the first edge site (not the other faults\' target), sampled between nodes that stay, without loss', () => {

@@ -13,14 +13,15 @@ import { expectationOf, expectedPath, type LabPath } from './paths.ts';
 import { LAB_POLICY_NAMES } from './policy.ts';
 
 export type LabFaultKind = 'controller-kill' | 'relay-kill' | 'direct-path-cut' | 'agent-restart' | 'offline-restart' | 'pod-recreate' | 'uplink-cut' | 'uplink-flap' | 'node-reboot'
-  | 'offline-restart-all' | 'nat-reboot-offline' | 'clock-jump' | 'readdress-offline' | 'statefulset-recreate' | 'crash-offline' | 'policy-offline' | 'agent-roll' | 'node-delete';
+  | 'offline-restart-all' | 'nat-reboot-offline' | 'clock-jump' | 'readdress-offline' | 'statefulset-recreate' | 'crash-offline' | 'policy-offline' | 'node-reboot-offline' | 'agent-roll'
+  | 'node-delete';
 
 /** Every fault, in the order `--faults all` runs them. */
 export const LAB_FAULTS: readonly LabFaultKind[] = Object.freeze(['controller-kill', 'relay-kill', 'direct-path-cut', 'agent-restart', 'offline-restart', 'pod-recreate', 'uplink-cut', 'uplink-flap', 'node-reboot',
-  'offline-restart-all', 'nat-reboot-offline', 'clock-jump', 'readdress-offline', 'statefulset-recreate', 'crash-offline', 'policy-offline', 'agent-roll', 'node-delete']);
+  'offline-restart-all', 'nat-reboot-offline', 'clock-jump', 'readdress-offline', 'statefulset-recreate', 'crash-offline', 'policy-offline', 'node-reboot-offline', 'agent-roll', 'node-delete']);
 
 /** Faults through Kubernetes, only with `--kubernetes` (`all` without it leaves them out). */
-export const LAB_KUBERNETES_FAULTS: readonly LabFaultKind[] = Object.freeze(['statefulset-recreate', 'crash-offline', 'policy-offline', 'agent-roll', 'node-delete']);
+export const LAB_KUBERNETES_FAULTS: readonly LabFaultKind[] = Object.freeze(['statefulset-recreate', 'crash-offline', 'policy-offline', 'node-reboot-offline', 'agent-roll', 'node-delete']);
 
 /** nftables table the uplink faults add in an edge router (beside the NAT's `atoll-lab`). */
 export const LAB_FAULT_NFT_TABLE = 'atoll-lab-fault';
@@ -90,6 +91,14 @@ interface LabFaultHits {
    * must answer while the site is still cut off. Afterwards the lab's policies are applied again.
    */
   readonly 'policy-offline': { readonly site: string; readonly cloud: readonly string[]; readonly policy: string; readonly held: readonly LabPodPair[]; readonly opened: readonly LabPodPair[] };
+  /**
+   * `site` cut off from the cloud (`cloud`), then `node` rebooted (`--openyurt`): its kubelet, kube-proxy and yurthub
+   * stopped, its containerd killed with every container (Atoll's agent and keeper among them), its kernel state gone;
+   * then everything started again as at boot, the kubelet getting its pods from yurthub's cache. Its pods must come
+   * back with their addresses, `vxlan` (pairs with the site's other node) and `punched` (edge-to-edge) work again, all
+   * before the cloud is back.
+   */
+  readonly 'node-reboot-offline': { readonly site: string; readonly cloud: readonly string[]; readonly node: string; readonly vxlan: readonly LabPodPair[]; readonly punched: readonly LabPodPair[] };
   /** The agents' DaemonSets rolled to another image tag. */
   readonly 'agent-roll': object;
   /** `node` taken out of the cluster for good (its kubelet and containerd stopped, `kubectl delete node`). */
@@ -142,7 +151,7 @@ export interface LabWorkloadPod {
  * that must work: allowed by the topology, and not denied by `policyDenies` (the lab's NetworkPolicies, `--policy`).
  */
 export function planFault(plan: LabPlan, kind: LabFaultKind, pods: 'cri' | 'direct' | 'kubernetes' = 'direct', workloads: readonly LabWorkloadPod[] = [],
-  policyDenies: (from: string, to: string) => string | undefined = () => undefined): LabFaultTarget | LabFaultSkipped {
+  policyDenies: (from: string, to: string) => string | undefined = () => undefined, opts: { readonly openyurt?: boolean } = {}): LabFaultTarget | LabFaultSkipped {
   const podsOf = (node: string) => plan.pods.filter((p) => p.node === node).map((p) => p.name);
   const nodeOf = (pod: string) => plan.pods.find((p) => p.name === pod)?.node ?? workloads.find((p) => p.name === pod)?.node;
   const cloudPod = plan.pods.find((p) => plan.nodes.find((n) => n.name === p.node)?.site === CLOUD_SITE)?.name;
@@ -258,6 +267,18 @@ export function planFault(plan: LabPlan, kind: LabFaultKind, pods: 'cri' | 'dire
       return { kind, site: edgeSite, node: node.name, pod, lossless: false, flows: [], samples: pairs([[sameSitePod, pod], [nodePods[1], pod], [cloudPod, pod], [pod, cloudPod]]), ...deniedAround([node.name], inSite),
         description: `uplink of edge site ${edgeSite} cut; meanwhile pod ${pod}'s sandbox is killed and ${node.name}'s kubelet restarts it without the API; the site's pods reach it directly and through a Service; uplink restored` };
     }
+    case 'node-reboot-offline': {
+      const cloud = cloudAddresses(plan);
+      if (!opts.openyurt) return { kind, skipped: 'a rebooted node\'s kubelet gets its pods back while cut off only from an edge cache: it needs --openyurt (yurthub)' };
+      if (!edgeSite || !node || cloud.length === 0 || nodePods.length === 0) return { kind, skipped: 'no edge site with pods' };
+      const inSite = (p: string) => edgeNodes.some((n) => n.name === nodeOf(p));
+      const others = plan.pods.filter((p) => p.node !== node.name).map((p) => p.name);
+      const vxlan = pairs(nodePods.flatMap((p) => others.filter((o) => inSite(o)).flatMap((o) => [[o, p], [p, o]] as const))).slice(0, 2);
+      const punched = pairs(nodePods.flatMap((p) => others.filter((o) => pathOf(o, p) === 'tunnel hole-punched').flatMap((o) => [[o, p], [p, o]] as const))).slice(0, 2);
+      return { kind, site: edgeSite, cloud, node: node.name, vxlan, punched, lossless: false, flows: [], samples: [...vxlan, ...punched],
+        description: `edge site ${edgeSite} cut off from the cloud; node ${node.name} rebooted (kubelet, kube-proxy, yurthub stopped, containerd killed with every container, its kernel state gone, `
+          + 'all started again as at boot): its pods must come back from yurthub\'s cache with their addresses and the site\'s and edge-to-edge paths work again, before the cloud is back' };
+    }
     case 'policy-offline': {
       const policy = LAB_POLICY_NAMES[0] as string;
       const cloud = cloudAddresses(plan);
@@ -306,7 +327,7 @@ export function planFault(plan: LabPlan, kind: LabFaultKind, pods: 'cri' | 'dire
     case 'node-reboot': {
       if (!edgeSite || !node) return { kind, skipped: 'no edge site' };
       if (kind === 'node-reboot' && pods === 'kubernetes') {
-        return { kind, skipped: 'with --kubernetes a cut-off node\'s Pods cannot be deleted and applied again through the API (its kubelet cannot confirm the deletion)' };
+        return { kind, skipped: 'with --kubernetes a cut-off node\'s Pods cannot be deleted and applied again through the API (its kubelet cannot confirm the deletion); node-reboot-offline reboots one with --openyurt' };
       }
       const samples = pairs([[cloudPod, sitePods[0]], [sitePods[0], cloudPod], [cloudPod, sitePods[1]], [sitePods[1], cloudPod]]);
       // a TCP flow across a cut uplink survives (it pauses and resumes); one into a rebooted node does not (its pods are new)
