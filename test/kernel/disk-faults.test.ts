@@ -8,44 +8,12 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { mkdirSync, readdirSync, readFileSync, rmSync, truncateSync } from 'node:fs';
+import { readdirSync, readFileSync, rmSync, truncateSync } from 'node:fs';
 import { join } from 'node:path';
 import { TestAgent } from '../../harness/agent.ts';
-import { RUN_PREFIX, rootSkipReason, sh } from '../../harness/netns.ts';
+import { fill, mountTmpfs, remount, unmount } from '../../harness/disk.ts';
+import { rootSkipReason, sh } from '../../harness/netns.ts';
 import { hostVethName } from '../../src/core/plan/pod-plan.ts';
-
-/** A tmpfs at `dir`, `size` bytes; unmounted by {@link unmount}. */
-function mountTmpfs(dir: string, size: number): void {
-  mkdirSync(dir, { recursive: true, mode: 0o700 });
-  sh('mount', ['-t', 'tmpfs', '-o', `size=${size},mode=0700`, `${RUN_PREFIX}data`, dir]);
-}
-
-function unmount(dir: string): void {
-  if (!isMounted(dir)) return;
-  const res = spawnSync('umount', [dir], { encoding: 'utf8' });
-  if (res.status !== 0) spawnSync('umount', ['-l', dir]); // something still holds it open: detach it anyway
-}
-
-/**
- * Remounts `dir` read-only or read-write. `ip netns exec` gives the agent a copy of the mount table: a copy made
- * while the mount was read-only keeps that flag of its own, so read-write is restored in the agent's copy too.
- */
-function remount(dir: string, mode: 'ro' | 'rw', agentPid?: number): void {
-  sh('mount', ['-o', `remount,${mode}`, dir]);
-  if (mode === 'rw' && agentPid !== undefined) sh('nsenter', [`--mount=/proc/${agentPid}/ns/mnt`, 'mount', '-o', 'remount,rw', dir]);
-}
-
-function isMounted(dir: string): boolean {
-  return readFileSync('/proc/self/mounts', 'utf8').split('\n').some((l) => l.split(' ')[1] === dir);
-}
-
-/** Fills the file system holding `dir` until ENOSPC; returns the filler's path (remove it to give the space back). */
-function fill(dir: string): string {
-  const path = join(dir, 'filler');
-  const res = spawnSync('dd', ['if=/dev/zero', `of=${path}`, 'bs=4096'], { encoding: 'utf8' });
-  assert.match(res.stderr, /No space left on device/, 'dd should stop at ENOSPC');
-  return path;
-}
 
 interface Pod {
   readonly name: string;
