@@ -75,6 +75,11 @@ export class TestAgent {
     return this.#proc.pid;
   }
 
+  /** Whether the agent process is alive (false once it exited, e.g. on an uncaught exception). */
+  get running(): boolean {
+    return this.#proc.running;
+  }
+
   get logPath(): string {
     return join(this.dir, 'agent.log');
   }

@@ -346,6 +346,7 @@ export class Agent {
   }
 
   async #resync(): Promise<void> {
+    this.#link?.flush(); // a cluster state the disk refused earlier (never throws)
     try {
       await this.#pods?.ensureBridge();
       await this.#pods?.reconcile();

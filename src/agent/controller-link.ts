@@ -5,7 +5,7 @@
  * saved state and retries with backoff. The stream's lines are applied in batches ({@link PEERS_SETTLE_MS}).
  */
 import { existsSync, readFileSync } from 'node:fs';
-import { asAtollError } from '../core/errors.ts';
+import { asAtollError, atollError } from '../core/errors.ts';
 import type { NodeFields, NodeRecord } from '../core/cluster/model.ts';
 import type { IpamUsage } from '../core/ipam/sticky-pool.ts';
 import type { Clock, Logger } from '../core/ports.ts';
@@ -14,6 +14,7 @@ import { ControllerClient, type WatchLine } from '../adapters/node/controller-cl
 import { WatchBatch } from '../adapters/node/watch-batch.ts';
 import { writeFileDurably } from '../adapters/durable-file.ts';
 import type { NodeIdentity } from '../adapters/node/node-identity.ts';
+import { STATE_WRITE_FIX, StateWriter } from '../adapters/node/state-writer.ts';
 import { discoverPinnedCa } from '../adapters/pki.ts';
 import { sleep } from '../adapters/timers.ts';
 import { Backoff } from '../core/retry.ts';
@@ -63,12 +64,18 @@ export class ControllerLink {
   #offlineSince: number | undefined;
   #loop: Promise<void> | undefined;
   readonly #lines: WatchBatch;
+  /** `stateFile`, following {@link #state}: a write the disk refuses is retried, never thrown at the change. */
+  readonly #file: StateWriter<ClusterState>;
+  /** The pinned CA once discovered, when its file could not be written. */
+  #caPem: string | undefined;
 
   constructor(components: ControllerLinkComponents, init: ControllerLinkInit) {
     this.#c = components;
     this.#init = init;
     this.#state = components.saved ?? components.stateFile.load();
     this.#offlineSince = components.clock();
+    this.#file = new StateWriter({ log: components.log, write: (s) => components.stateFile.save(s) },
+      { what: 'the cluster state', path: components.stateFile.path, meanwhile: 'peers and blocks are applied from memory (a restart meanwhile starts from the older file)' });
     this.#lines = new WatchBatch(PEERS_SETTLE_MS, () => this.#state.peers, (peers, revision) => {
       this.#save({ ...this.#state, peers, revision });
       this.#c.onPeers?.(peers);
@@ -90,6 +97,11 @@ export class ControllerLink {
 
   start(): void {
     this.#loop ??= this.#run();
+  }
+
+  /** Writes the cluster state if an earlier write failed (the agent's resync calls it). Never throws. */
+  flush(): void {
+    this.#file.flush();
   }
 
   async stop(): Promise<void> {
@@ -177,24 +189,35 @@ export class ControllerLink {
     await this.#c.onBlocks(blocks);
   }
 
+  /** Takes `state`, then writes it; a failed write is logged and retried (the state is applied anyway). */
   #save(state: ClusterState): void {
     this.#state = state;
-    this.#c.stateFile.save(state);
+    this.#file.save(state);
   }
 
   /** The pinned controller CA: from disk, or discovered from the first controller that presents the pinned one. */
   async #ca(): Promise<string> {
+    if (this.#caPem !== undefined) return this.#caPem;
     if (existsSync(this.#init.caPath)) return readFileSync(this.#init.caPath, 'utf8');
     let lastErr: unknown;
     for (const url of this.#init.urls) {
+      let pem: string;
       try {
-        const pem = await discoverPinnedCa(url, this.#init.caCertHash);
-        writeFileDurably(this.#init.caPath, pem, { mode: 0o644 });
-        this.#c.log.info('pinned the controller CA', { url, caCertHash: this.#init.caCertHash });
-        return pem;
+        pem = await discoverPinnedCa(url, this.#init.caCertHash);
       } catch (err) {
         lastErr = err;
+        continue;
       }
+      this.#c.log.info('pinned the controller CA', { url, caCertHash: this.#init.caCertHash });
+      try {
+        writeFileDurably(this.#init.caPath, pem, { mode: 0o644 });
+      } catch (cause) {
+        // it was checked against the pin: used from memory, and discovered (checked) again after a restart
+        this.#caPem = pem;
+        const err = atollError('NODE_STATE_WRITE_FAILED', `cannot write the pinned controller CA ${this.#init.caPath}: ${(cause as Error).message}`, STATE_WRITE_FIX, cause);
+        this.#c.log.warn('cannot keep the controller CA on disk; using it from memory (a restart discovers it again)', { code: err.code, err: err.message, fix: err.fix });
+      }
+      return pem;
     }
     throw lastErr;
   }
