@@ -194,7 +194,7 @@ export class Tunnel {
       publicHost: () => this.#relay?.control.publicHost ?? '',
       onPacket: (name: string, pkt: Uint8Array, datagrams: number, bytes: number) => endpoint.fromDatagram(name, pkt, datagrams, bytes),
       log: this.#c.log,
-      ...(file ? { state: { load: () => state, save: (s: DatagramLocalState) => file.save((state = s)) } } : {}),
+      ...(file ? { state: { load: () => state, save: (s: DatagramLocalState) => file.save((state = s)), path: file.path } } : {}),
     };
     const init = (port: number) => ({ host: role === 'cloud' ? listenHost : '0.0.0.0', port, underlayMtu: udp.underlayMtu, identityKeyPem: credentials.keyPem, kept });
     const wanted = role === 'cloud' ? udp.port : saved.port;

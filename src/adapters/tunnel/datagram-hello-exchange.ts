@@ -20,6 +20,7 @@ import type { DatagramOutbox } from './datagram-outbox.ts';
 import type { DatagramPathStats } from './datagram-path-types.ts';
 import { endpointOf, type PeerState } from './datagram-peer-state.ts';
 import type { DatagramLocalState, DatagramPeerMemory } from './datagram-state-file.ts';
+import { StateWriter } from '../node/state-writer.ts';
 import type { TunnelStream } from './tunnel-stream.ts';
 import type { UdpSource } from './udp-batch.ts';
 import { steadyClock } from '../timers.ts';
@@ -44,8 +45,11 @@ export interface HelloExchangeComponents {
   readonly out: Pick<DatagramOutbox, 'sendRaw'>;
   /** Any live stream of the peer (direct or a circuit): while it is not silent, hellos are not needed. */
   readonly streamOf: (peerId: string) => Pick<TunnelStream, 'silentMs'> | undefined;
-  /** Where the hellos' memory lives (src/adapters/tunnel/datagram-state-file.ts). */
-  readonly state: { load(): DatagramLocalState; save(state: DatagramLocalState): void };
+  /**
+   * Where the hellos' memory lives (src/adapters/tunnel/datagram-state-file.ts): `save` throws when the disk refuses
+   * the write; `path` names the file in the log.
+   */
+  readonly state: { load(): DatagramLocalState; save(state: DatagramLocalState): void; readonly path?: string };
   readonly stats: Pick<DatagramPathStats, 'hellosSent' | 'hellosReceived' | 'helloKeys' | 'dropped'>;
   /** Keys agreed by hellos and paths being rebuilt are logged here. */
   readonly log?: Logger | undefined;
@@ -62,8 +66,10 @@ export class HelloExchange {
   readonly #c: HelloExchangeComponents;
   readonly #init: HelloExchangeInit;
   readonly #crypto: HelloCrypto;
-  /** The hellos' memory as last saved. */
+  /** The hellos' memory (as last saved, unless {@link #file} is pending). */
   #state: DatagramLocalState;
+  /** Writes {@link #state}; a failed write is logged once (NODE_STATE_WRITE_FAILED) and retried at each tick. */
+  readonly #file: StateWriter<DatagramLocalState>;
   /** Signature checks left in this second, and when it started (steady). */
   #verifyBudget = { left: HELLO_VERIFY_PER_S, since: 0 };
 
@@ -72,6 +78,10 @@ export class HelloExchange {
     this.#init = init;
     this.#crypto = new HelloCrypto(init.identityKeyPem);
     this.#state = components.state.load();
+    this.#file = new StateWriter({ log: components.log ?? SILENT, write: (st) => components.state.save(st) }, {
+      what: "the tunnel's datagram state", path: components.state.path ?? '(the datagram state)',
+      meanwhile: "no hello of a new generation is sent, nor one of a peer's taken, until it is written (a replay could pass otherwise); paths in use go on",
+    });
   }
 
   /** What the node remembers of peer `id` if its pin is still `pin`: its last address, the highest generation seen. */
@@ -109,14 +119,19 @@ export class HelloExchange {
     if (v.replayed) return this.#drop('helloReplayed');
     this.#c.stats.hellosReceived++;
     if (v.newHandshake) {
+      const was = { endpoint: p.endpoint, seenGeneration: p.seenGeneration, theirEph: p.theirEph };
       // only a generation above the one on record moves the peer (a replay of its current hello after our restart
       // makes us answer its known address, never the replayer's)
       if (h.generation > p.seenGeneration || !p.endpoint) p.endpoint = endpointOf(from.address, from.port);
       p.seenGeneration = h.generation;
       p.theirEph = h.eph.slice();
-      this.remember();
+      if (!this.remember()) {
+        // taken without its generation on disk, a replay of this hello after a restart would pass: not taken
+        Object.assign(p, was);
+        return this.#drop('helloUnsaved');
+      }
     }
-    if (v.renewMyEph) this.#renewEph(p);
+    if (v.renewMyEph && !this.#renewEph(p)) return this.#drop('helloUnsaved');
     const mine = p.myEph as Ephemeral;
     if (v.derive && !(p.myEphUsedWith && equalBytes(p.myEphUsedWith, h.eph))) {
       const keys = crypto.derive(mine, h.eph, p.pin);
@@ -167,9 +182,10 @@ export class HelloExchange {
   /**
    * Saves the peers' addresses when one changed since the last save. `which`: the peers compared, all of them (after
    * peers were added or removed) or only the awake ones (dormant peers' memory changes only when peers are set).
+   * A write that failed before is tried again. Returns whether the file holds what is remembered.
    */
-  remember(which: 'all' | 'awake' = 'all'): void {
-    if (!this.#c.peersSet()) return;
+  remember(which: 'all' | 'awake' = 'all'): boolean {
+    if (!this.#c.peersSet()) return this.#file.flush();
     const state = this.#state;
     let changed = which === 'all' ? Object.keys(state.peers).length !== this.#c.peers.size : false;
     for (const p of which === 'all' ? this.#c.peers.values() : this.#c.awake) {
@@ -178,27 +194,33 @@ export class HelloExchange {
       const endpoint = p.endpoint ? `${p.endpoint.host}:${p.endpoint.port}` : undefined;
       changed = was?.pin !== p.pin || was.endpoint !== endpoint || (was.seenGeneration ?? -1) !== p.seenGeneration;
     }
-    if (!changed) return;
+    if (!changed) return this.#file.flush();
     const peers: Record<string, DatagramPeerMemory> = {};
     for (const [id, p] of this.#c.peers) {
       const endpoint = p.endpoint ? `${p.endpoint.host}:${p.endpoint.port}` : undefined;
       peers[id] = { pin: p.pin, ...(endpoint ? { endpoint } : {}), ...(p.seenGeneration >= 0 ? { seenGeneration: p.seenGeneration } : {}) };
     }
-    this.#save({ ...state, peers });
+    return this.#save({ ...state, peers });
   }
 
-  /** A new ephemeral key for `p`, under a new generation saved before any hello carries it. */
-  #renewEph(p: PeerState): void {
+  /**
+   * A new ephemeral key for `p`, under a new generation saved before any hello carries it. Returns false, leaving
+   * `p` without one, when the generation cannot be saved: a hello of it sent unsaved could be sent again after a
+   * restart with another key, which its peer takes for a replay, and below what a peer may have seen.
+   */
+  #renewEph(p: PeerState): boolean {
     const state = this.#state;
     const generation = state.generation + 1;
-    this.#save({ ...state, generation });
-    p.myEph = { ...this.#crypto.newEphemeral(), generation };
+    p.myEph = undefined;
     p.myEphUsedWith = undefined;
+    if (!this.#save({ ...state, generation })) return false;
+    p.myEph = { ...this.#crypto.newEphemeral(), generation };
+    return true;
   }
 
   #send(p: PeerState): void {
     if (!p.endpoint) return;
-    if (!p.myEph) this.#renewEph(p);
+    if (!p.myEph && !this.#renewEph(p)) return;
     const mine = p.myEph as Ephemeral & { generation: number };
     const derived = p.myEphUsedWith !== undefined && p.theirEph !== undefined && equalBytes(p.myEphUsedWith, p.theirEph);
     const hello = this.#crypto.hello(p.pin, mine.generation, mine.pub, p.theirEph, derived);
@@ -211,15 +233,14 @@ export class HelloExchange {
   }
 
   /**
-   * Keeps `state` and writes it. A failed write (a full disk) is logged, not thrown: the hellos go on from memory; after
-   * a restart the peers then may take our hellos for replays until the generation passes the one they saw.
+   * Keeps `state` and writes it; returns whether it reached the disk. A failed write (a full disk) is logged once,
+   * not thrown, and retried at the next change or tick; meanwhile no generation that is not on disk is used.
    */
-  #save(state: DatagramLocalState): void {
+  #save(state: DatagramLocalState): boolean {
     this.#state = state;
-    try {
-      this.#c.state.save(state);
-    } catch (err) {
-      this.#c.log?.error('cannot save the datagram path\'s local state', { err });
-    }
+    return this.#file.save(state);
   }
 }
+
+/** The log when the path was given none. */
+const SILENT: Logger = { debug: () => {}, info: () => {}, warn: () => {}, error: () => {}, child: () => SILENT };

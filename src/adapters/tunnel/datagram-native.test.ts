@@ -14,7 +14,7 @@ const LOOPBACK = ipv4Number('127.0.0.1') as number;
 
 const noDrops = (): Record<DatagramDrop | HelloDrop, number> => ({
   truncated: 0, badType: 0, unknownKey: 0, replayed: 0, badTag: 0, unknownAddress: 0, badPayload: 0,
-  helloMalformed: 0, helloUnknownPeer: 0, helloBadSignature: 0, helloReplayed: 0, helloLimited: 0,
+  helloMalformed: 0, helloUnknownPeer: 0, helloBadSignature: 0, helloReplayed: 0, helloLimited: 0, helloUnsaved: 0,
 });
 
 /**

@@ -53,7 +53,7 @@ export interface DatagramPathComponents {
   /** Keys agreed by hellos and paths being rebuilt are logged here. */
   readonly log?: Logger;
   /** Where the hellos' memory lives (src/adapters/tunnel/datagram-state-file.ts); with {@link DatagramPathInit.identityKeyPem}. */
-  readonly state?: { load(): DatagramLocalState; save(state: DatagramLocalState): void };
+  readonly state?: { load(): DatagramLocalState; save(state: DatagramLocalState): void; readonly path?: string };
 }
 
 export interface DatagramPathInit {

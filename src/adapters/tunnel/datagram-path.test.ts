@@ -125,7 +125,7 @@ describe('datagram path on loopback', () => {
     await until('every bad datagram to be counted', () => pb.stats.dropped.unknownAddress > d0.unknownAddress, 3000, 10);
     const delta = Object.fromEntries(Object.entries(pb.stats.dropped).map(([k, v]) => [k, v - d0[k as keyof typeof d0]]));
     assert.deepEqual(delta, { truncated: 1, badType: 1, unknownKey: 1, replayed: 1, badTag: 2, unknownAddress: 1, badPayload: 0, sendFailed: 0,
-      helloMalformed: 0, helloUnknownPeer: 0, helloBadSignature: 0, helloReplayed: 0, helloLimited: 0 });
+      helloMalformed: 0, helloUnknownPeer: 0, helloBadSignature: 0, helloReplayed: 0, helloLimited: 0, helloUnsaved: 0 });
     assert.equal(got.a!.length, received, 'a valid datagram from an unknown address was delivered');
     await new Promise((r) => setTimeout(r, 300));
     assert.deepEqual(answers, [], 'something was answered');
@@ -232,6 +232,50 @@ describe('datagram keys agreed by hellos', () => {
     await send(10);
     assert.equal(pb.stats.dropped.unknownKey, 0);
     assert.equal(offers().length, 2, 'one fresh offer, no churn');
+  });
+});
+
+describe('hellos on a disk that refuses the datagram state (issue #39)', () => {
+  test('no hello carries a generation that is not on disk, and none of the peer\'s is taken unsaved; once the disk takes writes, the path is rebuilt', async () => {
+    const a = credentials('node-a');
+    const b = credentials('node-b');
+    const memory = () => ({ port: 0, generation: 0, peers: {} as Record<string, { pin: string; endpoint?: string; seenGeneration?: number }> });
+    // a's disk: what it holds, and whether it refuses writes
+    const disk = { full: true, saved: memory(), fails: 0 };
+    const sb = memory();
+    const init = (keyPem: string) => ({ host: '127.0.0.1', port: 0, underlayMtu: 1500, keepaliveMs: 100, deadAfterMs: 1000, identityKeyPem: keyPem });
+    const save = (st: unknown) => {
+      if (disk.full) {
+        disk.fails++;
+        throw Object.assign(new Error('ENOSPC: no space left on device, write'), { code: 'ENOSPC' });
+      }
+      disk.saved = structuredClone(st) as typeof disk.saved;
+    };
+    const pa = new DatagramPath({ streamOf: () => undefined, publicHost: () => '', onPacket: () => {}, state: { load: () => disk.saved, save, path: '/data/tunnel-udp.json' } }, init(a.keyPem));
+    const pb = new DatagramPath({ streamOf: () => undefined, publicHost: () => '', onPacket: () => {}, state: { load: () => sb, save: () => {} } }, init(b.keyPem));
+    after(() => {
+      pa.close();
+      pb.close();
+    });
+    pa.bind();
+    pb.bind();
+    disk.saved.peers.b = { pin: b.pin, endpoint: `127.0.0.1:${pb.port}` };
+    sb.peers.a = { pin: a.pin, endpoint: `127.0.0.1:${pa.port}` };
+    pa.setPeers([{ id: 'b', pin: b.pin }]);
+    pb.setPeers([{ id: 'a', pin: a.pin }]);
+    pa.run();
+    pb.run();
+    // b sends hellos (a's address is on record); a gets them but can neither take b's generation nor send its own
+    await until('a to get b\'s hellos', () => pa.stats.hellosReceived >= 2, 10_000, 20);
+    assert.equal(pa.stats.hellosSent, 0, 'a hello left with a generation that is not on disk');
+    assert.ok(pa.stats.dropped.helloUnsaved >= 2, 'b\'s hellos are dropped, not taken unsaved');
+    assert.equal(disk.saved.generation, 0);
+    assert.ok(disk.fails >= 2);
+    assert.equal(pa.usable('b'), false);
+    disk.full = false;
+    await until('hellos to agree on keys once the disk takes writes', () => pa.usable('b') && pb.usable('a'), 10_000, 20);
+    assert.ok(disk.saved.generation >= 1, 'the generation a used is on disk');
+    assert.ok((disk.saved.peers.b?.seenGeneration ?? -1) >= 1, 'the generation of b that a took is on disk');
   });
 });
 

@@ -67,7 +67,7 @@ export class DatagramPath {
     copiesSent: 0, copiesSpared: 0,
     dropped: {
       truncated: 0, badType: 0, unknownKey: 0, replayed: 0, badTag: 0, unknownAddress: 0, badPayload: 0, sendFailed: 0,
-      helloMalformed: 0, helloUnknownPeer: 0, helloBadSignature: 0, helloReplayed: 0, helloLimited: 0,
+      helloMalformed: 0, helloUnknownPeer: 0, helloBadSignature: 0, helloReplayed: 0, helloLimited: 0, helloUnsaved: 0,
     },
   };
   readonly #c: DatagramPathComponents;

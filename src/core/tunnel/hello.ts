@@ -60,7 +60,8 @@ export interface Hello {
 }
 
 /** Why a hello was dropped before it could be used. */
-export type HelloDrop = 'helloMalformed' | 'helloUnknownPeer' | 'helloBadSignature' | 'helloReplayed' | 'helloLimited';
+/** Why a hello was dropped; `helloUnsaved`: taking or answering it needed a generation on disk the disk refused. */
+export type HelloDrop = 'helloMalformed' | 'helloUnknownPeer' | 'helloBadSignature' | 'helloReplayed' | 'helloLimited' | 'helloUnsaved';
 
 /** The bytes of a hello before its signature, into a new buffer of {@link HELLO_LEN} (the caller signs and appends). */
 export function writeHello(generation: number, spki: Uint8Array, eph: Uint8Array, echo: Uint8Array | undefined, derived: boolean): Uint8Array {
