@@ -7,7 +7,7 @@
  */
 import { mkdirSync, readdirSync, readFileSync, unlinkSync } from 'node:fs';
 import { unlink } from 'node:fs/promises';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { atollError } from '../../core/errors.ts';
 import type { IpamChange, IpamRecord } from '../../core/ipam/sticky-pool.ts';
 import { decodeRecord, decodeRecordFileName, encodeRecord, recordFileName } from '../../core/ipam/record-codec.ts';
@@ -33,6 +33,8 @@ export class FsIpamStore {
   /** Changes queued by {@link persistQueued}, not yet being written. */
   #queue: Waiter[] = [];
   #writing = false;
+  /** The directory could not be made at load (a first start on a read-only or full disk): made before the next write. */
+  #missing = false;
 
   constructor(dataDir: string, network: string) {
     this.dir = join(dataDir, network);
@@ -41,14 +43,38 @@ export class FsIpamStore {
   /**
    * Reads every record; removes leftover temporary files of an interrupted write (left in place when the file system
    * refuses: read-only; they are never read as records).
-   * @throws AtollError IPAM_STORE_FAILED when the directory cannot be created or read.
+   * A directory that does not exist and cannot be made because the disk refuses (read-only, full: a first start on
+   * such a disk) holds no records; the next write makes it.
+   * @throws AtollError IPAM_STORE_FAILED when the directory cannot be read, or made for another reason.
    */
   load(): LoadedRecords {
     try {
-      mkdirSync(this.dir, { recursive: true, mode: 0o700 });
+      this.#missing = false;
+      try {
+        this.#makeDir();
+      } catch (cause) {
+        // no directory, and a disk that refuses one: no records to read; each write tries to make it (and says why not)
+        const code = (cause as NodeJS.ErrnoException).code;
+        if (code !== 'EROFS' && code !== 'ENOSPC' && code !== 'EDQUOT') throw cause;
+        this.#missing = true;
+        return { records: [], skipped: [] };
+      }
       return this.#load();
     } catch (cause) {
       throw atollError('IPAM_STORE_FAILED', `cannot read the IPAM records in ${this.dir}`, 'check that the data directory exists and is readable', cause);
+    }
+  }
+
+  /**
+   * Makes the records' directory unless it exists. Its parent recursively, then itself alone: a recursive mkdir says
+   * ENOENT, not EROFS, on a read-only file system (Node 24), which would hide why.
+   */
+  #makeDir(): void {
+    mkdirSync(dirname(this.dir), { recursive: true, mode: 0o700 });
+    try {
+      mkdirSync(this.dir, { mode: 0o700 });
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw e;
     }
   }
 
@@ -105,6 +131,14 @@ export class FsIpamStore {
   }
 
   async #writeBatch(changes: readonly IpamChange[]): Promise<void> {
+    if (this.#missing) {
+      try {
+        this.#makeDir();
+        this.#missing = false;
+      } catch (cause) {
+        throw atollError('IPAM_STORE_FAILED', `cannot make the IPAM directory ${this.dir}`, 'check that the data directory is writable and the disk not full', cause);
+      }
+    }
     const last = new Map<string, IpamChange>();
     for (const c of changes) {
       const name = recordFileName(c.record);
