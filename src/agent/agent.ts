@@ -28,7 +28,8 @@ import { flannelAnnotations } from '../core/overlay/flannel.ts';
 import { vxlanMtu } from '../core/overlay/plan.ts';
 import { BridgeFdb } from '../adapters/kernel/bridge-fdb.ts';
 import { Nft } from '../adapters/kernel/nft.ts';
-import { loadOrCreateVtepMac } from '../adapters/node/vtep-state.ts';
+import { loadVtepMac, saveVtepMac, vtepMacOf } from '../adapters/node/vtep-state.ts';
+import { StateWriter } from '../adapters/node/state-writer.ts';
 import { PodNetwork } from './pod-network.ts';
 import type { Server } from 'node:http';
 import { Tunnel } from './tunnel.ts';
@@ -73,6 +74,8 @@ export class Agent {
   #overlay: Overlay | undefined;
   #tunnel: Tunnel | undefined;
   #tunnelCredentials: TunnelCredentials | undefined;
+  /** vtep.json when a node without one could not write it: retried at each resync. */
+  #vtepFile: StateWriter<string> | undefined;
   /** Peers from local state, for an agent without a controller link. */
   #peersOffline: readonly NodeRecord[] = [];
   #ops: OpsServer | undefined;
@@ -177,7 +180,7 @@ export class Agent {
       { nodeName: cfg.nodeName, network: cfg.network, bridge: cfg.bridge, mtu, blocks, reservationTtlMs: cfg.reservationTtl, guardReuse: cfg.networkPolicy },
     );
     await this.#pods.start();
-    const vtepMac = cfg.overlay ? loadOrCreateVtepMac(join(cfg.dataDir, 'vtep.json')) : '';
+    const vtepMac = cfg.overlay ? this.#vtepMac(join(cfg.dataDir, 'vtep.json')) : '';
     if (cfg.overlay && underlay) {
       this.#overlay = new Overlay(
         { ip: this.#c.ip, fdb: new BridgeFdb(), nft: new Nft(), log: log.child('overlay') },
@@ -233,6 +236,20 @@ export class Agent {
     if (changed.length > 0) log.info('installed the CNI plugin', { files: changed });
     this.#timer = setInterval(() => void this.#resync(), cfg.resyncPeriod);
     this.#timer.unref();
+  }
+
+  /**
+   * The saved VTEP MAC, or (no file yet) the one derived from the node name, written now; a disk that refuses it
+   * leaves the agent running with that MAC, which every start derives again, and the write is retried each resync.
+   */
+  #vtepMac(path: string): string {
+    const saved = loadVtepMac(path);
+    if (saved) return saved;
+    const mac = vtepMacOf(this.#cfg.nodeName);
+    this.#vtepFile = new StateWriter({ log: this.#c.log.child('overlay'), write: (m) => saveVtepMac(path, m) },
+      { what: 'the VTEP MAC', path, meanwhile: `the overlay uses ${mac}, derived from the node name (every start derives it again)` });
+    this.#vtepFile.save(mac);
+    return mac;
   }
 
   get link(): ControllerLink | undefined {
@@ -297,7 +314,7 @@ export class Agent {
       {
         log: this.#c.log.child('controller-link'),
         clock: this.#c.clock,
-        identity: loadOrCreateIdentity(join(cfg.dataDir, 'node.key')),
+        identity: () => loadOrCreateIdentity(join(cfg.dataDir, 'node.key')),
         stateFile,
         saved,
         onBlocks: async (leased) => {
@@ -346,7 +363,9 @@ export class Agent {
   }
 
   async #resync(): Promise<void> {
-    this.#link?.flush(); // a cluster state the disk refused earlier (never throws)
+    // files the disk refused earlier (never throw)
+    this.#link?.flush();
+    this.#vtepFile?.flush();
     try {
       await this.#pods?.ensureBridge();
       await this.#pods?.reconcile();

@@ -22,7 +22,12 @@ import { Backoff } from '../core/retry.ts';
 export interface ControllerLinkComponents {
   readonly log: Logger;
   readonly clock: Clock;
-  readonly identity: NodeIdentity;
+  /**
+   * The node key, loaded or created on first use (src/adapters/node/node-identity.ts). It throws when it cannot be
+   * created (a full or read-only disk): the link then does not join, since a key that is not on disk would be
+   * replaced at the next start and the controller would refuse it; it tries again at each retry.
+   */
+  readonly identity: () => NodeIdentity;
   readonly stateFile: ClusterStateFile;
   /** What the agent already read from `stateFile` at its start (read again when absent: with 100,000 peers it is 60 MB). */
   readonly saved?: ClusterState;
@@ -66,6 +71,7 @@ export class ControllerLink {
   readonly #lines: WatchBatch;
   /** `stateFile`, following {@link #state}: a write the disk refuses is retried, never thrown at the change. */
   readonly #file: StateWriter<ClusterState>;
+  #identity: NodeIdentity | undefined;
   /** The pinned CA once discovered, when its file could not be written. */
   #caPem: string | undefined;
 
@@ -120,7 +126,8 @@ export class ControllerLink {
         const err = asAtollError(e);
         if (this.#abort.signal.aborted) break;
         if (this.#status !== 'offline' || this.#lastError !== err.message) {
-          this.#c.log.warn('controller unreachable; working from local state', { err: err.message, code: err.code, retryInMs: backoff.delayMs });
+          const why = err.code === 'NODE_STATE_WRITE_FAILED' ? 'no node key on disk to join with' : 'controller unreachable';
+          this.#c.log.warn(`${why}; working from local state`, { err: err.message, code: err.code, retryInMs: backoff.delayMs });
         }
         if (this.#status === 'connected') this.#offlineSince = this.#c.clock();
         this.#status = 'offline';
@@ -132,9 +139,10 @@ export class ControllerLink {
 
   /** One connected session: join, then report usage and follow the peer stream until it breaks. */
   async #session(onConnected: () => void): Promise<void> {
-    const client = new ControllerClient({ urls: this.#init.urls, caPem: await this.#ca(), identity: this.#c.identity, nodeName: this.#init.nodeName });
+    const identity = (this.#identity ??= this.#c.identity());
+    const client = new ControllerClient({ urls: this.#init.urls, caPem: await this.#ca(), identity, nodeName: this.#init.nodeName });
     try {
-      const joined = await client.join(this.#init.token, this.#c.identity.publicKey, this.#init.fields);
+      const joined = await client.join(this.#init.token, identity.publicKey, this.#init.fields);
       await this.#applyBlocks(joined.blocks);
       if (this.#status !== 'connected') this.#c.log.info('connected to the controller', { url: client.url, blocks: joined.blocks });
       this.#status = 'connected';

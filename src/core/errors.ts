@@ -42,7 +42,7 @@ export const ERROR_CATALOGUE = {
   IPAM_NO_BLOCKS: { cni: CniCode.notAvailable, summary: 'the node holds no address block yet' },
   IPAM_STORE_FAILED: { cni: CniCode.ioFailure, summary: 'an IPAM record could not be read or written' },
   IPAM_RECORD_DAMAGED: { cni: CniCode.ioFailure, summary: 'an IPAM record file is torn or unreadable; its address stays reserved for the pod its name gives' },
-  NODE_STATE_WRITE_FAILED: { cni: CniCode.ioFailure, summary: "a file of the agent's own state (cluster state, VTEP MAC, tunnel datagram state, NetworkPolicy view, controller CA) could not be written; the agent works from memory and writes it again at the next change or resync" },
+  NODE_STATE_WRITE_FAILED: { cni: CniCode.ioFailure, summary: "a file of the agent's own state (cluster state, VTEP MAC, tunnel datagram state, NetworkPolicy view, controller CA, node key) could not be written; the agent works from memory and writes it again at the next change or resync" },
   KERNEL_OP_FAILED: { cni: CniCode.generic, summary: 'a kernel change (link, address, route, sysctl) failed' },
   CONFIG_FILE_INVALID: { cni: CniCode.invalidConfig, summary: 'the agent configuration file is missing, not JSON, or fails the schema' },
   PREFLIGHT_CNI_CONF_ORDER: { cni: CniCode.generic, summary: "another CNI configuration sorts before Atoll's in the conf dir" },

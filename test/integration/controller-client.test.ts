@@ -13,6 +13,7 @@ import { connect, createServer, type Server, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseControllerConfig } from '../../src/config/controller-config.ts';
+import { atollError } from '../../src/core/errors.ts';
 import { jsonLogger } from '../../src/adapters/ops/json-logger.ts';
 import { ControllerClient } from '../../src/adapters/node/controller-client.ts';
 import { Controller } from '../../src/controller/controller.ts';
@@ -134,7 +135,7 @@ test('a watch line that is not JSON, or not a watch line, ends the watch with CO
   const log = jsonLogger({ level: 'warn', write: (l) => warnings.push(JSON.parse(l) as Record<string, unknown>) });
   const seen: string[][] = [];
   const link = new ControllerLink({
-    log, clock: Date.now, identity: memoryIdentity(), stateFile: new ClusterStateFile(join(dir, 'link-state.json')),
+    log, clock: Date.now, identity: memoryIdentity, stateFile: new ClusterStateFile(join(dir, 'link-state.json')),
     onBlocks: async () => {}, usage: () => ({ capacity: 62, allocated: 0, reserved: 0, free: 62 }), onPeers: (peers) => seen.push(peers.map((p) => p.name)),
   }, { urls: [url], token: TOKEN, caCertHash: pki.caHash, caPath, nodeName: 'client-n3', fields: { site: 'edge-1', community: '', addresses: [], vtepMac: '', tunnelKey: '', agentVersion: 'test' }, usagePeriodMs: 60_000, retryMinMs: 20, retryMaxMs: 50 });
   try {
@@ -178,7 +179,7 @@ test('a burst of watch lines is applied, saved and handed on once, not per line'
   const handed: number[] = [];
   const statePath = join(dir, 'burst-state.json');
   const link = new ControllerLink({
-    log: jsonLogger({ level: 'error', write: () => {} }), clock: Date.now, identity: memoryIdentity(), stateFile: new ClusterStateFile(statePath),
+    log: jsonLogger({ level: 'error', write: () => {} }), clock: Date.now, identity: memoryIdentity, stateFile: new ClusterStateFile(statePath),
     onBlocks: async () => {}, usage: () => ({ capacity: 62, allocated: 0, reserved: 0, free: 62 }), onPeers: (peers) => handed.push(peers.length),
   }, { urls: [url], token: TOKEN, caCertHash: pki.caHash, caPath, nodeName: 'client-n4', fields: { site: 'edge-1', community: '', addresses: [], vtepMac: '', tunnelKey: '', agentVersion: 'test' }, usagePeriodMs: 60_000, retryMinMs: 20, retryMaxMs: 50 });
   try {
@@ -190,6 +191,74 @@ test('a burst of watch lines is applied, saved and handed on once, not per line'
     assert.equal(handed.at(-1), 300);
     const saved = JSON.parse(readFileSync(statePath, 'utf8')) as { revision: number; peers: unknown[] };
     assert.deepEqual([saved.revision, saved.peers.length], [311, 300]);
+  } finally {
+    await link.stop();
+    server.closeAllConnections();
+    server.close();
+  }
+});
+
+test('a disk that refuses the cluster state or the node key (issue #39): peers and blocks are applied from memory, the failure said once; no join without a key on disk', async () => {
+  const pki = await ensureControllerPki(join(dir, 'data', 'pki'), { hosts: ['127.0.0.1'] });
+  const line = (v: unknown) => JSON.stringify(v) + '\n';
+  const joins: string[] = [];
+  const server = createHttpsServer({ cert: pki.certChainPem, key: pki.keyPem }, (req, res) => {
+    req.resume();
+    if (req.url?.startsWith('/v1/watch')) {
+      res.writeHead(200, { 'content-type': 'application/x-ndjson' });
+      res.write(line({ type: 'snapshot', revision: 4, nodes: [record('peer-a', ['10.100.3.0/26'])] }));
+      return; // left open
+    }
+    if (req.url === '/v1/join') joins.push(req.url);
+    res.writeHead(200, { 'content-type': 'application/json' });
+    res.end(JSON.stringify(req.url === '/v1/join' ? { node: record('client-n5', ['10.100.2.0/26']), blocks: ['10.100.2.0/26'] } : { blocks: ['10.100.2.0/26'] }));
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const url = `https://127.0.0.1:${(server.address() as { port: number }).port}`;
+  const caPath = join(dir, 'disk-ca.crt');
+  writeFileSync(caPath, pki.caPem);
+  const disk = { full: true, keyFull: true, saves: 0 };
+  const refuse = () => {
+    throw Object.assign(new Error('ENOSPC: no space left on device, write'), { code: 'ENOSPC' });
+  };
+  const stateFile = new ClusterStateFile(join(dir, 'disk-state.json'));
+  const realSave = stateFile.save.bind(stateFile);
+  stateFile.save = (s) => (disk.full ? refuse() : (disk.saves++, realSave(s)));
+  const identity = memoryIdentity();
+  const lines: Record<string, unknown>[] = [];
+  const blocks: string[][] = [];
+  const peers: string[][] = [];
+  const link = new ControllerLink({
+    log: jsonLogger({ level: 'debug', write: (l) => lines.push(JSON.parse(l) as Record<string, unknown>) }), clock: Date.now, stateFile,
+    // as src/adapters/node/node-identity.ts says it
+    identity: () => (disk.keyFull ? (() => { throw atollError('NODE_STATE_WRITE_FAILED', 'cannot create the node key /data/node.key: ENOSPC'); })() : identity),
+    onBlocks: async (b) => void blocks.push([...b]), usage: () => ({ capacity: 62, allocated: 0, reserved: 0, free: 62 }), onPeers: (p) => peers.push(p.map((n) => n.name)),
+  }, { urls: [url], token: TOKEN, caCertHash: pki.caHash, caPath, nodeName: 'client-n5', fields: { site: 'edge-1', community: '', addresses: [], vtepMac: '', tunnelKey: '', agentVersion: 'test' }, usagePeriodMs: 60_000, retryMinMs: 20, retryMaxMs: 50 });
+  const coded = (level: string) => lines.filter((l) => l.code === 'NODE_STATE_WRITE_FAILED' && l.level === level);
+  try {
+    link.start();
+    // no node key on disk: no join (a key only in memory would be another one at the next start)
+    await until('the link to retry without a key', () => coded('warn').length >= 1 && lines.filter((l) => l.msg === 'no node key on disk to join with; working from local state').length >= 1, 10_000, 20);
+    await new Promise((r) => setTimeout(r, 200));
+    assert.deepEqual(joins, [], 'joined without a node key on disk');
+    assert.equal(coded('warn').length, 1, 'said once, however often retried');
+    assert.equal(link.status.state, 'offline');
+    disk.keyFull = false;
+    await until('the peers applied from memory', () => peers.length > 0, 10_000, 20);
+    assert.deepEqual(joins, ['/v1/join']);
+    assert.deepEqual(blocks, [['10.100.2.0/26']], 'the blocks reached IPAM though they could not be saved');
+    assert.deepEqual(peers, [['peer-a']]);
+    assert.equal(link.status.state, 'connected', 'a failed save is not a controller outage');
+    assert.equal(coded('error').length, 1, JSON.stringify(coded('error')));
+    assert.match(String(coded('error')[0]?.err), /cannot write the cluster state .*disk-state\.json: ENOSPC/);
+    link.flush();
+    assert.equal(coded('error').length, 1, 'a retry that fails again is not said again');
+    assert.equal(disk.saves, 0);
+    disk.full = false;
+    link.flush();
+    const saved = JSON.parse(readFileSync(join(dir, 'disk-state.json'), 'utf8')) as { revision: number; blocks: string[]; peers: NodeRecord[] };
+    assert.deepEqual([saved.revision, saved.blocks, saved.peers.map((p) => p.name)], [4, ['10.100.2.0/26'], ['peer-a']]);
+    assert.ok(lines.some((l) => l.msg === 'the cluster state written again'));
   } finally {
     await link.stop();
     server.closeAllConnections();

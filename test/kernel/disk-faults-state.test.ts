@@ -9,7 +9,8 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { readFileSync, rmSync } from 'node:fs';
+import { existsSync, readFileSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
 import { TestAgent } from '../../harness/agent.ts';
 import { type ControllerProc, TestCloud } from '../../harness/cloud.ts';
 import { fill, mountTmpfs, remount, unmount } from '../../harness/disk.ts';
@@ -17,6 +18,7 @@ import { leftoverNetns, rootSkipReason, sh } from '../../harness/netns.ts';
 import { until } from '../../harness/wait.ts';
 import { statusSocketOf } from '../../src/adapters/ops/status-socket.ts';
 import type { AgentStatus } from '../../src/core/ops/agent-status.ts';
+import { vtepMacOf } from '../../src/adapters/node/vtep-state.ts';
 
 const MAIN = new URL('../../src/cli/main.ts', import.meta.url).pathname;
 
@@ -67,7 +69,7 @@ describe("the agent's cluster state on a disk that fails", { skip: rootSkipReaso
       await b?.cleanup();
       await cloud?.cleanup();
     }
-    assert.deepEqual(leftoverNetns().filter((n) => n.includes('sfa-') || n.includes('sfb-')), []);
+    assert.deepEqual(leftoverNetns().filter((n) => /sf[abc]-/.test(n)), []);
   });
 
   test('disk full: a peer joins; the agent stays up, routes to it, says once why it cannot save, and saves once space is back', async () => {
@@ -139,6 +141,43 @@ describe("the agent's cluster state on a disk that fails", { skip: rootSkipReaso
     } catch (err) {
       console.error(a.dump());
       throw err;
+    }
+  });
+
+  test('first start on a read-only disk: the agent starts with the VTEP MAC its name gives, does not join without a node key on disk, and joins once the disk is read-write', async () => {
+    // a third node, never started: its data directory a fresh tmpfs, read-only from the first start
+    const c = new TestAgent({ name: 'sfc', podCidrs: [] });
+    try {
+      const ip = cloud.connect(c.netns);
+      c.rewriteConfig({ controller: cloud.controllerConfig([controller]), underlayAddresses: [ip], overlay: {}, resyncPeriod: 2 });
+      mountTmpfs(c.dataDir, 256 * 1024);
+      remount(c.dataDir, 'ro');
+      await c.start();
+      const mac = vtepMacOf('sfc');
+      assert.equal(JSON.parse(sh('ip', ['-n', c.netns, '-j', 'link', 'show', 'atoll.1']))[0].address, mac, 'the VXLAN device has the derived MAC');
+      await until('the link to say it has no node key', () => /no node key on disk to join with/.test(readFileSync(c.logPath, 'utf8')), 20_000);
+      assert.ok(c.running);
+      const vtep = logged(c, 'NODE_STATE_WRITE_FAILED', 'error');
+      assert.ok(vtep.some((l) => /vtep\.json.*EROFS/.test(l.err)), JSON.stringify(vtep));
+      assert.ok(logged(c, 'NODE_STATE_WRITE_FAILED', 'warn').some((l) => /node\.key.*EROFS/.test(l.err)));
+      const st = status(c);
+      assert.equal(st.controller?.state, 'offline');
+      assert.equal(st.ipam.blocks.length, 0, 'no block without joining');
+      const show = JSON.parse(cloud.cli(['ipam', 'show', '--json', '--controller-config', controller.configPath]).out) as { nodes: { name: string }[] };
+      assert.ok(!show.nodes.some((n) => n.name === 'sfc'), 'the node joined with a key that is not on disk');
+      remount(c.dataDir, 'rw', c.pid);
+      await until('c to join and get a block', () => c.clusterState().blocks.length === 1, 30_000);
+      assert.equal(JSON.parse(readFileSync(join(c.dataDir, 'vtep.json'), 'utf8')).vtepMac, mac, 'the derived MAC is the one written');
+      assert.ok(existsSync(join(c.dataDir, 'node.key')));
+      c.addPod('c1'); // the IPAM directory it could not make at the start is made at the first write
+      assert.ok(c.running);
+    } catch (err) {
+      console.error(c.dump());
+      throw err;
+    } finally {
+      await c.stop('SIGKILL');
+      unmount(c.dataDir);
+      await c.cleanup();
     }
   });
 });

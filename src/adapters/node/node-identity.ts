@@ -31,8 +31,8 @@ const REFUSE_FIX = 'Atoll does not replace it, because the controller knows the 
 /**
  * Loads the node key from `path` (PKCS#8 PEM, ed25519), or creates it there (mode 0600, parent directories 0700)
  * when the file does not exist. Idempotent: later calls, and concurrent first calls, return the same identity.
- * @throws AtollError NODE_IDENTITY_INVALID when the file exists but cannot be read or is not an ed25519 private key,
- *   or when it cannot be created; naming the path.
+ * @throws AtollError NODE_IDENTITY_INVALID when the file exists but cannot be read or is not an ed25519 private key;
+ *   NODE_STATE_WRITE_FAILED when it cannot be created (a full or read-only disk); naming the path.
  */
 export function loadOrCreateIdentity(path: string): NodeIdentity {
   let pem: string;
@@ -92,8 +92,8 @@ function createKeyFile(path: string): string {
     syncDir(dir);
     return pem;
   } catch (cause) {
-    throw atollError('NODE_IDENTITY_INVALID', `cannot create the node key ${path}: ${(cause as Error).message}`,
-      'check that its directory is writable by the agent and the disk is not full', cause);
+    throw atollError('NODE_STATE_WRITE_FAILED', `cannot create the node key ${path}: ${(cause as Error).message}`,
+      "check that its directory is writable by the agent and the disk is not full; the agent works from local state and does not join the controller until the key is on disk", cause);
   } finally {
     rmSync(tmp, { force: true });
   }

@@ -1,22 +1,31 @@
 /**
  * The node's VTEP MAC, chosen once and kept in local state, so the VXLAN device comes back with the same MAC after an
  * agent restart or a reboot, with or without the controller: peers cut off from the cloud keep delivering to it.
+ * A node without the file gets the MAC derived from its name ({@link vtepMacOf}), so one whose disk refuses the
+ * file (full, read-only) makes the same MAC at every start until it is written; nodes made before keep their random one.
  */
-import { randomBytes } from 'node:crypto';
+import { createHash } from 'node:crypto';
 import { existsSync, readFileSync } from 'node:fs';
 import { atollError } from '../../core/errors.ts';
 import { writeFileDurably } from '../durable-file.ts';
 
 const MAC = /^([0-9a-f]{2}:){5}[0-9a-f]{2}$/;
 
-/** Reads the saved VTEP MAC, or makes (locally administered, unicast) and saves one. */
-export function loadOrCreateVtepMac(path: string): string {
-  if (existsSync(path)) return decodeVtepState(readFileSync(path, 'utf8'), path);
-  const b = randomBytes(6);
+/** The saved VTEP MAC, or undefined when there is no file. @throws AtollError CONFIG_FILE_INVALID when it is damaged. */
+export function loadVtepMac(path: string): string | undefined {
+  return existsSync(path) ? decodeVtepState(readFileSync(path, 'utf8'), path) : undefined;
+}
+
+/** The VTEP MAC of a node without a saved one: locally administered, unicast, from its name (the same at every start). */
+export function vtepMacOf(nodeName: string): string {
+  const b = createHash('sha256').update(`atoll vtep mac\0${nodeName}`).digest().subarray(0, 6);
   b[0] = ((b[0] as number) & 0xfc) | 0x02; // locally administered, unicast
-  const mac = [...b].map((x) => x.toString(16).padStart(2, '0')).join(':');
+  return [...b].map((x) => x.toString(16).padStart(2, '0')).join(':');
+}
+
+/** Writes `mac` durably to `path`. @throws what the write throws (a full or read-only disk). */
+export function saveVtepMac(path: string, mac: string): void {
   writeFileDurably(path, encodeVtepState(mac), { mode: 0o644 });
-  return mac;
 }
 
 /** The text of the VTEP state file holding `mac`. */
