@@ -31,6 +31,7 @@ import type { ControllerClient } from '../adapters/node/controller-client.ts';
 import { sleep } from '../adapters/timers.ts';
 import { PodClassifier } from './pod-classifier.ts';
 import { PolicyCompute } from '../adapters/node/policy-compute.ts';
+import { STATE_WRITE_FIX } from '../adapters/node/state-writer.ts';
 
 /** Changes arriving together are applied in one transaction. */
 const COALESCE_MS = 20;
@@ -89,6 +90,8 @@ export class PolicyEnforcer {
   #timer: NodeJS.Timeout | undefined;
   #chain: Promise<void> = Promise.resolve();
   #dirty = false;
+  /** Why the last write of the kept view failed (its errno), while it does: the same again is not logged again. */
+  #saveFailing: string | undefined;
   /** The last mark of the policy stream, and where it came from: answered once a sync after it succeeded. */
   #mark: StreamMark | undefined;
   #client: ControllerClient | undefined;
@@ -277,7 +280,14 @@ export class PolicyEnforcer {
    * table someone removed comes back; the overlay's own commits count too, so one whole apply may follow each of them).
    */
   async resync(): Promise<void> {
-    await this.sync();
+    await this.#serially(async () => {
+      // a view the disk refused earlier
+      if (this.#dirty && this.#saveFailing !== undefined) {
+        this.#dirty = false;
+        await this.#save();
+      }
+      await this.#syncNow();
+    });
   }
 
   status(): PolicyStatus {
@@ -345,8 +355,26 @@ export class PolicyEnforcer {
     log();
   }
 
+  /**
+   * Writes the view kept for restarts. A disk that refuses it (full, read-only) does not hold the view back: it is
+   * applied from memory, the failure said once (NODE_STATE_WRITE_FAILED), and the file written at the next change or
+   * resync. Before, the refusal ended the step with the worker's code, so the view was not applied, nor said.
+   */
   async #save(): Promise<void> {
-    await this.#compute.save(this.#init.statePath);
+    const path = this.#init.statePath;
+    const failed = await this.#compute.save(path);
+    if (!failed) {
+      if (this.#saveFailing !== undefined) this.#c.log.info('the NetworkPolicy view written again', { path });
+      this.#saveFailing = undefined;
+      return;
+    }
+    this.#dirty = true;
+    const err = atollError('NODE_STATE_WRITE_FAILED', `cannot write the NetworkPolicy view ${path}: ${failed.message}`, STATE_WRITE_FIX);
+    const key = failed.errno ?? failed.message;
+    if (key !== this.#saveFailing) {
+      this.#c.log.error('cannot write the NetworkPolicy view; it is applied from memory (a restart meanwhile starts from the older file), and the file is written at the next change or resync', { code: err.code, err: err.message, path, fix: err.fix });
+    } else this.#c.log.debug('the NetworkPolicy view still not written', { code: err.code, err: err.message, path });
+    this.#saveFailing = key;
   }
 
   #load(): NodePolicyView | undefined {

@@ -86,8 +86,9 @@ export class PolicyCompute {
     return this.#call({ op: 'committed', kept }) as Promise<void>;
   }
 
-  save(path: string): Promise<void> {
-    return this.#call({ op: 'save', path }) as Promise<void>;
+  /** Writes the view to `path`; resolves with why not when the disk refused it (full, read-only), undefined once written. */
+  save(path: string): Promise<{ readonly message: string; readonly errno?: string } | undefined> {
+    return this.#call({ op: 'save', path }) as Promise<{ message: string; errno?: string } | undefined>;
   }
 
   explain(flow: Flow): Promise<PolicySide[]> {

@@ -27,7 +27,12 @@ async function answer(req: PolicyRequest): Promise<unknown> {
       engine.committed(req.kept);
       return undefined;
     case 'save':
-      await writeFileDurablyAsync(req.path, `${JSON.stringify({ type: 'snapshot', ...engine.view() })}\n`);
+      // a disk that refuses the file is an answer, not a failure of the worker (the view stays in force from memory)
+      try {
+        await writeFileDurablyAsync(req.path, `${JSON.stringify({ type: 'snapshot', ...engine.view() })}\n`);
+      } catch (e) {
+        return { message: (e as Error).message, errno: (e as NodeJS.ErrnoException).code };
+      }
       return undefined;
     case 'explain':
       return engine.explain(req.flow);
