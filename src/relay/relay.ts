@@ -25,7 +25,8 @@ import { relayAllows, type RelayMember, relayMembers } from '../core/tunnel/plan
 import type { NodeRecord } from '../core/cluster/model.ts';
 import { ControllerClient } from '../adapters/node/controller-client.ts';
 import { WatchBatch } from '../adapters/node/watch-batch.ts';
-import { ClusterStateFile } from '../adapters/node/cluster-state-file.ts';
+import { type ClusterState, ClusterStateFile } from '../adapters/node/cluster-state-file.ts';
+import { StateWriter } from '../adapters/node/state-writer.ts';
 import { discoverPinnedCa, spkiPin } from '../adapters/pki.ts';
 import { loadOrCreateTunnelCredentials } from '../adapters/tunnel/tunnel-credentials.ts';
 import { listenTunnel } from '../adapters/tunnel/tunnel-dial.ts';
@@ -68,7 +69,11 @@ export class Relay {
   readonly #cfg: RelayConfig;
   readonly #log: Logger;
   readonly #registry: ClusterStateFile;
+  /** Writes the registry file; a write the disk refuses is logged once and tried again (the relay goes on from memory). */
+  readonly #registryWriter: StateWriter<ClusterState>;
   #nodes: readonly NodeRecord[];
+  /** The controller's revision the registry in memory is at (the watch resumes from it). */
+  #revision: number;
   #members = new Map<string, RelayMember>();
   /** The relay stream of each node, by pin. */
   readonly #sessions = new Map<string, Session>();
@@ -85,7 +90,13 @@ export class Relay {
     this.#cfg = cfg;
     this.#log = log;
     this.#registry = new ClusterStateFile(join(cfg.dataDir, 'registry.json'));
-    this.#nodes = this.#registry.load().peers;
+    this.#registryWriter = new StateWriter({ log, write: (st) => this.#registry.save(st) }, {
+      what: "the relay's registry", path: join(cfg.dataDir, 'registry.json'), meanwhile: 'the relay serves its members from memory',
+      fix: "free space on the relay's data directory, or remount it read-write; the relay writes the file again by itself",
+    });
+    const saved = this.#registry.load();
+    this.#nodes = saved.peers;
+    this.#revision = saved.revision;
     this.#registryLoaded = this.#nodes.length > 0;
     this.#setMembers();
     this.#circuits = new CircuitBroker(log);
@@ -149,6 +160,7 @@ export class Relay {
     void this.#follow();
     let last = '';
     this.#statsTimer = setInterval(() => {
+      this.#registryWriter.flush(); // a registry the disk refused before
       const now = JSON.stringify(this.stats);
       if (now !== last) this.#log.info('relay stats', { ...this.stats, circuits: { ...this.#circuits.stats } });
       last = now;
@@ -247,12 +259,13 @@ export class Relay {
         const client = new ControllerClient({ urls: this.#cfg.controller.urls, caPem, nodeName: 'relay', bearerToken: this.#cfg.controller.token });
         const lines = new WatchBatch(WATCH_SETTLE_MS, () => this.#nodes, (nodes, revision) => {
           this.#nodes = nodes;
+          this.#revision = revision;
           this.#registryLoaded = true;
-          this.#registry.save({ blocks: [], revision, peers: nodes });
           this.#setMembers();
+          this.#registryWriter.save({ blocks: [], revision, peers: nodes });
         });
         try {
-          await client.watch(this.#registry.load().revision, (line) => {
+          await client.watch(this.#revision, (line) => {
             if (line.type === 'ping') return;
             backoff.reset();
             lines.add(line);

@@ -23,6 +23,8 @@ export interface StateWriterInit {
   readonly path: string;
   /** What the agent does while the file lags behind, for the log ("peers and blocks are applied from memory"). */
   readonly meanwhile: string;
+  /** What to do, when not {@link STATE_WRITE_FIX} (another process's data directory). */
+  readonly fix?: string;
 }
 
 export class StateWriter<T> {
@@ -57,7 +59,7 @@ export class StateWriter<T> {
     try {
       this.#c.write(p.value);
     } catch (cause) {
-      const err = atollError('NODE_STATE_WRITE_FAILED', `cannot write ${what} ${path}: ${(cause as Error).message}`, STATE_WRITE_FIX, cause);
+      const err = atollError('NODE_STATE_WRITE_FAILED', `cannot write ${what} ${path}: ${(cause as Error).message}`, this.#init.fix ?? STATE_WRITE_FIX, cause);
       const key = (cause as NodeJS.ErrnoException).code ?? err.message;
       if (key !== this.#failing) log.error(`cannot write ${what}; ${meanwhile}, and the file is written at the next change or resync`, { code: err.code, err: err.message, path, fix: err.fix });
       else log.debug(`${what} still not written`, { code: err.code, err: err.message, path });
