@@ -167,6 +167,8 @@ describe("the agent's cluster state on a disk that fails", { skip: rootSkipReaso
       assert.ok(!show.nodes.some((n) => n.name === 'sfc'), 'the node joined with a key that is not on disk');
       remount(c.dataDir, 'rw', c.pid);
       await until('c to join and get a block', () => c.clusterState().blocks.length === 1, 30_000);
+      // vtep.json is written at a resync (every 2 s here), not with the join: it may come a little after the block
+      await until('vtep.json written at a resync', () => existsSync(join(c.dataDir, 'vtep.json')), 10_000);
       assert.equal(JSON.parse(readFileSync(join(c.dataDir, 'vtep.json'), 'utf8')).vtepMac, mac, 'the derived MAC is the one written');
       assert.ok(existsSync(join(c.dataDir, 'node.key')));
       c.addPod('c1'); // the IPAM directory it could not make at the start is made at the first write
