@@ -208,8 +208,12 @@ export class PolicyEnforcer {
     if (!this.#hasView) return;
     // every line before this mark reached the worker before this sync's compile (one message at a time, in order)
     const mark = this.#mark;
+    // answered only when the kept view holds every line before the mark too (none received since the last save, and
+    // that save worked): a restart starts from that file, and the controller takes the answer for what this node
+    // holds from then on (src/core/policy/reuse.ts); otherwise the mark waits for a later sync
+    const onDisk = !this.#dirty && this.#saveFailing === undefined;
     await this.#applyNow();
-    if (mark) this.#answer(mark);
+    if (mark && onDisk) this.#answer(mark);
   }
 
   /** Tells the controller that sent `mark` that this node applied what came before it; a failure is retried at the next sync. */
