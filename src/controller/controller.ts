@@ -154,7 +154,8 @@ export class Controller {
       const peersOf = function* (owner: string) {
         for (const n of feed.views.nodes()) if (reachable(n.name, owner)) yield { name: n.name, enforces: n.annotations[ENFORCES_ANNOTATION] === 'true' };
       };
-      this.#policy = new KubePolicy({ kube, log: log.child('policy'), reachable, peersOf, clock: this.#c.clock, instance: advertiseHost });
+      // only a replica that is alone (the embedded store) sees every node's acknowledgements
+      this.#policy = new KubePolicy({ kube, log: log.child('policy'), reachable, peersOf, soleReplica: cfg.store.type === 'embedded', clock: this.#c.clock, instance: advertiseHost });
       this.#policy.start().then(() => log.info('following NetworkPolicies, Namespaces and Pods', { policies: this.#policy?.policyCount }), (err: unknown) => log.error('following NetworkPolicies failed', { err: asAtollError(err).message }));
     }
     this.#api = new ApiServer(

@@ -36,6 +36,13 @@ export interface KubePolicyComponents {
   readonly reachable: (viewer: string, other: string) => boolean;
   /** The registered nodes that may hold pods of node `owner` (it is in their view), and whether each enforces policy. */
   readonly peersOf: (owner: string) => Iterable<{ readonly name: string; readonly enforces: boolean }>;
+  /**
+   * Whether this replica is the only one (the embedded store), so it knows what every node applied. With a store that
+   * several replicas share, a node's acknowledgements reach only the replica it streams from, and which replica a cut-off
+   * node last followed is known to none: no replica can judge reuse, so every address is answered reusable, as before
+   * guarded reuse (the TTL and pressure rules).
+   */
+  readonly soleReplica: boolean;
   readonly clock: () => number;
   /** This controller replica, as the Events it posts name their reporter (`reportingInstance`). */
   readonly instance: string;
@@ -120,9 +127,10 @@ export class KubePolicy {
 
   /**
    * Which of the addresses node `owner` released another pod may take now (src/core/policy/reuse.ts): none before
-   * the caches are read.
+   * the caches are read; every one when this replica is not the only one ({@link KubePolicyComponents.soleReplica}).
    */
   reusable(owner: string, released: readonly ReleasedAddress[]): string[] {
+    if (!this.#c.soleReplica) return released.map((r) => r.ip);
     if (!this.synced) return [];
     const peers = [...this.#c.peersOf(owner)].filter((p) => p.name !== owner).map((p) => ({ ...p, holds: this.#holdings.holds(p.name) }));
     return reusableAddresses(released, (ip) => this.#addresses.has(ip), peers);
