@@ -116,7 +116,8 @@ export class KubePolicy {
     const view = this.#viewOf(node);
     const w: Watcher = { node, stream: randomBytes(9).toString('base64url'), seq: 0, sent: view, send };
     this.#watchers.add(w);
-    this.#holdings.sent(node, w.stream, 0, view);
+    // only a replica that judges reuse needs what each node may hold
+    if (this.#c.soleReplica) this.#holdings.sent(node, w.stream, 0, view);
     return { first: [{ type: 'snapshot', ...view }, { type: 'mark', stream: w.stream, seq: 0 }], unwatch: () => this.#watchers.delete(w) };
   }
 
@@ -159,7 +160,7 @@ export class KubePolicy {
           w.sent = next;
           if (lines.length === 0) continue;
           w.seq++;
-          this.#holdings.sent(w.node, w.stream, w.seq, next);
+          if (this.#c.soleReplica) this.#holdings.sent(w.node, w.stream, w.seq, next);
           w.send([...lines, { type: 'mark', stream: w.stream, seq: w.seq }]);
         }
       } catch (err) {
